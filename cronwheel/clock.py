@@ -1,0 +1,103 @@
+"""The only module that reads clocks.
+
+Everything else takes time as an argument or receives a `Clock`. `SystemClock` reads the real
+clocks; `FakeClock` is advanced by tests and refuses to go backwards (like trio's MockClock).
+Wall time is an aware UTC `datetime` or a float of Unix seconds; monotonic time is a float of
+seconds that only ever increases and is the only time a lease's trust window is computed on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """Aware UTC wall time."""
+        ...
+
+    def now_ts(self) -> float:
+        """Wall time as Unix seconds."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes backwards (lease arithmetic only)."""
+        ...
+
+    async def sleep_until_ts(self, deadline_ts: float) -> None:
+        """Sleep until wall time `deadline_ts` (returns at once if it has passed)."""
+        ...
+
+
+class SystemClock:
+    """The real clocks. Task-safe: it holds no state."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def now_ts(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep_until_ts(self, deadline_ts: float) -> None:
+        delay = deadline_ts - time.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+class FakeClock:
+    """A clock tests move by hand. Wall and monotonic time advance together.
+
+    Not task-safe in the sense that `advance()` must be called from the test; sleepers wake
+    on the next advance that passes their deadline.
+    """
+
+    def __init__(self, start_ts: float = 1_700_000_000.0, start_monotonic: float = 1000.0) -> None:
+        self._ts = start_ts
+        self._mono = start_monotonic
+        self._waiters: list[tuple[float, asyncio.Future[None]]] = []
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self._ts, UTC)
+
+    def now_ts(self) -> float:
+        return self._ts
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"FakeClock cannot go backwards (advance({seconds!r}))")
+        self._ts += seconds
+        self._mono += seconds
+        still: list[tuple[float, asyncio.Future[None]]] = []
+        for deadline, fut in self._waiters:
+            if deadline <= self._ts:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                still.append((deadline, fut))
+        self._waiters = still
+
+    async def sleep_until_ts(self, deadline_ts: float) -> None:
+        if deadline_ts <= self._ts:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((deadline_ts, fut))
+        await fut
+
+
+def monotonic() -> float:
+    """Module-level monotonic read for shells that hold no Clock (CLI progress, local servers)."""
+    return time.monotonic()
+
+
+def wall_ts() -> float:
+    """Module-level wall-clock read for shells that hold no Clock."""
+    return time.time()
