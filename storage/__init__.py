@@ -1,0 +1,43 @@
+"""cronwheel.storage: PostgreSQL, the durable truth of cronwheel.
+
+What lives here: the schema (`sql/schema.sql`, built by `sql/migrations/NNNN_*.sql`), every query
+(`sql/queries/<table>.sql`, loaded by name), and `PgStore`, the one implementation of the storage
+port. Nothing above this package writes SQL.
+
+Invariants kept here, whoever calls:
+
+- **Fencing.** `partitions.epoch` only increases (`record_epoch` updates `WHERE epoch < new`).
+  Every write on behalf of a partition runs in `PgStore.fenced(p, epoch)`, whose first statement
+  share-locks the partition row and checks the epoch; the acquisition update conflicts with that
+  lock. A node that lost p (paused past its lease, partitioned away) gets `StaleEpoch` and writes
+  nothing.
+- **Fire once.** `UNIQUE (schedule_id, scheduled_for)`: a tick has at most one execution, even if
+  two owners somehow fired it. Fire batches insert `ON CONFLICT DO NOTHING` and report duplicates.
+- **Submit once.** `UNIQUE (tenant, idempotency_key)`.
+
+How it fails: driver errors are mapped once, here: unique violations become `AlreadyExists`, lost
+connections `Unavailable`; fencing failures are `StaleEpoch`. Callers never see psycopg errors.
+"""
+
+from cronwheel.storage.migrate import MigrateResult, migrate
+from cronwheel.storage.store import (
+    FireBatchParams,
+    FireBatchResult,
+    Fired,
+    PgStore,
+    ScheduleAdvance,
+    StoreConfig,
+    Tick,
+)
+
+__all__ = [
+    "FireBatchParams",
+    "FireBatchResult",
+    "Fired",
+    "MigrateResult",
+    "PgStore",
+    "ScheduleAdvance",
+    "StoreConfig",
+    "Tick",
+    "migrate",
+]

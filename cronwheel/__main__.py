@@ -1,0 +1,5 @@
+import sys
+
+from cronwheel.cli import main
+
+sys.exit(main())

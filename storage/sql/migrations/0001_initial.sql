@@ -1,0 +1,150 @@
+-- 0001_initial: the data model of DESIGN.md.
+-- Every table that grows with the work carries `partition`, and every hot index leads with it,
+-- so the tables can later be distributed by partition (Citus) or split across clusters.
+
+CREATE TABLE cluster_meta (
+    key   text PRIMARY KEY,
+    value jsonb NOT NULL
+);
+
+-- The fencing record. epoch is the etcd create-revision of the partition key of the current
+-- owner; it only ever increases (record_epoch updates WHERE epoch < new).
+CREATE TABLE partitions (
+    id          integer PRIMARY KEY CHECK (id >= 0),
+    epoch       bigint NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+    owner       text,
+    acquired_at timestamptz
+);
+
+-- Ownership history (acquired / released / lost), for "why didn't it fire?".
+CREATE TABLE partition_history (
+    id        bigserial PRIMARY KEY,
+    partition integer NOT NULL,
+    epoch     bigint NOT NULL,
+    owner     text NOT NULL,
+    kind      text NOT NULL CHECK (kind IN ('acquired', 'released', 'lost')),
+    at        timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX partition_history_by_partition ON partition_history (partition, at);
+
+CREATE TABLE tenants (
+    id                     text PRIMARY KEY,
+    max_concurrency        integer NOT NULL DEFAULT 1000 CHECK (max_concurrency > 0),
+    rate_per_s             double precision NOT NULL DEFAULT 10000 CHECK (rate_per_s > 0),
+    weight                 integer NOT NULL DEFAULT 1 CHECK (weight > 0),
+    max_schedules          integer CHECK (max_schedules > 0),
+    max_executions_per_day integer CHECK (max_executions_per_day > 0),
+    created_at             timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE schedules (
+    id                           uuid PRIMARY KEY,
+    tenant                       text NOT NULL,
+    name                         text NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
+    cron                         text NOT NULL,
+    timezone                     text NOT NULL,
+    dst_gap                      text NOT NULL DEFAULT 'shift' CHECK (dst_gap IN ('shift', 'skip')),
+    -- NULL: the default rule (first occurrence; every real hour when the hour field is *).
+    dst_repeated                 text CHECK (dst_repeated IN ('first', 'last', 'both')),
+    job_type                     text NOT NULL CHECK (length(job_type) BETWEEN 1 AND 200),
+    payload                      jsonb NOT NULL DEFAULT '{}'::jsonb,
+    priority                     text NOT NULL DEFAULT 'default'
+                                 CHECK (priority IN ('critical', 'default', 'bulk')),
+    retry_initial_s              double precision NOT NULL DEFAULT 30 CHECK (retry_initial_s >= 0),
+    retry_multiplier             double precision NOT NULL DEFAULT 4 CHECK (retry_multiplier >= 1),
+    retry_max_s                  double precision NOT NULL DEFAULT 21600 CHECK (retry_max_s >= 0),
+    max_attempts                 integer NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
+    timeout_s                    double precision CHECK (timeout_s > 0),
+    misfire_policy               text NOT NULL CHECK (misfire_policy IN ('skip', 'run_once', 'catch_up')),
+    max_catch_up                 integer NOT NULL DEFAULT 10 CHECK (max_catch_up BETWEEN 1 AND 1000),
+    overlap_policy               text NOT NULL DEFAULT 'allow'
+                                 CHECK (overlap_policy IN ('forbid', 'allow', 'replace', 'buffer_one', 'buffer_all')),
+    jitter_s                     double precision NOT NULL DEFAULT 0 CHECK (jitter_s >= 0),
+    paused                       boolean NOT NULL DEFAULT false,
+    version                      bigint NOT NULL DEFAULT 1,
+    partition                    integer NOT NULL,
+    next_run_at                  timestamptz,
+    last_scheduled_for           timestamptz,
+    alert_if_no_success_within_s double precision CHECK (alert_if_no_success_within_s > 0),
+    last_success_at              timestamptz,
+    created_at                   timestamptz NOT NULL DEFAULT now(),
+    updated_at                   timestamptz NOT NULL DEFAULT now(),
+    deleted_at                   timestamptz
+);
+-- Names are unique per tenant among live schedules.
+CREATE UNIQUE INDEX schedules_tenant_name ON schedules (tenant, name) WHERE deleted_at IS NULL;
+-- The cron half of the due index: what the preloader scans per owned partition.
+CREATE INDEX schedules_due ON schedules (partition, next_run_at)
+    WHERE NOT paused AND deleted_at IS NULL;
+CREATE INDEX schedules_by_tenant ON schedules (tenant, created_at, id);
+
+CREATE TABLE executions (
+    id               uuid PRIMARY KEY,
+    schedule_id      uuid,
+    tenant           text NOT NULL,
+    type             text NOT NULL,
+    payload          jsonb NOT NULL DEFAULT '{}'::jsonb,
+    partition        integer NOT NULL,
+    scheduled_for    timestamptz NOT NULL,
+    run_at           timestamptz NOT NULL,
+    priority         text NOT NULL DEFAULT 'default'
+                     CHECK (priority IN ('critical', 'default', 'bulk')),
+    state            text NOT NULL CHECK (state IN ('scheduled', 'queued', 'running', 'succeeded',
+                     'failed', 'retry_scheduled', 'dead', 'cancelled', 'skipped')),
+    state_reason     text,
+    trigger          text NOT NULL DEFAULT 'cron'
+                     CHECK (trigger IN ('cron', 'manual', 'backfill', 'submit', 'catch_up')),
+    attempt          integer NOT NULL DEFAULT 0,
+    max_attempts     integer NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
+    retry_initial_s  double precision NOT NULL DEFAULT 30,
+    retry_multiplier double precision NOT NULL DEFAULT 4,
+    retry_max_s      double precision NOT NULL DEFAULT 21600,
+    timeout_s        double precision,
+    lease_owner      text,
+    lease_expires    timestamptz,
+    fencing_token    bigint NOT NULL DEFAULT 0,
+    checkpoint       jsonb,
+    idempotency_key  text,
+    error            text,
+    error_type       text,
+    result           jsonb,
+    cancel_requested boolean NOT NULL DEFAULT false,
+    fired_epoch      bigint,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    fired_at         timestamptz,
+    queued_at        timestamptz,
+    started_at       timestamptz,
+    heartbeat_at     timestamptz,
+    finished_at      timestamptz,
+    -- The whole fire-once story: one execution per (schedule, tick).
+    CONSTRAINT executions_schedule_tick UNIQUE (schedule_id, scheduled_for),
+    -- Submissions are deduplicated per tenant.
+    CONSTRAINT executions_idempotency UNIQUE (tenant, idempotency_key)
+);
+-- One-off half of the due index (state scheduled) and the retry timer (retry_scheduled).
+CREATE INDEX executions_due ON executions (partition, run_at)
+    WHERE state IN ('scheduled', 'retry_scheduled');
+-- The dispatcher's claim: queued work by priority and readiness.
+CREATE INDEX executions_queued ON executions (priority, run_at)
+    WHERE state = 'queued';
+-- The reaper: running executions by lease expiry.
+CREATE INDEX executions_running ON executions (partition, lease_expires)
+    WHERE state = 'running';
+CREATE INDEX executions_by_schedule ON executions (schedule_id, scheduled_for);
+CREATE INDEX executions_by_tenant ON executions (tenant, created_at, id);
+
+-- Append-only audit and alert log.
+CREATE TABLE events (
+    id           bigserial PRIMARY KEY,
+    at           timestamptz NOT NULL DEFAULT now(),
+    tenant       text,
+    kind         text NOT NULL,
+    schedule_id  uuid,
+    execution_id uuid,
+    partition    integer,
+    actor        text,
+    alert        boolean NOT NULL DEFAULT false,
+    data         jsonb NOT NULL DEFAULT '{}'::jsonb
+);
+CREATE INDEX events_by_schedule ON events (schedule_id, at);
+CREATE INDEX events_by_kind ON events (kind, at);

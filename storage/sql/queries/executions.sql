@@ -1,0 +1,51 @@
+-- name: insert_submitted
+-- A one-off job from SubmitJob; deduplicated by (tenant, idempotency_key).
+INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
+                        priority, state, trigger, max_attempts, retry_initial_s,
+                        retry_multiplier, retry_max_s, timeout_s, idempotency_key, queued_at)
+VALUES (%(id)s, NULL, %(tenant)s, %(type)s, %(payload)s, %(partition)s, %(scheduled_for)s,
+        %(run_at)s, %(priority)s, %(state)s, 'submit', %(max_attempts)s, %(retry_initial_s)s,
+        %(retry_multiplier)s, %(retry_max_s)s, %(timeout_s)s, %(idempotency_key)s,
+        CASE WHEN %(state)s = 'queued' THEN now() END)
+ON CONFLICT (tenant, idempotency_key) DO NOTHING
+RETURNING *;
+
+-- name: get_by_idempotency_key
+-- The execution an idempotency key already names.
+SELECT * FROM executions WHERE tenant = %(tenant)s AND idempotency_key = %(idempotency_key)s;
+
+-- name: get_execution
+-- One execution by id.
+SELECT * FROM executions WHERE id = %(id)s;
+
+-- name: due_oneoffs
+-- The one-off half of the due index for one partition, up to a horizon.
+SELECT id, run_at FROM executions
+ WHERE partition = %(partition)s AND state = 'scheduled' AND run_at <= %(horizon)s
+ ORDER BY run_at;
+
+-- name: fire_executions
+-- Fenced: insert the executions of fired cron ticks; a tick already fired is left alone.
+INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
+                        priority, state, state_reason, trigger, max_attempts, retry_initial_s,
+                        retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
+SELECT v.id, s.id, s.tenant, s.job_type, s.payload, s.partition, v.scheduled_for, v.run_at,
+       s.priority, v.state, v.state_reason, v.trigger, s.max_attempts, s.retry_initial_s,
+       s.retry_multiplier, s.retry_max_s, s.timeout_s, %(epoch)s, now(),
+       CASE WHEN v.state = 'queued' THEN now() END
+  FROM unnest(%(ids)s::uuid[], %(schedule_ids)s::uuid[], %(scheduled_fors)s::timestamptz[],
+              %(run_ats)s::timestamptz[], %(states)s::text[], %(state_reasons)s::text[],
+              %(triggers)s::text[])
+       AS v(id, schedule_id, scheduled_for, run_at, state, state_reason, trigger)
+  JOIN schedules AS s ON s.id = v.schedule_id AND s.partition = %(partition)s
+ WHERE EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
+RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;
+
+-- name: queue_oneoffs
+-- Fenced: move due one-off jobs from scheduled to queued.
+UPDATE executions
+   SET state = 'queued', queued_at = now(), fired_at = now(), fired_epoch = %(epoch)s
+ WHERE id = ANY(%(ids)s::uuid[]) AND partition = %(partition)s AND state = 'scheduled'
+   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;

@@ -1,0 +1,301 @@
+"""PgStore: the one PostgreSQL implementation of cronwheel's storage port.
+
+Concurrency contract: a PgStore is shared by every task of a node; it holds an async connection
+pool and no other mutable state. Each method borrows a connection for one transaction.
+
+Fencing. Writes made on behalf of a partition owner run inside `fenced(partition, epoch)`: the
+transaction's first statement share-locks the partition row and checks it still carries the
+caller's epoch (else `StaleEpoch`, nothing written). `record_epoch()` (the acquisition update)
+conflicts with that lock, so a new owner's epoch cannot land in the middle of an old owner's
+batch, and once it has landed every later fenced transaction of the old owner fails its check.
+Each fenced statement also names the epoch in its own WHERE clause (defence in depth, and a test
+checks every fenced query does). This, not the etcd lease, is what stops a paused node from
+firing a tick twice; `UNIQUE (schedule_id, scheduled_for)` is the second wall.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from cronwheel.storage.queries import q
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from cronwheel.errors import AlreadyExists, StaleEpoch, Unavailable
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    dsn: str
+    min_connections: int = 2
+    max_connections: int = 10
+    connect_timeout_s: float = 5.0
+
+    def validate(self) -> StoreConfig:
+        if not self.dsn:
+            raise ValueError("dsn is required")
+        if not 1 <= self.min_connections <= self.max_connections:
+            raise ValueError(
+                f"need 1 <= min_connections ({self.min_connections}) <= "
+                f"max_connections ({self.max_connections})"
+            )
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """One cron tick to fire: which schedule, which instant, when to run, in which state."""
+
+    schedule_id: uuid.UUID
+    scheduled_for: datetime
+    run_at: datetime
+    state: str = "queued"  # or "skipped" (overlap / misfire records)
+    state_reason: str | None = None
+    trigger: str = "cron"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleAdvance:
+    schedule_id: uuid.UUID
+    next_run_at: datetime | None
+    last_scheduled_for: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class FireBatchParams:
+    partition: int
+    epoch: int
+    ticks: Sequence[Tick] = ()
+    advances: Sequence[ScheduleAdvance] = ()
+    oneoff_ids: Sequence[uuid.UUID] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    """An execution that a fire batch made runnable (or recorded as skipped)."""
+
+    id: uuid.UUID
+    schedule_id: uuid.UUID | None
+    scheduled_for: datetime
+    run_at: datetime
+    state: str
+    priority: str
+    type: str
+    tenant: str
+
+
+@dataclass(frozen=True, slots=True)
+class FireBatchResult:
+    fired: tuple[Fired, ...]
+    duplicates: int  # ticks that already had an execution (someone fired them before)
+    advanced: int
+
+
+def _map_errors(exc: psycopg.Error) -> Exception:
+    if isinstance(exc, psycopg.errors.UniqueViolation):
+        diag = exc.diag.constraint_name or "unique key"
+        return AlreadyExists("row", diag, f"already exists ({diag})")
+    if isinstance(exc, psycopg.OperationalError):
+        return Unavailable("postgres", str(exc).strip().splitlines()[0] if str(exc) else None)
+    return exc
+
+
+class PgStore:
+    """PostgreSQL via psycopg 3 and psycopg_pool. See the module docstring for fencing."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config.validate()
+        self._pool = AsyncConnectionPool(
+            config.dsn,
+            min_size=config.min_connections,
+            max_size=config.max_connections,
+            kwargs={"autocommit": True, "connect_timeout": int(config.connect_timeout_s)},
+            open=False,
+            timeout=config.connect_timeout_s * 2,
+        )
+
+    async def open(self, wait: bool = True) -> PgStore:
+        try:
+            await self._pool.open(wait=wait, timeout=self.config.connect_timeout_s * 2)
+        except psycopg_pool_errors() as exc:
+            raise Unavailable("postgres", f"cannot connect: {exc}") from exc
+        return self
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def __aenter__(self) -> PgStore:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConnection[Any]]:
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise _map_errors(exc) from exc
+        except psycopg_pool_errors() as exc:
+            raise Unavailable("postgres", str(exc)) from exc
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection[Any]]:
+        async with self.connection() as conn, conn.transaction():
+            yield conn
+
+    # ------------------------------------------------------------------ partitions & fencing
+
+    async def record_epoch(self, partition: int, epoch: int, owner: str) -> bool:
+        """Record a new owner's epoch; False if the row already has this or a newer epoch."""
+        async with self.transaction() as conn:
+            cur = await conn.execute(
+                q("record_epoch"), {"partition": partition, "epoch": epoch, "owner": owner}
+            )
+            won = cur.rowcount == 1
+            if won:
+                await conn.execute(
+                    q("record_partition_history"),
+                    {"partition": partition, "epoch": epoch, "owner": owner, "kind": "acquired"},
+                )
+            return won
+
+    async def record_partition_change(self, partition: int, epoch: int, owner: str, kind: str) -> None:
+        async with self.connection() as conn:
+            await conn.execute(
+                q("record_partition_history"),
+                {"partition": partition, "epoch": epoch, "owner": owner, "kind": kind},
+            )
+
+    async def current_epoch(self, partition: int) -> tuple[int, str | None]:
+        async with self.connection() as conn:
+            cur = await conn.execute(q("current_epoch"), {"partition": partition})
+            row = await cur.fetchone()
+        if row is None:
+            raise Unavailable("postgres", f"partition {partition} has no row (run migrate)")
+        return int(row[0]), row[1]
+
+    async def list_partitions(self) -> list[Row]:
+        return await self.fetch_all("list_partitions", {})
+
+    async def partition_count(self) -> int:
+        async with self.connection() as conn:
+            cur = await conn.execute(q("get_meta"), {"key": "partitions"})
+            row = await cur.fetchone()
+        if row is None:
+            raise Unavailable("postgres", "database is not migrated (run `cronwheel migrate`)")
+        return int(row[0])
+
+    @asynccontextmanager
+    async def fenced(self, partition: int, epoch: int) -> AsyncIterator[AsyncConnection[Any]]:
+        """A transaction that may write for `partition` only while it still has `epoch`."""
+        async with self.transaction() as conn:
+            cur = await conn.execute(q("check_fence"), {"partition": partition, "epoch": epoch})
+            if await cur.fetchone() is None:
+                cur = await conn.execute(q("current_epoch"), {"partition": partition})
+                row = await cur.fetchone()
+                raise StaleEpoch(partition, epoch, int(row[0]) if row else None)
+            yield conn
+
+    # ------------------------------------------------------------------ firing
+
+    async def fire_batch(self, p: FireBatchParams) -> FireBatchResult:
+        """One fenced transaction: insert tick executions (a tick already fired is left alone),
+        advance the cron schedules, and queue due one-off jobs."""
+        fired: list[Fired] = []
+        dupes = 0
+        advanced = 0
+        async with self.fenced(p.partition, p.epoch) as conn:
+            if p.ticks:
+                ids = [uuid.uuid4() for _ in p.ticks]
+                cur = await conn.execute(
+                    q("fire_executions"),
+                    {
+                        "partition": p.partition,
+                        "epoch": p.epoch,
+                        "ids": ids,
+                        "schedule_ids": [t.schedule_id for t in p.ticks],
+                        "scheduled_fors": [t.scheduled_for for t in p.ticks],
+                        "run_ats": [t.run_at for t in p.ticks],
+                        "states": [t.state for t in p.ticks],
+                        "state_reasons": [t.state_reason for t in p.ticks],
+                        "triggers": [t.trigger for t in p.ticks],
+                    },
+                )
+                rows = await cur.fetchall()
+                fired.extend(Fired(*r) for r in rows)
+                dupes = len(p.ticks) - len(rows)
+            if p.advances:
+                cur = await conn.execute(
+                    q("advance_schedules"),
+                    {
+                        "partition": p.partition,
+                        "epoch": p.epoch,
+                        "ids": [a.schedule_id for a in p.advances],
+                        "next_run_ats": [a.next_run_at for a in p.advances],
+                        "last_scheduled_fors": [a.last_scheduled_for for a in p.advances],
+                    },
+                )
+                advanced = cur.rowcount
+            if p.oneoff_ids:
+                cur = await conn.execute(
+                    q("queue_oneoffs"),
+                    {"partition": p.partition, "epoch": p.epoch, "ids": list(p.oneoff_ids)},
+                )
+                fired.extend(Fired(*r) for r in await cur.fetchall())
+        return FireBatchResult(tuple(fired), dupes, advanced)
+
+    # ------------------------------------------------------------------ generic helpers
+
+    async def fetch_all(self, name: str, params: dict[str, Any]) -> list[Row]:
+        async with self.connection() as conn:
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(q(name), params)
+                return list(await cur.fetchall())
+
+    async def fetch_one(self, name: str, params: dict[str, Any]) -> Row | None:
+        async with self.connection() as conn:
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(q(name), params)
+                return await cur.fetchone()
+
+    async def insert_event(
+        self,
+        kind: str,
+        *,
+        tenant: str | None = None,
+        schedule_id: uuid.UUID | None = None,
+        execution_id: uuid.UUID | None = None,
+        partition: int | None = None,
+        actor: str | None = None,
+        alert: bool = False,
+        data: dict[str, Any] | None = None,
+        conn: AsyncConnection[Any] | None = None,
+    ) -> None:
+        params = {
+            "tenant": tenant, "kind": kind, "schedule_id": schedule_id,
+            "execution_id": execution_id, "partition": partition, "actor": actor,
+            "alert": alert, "data": Jsonb(data or {}),
+        }
+        if conn is not None:
+            await conn.execute(q("insert_event"), params)
+            return
+        async with self.connection() as c:
+            await c.execute(q("insert_event"), params)
+
+
+def psycopg_pool_errors() -> tuple[type[Exception], ...]:
+    import psycopg_pool
+
+    return (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)

@@ -1,0 +1,56 @@
+"""Real PostgreSQL and etcd for integration tests: started once per session by the project
+itself (cronwheel.localservers), one fresh database per test cloned from a migrated template."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from cronwheel.storage import PgStore, StoreConfig, migrate
+
+from cronwheel.localservers import LocalEtcd, LocalPostgres
+
+TEST_PARTITIONS = 8
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[LocalPostgres]:
+    with LocalPostgres() as pg:
+        yield pg
+
+
+@pytest.fixture(scope="session")
+def etcd_server() -> Iterator[LocalEtcd]:
+    with LocalEtcd() as etcd:
+        yield etcd
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: LocalPostgres) -> str:
+    dsn = pg_server.create_database("cw_template")
+    migrate(dsn, partitions=TEST_PARTITIONS)
+    return "cw_template"
+
+
+@pytest.fixture
+def dsn(pg_server: LocalPostgres, template_db: str) -> str:
+    """A fresh, migrated database for this test alone."""
+    return pg_server.create_database(f"cw_test_{next(_counter)}", template=template_db)
+
+
+@pytest.fixture
+def empty_dsn(pg_server: LocalPostgres) -> str:
+    """A fresh database with nothing in it."""
+    return pg_server.create_database(f"cw_empty_{next(_counter)}")
+
+
+@pytest.fixture
+async def store(dsn: str) -> AsyncIterator[PgStore]:
+    s = PgStore(StoreConfig(dsn=dsn, min_connections=1, max_connections=8))
+    await s.open()
+    try:
+        yield s
+    finally:
+        await s.close()

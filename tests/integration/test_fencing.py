@@ -1,0 +1,138 @@
+"""The fencing rule against a real PostgreSQL: old epochs are refused, in the same transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from cronwheel.storage import FireBatchParams, PgStore, StoreConfig, Tick
+from cronwheel.storage.queries import all_queries, q
+
+from cronwheel.errors import StaleEpoch
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+async def make_schedule(store: PgStore, partition: int) -> uuid.UUID:
+    sid = uuid.uuid4()
+    async with store.connection() as conn:
+        await conn.execute(
+            q("insert_schedule"),
+            {
+                "id": sid, "tenant": "t1", "name": f"s-{sid}", "cron": "* * * * *",
+                "timezone": "UTC", "dst_gap": "shift", "dst_repeated": None, "job_type": "noop",
+                "payload": "{}", "priority": "default", "retry_initial_s": 30,
+                "retry_multiplier": 4, "retry_max_s": 21600, "max_attempts": 5,
+                "timeout_s": None, "misfire_policy": "skip", "max_catch_up": 10,
+                "overlap_policy": "allow", "jitter_s": 0, "paused": False,
+                "partition": partition, "next_run_at": T0, "alert_if_no_success_within_s": None,
+            },
+        )
+    return sid
+
+
+async def test_stale_epoch_write_is_rejected(store: PgStore) -> None:
+    sid = await make_schedule(store, 3)
+    assert await store.record_epoch(3, 100, "node-a")
+    assert await store.record_epoch(3, 200, "node-b")
+    tick = Tick(sid, T0, T0)
+    with pytest.raises(StaleEpoch) as ei:
+        await store.fire_batch(FireBatchParams(partition=3, epoch=100, ticks=[tick]))
+    assert ei.value.current == 200
+    rows = await store.fetch_all("get_execution", {"id": sid})
+    assert rows == []
+    async with store.connection() as conn:
+        cur = await conn.execute("SELECT count(*) FROM executions")
+        assert await cur.fetchone() == (0,)
+    # The current owner's write lands.
+    res = await store.fire_batch(FireBatchParams(partition=3, epoch=200, ticks=[tick]))
+    assert len(res.fired) == 1 and res.duplicates == 0
+
+
+async def test_epoch_only_moves_forward(store: PgStore) -> None:
+    assert await store.record_epoch(1, 50, "a")
+    assert not await store.record_epoch(1, 50, "b"), "same epoch twice is refused"
+    assert not await store.record_epoch(1, 49, "b"), "an older epoch is refused"
+    assert await store.current_epoch(1) == (50, "a")
+
+
+async def test_epoch_bump_waits_for_in_flight_fenced_batch(store: PgStore) -> None:
+    """The acquisition update conflicts with the fence's share lock: a new owner cannot slip
+    its epoch in between the old owner's check and its writes."""
+    sid = await make_schedule(store, 2)
+    assert await store.record_epoch(2, 10, "old")
+    entered = asyncio.Event()
+    release = asyncio.Event()
+
+    async def old_owner_batch() -> None:
+        async with store.fenced(2, 10) as conn:
+            entered.set()
+            await release.wait()
+            await conn.execute(
+                "INSERT INTO events (kind, partition) VALUES ('probe', 2)"
+            )
+
+    task = asyncio.create_task(old_owner_batch())
+    await entered.wait()
+    bump = asyncio.create_task(store.record_epoch(2, 11, "new"))
+    await asyncio.sleep(0.2)  # the bump must be blocked on the row lock, not done
+    assert not bump.done()
+    release.set()
+    await task
+    assert await bump
+    with pytest.raises(StaleEpoch):
+        async with store.fenced(2, 10):
+            pass
+    _ = sid
+
+
+async def test_concurrent_epoch_bumps_leave_exactly_one_winner(dsn: str) -> None:
+    stores = [PgStore(StoreConfig(dsn=dsn, min_connections=1, max_connections=2)) for _ in range(2)]
+    for s in stores:
+        await s.open()
+    try:
+        for round_ in range(50):
+            epoch = 1000 + round_
+            results = await asyncio.gather(
+                stores[0].record_epoch(5, epoch, "a"), stores[1].record_epoch(5, epoch, "b")
+            )
+            assert sorted(results) == [False, True], f"round {round_}: {results}"
+            current, owner = await stores[0].current_epoch(5)
+            assert current == epoch
+            assert owner == ("a" if results[0] else "b")
+    finally:
+        for s in stores:
+            await s.close()
+
+
+def test_every_fenced_query_names_the_epoch() -> None:
+    fenced = [n for n, body in all_queries().items() if "%(epoch)s" in body]
+    assert {"fire_executions", "advance_schedules", "queue_oneoffs", "check_fence"} <= set(fenced)
+    # A write to a partition-scoped table by an owner-path query must carry the epoch.
+    owner_writes = {"fire_executions", "advance_schedules", "queue_oneoffs", "insert_partition_event"}
+    for name in owner_writes:
+        assert "%(epoch)s" in q(name), name
+
+
+async def test_fire_batch_after_loss_changes_nothing(store: PgStore) -> None:
+    sid = await make_schedule(store, 4)
+    assert await store.record_epoch(4, 7, "a")
+    ok = await store.fire_batch(FireBatchParams(
+        partition=4, epoch=7, ticks=[Tick(sid, T0, T0)],
+    ))
+    assert len(ok.fired) == 1
+    assert await store.record_epoch(4, 8, "b")
+    t1 = T0 + timedelta(minutes=1)
+    with pytest.raises(StaleEpoch):
+        from cronwheel.storage import ScheduleAdvance
+
+        await store.fire_batch(FireBatchParams(
+            partition=4, epoch=7, ticks=[Tick(sid, t1, t1)],
+            advances=[ScheduleAdvance(sid, t1 + timedelta(minutes=1), t1)],
+        ))
+    row = await store.fetch_one("get_schedule", {"id": sid})
+    assert row is not None and row["next_run_at"] == T0 and row["last_scheduled_for"] is None

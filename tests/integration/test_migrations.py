@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from typing import Any, LiteralString, cast
+
+import psycopg
+import pytest
+from cronwheel.storage.migrate import migrate, schema_sql
+
+from cronwheel.errors import FailedPrecondition, InvalidArgument
+
+pytestmark = pytest.mark.integration
+
+CATALOG: dict[str, LiteralString] = {
+    "columns": """
+        SELECT table_name, column_name, data_type, is_nullable, column_default
+          FROM information_schema.columns
+         WHERE table_schema = 'public' AND table_name <> 'schema_migrations'
+         ORDER BY 1, 2""",
+    "indexes": """
+        SELECT tablename, indexname, indexdef FROM pg_indexes
+         WHERE schemaname = 'public' AND tablename <> 'schema_migrations'
+         ORDER BY 1, 2""",
+    "constraints": """
+        SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+          FROM pg_constraint
+         WHERE connamespace = 'public'::regnamespace
+           AND conrelid::regclass::text <> 'schema_migrations'
+         ORDER BY 1, 2""",
+}
+
+
+def catalog(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
+    with psycopg.connect(dsn) as c:
+        return {k: c.execute(v).fetchall() for k, v in CATALOG.items()}
+
+
+def test_migrations_apply_twice_without_error(empty_dsn: str) -> None:
+    first = migrate(empty_dsn, partitions=16)
+    assert first.applied and first.current_version == len(first.applied)
+    second = migrate(empty_dsn, partitions=16)
+    assert second.applied == ()
+    assert second.current_version == first.current_version
+    with psycopg.connect(empty_dsn) as c:
+        assert c.execute("SELECT count(*) FROM partitions").fetchone() == (16,)
+
+
+def test_migrations_produce_exactly_schema_sql(empty_dsn: str, pg_server: Any) -> None:
+    migrate(empty_dsn)
+    other = pg_server.create_database("cw_schema_truth")
+    with psycopg.connect(other, autocommit=True) as c:
+        c.execute(cast(LiteralString, schema_sql()))
+    assert catalog(empty_dsn) == catalog(other)
+
+
+def test_concurrent_migrations_from_several_nodes_are_safe(empty_dsn: str) -> None:
+    import concurrent.futures as cf
+
+    with cf.ThreadPoolExecutor(4) as ex:
+        results = list(ex.map(lambda _: migrate(empty_dsn, partitions=8), range(4)))
+    applied = [r.applied for r in results if r.applied]
+    assert len(applied) == 1, "exactly one migrator applies the migrations"
+
+
+def test_partition_count_is_fixed_at_creation(empty_dsn: str) -> None:
+    migrate(empty_dsn, partitions=8)
+    with pytest.raises(FailedPrecondition, match="created with 8 partitions"):
+        migrate(empty_dsn, partitions=16)
+
+
+def test_partition_count_out_of_range_names_the_field(empty_dsn: str) -> None:
+    with pytest.raises(InvalidArgument) as ei:
+        migrate(empty_dsn, partitions=0)
+    assert ei.value.field == "partitions"

@@ -1,0 +1,77 @@
+"""The two walls of fire-once and submit-once, against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+from cronwheel.storage import FireBatchParams, PgStore, Tick
+from cronwheel.storage.queries import q
+
+from cronwheel.errors import AlreadyExists
+
+from .test_fencing import T0, make_schedule
+
+pytestmark = pytest.mark.integration
+
+
+async def test_second_fire_of_a_tick_is_a_duplicate_not_a_row(store: PgStore) -> None:
+    sid = await make_schedule(store, 0)
+    await store.record_epoch(0, 1, "a")
+    first = await store.fire_batch(FireBatchParams(partition=0, epoch=1, ticks=[Tick(sid, T0, T0)]))
+    await store.record_epoch(0, 2, "b")
+    second = await store.fire_batch(FireBatchParams(partition=0, epoch=2, ticks=[Tick(sid, T0, T0)]))
+    assert len(first.fired) == 1
+    assert second.fired == () and second.duplicates == 1
+    async with store.connection() as conn:
+        cur = await conn.execute("SELECT count(*) FROM executions WHERE schedule_id = %s", (sid,))
+        assert await cur.fetchone() == (1,)
+
+
+async def test_unique_schedule_tick_rejects_a_raw_duplicate(store: PgStore) -> None:
+    sid = await make_schedule(store, 0)
+    insert = (
+        "INSERT INTO executions (id, schedule_id, tenant, type, partition, scheduled_for, run_at,"
+        " state) VALUES (%s, %s, 't1', 'x', 0, %s, %s, 'queued')"
+    )
+    async with store.connection() as conn:
+        await conn.execute(insert, (uuid.uuid4(), sid, T0, T0))
+    with pytest.raises(AlreadyExists, match="executions_schedule_tick"):
+        async with store.connection() as conn:
+            await conn.execute(insert, (uuid.uuid4(), sid, T0, T0))
+
+
+def submitted(key: str | None, tenant: str = "t1") -> dict[str, object]:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    return {
+        "id": uuid.uuid4(), "tenant": tenant, "type": "x", "payload": "{}", "partition": 0,
+        "scheduled_for": now, "run_at": now, "priority": "default", "state": "queued",
+        "max_attempts": 5, "retry_initial_s": 30, "retry_multiplier": 4, "retry_max_s": 21600,
+        "timeout_s": None, "idempotency_key": key,
+    }
+
+
+async def test_idempotency_key_dedupes_per_tenant(store: PgStore) -> None:
+    a = await store.fetch_one("insert_submitted", submitted("k1"))
+    again = await store.fetch_one("insert_submitted", submitted("k1"))
+    other_tenant = await store.fetch_one("insert_submitted", submitted("k1", tenant="t2"))
+    assert a is not None and again is None and other_tenant is not None
+    existing = await store.fetch_one("get_by_idempotency_key", {"tenant": "t1", "idempotency_key": "k1"})
+    assert existing is not None and existing["id"] == a["id"]
+    # Without a key there is no dedupe.
+    assert await store.fetch_one("insert_submitted", submitted(None)) is not None
+    assert await store.fetch_one("insert_submitted", submitted(None)) is not None
+
+
+async def test_raw_duplicate_idempotency_key_is_rejected_by_the_database(dsn: str) -> None:
+    with psycopg.connect(dsn) as c:
+        c.execute(q("insert_submitted"), submitted("dup"))
+        c.commit()
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            c.execute(
+                "INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state,"
+                " idempotency_key) VALUES (%s, 't1', 'x', 0, now(), now(), 'queued', 'dup')",
+                (uuid.uuid4(),),
+            )
