@@ -58,3 +58,44 @@ def cmd_dev(args: argparse.Namespace) -> int:
     from cronwheel.dev import run_dev
 
     return run_dev(nodes=args.nodes, partitions=args.partitions)
+
+
+def _configure_node(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dsn", help="PostgreSQL DSN (default: $CRONWHEEL_DSN)")
+    p.add_argument("--etcd", default=os.environ.get("CRONWHEEL_ETCD", ""),
+                   help="comma-separated etcd endpoints host:port (default: $CRONWHEEL_ETCD)")
+    p.add_argument("--node-id", default=os.environ.get("CRONWHEEL_NODE_ID", ""),
+                   help="unique node id (default: $CRONWHEEL_NODE_ID, else hostname-pid)")
+    p.add_argument("--listen", default="127.0.0.1:0", help="gRPC listen address (default 127.0.0.1:0)")
+    p.add_argument("--advertise", default="", help="address peers and clients use (default: the listen address)")
+    p.add_argument("--cluster", default="cronwheel", help="cluster name, the etcd key prefix (default cronwheel)")
+    p.add_argument("--lease-ttl", type=_positive_int("--lease-ttl", 2, 300), default=5,
+                   help="etcd lease TTL in seconds (default 5)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--unsafe-ignore-local-trust", action="store_true", help=argparse.SUPPRESS)
+
+
+@command("node", "run a scheduler node (SIGTERM hands its partitions over and exits)", _configure_node)
+def cmd_node(args: argparse.Namespace) -> int:
+    import asyncio
+    import socket
+
+    from cronwheel import logs
+    from cronwheel.cluster.node import NodeConfig, serve
+    from cronwheel.cluster.partition_lease import PartitionLeaseConfig
+
+    endpoints = tuple(e.strip() for e in args.etcd.split(",") if e.strip())
+    if not endpoints:
+        raise InvalidArgument("--etcd", "at least one etcd endpoint is required (or set CRONWHEEL_ETCD)")
+    node_id = args.node_id or f"{socket.gethostname()}-{os.getpid()}"
+    try:
+        lease = PartitionLeaseConfig.for_ttl(args.lease_ttl, cluster=args.cluster)
+        config = NodeConfig(
+            node_id=node_id, dsn=_dsn(args), etcd_endpoints=endpoints, listen=args.listen,
+            advertise=args.advertise, lease=lease, ignore_local_trust=args.unsafe_ignore_local_trust,
+        ).validate()
+    except ValueError as exc:
+        raise InvalidArgument("node", str(exc)) from exc
+    logs.setup(node=node_id, level=args.log_level)
+    asyncio.run(serve(config))
+    return 0

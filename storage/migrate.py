@@ -12,10 +12,10 @@ from importlib import resources
 from typing import LiteralString, cast
 
 import psycopg
-from cronwheel.storage.queries import q
 from psycopg.types.json import Jsonb
 
 from cronwheel.errors import FailedPrecondition, InvalidArgument, Unavailable
+from cronwheel.storage.queries import q
 
 # Any constant works as long as every migrator uses the same one.
 MIGRATION_LOCK_KEY = 0x63726F6E  # "cron"

@@ -23,13 +23,13 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from cronwheel.storage.queries import q
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from cronwheel.errors import AlreadyExists, StaleEpoch, Unavailable
+from cronwheel.storage.queries import q
 
 Row = dict[str, Any]
 

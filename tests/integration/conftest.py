@@ -7,9 +7,9 @@ import itertools
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from cronwheel.storage import PgStore, StoreConfig, migrate
 
 from cronwheel.localservers import LocalEtcd, LocalPostgres
+from cronwheel.storage import PgStore, StoreConfig, migrate
 
 TEST_PARTITIONS = 8
 _counter = itertools.count()

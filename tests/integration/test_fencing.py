@@ -7,10 +7,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from cronwheel.storage import FireBatchParams, PgStore, StoreConfig, Tick
-from cronwheel.storage.queries import all_queries, q
 
 from cronwheel.errors import StaleEpoch
+from cronwheel.storage import FireBatchParams, PgStore, StoreConfig, Tick
+from cronwheel.storage.queries import all_queries, q
 
 pytestmark = pytest.mark.integration
 

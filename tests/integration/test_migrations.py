@@ -4,9 +4,9 @@ from typing import Any, LiteralString, cast
 
 import psycopg
 import pytest
-from cronwheel.storage.migrate import migrate, schema_sql
 
 from cronwheel.errors import FailedPrecondition, InvalidArgument
+from cronwheel.storage.migrate import migrate, schema_sql
 
 pytestmark = pytest.mark.integration
 

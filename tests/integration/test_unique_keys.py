@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 import psycopg
 import pytest
-from cronwheel.storage import FireBatchParams, PgStore, Tick
-from cronwheel.storage.queries import q
 
 from cronwheel.errors import AlreadyExists
+from cronwheel.storage import FireBatchParams, PgStore, Tick
+from cronwheel.storage.queries import q
 
 from .test_fencing import T0, make_schedule
 

@@ -1,0 +1,223 @@
+"""Real cronwheel processes on loopback: used by the e2e tests, the benchmarks and the chaos suite.
+
+A `ProcessCluster` owns a PostgreSQL, an etcd (1 or 3 members) and any number of `cronwheel node`
+and `cronwheel worker` processes, each a real OS process that can be SIGTERMed, SIGKILLed,
+SIGSTOPped and SIGCONTed. Observations are made from outside: partition keys in etcd, the fencing
+record and executions in PostgreSQL, JSON log lines of each node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from cronwheel.cluster.etcd import Etcd
+from cronwheel.localservers import LocalEtcd, LocalPostgres
+from cronwheel.storage import migrate
+
+
+@dataclass
+class NodeProc:
+    name: str
+    proc: subprocess.Popen[str]
+    log_path: Path
+    address: str = ""
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.alive():
+            os.kill(self.proc.pid, sig)
+
+    def log_events(self, event: str | None = None) -> list[dict[str, Any]]:
+        out = []
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return out
+        for line in text.splitlines():
+            if not line.startswith("{"):
+                continue
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue
+            if event is None or d.get("event") == event:
+                out.append(d)
+        return out
+
+
+class ProcessCluster:
+    def __init__(
+        self,
+        partitions: int = 16,
+        lease_ttl_s: int = 3,
+        etcd_size: int = 1,
+        cluster: str = "cronwheel",
+        fsync: bool = False,
+        workdir: Path | None = None,
+    ) -> None:
+        self.partitions = partitions
+        self.lease_ttl_s = lease_ttl_s
+        self.cluster = cluster
+        self.pg = LocalPostgres(fsync=fsync)
+        self.etcd = LocalEtcd(size=etcd_size)
+        self.nodes: dict[str, NodeProc] = {}
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="cronwheel-cluster-"))
+        self._own_workdir = workdir is None
+        self.dsn = ""
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> ProcessCluster:
+        self.pg.start()
+        self.etcd.start()
+        self.dsn = self.pg.create_database("cronwheel")
+        migrate(self.dsn, partitions=self.partitions)
+        return self
+
+    def stop(self) -> None:
+        for n in self.nodes.values():
+            n.signal(signal.SIGCONT)
+            n.signal(signal.SIGKILL)
+            n.proc.wait()
+            if n.proc.stdout:
+                n.proc.stdout.close()
+        self.etcd.stop()
+        self.pg.stop()
+        if self._own_workdir:
+            import shutil
+
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> ProcessCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ nodes
+
+    def start_node(self, name: str, *extra: str, wait: bool = True) -> NodeProc:
+        log_path = self.workdir / f"{name}.log"
+        cmd = [
+            sys.executable, "-m", "cronwheel", "node", "--dsn", self.dsn,
+            "--etcd", ",".join(self.etcd.endpoints), "--node-id", name,
+            "--lease-ttl", str(self.lease_ttl_s), "--cluster", self.cluster, *extra,
+        ]
+        with open(log_path, "w") as err:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, stdin=subprocess.DEVNULL)
+        node = NodeProc(name, proc, log_path)
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                node.lines.append(line.rstrip("\n"))
+                if " listening on " in line:
+                    node.address = line.rsplit(" ", 1)[1].strip()
+                    ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        self.nodes[name] = node
+        if wait and not ready.wait(30):
+            raise RuntimeError(f"node {name} did not start: {log_path.read_text()[-2000:]}")
+        return node
+
+    def stop_node(self, name: str, timeout: float = 15) -> int:
+        n = self.nodes[name]
+        n.signal(signal.SIGTERM)
+        return n.proc.wait(timeout)
+
+    def kill_node(self, name: str) -> None:
+        n = self.nodes[name]
+        n.signal(signal.SIGKILL)
+        n.proc.wait()
+
+    def live_nodes(self) -> list[str]:
+        return [n for n, p in self.nodes.items() if p.alive()]
+
+    # ------------------------------------------------------------------ observations
+
+    def owners(self) -> dict[int, tuple[str, int]]:
+        """partition -> (owner, epoch) from the etcd partition keys."""
+
+        async def read() -> dict[int, tuple[str, int]]:
+            c = Etcd(self.etcd.endpoints)
+            try:
+                kvs, _ = await c.get_prefix(f"/{self.cluster}/partitions/")
+            finally:
+                await c.close()
+            out = {}
+            for kv in kvs:
+                try:
+                    p = int(kv.key.rsplit("/", 1)[1])
+                except ValueError:
+                    continue
+                if 0 <= p < self.partitions:
+                    out[p] = (kv.value.decode(errors="replace"), kv.create_revision)
+            return out
+
+        return asyncio.run(read())
+
+    def fenced(self) -> dict[int, tuple[str | None, int]]:
+        """partition -> (owner, epoch) from the fencing record in PostgreSQL."""
+        with psycopg.connect(self.dsn) as c:
+            return {r[0]: (r[1], int(r[2])) for r in c.execute("SELECT id, owner, epoch FROM partitions")}
+
+    def converged_on(self, nodes: list[str]) -> bool:
+        """Every partition owned in etcd and recorded in PostgreSQL by one of `nodes`,
+        balanced within one of P/N."""
+        o = self.owners()
+        if len(o) != self.partitions or any(v[0] not in nodes for v in o.values()):
+            return False
+        f = self.fenced()
+        if any(f[p] != (o[p][0], o[p][1]) for p in o):
+            return False
+        counts = Counter(v[0] for v in o.values())
+        lo, hi = self.partitions // len(nodes), -(-self.partitions // len(nodes))
+        return set(counts) == set(nodes) and all(lo <= c <= hi for c in counts.values())
+
+    def wait_converged(self, nodes: list[str], timeout: float = 30, poll_s: float = 0.02) -> float:
+        """Seconds until converged on `nodes`; raises TimeoutError."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.converged_on(nodes):
+                return time.monotonic() - t0
+            time.sleep(poll_s)
+        raise TimeoutError(f"not converged on {nodes} in {timeout}s: {Counter(v[0] for v in self.owners().values())}")
+
+    def wait_owned_without(self, gone: str, timeout: float = 30, poll_s: float = 0.01) -> float:
+        """Seconds until every partition is owned (etcd and PostgreSQL) by a node other than `gone`."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            o = self.owners()
+            if len(o) == self.partitions and all(v[0] != gone for v in o.values()):
+                f = self.fenced()
+                if all(f[p] == (o[p][0], o[p][1]) for p in o):
+                    return time.monotonic() - t0
+            time.sleep(poll_s)
+        raise TimeoutError(f"partitions of {gone} not taken over in {timeout}s")
+
+    def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.dsn) as c:
+            return c.execute(query, params).fetchall()  # type: ignore[arg-type]

@@ -1,0 +1,429 @@
+"""The coordination shell: etcd membership, partition keys, epochs recorded in PostgreSQL.
+
+Keys (under `/<cluster>/`):
+    members/<node-id>      {"node", "address", "pid"} under the node's lease
+    partitions/<p>         "<node-id>" under the owner's lease; its create revision is the epoch
+
+Tasks (one TaskGroup, see `run()`):
+    lease       grant a lease, register the member key, keep it alive every renew_every_s;
+                every success moves the TrustWindow (anchored at the attempt's start)
+    watchdog    the moment the window closes, drop every partition (before etcd says anything)
+                and abandon the lease: ownership comes back only by new keys with new epochs
+    watch       read the whole prefix, then watch it; any change wakes the reconciler
+    reconcile   compare the rendezvous assignment with the keys: create the keys of assigned
+                free partitions (txn: create_revision == 0), record their epochs in PostgreSQL
+                (`record_epoch`, WHERE epoch < new) and only then announce them; release
+                partitions no longer assigned (listener finishes its batch, then delete with a
+                compare on owner and create revision)
+
+States of a partition on this node: free -> held (our key exists) -> owned (epoch recorded,
+listener told) -> released | lost. Only `owned` partitions are acted on, and only while the trust
+window is open (`epoch_if_trusted`).
+
+How it fails: etcd unreachable: the lease task retries with backoff while the window is open;
+when it closes, everything is dropped. PostgreSQL unreachable: keys are kept, epochs are recorded
+once it answers; the firing path stops by itself on write errors. Malformed keys are logged once
+and ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from cronwheel.clock import Clock
+from cronwheel.cluster.assignment import assign
+from cronwheel.cluster.etcd import KV, Etcd
+from cronwheel.cluster.partition_lease import Ownership, PartitionLeaseConfig, TrustWindow
+from cronwheel.errors import Unavailable
+from cronwheel.storage import PgStore
+
+log = logging.getLogger("cronwheel.cluster.coordinator")
+
+
+class OwnershipListener(Protocol):
+    async def partition_gained(self, partition: int, epoch: int) -> None: ...
+
+    async def partition_releasing(self, partition: int, epoch: int) -> None:
+        """Finish the in-flight batch for the partition and stop acting for it."""
+        ...
+
+    def partition_lost(self, partition: int, epoch: int, reason: str) -> None:
+        """Stop acting for the partition now (no awaiting: trust is already gone)."""
+        ...
+
+
+class NullListener:
+    async def partition_gained(self, partition: int, epoch: int) -> None:
+        return None
+
+    async def partition_releasing(self, partition: int, epoch: int) -> None:
+        return None
+
+    def partition_lost(self, partition: int, epoch: int, reason: str) -> None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    node: str
+    address: str
+    pid: int | None
+
+
+@dataclass
+class ClusterView:
+    """What etcd says, as last read or watched."""
+
+    members: dict[str, Member] = field(default_factory=dict)
+    partition_keys: dict[int, KV] = field(default_factory=dict)
+    revision: int = 0
+
+
+@dataclass
+class Signals:
+    """Events for tests; set on every occurrence."""
+
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    partition_lost: asyncio.Event = field(default_factory=asyncio.Event)
+    converged: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Coordinator:
+    """Not thread-safe; all methods run on the node's event loop."""
+
+    def __init__(
+        self,
+        node_id: str,
+        address: str,
+        etcd: Etcd,
+        store: PgStore,
+        partitions: int,
+        clock: Clock,
+        config: PartitionLeaseConfig,
+        listener: OwnershipListener | None = None,
+        ignore_local_trust: bool = False,
+    ) -> None:
+        if not node_id or "/" in node_id:
+            raise ValueError(f"node id must be non-empty without '/', got {node_id!r}")
+        self.node_id = node_id
+        self.address = address
+        self.etcd = etcd
+        self.store = store
+        self.partitions = partitions
+        self.clock = clock
+        self.config = config.validate()
+        self.listener: OwnershipListener = listener or NullListener()
+        # Test-only (chaos): act on partitions past the trust window, so that the database fence
+        # alone is shown to stop a zombie.
+        self.ignore_local_trust = ignore_local_trust
+        self.trust = TrustWindow(config.safety_margin_s)
+        self.owned = Ownership()
+        self.view = ClusterView()
+        self.signals = Signals()
+        self._lease_id = 0
+        self._lease_gen = 0
+        self._held: dict[int, int] = {}  # partition -> create revision of our key
+        self._wake = asyncio.Event()
+        self._warned: set[tuple[str, int]] = set()
+        self._stopping = False
+        self.stale_epoch_refusals = 0
+
+    # ------------------------------------------------------------------ public view
+
+    @property
+    def prefix(self) -> str:
+        return f"/{self.config.cluster}/"
+
+    def epoch_if_trusted(self, partition: int) -> int | None:
+        """The epoch to fence writes for `partition` with, or None if this node must not act."""
+        epoch = self.owned.epochs.get(partition)
+        if epoch is None:
+            return None
+        if not self.ignore_local_trust and not self.trust.trusted(self.clock.monotonic()):
+            return None
+        return epoch
+
+    def lease_deadline_s(self) -> float:
+        """Seconds of trust left on this node's lease (negative: lapsed)."""
+        return self.trust.remaining(self.clock.monotonic())
+
+    def assignment(self) -> dict[int, str]:
+        return assign(self.view.members, self.partitions)
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._lease_loop(), name=f"lease-{self.node_id}")
+            tg.create_task(self._watchdog(), name=f"trust-watchdog-{self.node_id}")
+            tg.create_task(self._watch_loop(), name=f"etcd-watch-{self.node_id}")
+            tg.create_task(self._reconcile_loop(), name=f"reconcile-{self.node_id}")
+
+    async def shutdown(self) -> None:
+        """Deploy: release every partition (listener finishes its batch), revoke the lease."""
+        self._stopping = True
+        for p, epoch in sorted(self.owned.epochs.items()):
+            await self._release(p, epoch, "shutdown")
+        if self._lease_id:
+            try:
+                await self.etcd.revoke(self._lease_id)
+            except Unavailable as exc:
+                log.warning("lease revoke failed", extra={"event": "lease_revoke_failed", "error": str(exc)})
+        self.trust.revoke()
+        self._lease_id = 0
+
+    # ------------------------------------------------------------------ lease & trust
+
+    async def _lease_loop(self) -> None:
+        backoff = self.config.retry_backoff_s
+        while not self._stopping:
+            try:
+                if not self._lease_id:
+                    await self._register()
+                else:
+                    started = self.clock.monotonic()
+                    ttl_left = await self.etcd.keepalive(self._lease_id)
+                    if ttl_left <= 0:
+                        self._drop_all("lease expired in etcd")
+                        self._lease_id = 0
+                        continue
+                    self.trust.renewed(started, ttl_left)
+                backoff = self.config.retry_backoff_s
+                await asyncio.sleep(self.config.renew_every_s)
+            except Unavailable as exc:
+                log.warning("etcd unavailable", extra={"event": "etcd_unavailable", "error": str(exc)})
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.config.retry_backoff_max_s)
+
+    async def _register(self) -> None:
+        started = self.clock.monotonic()
+        lease_id = await self.etcd.grant(self.config.ttl_s)
+        value = json.dumps({"node": self.node_id, "address": self.address, "pid": os.getpid()}).encode()
+        await self.etcd.put(f"{self.prefix}members/{self.node_id}", value, lease=lease_id)
+        self._lease_id = lease_id
+        self._lease_gen += 1
+        self.trust.renewed(started, self.config.ttl_s)
+        log.info("member registered", extra={"event": "member_registered", "lease": lease_id})
+        self._wake.set()
+
+    async def _watchdog(self) -> None:
+        while not self._stopping:
+            left = self.trust.remaining(self.clock.monotonic())
+            if left > 0:
+                await asyncio.sleep(min(left, 1.0))
+                continue
+            if self._lease_id and not self.ignore_local_trust:
+                # The lease may already be gone in etcd: abandon it (its keys expire with it) and
+                # come back under a new lease, with new keys and new epochs.
+                self._drop_all("lease trust window closed")
+                self._lease_id = 0
+            await asyncio.sleep(0.05)
+
+    def _drop_all(self, reason: str) -> None:
+        lost = self.owned.snapshot()
+        self.owned.epochs.clear()
+        self._held.clear()
+        self._lease_gen += 1
+        for p, epoch in sorted(lost.items()):
+            log.warning("partition lost", extra={"event": "partition_lost", "partition": p, "epoch": epoch,
+                                                 "reason": reason})
+            self.listener.partition_lost(p, epoch, reason)
+            self._spawn(self.store.record_partition_change(p, epoch, self.node_id, "lost"))
+        if lost:
+            self.signals.partition_lost.set()
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        async def best_effort() -> None:
+            try:
+                await coro
+            except Exception as exc:  # diagnostics only: the history row is not a safety record
+                log.info("history write skipped", extra={"event": "history_skipped", "error": str(exc)})
+
+        task = asyncio.get_running_loop().create_task(best_effort(), name="partition-history")
+        self._bg = getattr(self, "_bg", set())
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    # ------------------------------------------------------------------ view
+
+    async def _watch_loop(self) -> None:
+        backoff = self.config.retry_backoff_s
+        while not self._stopping:
+            try:
+                kvs, rev = await self.etcd.get_prefix(self.prefix)
+                self._rebuild_view(kvs, rev)
+                async for batch in self.etcd.watch_prefix(self.prefix, rev + 1):
+                    for ev in batch:
+                        self._apply(ev.kind, ev.kv)
+                    self._changed()
+                backoff = self.config.retry_backoff_s
+            except Unavailable as exc:
+                log.info("watch restarting", extra={"event": "watch_restart", "error": str(exc)})
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.config.retry_backoff_max_s)
+
+    def _rebuild_view(self, kvs: list[KV], rev: int) -> None:
+        self.view = ClusterView(revision=rev)
+        for kv in kvs:
+            self._apply("put", kv)
+        self._changed()
+
+    def _changed(self) -> None:
+        self._wake.set()
+        self.signals.changed.set()
+
+    def _warn_once(self, key: str, rev: int, msg: str) -> None:
+        if (key, rev) not in self._warned:
+            self._warned.add((key, rev))
+            log.warning(msg, extra={"event": "malformed_key", "key": key})
+
+    def _apply(self, kind: str, kv: KV) -> None:
+        self.view.revision = max(self.view.revision, kv.mod_revision)
+        rel = kv.key[len(self.prefix):] if kv.key.startswith(self.prefix) else ""
+        section, _, name = rel.partition("/")
+        if section == "members":
+            if kind == "delete":
+                self.view.members.pop(name, None)
+                return
+            try:
+                d = json.loads(kv.value)
+                if not isinstance(d, dict) or d.get("node") != name or not isinstance(d.get("address"), str):
+                    raise ValueError("not a member record")
+                pid = d.get("pid")
+                self.view.members[name] = Member(name, d["address"], pid if isinstance(pid, int) else None)
+            except ValueError:
+                self.view.members.pop(name, None)
+                self._warn_once(kv.key, kv.mod_revision, "malformed member key ignored")
+        elif section == "partitions":
+            try:
+                p = int(name)
+                if not 0 <= p < self.partitions:
+                    raise ValueError("partition out of range")
+            except ValueError:
+                if kind != "delete":
+                    self._warn_once(kv.key, kv.mod_revision, "malformed partition key ignored")
+                return
+            if kind == "delete":
+                self.view.partition_keys.pop(p, None)
+            else:
+                self.view.partition_keys[p] = kv
+
+    # ------------------------------------------------------------------ reconcile
+
+    async def _reconcile_loop(self) -> None:
+        while not self._stopping:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.config.resync_every_s)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
+                await self._reconcile()
+            except Unavailable as exc:
+                log.warning("reconcile deferred", extra={"event": "reconcile_deferred", "error": str(exc)})
+                await asyncio.sleep(self.config.retry_backoff_s)
+
+    async def _reconcile(self) -> None:
+        if not self._lease_id or not self.trust.trusted(self.clock.monotonic()):
+            return
+        gen = self._lease_gen
+        mine = {p for p, nd in self.assignment().items() if nd == self.node_id}
+        keys = self.view.partition_keys
+        # Keys we hold that vanished (deleted by hand, expired): stop acting. Only judged once the
+        # view has caught up with our own create, or a fresh key would look deleted.
+        for p, rev in list(self._held.items()):
+            kv = keys.get(p)
+            if self.view.revision >= rev and (kv is None or kv.create_revision != rev):
+                self._lose(p, "partition key disappeared")
+        # Release what is no longer ours to hold.
+        for p in sorted(set(self._held) - mine):
+            await self._release(p, self._held[p], "rebalance")
+        # Take free assigned partitions; record epochs of held ones.
+        pending = []
+        for p in sorted(mine):
+            if p in self.owned.epochs:
+                continue
+            kv = keys.get(p)
+            if p not in self._held:
+                if kv is not None:
+                    if kv.value.decode(errors="replace") == self.node_id and kv.lease == self._lease_id:
+                        self._held[p] = kv.create_revision  # ours (e.g. a retried create)
+                    elif kv.lease == 0 and kv.value.decode(errors="replace") not in self.view.members:
+                        # A key nobody's lease will ever expire (written by hand): clear it.
+                        self._warn_once(kv.key, kv.mod_revision, "orphan partition key without lease removed")
+                        await self.etcd.delete_if(kv.key, create_revision=kv.create_revision)
+                        continue
+                    else:
+                        continue  # held by someone else: wait for release or expiry
+                else:
+                    created, rev = await self.etcd.create(
+                        f"{self.prefix}partitions/{p}", self.node_id.encode(), self._lease_id
+                    )
+                    if gen != self._lease_gen:
+                        return
+                    if not created:
+                        continue
+                    self._held[p] = rev
+            pending.append(p)
+        await self._record(pending, gen)
+        if gen == self._lease_gen and set(self.owned.epochs) == mine and len(self._held) == len(mine):
+            self.signals.converged.set()
+
+    async def _record(self, pending: list[int], gen: int) -> None:
+        sem = asyncio.Semaphore(8)
+
+        async def one(p: int) -> None:
+            async with sem:
+                epoch = self._held.get(p)
+                if epoch is None:
+                    return
+                won = await self.store.record_epoch(p, epoch, self.node_id)
+                if gen != self._lease_gen or self._held.get(p) != epoch:
+                    return
+                if not won:
+                    # The database already has this or a newer epoch: not ours to act on.
+                    current, owner = await self.store.current_epoch(p)
+                    log.warning("epoch not recorded", extra={"event": "epoch_refused", "partition": p,
+                                                             "epoch": epoch, "current": current, "owner": owner})
+                    if current == epoch and owner == self.node_id:
+                        won = True
+                    else:
+                        await self._release(p, epoch, "epoch refused")
+                        return
+                self.owned.epochs[p] = epoch
+                log.info("partition acquired", extra={"event": "partition_acquired", "partition": p, "epoch": epoch})
+                await self.listener.partition_gained(p, epoch)
+
+        await asyncio.gather(*(one(p) for p in pending))
+
+    def _lose(self, p: int, reason: str) -> None:
+        epoch = self._held.pop(p, None)
+        if self.owned.epochs.pop(p, None) is not None and epoch is not None:
+            log.warning("partition lost", extra={"event": "partition_lost", "partition": p, "epoch": epoch,
+                                                 "reason": reason})
+            self.listener.partition_lost(p, epoch, reason)
+            self.signals.partition_lost.set()
+            self._spawn(self.store.record_partition_change(p, epoch, self.node_id, "lost"))
+
+    async def _release(self, p: int, epoch: int, reason: str) -> None:
+        if p in self.owned.epochs:
+            await self.listener.partition_releasing(p, epoch)
+            self.owned.epochs.pop(p, None)
+        self._held.pop(p, None)
+        try:
+            await self.etcd.delete_if(
+                f"{self.prefix}partitions/{p}", value=self.node_id.encode(), create_revision=epoch
+            )
+        finally:
+            log.info("partition released", extra={"event": "partition_released", "partition": p, "epoch": epoch,
+                                                   "reason": reason})
+            self._spawn(self.store.record_partition_change(p, epoch, self.node_id, "released"))
+

@@ -1,0 +1,159 @@
+"""A scheduler node: one process, one asyncio TaskGroup.
+
+    Node
+    ├── PgStore           (psycopg pool; fencing enforced in storage)
+    ├── Etcd + Coordinator (membership, partition leases, epochs)
+    ├── gRPC server        (AdminService; health; reflection)
+    └── listeners of partition gains and losses (the firing path subscribes here)
+
+A crashed task takes the node down (TaskGroup). SIGTERM/SIGINT: release every partition
+(in-flight batches finish first), revoke the lease, stop the server, close the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from cronwheel import __version__
+from cronwheel.clock import Clock, SystemClock
+from cronwheel.cluster.admin_service import AdminService
+from cronwheel.cluster.coordinator import Coordinator, OwnershipListener
+from cronwheel.cluster.etcd import Etcd
+from cronwheel.cluster.partition_lease import PartitionLeaseConfig
+from cronwheel.storage import PgStore, StoreConfig
+from cronwheel.v1 import admin_pb2, admin_pb2_grpc
+
+log = logging.getLogger("cronwheel.cluster.node")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    node_id: str
+    dsn: str
+    etcd_endpoints: tuple[str, ...]
+    listen: str = "127.0.0.1:0"
+    advertise: str = ""
+    lease: PartitionLeaseConfig = field(default_factory=PartitionLeaseConfig)
+    db_pool_max: int = 10
+    # Test-only: keep acting past the local lease-trust window (shows the DB fence alone holds).
+    ignore_local_trust: bool = False
+
+    def validate(self) -> NodeConfig:
+        if not self.node_id or "/" in self.node_id:
+            raise ValueError(f"node id must be non-empty without '/', got {self.node_id!r}")
+        if not self.etcd_endpoints:
+            raise ValueError("at least one etcd endpoint is required")
+        self.lease.validate()
+        return self
+
+
+class Listeners:
+    """Fans ownership changes out to every subscriber, in order."""
+
+    def __init__(self) -> None:
+        self.subscribers: list[OwnershipListener] = []
+
+    async def partition_gained(self, partition: int, epoch: int) -> None:
+        for s in self.subscribers:
+            await s.partition_gained(partition, epoch)
+
+    async def partition_releasing(self, partition: int, epoch: int) -> None:
+        for s in self.subscribers:
+            await s.partition_releasing(partition, epoch)
+
+    def partition_lost(self, partition: int, epoch: int, reason: str) -> None:
+        for s in self.subscribers:
+            s.partition_lost(partition, epoch, reason)
+
+
+class Node:
+    def __init__(self, config: NodeConfig, clock: Clock | None = None) -> None:
+        self.config = config.validate()
+        self.clock: Clock = clock or SystemClock()
+        self.version = __version__
+        self.started_at = self.clock.now_ts()
+        self.store = PgStore(StoreConfig(
+            dsn=_with_session_limits(config.dsn), max_connections=config.db_pool_max,
+        ))
+        self.etcd = Etcd(config.etcd_endpoints, timeout_s=config.lease.etcd_timeout_s)
+        self.listeners = Listeners()
+        self.partitions = 0
+        self.coordinator: Coordinator
+        self.server: grpc.aio.Server | None = None
+        self.port = 0
+        self.advertise = config.advertise
+        self._stop = asyncio.Event()
+
+    def wheel_size(self) -> int:
+        return 0
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def start_server(self) -> None:
+        self.server = grpc.aio.server()
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(self), self.server)
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        names = (
+            admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+            health.SERVICE_NAME,
+            reflection.SERVICE_NAME,
+        )
+        reflection.enable_server_reflection(names, self.server)
+        self.port = self.server.add_insecure_port(self.config.listen)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {self.config.listen}")
+        await self.server.start()
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+
+    async def run(self) -> None:
+        await self.store.open()
+        self.partitions = await self.store.partition_count()
+        await self.start_server()
+        host = self.config.listen.rsplit(":", 1)[0]
+        advertise = self.config.advertise or f"{host}:{self.port}"
+        self.advertise = advertise
+        self.coordinator = Coordinator(
+            self.config.node_id, advertise, self.etcd, self.store, self.partitions, self.clock,
+            self.config.lease, self.listeners, ignore_local_trust=self.config.ignore_local_trust,
+        )
+        log.info("node started", extra={"event": "node_started", "address": advertise,
+                                        "partitions": self.partitions})
+        print(f"node {self.config.node_id} listening on {advertise}", flush=True)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                coord = tg.create_task(self.coordinator.run(), name="coordinator")
+                await self._stop.wait()
+                log.info("node stopping", extra={"event": "node_stopping"})
+                await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+                await self.coordinator.shutdown()
+                coord.cancel()
+        finally:
+            if self.server is not None:
+                await self.server.stop(grace=1.0)
+            await self.etcd.close()
+            await self.store.close()
+            log.info("node stopped", extra={"event": "node_stopped"})
+
+
+def _with_session_limits(dsn: str) -> str:
+    """A node's sessions must never hold the partition row lock while paused: a transaction idle
+    for longer than this is ended by the server, so a SIGSTOPped node cannot block takeover."""
+    opt = "options=-c%20idle_in_transaction_session_timeout%3D2000"
+    return dsn + ("&" if "?" in dsn else "?") + opt
+
+
+async def serve(config: NodeConfig) -> None:
+    node = Node(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, node.request_stop)
+    await node.run()

@@ -1,0 +1,136 @@
+import datetime
+
+from cronwheel.v1 import common_pb2 as _common_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ClusterStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Member(_message.Message):
+    __slots__ = ("node_id", "address", "lease_deadline", "partitions", "wheel_size", "fire_lag_p50", "fire_lag_p99", "stats_at", "version", "started_at")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    WHEEL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    FIRE_LAG_P50_FIELD_NUMBER: _ClassVar[int]
+    FIRE_LAG_P99_FIELD_NUMBER: _ClassVar[int]
+    STATS_AT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    address: str
+    lease_deadline: _timestamp_pb2.Timestamp
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    wheel_size: int
+    fire_lag_p50: _duration_pb2.Duration
+    fire_lag_p99: _duration_pb2.Duration
+    stats_at: _timestamp_pb2.Timestamp
+    version: str
+    started_at: _timestamp_pb2.Timestamp
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., lease_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., partitions: _Optional[_Iterable[int]] = ..., wheel_size: _Optional[int] = ..., fire_lag_p50: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fire_lag_p99: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stats_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class PartitionStatus(_message.Message):
+    __slots__ = ("id", "owner", "epoch", "fenced_owner", "fenced_epoch", "acquired_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FENCED_OWNER_FIELD_NUMBER: _ClassVar[int]
+    FENCED_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    owner: str
+    epoch: int
+    fenced_owner: str
+    fenced_epoch: int
+    acquired_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[int] = ..., owner: _Optional[str] = ..., epoch: _Optional[int] = ..., fenced_owner: _Optional[str] = ..., fenced_epoch: _Optional[int] = ..., acquired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class QueueDepth(_message.Message):
+    __slots__ = ("priority", "queued", "oldest_run_at")
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_RUN_AT_FIELD_NUMBER: _ClassVar[int]
+    priority: _common_pb2.Priority
+    queued: int
+    oldest_run_at: _timestamp_pb2.Timestamp
+    def __init__(self, priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., queued: _Optional[int] = ..., oldest_run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ClusterStatusResponse(_message.Message):
+    __slots__ = ("cluster_name", "partition_count", "answered_by", "observed_at", "members", "partitions", "queue_depths")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_AT_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTHS_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    partition_count: int
+    answered_by: str
+    observed_at: _timestamp_pb2.Timestamp
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionStatus]
+    queue_depths: _containers.RepeatedCompositeFieldContainer[QueueDepth]
+    def __init__(self, cluster_name: _Optional[str] = ..., partition_count: _Optional[int] = ..., answered_by: _Optional[str] = ..., observed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionStatus, _Mapping]]] = ..., queue_depths: _Optional[_Iterable[_Union[QueueDepth, _Mapping]]] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("id", "at", "tenant", "kind", "schedule_id", "execution_id", "partition", "actor", "alert", "data_json")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ALERT_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    at: _timestamp_pb2.Timestamp
+    tenant: str
+    kind: str
+    schedule_id: str
+    execution_id: str
+    partition: int
+    actor: str
+    alert: bool
+    data_json: str
+    def __init__(self, id: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., kind: _Optional[str] = ..., schedule_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., partition: _Optional[int] = ..., actor: _Optional[str] = ..., alert: _Optional[bool] = ..., data_json: _Optional[str] = ...) -> None: ...
+
+class ListEventsRequest(_message.Message):
+    __slots__ = ("tenant", "schedule_id", "execution_id", "kind", "alerts_only", "after_id", "page_size", "page_token")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ALERTS_ONLY_FIELD_NUMBER: _ClassVar[int]
+    AFTER_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    schedule_id: str
+    execution_id: str
+    kind: str
+    alerts_only: bool
+    after_id: int
+    page_size: int
+    page_token: str
+    def __init__(self, tenant: _Optional[str] = ..., schedule_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., kind: _Optional[str] = ..., alerts_only: _Optional[bool] = ..., after_id: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListEventsResponse(_message.Message):
+    __slots__ = ("events", "next_page_token")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    next_page_token: str
+    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
