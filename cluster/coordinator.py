@@ -149,6 +149,13 @@ class Coordinator:
             return None
         return epoch
 
+    def partition_stale(self, partition: int, epoch: int) -> None:
+        """The database refused a write with `epoch`: someone newer owns the partition."""
+        self.stale_epoch_refusals += 1
+        if self.owned.epochs.get(partition) == epoch:
+            self._lose(partition, "database refused our epoch")
+        self._wake.set()
+
     def lease_deadline_s(self) -> float:
         """Seconds of trust left on this node's lease (negative: lapsed)."""
         return self.trust.remaining(self.clock.monotonic())

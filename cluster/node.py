@@ -26,6 +26,8 @@ from cronwheel.clock import Clock, SystemClock
 from cronwheel.cluster.admin_service import AdminService
 from cronwheel.cluster.coordinator import Coordinator, OwnershipListener
 from cronwheel.cluster.etcd import Etcd
+from cronwheel.cluster.firer import Firer, FiringConfig
+from cronwheel.cluster.notifications import ChangeListener
 from cronwheel.cluster.partition_lease import PartitionLeaseConfig
 from cronwheel.storage import PgStore, StoreConfig
 from cronwheel.v1 import admin_pb2, admin_pb2_grpc
@@ -41,6 +43,7 @@ class NodeConfig:
     listen: str = "127.0.0.1:0"
     advertise: str = ""
     lease: PartitionLeaseConfig = field(default_factory=PartitionLeaseConfig)
+    firing: FiringConfig = field(default_factory=FiringConfig)
     db_pool_max: int = 10
     # Test-only: keep acting past the local lease-trust window (shows the DB fence alone holds).
     ignore_local_trust: bool = False
@@ -51,6 +54,7 @@ class NodeConfig:
         if not self.etcd_endpoints:
             raise ValueError("at least one etcd endpoint is required")
         self.lease.validate()
+        self.firing.validate()
         return self
 
 
@@ -92,10 +96,16 @@ class Node:
         self._stop = asyncio.Event()
 
     def wheel_size(self) -> int:
-        return 0
+        return self.firer.wheel_size() if hasattr(self, "firer") else 0
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    async def _on_change(self, partition: int, kind: str, ident: object) -> None:
+        import uuid
+
+        if isinstance(ident, uuid.UUID):
+            await self.firer.reload(partition, kind, ident)
 
     async def start_server(self) -> None:
         self.server = grpc.aio.server()
@@ -125,17 +135,27 @@ class Node:
             self.config.node_id, advertise, self.etcd, self.store, self.partitions, self.clock,
             self.config.lease, self.listeners, ignore_local_trust=self.config.ignore_local_trust,
         )
+        self.firer = Firer(
+            self.store, self.clock, self.config.firing,
+            epoch_if_trusted=self.coordinator.epoch_if_trusted,
+            on_stale=self.coordinator.partition_stale,
+        )
+        self.listeners.subscribers.append(self.firer)
+        changes = ChangeListener(self.config.dsn, self._on_change, self.firer.resync)
         log.info("node started", extra={"event": "node_started", "address": advertise,
                                         "partitions": self.partitions})
         print(f"node {self.config.node_id} listening on {advertise}", flush=True)
         try:
             async with asyncio.TaskGroup() as tg:
                 coord = tg.create_task(self.coordinator.run(), name="coordinator")
+                firing = tg.create_task(self.firer.run(), name="firer")
+                listen = tg.create_task(changes.run(), name="change-listener")
                 await self._stop.wait()
                 log.info("node stopping", extra={"event": "node_stopping"})
                 await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
                 await self.coordinator.shutdown()
-                coord.cancel()
+                for t in (coord, firing, listen):
+                    t.cancel()
         finally:
             if self.server is not None:
                 await self.server.stop(grace=1.0)

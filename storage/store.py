@@ -69,6 +69,15 @@ class ScheduleAdvance:
     schedule_id: uuid.UUID
     next_run_at: datetime | None
     last_scheduled_for: datetime | None
+    version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionEvent:
+    kind: str
+    schedule_id: uuid.UUID | None
+    alert: bool
+    data: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +87,8 @@ class FireBatchParams:
     ticks: Sequence[Tick] = ()
     advances: Sequence[ScheduleAdvance] = ()
     oneoff_ids: Sequence[uuid.UUID] = ()
+    replace_schedule_ids: Sequence[uuid.UUID] = ()  # overlap `replace`: stop their active runs
+    events: Sequence[PartitionEvent] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,49 +222,69 @@ class PgStore:
     # ------------------------------------------------------------------ firing
 
     async def fire_batch(self, p: FireBatchParams) -> FireBatchResult:
-        """One fenced transaction: insert tick executions (a tick already fired is left alone),
-        advance the cron schedules, and queue due one-off jobs."""
+        """One fenced transaction: `write_fire` alone."""
+        async with self.fenced(p.partition, p.epoch) as conn:
+            return await self.write_fire(conn, p)
+
+    async def active_counts(
+        self, conn: AsyncConnection[Any], partition: int, epoch: int, schedule_ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, tuple[int, int]]:
+        """Inside a fenced transaction: schedule -> (runs in flight, runs buffered)."""
+        if not schedule_ids:
+            return {}
+        cur = await conn.execute(
+            q("active_counts"), {"partition": partition, "epoch": epoch, "ids": list(schedule_ids)}
+        )
+        return {r[0]: (int(r[1]), int(r[2])) for r in await cur.fetchall()}
+
+    async def write_fire(self, conn: AsyncConnection[Any], p: FireBatchParams) -> FireBatchResult:
+        """Inside `fenced(p.partition, p.epoch)`: stop replaced runs, insert tick executions (a
+        tick already fired is left alone), advance the cron schedules, queue due one-off jobs,
+        append events."""
         fired: list[Fired] = []
         dupes = 0
         advanced = 0
-        async with self.fenced(p.partition, p.epoch) as conn:
-            if p.ticks:
-                ids = [uuid.uuid4() for _ in p.ticks]
-                cur = await conn.execute(
-                    q("fire_executions"),
-                    {
-                        "partition": p.partition,
-                        "epoch": p.epoch,
-                        "ids": ids,
-                        "schedule_ids": [t.schedule_id for t in p.ticks],
-                        "scheduled_fors": [t.scheduled_for for t in p.ticks],
-                        "run_ats": [t.run_at for t in p.ticks],
-                        "states": [t.state for t in p.ticks],
-                        "state_reasons": [t.state_reason for t in p.ticks],
-                        "triggers": [t.trigger for t in p.ticks],
-                    },
-                )
-                rows = await cur.fetchall()
-                fired.extend(Fired(*r) for r in rows)
-                dupes = len(p.ticks) - len(rows)
-            if p.advances:
-                cur = await conn.execute(
-                    q("advance_schedules"),
-                    {
-                        "partition": p.partition,
-                        "epoch": p.epoch,
-                        "ids": [a.schedule_id for a in p.advances],
-                        "next_run_ats": [a.next_run_at for a in p.advances],
-                        "last_scheduled_fors": [a.last_scheduled_for for a in p.advances],
-                    },
-                )
-                advanced = cur.rowcount
-            if p.oneoff_ids:
-                cur = await conn.execute(
-                    q("queue_oneoffs"),
-                    {"partition": p.partition, "epoch": p.epoch, "ids": list(p.oneoff_ids)},
-                )
-                fired.extend(Fired(*r) for r in await cur.fetchall())
+        fence = {"partition": p.partition, "epoch": p.epoch}
+        if p.replace_schedule_ids:
+            await conn.execute(q("replace_active"), {**fence, "ids": list(p.replace_schedule_ids)})
+        if p.ticks:
+            cur = await conn.execute(
+                q("fire_executions"),
+                {
+                    **fence,
+                    "ids": [uuid.uuid4() for _ in p.ticks],
+                    "schedule_ids": [t.schedule_id for t in p.ticks],
+                    "scheduled_fors": [t.scheduled_for for t in p.ticks],
+                    "run_ats": [t.run_at for t in p.ticks],
+                    "states": [t.state for t in p.ticks],
+                    "state_reasons": [t.state_reason for t in p.ticks],
+                    "triggers": [t.trigger for t in p.ticks],
+                },
+            )
+            rows = await cur.fetchall()
+            fired.extend(Fired(*r) for r in rows)
+            dupes = len(p.ticks) - len(rows)
+        if p.advances:
+            cur = await conn.execute(
+                q("advance_schedules"),
+                {
+                    **fence,
+                    "ids": [a.schedule_id for a in p.advances],
+                    "next_run_ats": [a.next_run_at for a in p.advances],
+                    "last_scheduled_fors": [a.last_scheduled_for for a in p.advances],
+                    "versions": [a.version for a in p.advances],
+                },
+            )
+            advanced = cur.rowcount
+        if p.oneoff_ids:
+            cur = await conn.execute(q("queue_oneoffs"), {**fence, "ids": list(p.oneoff_ids)})
+            fired.extend(Fired(*r) for r in await cur.fetchall())
+        for ev in p.events:
+            await conn.execute(
+                q("insert_partition_event"),
+                {**fence, "tenant": None, "kind": ev.kind, "schedule_id": ev.schedule_id,
+                 "execution_id": None, "actor": "scheduler", "alert": ev.alert, "data": Jsonb(ev.data)},
+            )
         return FireBatchResult(tuple(fired), dupes, advanced)
 
     # ------------------------------------------------------------------ generic helpers

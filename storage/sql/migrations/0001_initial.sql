@@ -43,8 +43,9 @@ CREATE TABLE schedules (
     name                         text NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
     cron                         text NOT NULL,
     timezone                     text NOT NULL,
-    dst_gap                      text NOT NULL DEFAULT 'shift' CHECK (dst_gap IN ('shift', 'skip')),
-    -- NULL: the default rule (first occurrence; every real hour when the hour field is *).
+    -- NULL: the default rules (gap: shift; repeated: first; an hour field of * fires in every
+    -- real hour). A value overrides that axis (see cronwheel.cron).
+    dst_gap                      text CHECK (dst_gap IN ('shift', 'skip')),
     dst_repeated                 text CHECK (dst_repeated IN ('first', 'last', 'both')),
     job_type                     text NOT NULL CHECK (length(job_type) BETWEEN 1 AND 200),
     payload                      jsonb NOT NULL DEFAULT '{}'::jsonb,

@@ -19,10 +19,42 @@ SELECT * FROM executions WHERE tenant = %(tenant)s AND idempotency_key = %(idemp
 SELECT * FROM executions WHERE id = %(id)s;
 
 -- name: due_oneoffs
--- The one-off half of the due index for one partition, up to a horizon.
+-- The one-off half of the due index for one partition: run_at in (after, horizon].
+-- Buffered cron runs (overlap buffer_*) also wait in `scheduled` but are released by the
+-- completion of the run ahead of them, not by time.
 SELECT id, run_at FROM executions
  WHERE partition = %(partition)s AND state = 'scheduled' AND run_at <= %(horizon)s
+   AND state_reason IS DISTINCT FROM 'buffered'
+   AND (%(after)s::timestamptz IS NULL OR run_at > %(after)s)
  ORDER BY run_at;
+
+-- name: oneoff_for_fire
+-- One one-off execution as the firing path sees it (after a change notification).
+SELECT id, run_at, partition FROM executions
+ WHERE id = %(id)s AND state = 'scheduled' AND state_reason IS DISTINCT FROM 'buffered';
+
+-- name: active_counts
+-- Fenced read for overlap decisions: runs of each schedule in flight and buffered.
+SELECT schedule_id,
+       count(*) FILTER (WHERE state IN ('queued', 'running', 'retry_scheduled')) AS running,
+       count(*) FILTER (WHERE state = 'scheduled' AND state_reason = 'buffered') AS buffered
+  FROM executions
+ WHERE partition = %(partition)s AND schedule_id = ANY(%(ids)s::uuid[])
+   AND state IN ('queued', 'running', 'retry_scheduled', 'scheduled')
+   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+ GROUP BY schedule_id;
+
+-- name: replace_active
+-- Fenced: overlap `replace`: cancel queued runs now, ask running ones to stop.
+UPDATE executions
+   SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
+       state_reason = CASE WHEN state = 'running' THEN state_reason ELSE 'replaced by a newer run' END,
+       finished_at = CASE WHEN state = 'running' THEN finished_at ELSE now() END,
+       cancel_requested = true
+ WHERE partition = %(partition)s AND schedule_id = ANY(%(ids)s::uuid[])
+   AND state IN ('queued', 'running', 'retry_scheduled')
+   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+RETURNING id;
 
 -- name: fire_executions
 -- Fenced: insert the executions of fired cron ticks; a tick already fired is left alone.
@@ -49,3 +81,7 @@ UPDATE executions
  WHERE id = ANY(%(ids)s::uuid[]) AND partition = %(partition)s AND state = 'scheduled'
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
 RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;
+
+-- name: notify_queued
+-- Wake dispatchers: work of this priority was queued (delivered at commit).
+SELECT pg_notify('cronwheel_queued', %(payload)s);

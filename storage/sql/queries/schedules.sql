@@ -16,20 +16,62 @@ RETURNING *;
 SELECT * FROM schedules WHERE id = %(id)s AND deleted_at IS NULL;
 
 -- name: due_schedules
--- The cron half of the due index for one partition, up to a horizon.
+-- The cron half of the due index for one partition: next ticks in (after, horizon].
 SELECT id, cron, timezone, dst_gap, dst_repeated, next_run_at, last_scheduled_for,
        misfire_policy, max_catch_up, overlap_policy, jitter_s, version
   FROM schedules
  WHERE partition = %(partition)s AND NOT paused AND deleted_at IS NULL
    AND next_run_at <= %(horizon)s
+   AND (%(after)s::timestamptz IS NULL OR next_run_at > %(after)s)
  ORDER BY next_run_at;
 
+-- name: schedule_for_fire
+-- One schedule as the firing path sees it (after a change notification); NULL if gone.
+SELECT id, cron, timezone, dst_gap, dst_repeated, next_run_at, last_scheduled_for,
+       misfire_policy, max_catch_up, overlap_policy, jitter_s, version, partition
+  FROM schedules
+ WHERE id = %(id)s AND NOT paused AND deleted_at IS NULL;
+
 -- name: advance_schedules
--- Fenced: move fired cron schedules to their next tick, in the fire transaction.
+-- Fenced: move fired cron schedules to their next tick, in the fire transaction. A schedule
+-- updated since it was loaded (version moved) is left to its new definition.
 UPDATE schedules AS s
    SET next_run_at = v.next_run_at, last_scheduled_for = v.last_scheduled_for
-  FROM unnest(%(ids)s::uuid[], %(next_run_ats)s::timestamptz[], %(last_scheduled_fors)s::timestamptz[])
-       AS v(id, next_run_at, last_scheduled_for)
- WHERE s.id = v.id AND s.partition = %(partition)s
+  FROM unnest(%(ids)s::uuid[], %(next_run_ats)s::timestamptz[], %(last_scheduled_fors)s::timestamptz[],
+              %(versions)s::bigint[])
+       AS v(id, next_run_at, last_scheduled_for, version)
+ WHERE s.id = v.id AND s.partition = %(partition)s AND s.version = v.version
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
 RETURNING s.id;
+
+-- name: notify_due
+-- Tell the partition's owner that a due-index entry changed (delivered at commit).
+SELECT pg_notify('cronwheel_due', %(payload)s);
+
+-- name: set_paused
+-- Pause or resume a live schedule of a tenant (NULL tenant: admin); resume sets the next tick.
+UPDATE schedules
+   SET paused = %(paused)s, version = version + 1, updated_at = now(),
+       next_run_at = CASE WHEN %(paused)s THEN next_run_at ELSE %(next_run_at)s END
+ WHERE id = %(id)s AND deleted_at IS NULL
+   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+   AND (%(expected_version)s::bigint IS NULL OR version = %(expected_version)s)
+RETURNING *;
+
+-- name: soft_delete_schedule
+-- Delete a live schedule (kept for explain and history; its name is free again).
+UPDATE schedules
+   SET deleted_at = now(), version = version + 1, updated_at = now()
+ WHERE id = %(id)s AND deleted_at IS NULL
+   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+   AND (%(expected_version)s::bigint IS NULL OR version = %(expected_version)s)
+RETURNING *;
+
+-- name: get_schedule_any
+-- A schedule by id, live or deleted, optionally of one tenant.
+SELECT * FROM schedules
+ WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
+
+-- name: count_live_schedules
+-- A tenant's live schedules (quota).
+SELECT count(*) FROM schedules WHERE tenant = %(tenant)s AND deleted_at IS NULL;

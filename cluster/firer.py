@@ -1,0 +1,397 @@
+"""The firing path: preload owned partitions into the timing wheel, fire due entries in fenced
+batches, keep the horizon extended, and follow changes.
+
+    gain p  -> load schedules with next_run_at <= horizon and one-off jobs with run_at <= horizon;
+               schedules whose tick is older than the misfire grace get their misfire policy
+               (one fenced transaction), the rest go into the wheel at run_at = tick + jitter
+    loop    -> sleep until wheel.next_deadline() (or a wake-up), advance, group by partition,
+               fire each partition's entries in batches: ONE fenced transaction per batch inserts
+               the executions (ON CONFLICT DO NOTHING), advances next_run_at, queues one-offs,
+               applies overlap decisions; after commit the next tick goes into the wheel
+    extend  -> every extend_every_s, load (loaded_until, now + horizon] of each partition
+    change  -> `reload(p, kind, id)` re-reads one schedule or job (NOTIFY from the API)
+    lose p  -> drop its timers at once; release p -> finish its in-flight batch, then drop
+
+Not thread-safe: everything runs on the node's event loop. The wheel is touched only here.
+Every decision about ticks is made by cronwheel.cron (pure); this module executes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cronwheel.clock import Clock
+from cronwheel.cluster.schedules import SchedInfo, ScheduleCache
+from cronwheel.cron import OverlapAction, decide_misfire, decide_overlap
+from cronwheel.errors import StaleEpoch, Unavailable
+from cronwheel.storage import (
+    FireBatchParams,
+    Fired,
+    PartitionEvent,
+    PgStore,
+    ScheduleAdvance,
+    Tick,
+)
+from cronwheel.wheel import TimingWheel
+
+log = logging.getLogger("cronwheel.cluster.firer")
+
+# Wheel items: (partition, kind, id, tick_ts). kind "s" = cron schedule tick, "o" = one-off job.
+Item = tuple[int, str, uuid.UUID, float]
+
+
+@dataclass(frozen=True, slots=True)
+class FiringConfig:
+    horizon_s: float = 120.0
+    extend_every_s: float = 30.0
+    tick_s: float = 0.01
+    batch_size: int = 5000
+    misfire_grace_s: float = 10.0
+    parallel_batches: int = 4
+    retry_after_s: float = 0.5
+
+    def validate(self) -> FiringConfig:
+        if not 1 <= self.horizon_s <= 3600:
+            raise ValueError(f"horizon_s must be in 1..3600, got {self.horizon_s}")
+        if not 0 < self.extend_every_s < self.horizon_s:
+            raise ValueError("extend_every_s must be positive and below horizon_s")
+        if not 1 <= self.batch_size <= 50_000:
+            raise ValueError(f"batch_size must be in 1..50000, got {self.batch_size}")
+        if self.misfire_grace_s < 0:
+            raise ValueError("misfire_grace_s must be >= 0")
+        return self
+
+
+@dataclass
+class PartitionState:
+    epoch: int
+    loaded_until: float  # Unix seconds: due index rows up to here are in the wheel
+    handles: dict[uuid.UUID, Any] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+@dataclass
+class FireStats:
+    fired: int = 0
+    duplicates: int = 0
+    stale_epoch: int = 0
+    skipped_overlap: int = 0
+    lags_s: list[float] = field(default_factory=list)
+
+
+class Firer:
+    def __init__(
+        self,
+        store: PgStore,
+        clock: Clock,
+        config: FiringConfig,
+        epoch_if_trusted: Callable[[int], int | None],
+        on_stale: Callable[[int, int], None],
+        on_fired: Callable[[list[Fired]], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.config = config.validate()
+        self.epoch_if_trusted = epoch_if_trusted
+        self.on_stale = on_stale
+        self.on_fired = on_fired
+        self.wheel: TimingWheel[Item] = TimingWheel(clock.now_ts(), tick=config.tick_s)
+        self.parts: dict[int, PartitionState] = {}
+        self.schedules = ScheduleCache()
+        self.stats = FireStats()
+        self._wake = asyncio.Event()
+        self._sem = asyncio.Semaphore(config.parallel_batches)
+
+    # ------------------------------------------------------------------ ownership hooks
+
+    async def partition_gained(self, partition: int, epoch: int) -> None:
+        st = PartitionState(epoch=epoch, loaded_until=self.clock.now_ts() - 1e9)
+        self.parts[partition] = st
+        async with st.lock:
+            await self._load(partition, st, self.clock.now_ts() + self.config.horizon_s, full=True)
+
+    async def partition_releasing(self, partition: int, epoch: int) -> None:
+        st = self.parts.get(partition)
+        if st is None:
+            return
+        async with st.lock:  # the in-flight batch finishes first
+            self._drop(partition)
+
+    def partition_lost(self, partition: int, epoch: int, reason: str) -> None:
+        self._drop(partition)
+
+    def _drop(self, partition: int) -> None:
+        st = self.parts.pop(partition, None)
+        if st is None:
+            return
+        for h in st.handles.values():
+            self.wheel.cancel(h)
+        self.schedules.drop_partition(partition)
+
+    # ------------------------------------------------------------------ loading
+
+    async def _load(self, p: int, st: PartitionState, horizon: float, full: bool) -> None:
+        after = None if full else utc(st.loaded_until)
+        params = {"partition": p, "horizon": utc(horizon), "after": after}
+        rows = await self.store.fetch_all("due_schedules", params)
+        oneoffs = await self.store.fetch_all("due_oneoffs", params)
+        if self.parts.get(p) is not st:
+            return
+        now = self.clock.now_ts()
+        misfired = []
+        for r in rows:
+            info = self.schedules.put(p, r)
+            if info is None:
+                continue
+            tick = r["next_run_at"].timestamp()
+            if tick < now - self.config.misfire_grace_s:
+                misfired.append((info, r))
+            else:
+                self._insert(st, p, info.id, tick, info.run_at(tick))
+        for o in oneoffs:
+            ts = o["run_at"].timestamp()
+            self._insert(st, p, o["id"], ts, ts, kind="o")
+        st.loaded_until = max(st.loaded_until, horizon)
+        if misfired:
+            await self._apply_misfires(p, st, misfired, now)
+
+    def _insert(self, st: PartitionState, p: int, ident: uuid.UUID, tick: float, run_at: float,
+                kind: str = "s") -> None:
+        old = st.handles.pop(ident, None)
+        if old is not None:
+            self.wheel.cancel(old)
+        st.handles[ident] = self.wheel.insert(run_at, (p, kind, ident, tick))
+        if run_at <= self.clock.now_ts() + self.config.tick_s or run_at < (self.wheel.next_deadline() or 0):
+            self._wake.set()
+
+    async def _apply_misfires(self, p: int, st: PartitionState, misfired: list[tuple[SchedInfo, dict[str, Any]]],
+                              now: float) -> None:
+        """Schedules whose tick passed while nobody owned them: each gets its misfire policy."""
+        cutoff = utc(now - self.config.misfire_grace_s)
+        ticks: list[Tick] = []
+        advances: list[ScheduleAdvance] = []
+        events: list[PartitionEvent] = []
+        nexts: list[tuple[SchedInfo, float]] = []
+        for info, r in misfired:
+            first = r["next_run_at"]
+            d = decide_misfire(info.cron, first - timedelta(seconds=1), cutoff, info.misfire, info.max_catch_up)
+            for t in d.fire:
+                ticks.append(Tick(info.id, t, utc(info.run_at(t.timestamp())), trigger="catch_up"))
+            for t in d.skipped:
+                ticks.append(Tick(info.id, t, t, state="skipped", state_reason=f"misfire:{info.misfire}"))
+            if d.skipped_count or d.refused_count:
+                events.append(PartitionEvent(
+                    "misfire_refused" if d.refused_count else "misfire_skipped", info.id, d.alert,
+                    {"policy": str(info.misfire), "first_missed": first.isoformat(),
+                     "latest_missed": d.latest_missed.isoformat() if d.latest_missed else None,
+                     "fired": len(d.fire), "skipped": d.skipped_count, "refused": d.refused_count,
+                     "max_catch_up": info.max_catch_up, "counts_are_lower_bounds": d.counts_are_lower_bounds},
+                ))
+            nxt = info.cron.next_after(cutoff)
+            advances.append(ScheduleAdvance(info.id, nxt, d.latest_missed, info.version))
+            nexts.append((info, nxt.timestamp()))
+        await self._write(p, st, FireBatchParams(p, st.epoch, ticks=ticks, advances=advances, events=events))
+        if self.parts.get(p) is st:
+            for info, nxt in nexts:
+                if nxt <= st.loaded_until:
+                    self._insert(st, p, info.id, nxt, info.run_at(nxt))
+
+    async def reload(self, p: int, kind: str, ident: uuid.UUID) -> None:
+        """A schedule or job changed (created, updated, paused, resumed, deleted, cancelled)."""
+        st = self.parts.get(p)
+        if st is None:
+            return
+        async with st.lock:
+            h = st.handles.pop(ident, None)
+            if h is not None:
+                self.wheel.cancel(h)
+            if kind == "s":
+                self.schedules.forget(ident)
+                r = await self.store.fetch_one("schedule_for_fire", {"id": ident})
+                if r is None or r["next_run_at"] is None or self.parts.get(p) is not st:
+                    return
+                info = self.schedules.put(p, r)
+                tick = r["next_run_at"].timestamp()
+                if info is not None and tick <= st.loaded_until:
+                    if tick < self.clock.now_ts() - self.config.misfire_grace_s:
+                        await self._apply_misfires(p, st, [(info, r)], self.clock.now_ts())
+                    else:
+                        self._insert(st, p, ident, tick, info.run_at(tick))
+            else:
+                r = await self.store.fetch_one("oneoff_for_fire", {"id": ident})
+                if r is not None and self.parts.get(p) is st and r["run_at"].timestamp() <= st.loaded_until:
+                    ts = r["run_at"].timestamp()
+                    self._insert(st, p, ident, ts, ts, kind="o")
+
+    async def resync(self) -> None:
+        """After a missed notification: reload every owned partition from scratch."""
+        for p, st in list(self.parts.items()):
+            async with st.lock:
+                for h in st.handles.values():
+                    self.wheel.cancel(h)
+                st.handles.clear()
+                self.schedules.drop_partition(p)
+                st.loaded_until = self.clock.now_ts() - 1e9
+                await self._load(p, st, self.clock.now_ts() + self.config.horizon_s, full=True)
+
+    # ------------------------------------------------------------------ loops
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._fire_loop(), name="fire-loop")
+            tg.create_task(self._extend_loop(), name="horizon-extender")
+
+    async def _extend_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.extend_every_s)
+            horizon = self.clock.now_ts() + self.config.horizon_s
+            for p, st in list(self.parts.items()):
+                try:
+                    async with st.lock:
+                        if self.parts.get(p) is st:
+                            await self._load(p, st, horizon, full=False)
+                except Unavailable as exc:
+                    log.warning("preload deferred", extra={"event": "preload_deferred", "partition": p,
+                                                           "error": str(exc)})
+
+    async def _fire_loop(self) -> None:
+        tick = self.config.tick_s
+        while True:
+            self._wake.clear()
+            due = self.wheel.advance(max(self.clock.now_ts(), self.wheel.now))
+            if due:
+                await self._fire_due(due)
+                continue
+            nd = self.wheel.next_deadline()
+            delay = 1.0 if nd is None else min(1.0, max(nd - self.clock.now_ts(), tick / 2))
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+            except TimeoutError:
+                pass
+
+    async def _fire_due(self, due: list[Item]) -> None:
+        by_p: dict[int, list[Item]] = defaultdict(list)
+        for it in due:
+            by_p[it[0]].append(it)
+        await asyncio.gather(*(self._fire_partition(p, items) for p, items in by_p.items()))
+
+    async def _fire_partition(self, p: int, items: list[Item]) -> None:
+        st = self.parts.get(p)
+        if st is None:
+            return
+        for i in range(0, len(items), self.config.batch_size):
+            chunk = items[i:i + self.config.batch_size]
+            async with self._sem, st.lock:
+                if self.parts.get(p) is not st:
+                    return
+                for it in chunk:  # advance() returned it, so it is the live handle for its id
+                    st.handles.pop(it[2], None)
+                await self._fire_batch(p, st, chunk)
+
+    async def _fire_batch(self, p: int, st: PartitionState, chunk: list[Item]) -> None:
+        ticks: list[Tick] = []
+        advances: dict[uuid.UUID, ScheduleAdvance] = {}
+        oneoffs: list[uuid.UUID] = []
+        nexts: dict[uuid.UUID, tuple[SchedInfo, float]] = {}
+        for _p, kind, ident, tick_ts in chunk:
+            if kind == "o":
+                oneoffs.append(ident)
+                continue
+            info = self.schedules.get(ident)
+            if info is None:
+                continue  # deleted or paused since it was loaded
+            tick = utc(tick_ts)
+            nxt = info.cron.next_after(tick)
+            ticks.append(Tick(ident, tick, utc(info.run_at(tick_ts))))
+            advances[ident] = ScheduleAdvance(ident, nxt, tick, info.version)
+            nexts[ident] = (info, nxt.timestamp())
+        params = FireBatchParams(p, st.epoch, ticks=ticks, advances=list(advances.values()), oneoff_ids=oneoffs)
+        ok = await self._write(p, st, params, overlap=True)
+        if not ok:
+            if self.parts.get(p) is st:  # transient: try the same entries again shortly
+                retry_at = self.clock.now_ts() + self.config.retry_after_s
+                for it in chunk:
+                    self._insert(st, p, it[2], it[3], retry_at, kind=it[1])
+            return
+        for ident, (info, nxt) in nexts.items():
+            if nxt <= st.loaded_until and self.schedules.get(ident) is info:
+                self._insert(st, p, ident, nxt, info.run_at(nxt))
+
+    async def _write(self, p: int, st: PartitionState, params: FireBatchParams, overlap: bool = False) -> bool:
+        epoch = self.epoch_if_trusted(p)
+        if epoch is None or epoch != st.epoch:
+            return True  # not ours to act on any more: the partition will be dropped
+        try:
+            async with self.store.fenced(p, st.epoch) as conn:
+                if overlap:
+                    params = await self._apply_overlap(conn, params)
+                res = await self.store.write_fire(conn, params)
+        except StaleEpoch as exc:
+            self.stats.stale_epoch += 1
+            log.warning("stale epoch: write refused", extra={"event": "stale_epoch", "partition": p,
+                                                             "epoch": st.epoch, "current": exc.current})
+            self._drop(p)
+            self.on_stale(p, st.epoch)
+            return True
+        except Unavailable as exc:
+            log.warning("fire deferred", extra={"event": "fire_deferred", "partition": p, "error": str(exc)})
+            return False
+        now = self.clock.now_ts()
+        self.stats.fired += len(res.fired)
+        self.stats.duplicates += res.duplicates
+        for f in res.fired:
+            if len(self.stats.lags_s) < 1_000_000:
+                self.stats.lags_s.append(now - f.run_at.timestamp())
+        if res.fired and self.on_fired is not None:
+            self.on_fired(list(res.fired))
+        return True
+
+    async def _apply_overlap(self, conn: Any, params: FireBatchParams) -> FireBatchParams:
+        policed = [t for t in params.ticks if self._overlap_of(t.schedule_id) not in (None, "allow")]
+        if not policed:
+            return params
+        counts = await self.store.active_counts(conn, params.partition, params.epoch,
+                                                list({t.schedule_id for t in policed}))
+        ticks: list[Tick] = []
+        replace: list[uuid.UUID] = []
+        for t in params.ticks:
+            pol = self._overlap_of(t.schedule_id)
+            if pol in (None, "allow"):
+                ticks.append(t)
+                continue
+            running, buffered = counts.get(t.schedule_id, (0, 0))
+            d = decide_overlap(pol, running, buffered)
+            if d.action is OverlapAction.START:
+                ticks.append(t)
+            elif d.action is OverlapAction.SKIP:
+                self.stats.skipped_overlap += 1
+                ticks.append(Tick(t.schedule_id, t.scheduled_for, t.run_at, "skipped", f"overlap: {d.reason}"))
+            elif d.action is OverlapAction.CANCEL_RUNNING_THEN_START:
+                replace.append(t.schedule_id)
+                ticks.append(t)
+            else:
+                ticks.append(Tick(t.schedule_id, t.scheduled_for, t.run_at, "scheduled", "buffered"))
+            counts[t.schedule_id] = (running + (d.action is not OverlapAction.SKIP), buffered)
+        return FireBatchParams(params.partition, params.epoch, ticks, params.advances, params.oneoff_ids,
+                               replace, params.events)
+
+    def _overlap_of(self, sid: uuid.UUID) -> str | None:
+        info = self.schedules.get(sid)
+        return None if info is None else info.overlap
+
+    def wheel_size(self) -> int:
+        return len(self.wheel)
+
+    def owned(self) -> Iterable[int]:
+        return self.parts.keys()

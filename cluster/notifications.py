@@ -1,0 +1,68 @@
+"""Change notifications from PostgreSQL (LISTEN cronwheel_due).
+
+The API writes `pg_notify('cronwheel_due', '<partition>:<s|o>:<id>')` in the same transaction as
+a change to a schedule or a one-off job, so the notification arrives only after the change is
+visible. The owner of the partition reloads that one entry. A notification can be missed only
+while the listening connection is down; every reconnect is therefore followed by a full resync
+of the owned partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+
+import psycopg
+
+log = logging.getLogger("cronwheel.cluster.notifications")
+
+CHANNEL = "cronwheel_due"
+
+
+def parse_payload(payload: str) -> tuple[int, str, uuid.UUID] | None:
+    try:
+        p, kind, ident = payload.split(":", 2)
+        if kind not in ("s", "o"):
+            return None
+        return int(p), kind, uuid.UUID(ident)
+    except ValueError:
+        return None
+
+
+class ChangeListener:
+    def __init__(
+        self,
+        dsn: str,
+        on_change: Callable[[int, str, uuid.UUID], Awaitable[None]],
+        on_resync: Callable[[], Awaitable[None]],
+        retry_s: float = 0.5,
+    ) -> None:
+        self.dsn = dsn
+        self.on_change = on_change
+        self.on_resync = on_resync
+        self.retry_s = retry_s
+        self.connected = asyncio.Event()
+
+    async def run(self) -> None:
+        first = True
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    if not first:
+                        await self.on_resync()
+                    first = False
+                    self.connected.set()
+                    async for n in conn.notifies():
+                        parsed = parse_payload(n.payload)
+                        if parsed is None:
+                            log.warning("bad notification ignored", extra={"event": "bad_notification",
+                                                                           "payload": n.payload[:200]})
+                            continue
+                        await self.on_change(*parsed)
+            except psycopg.OperationalError as exc:
+                self.connected.clear()
+                log.warning("change listener reconnecting", extra={"event": "listen_reconnect", "error": str(exc)})
+                await asyncio.sleep(self.retry_s)
