@@ -23,14 +23,13 @@ from grpc_reflection.v1alpha import reflection
 
 from cronwheel import __version__
 from cronwheel.clock import Clock, SystemClock
-from cronwheel.cluster.admin_service import AdminService
+from cronwheel.cluster import services
 from cronwheel.cluster.coordinator import Coordinator, OwnershipListener
 from cronwheel.cluster.etcd import Etcd
 from cronwheel.cluster.firer import Firer, FiringConfig
 from cronwheel.cluster.notifications import ChangeListener
 from cronwheel.cluster.partition_lease import PartitionLeaseConfig
 from cronwheel.storage import PgStore, StoreConfig
-from cronwheel.v1 import admin_pb2, admin_pb2_grpc
 
 log = logging.getLogger("cronwheel.cluster.node")
 
@@ -108,15 +107,13 @@ class Node:
             await self.firer.reload(partition, kind, ident)
 
     async def start_server(self) -> None:
-        self.server = grpc.aio.server()
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(self), self.server)
+        self.server = grpc.aio.server(interceptors=services.interceptors(self))
+        names = [health.SERVICE_NAME, reflection.SERVICE_NAME]
+        for register, servicer, name in services.grpc_services(self):
+            register(servicer, self.server)
+            names.append(name)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        names = (
-            admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
-            health.SERVICE_NAME,
-            reflection.SERVICE_NAME,
-        )
         reflection.enable_server_reflection(names, self.server)
         self.port = self.server.add_insecure_port(self.config.listen)
         if self.port == 0:
