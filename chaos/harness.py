@@ -100,8 +100,6 @@ class ProcessCluster:
             n.signal(signal.SIGCONT)
             n.signal(signal.SIGKILL)
             n.proc.wait()
-            if n.proc.stdout:
-                n.proc.stdout.close()
         self.etcd.stop()
         self.pg.stop()
         if self._own_workdir:
@@ -131,11 +129,12 @@ class ProcessCluster:
 
         def pump() -> None:
             assert proc.stdout is not None
-            for line in proc.stdout:
-                node.lines.append(line.rstrip("\n"))
-                if " listening on " in line:
-                    node.address = line.rsplit(" ", 1)[1].strip()
-                    ready.set()
+            with proc.stdout:
+                for line in proc.stdout:
+                    node.lines.append(line.rstrip("\n"))
+                    if " listening on " in line:
+                        node.address = line.rsplit(" ", 1)[1].strip()
+                        ready.set()
 
         threading.Thread(target=pump, daemon=True).start()
         self.nodes[name] = node
@@ -221,3 +220,24 @@ class ProcessCluster:
     def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
         with psycopg.connect(self.dsn) as c:
             return c.execute(query, params).fetchall()  # type: ignore[arg-type]
+
+
+def run_async(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def create_schedules(dsn: str, partitions: int, specs: list[Any]) -> list[dict[str, Any]]:
+    """Create schedules through the same command the API uses (validation, event, NOTIFY)."""
+    from cronwheel.clock import SystemClock
+    from cronwheel.cluster.scheduling import create_schedule
+    from cronwheel.storage import PgStore, StoreConfig
+
+    async def go() -> list[dict[str, Any]]:
+        store = PgStore(StoreConfig(dsn=dsn, max_connections=2))
+        await store.open()
+        try:
+            return [await create_schedule(store, s, SystemClock().now(), partitions) for s in specs]
+        finally:
+            await store.close()
+
+    return list(asyncio.run(go()))

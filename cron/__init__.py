@@ -1,0 +1,115 @@
+"""Cron semantics: parsing, zones, DST, hashed `H` fields, jitter, misfire and overlap decisions.
+
+Pure: no asyncio, no I/O, no clock reads. Every function takes its instants as arguments and
+every value is immutable, so everything here is safe to call from any task or thread. The API
+validates with `validate_schedule_spec`; the firing path calls `CronSchedule.next_after`,
+`decide_misfire`, `decide_overlap` and `jitter_offset_s`.
+
+Modules::
+
+    expr.py      expression -> CronSpec (a bitmask per field); aliases; H; wall-clock matcher
+    zones.py     required IANA zone; offsets; transition search (no host zone, ever)
+    schedule.py  CronSchedule: next_after / ticks_between / preview with the DST rules; memo
+    policy.py    misfire, overlap, jitter decisions (frozen records)
+    validate.py  validate_schedule_spec: one call, errors name the field
+
+Contract (each rule is a table test named after it, and a hypothesis property against a
+brute-force reference in Europe/London, America/New_York, Australia/Lord_Howe, Asia/Kolkata):
+
+- Ticks are whole UTC seconds. `next_after(t)` is the first tick strictly after t;
+  `ticks_between(a, b)` yields the ticks a < tick <= b in increasing order; `preview(after, n)`
+  the next n. Results move strictly forward, across every DST transition.
+- A wall time that does not exist (spring forward) runs once at the jump, the first valid
+  instant after the gap (02:30 -> 03:00 local in New York); several matching nonexistent times
+  of one gap collapse into that one run, which also merges with a real match at the gap's end.
+  `dst_policy.gap = skip` drops them instead.
+- A wall time that occurs twice (fall back) runs once, at its first occurrence; override with
+  `dst_policy.repeated = last | both`.
+- A schedule whose hour field matches every hour fires at every wall time that really occurs,
+  as often as it occurs: both passes of the repeated hour, nothing invented in the gap (its
+  defaults are gap `skip`, repeated `both`). An explicit override on an axis wins, also here.
+- Jenkins `H` fields are seeded by blake2b(schedule id, field, position): stable across
+  processes and releases, uniform across ids. Aliases (`@hourly`, ...) are not hashed.
+- Misfire `catch_up` beyond `max_catch_up` replays none and alerts; `run_once` fires the latest
+  missed tick; `skip` fires none. Work is bounded whatever the outage length.
+
+Worked example (Europe/London, 2026; the clocks go forward at 01:00 UTC on 29 March and back at
+01:00 UTC on 25 October)::
+
+    expression        policy            fires (UTC)
+    30 1 * * *        default           29 Mar 01:00 (01:30 does not exist -> 02:00 BST)
+    30 1 * * *        gap=skip          nothing on 29 Mar
+    30 1 * * *        default           25 Oct 00:30 (01:30 BST, first of the two 01:30s)
+    30 1 * * *        repeated=last     25 Oct 01:30 (01:30 GMT)
+    0 * * * *         default           25 Oct 00:00, 01:00, 02:00 (01:00 BST and GMT both)
+    0 * * * *         repeated=first    25 Oct 00:00, 02:00
+
+How it fails: bad input raises `InvalidArgument(field, reason)` naming `cron`, `timezone`,
+`dst_policy.gap`, `dst_policy.repeated`, `misfire_policy`, `max_catch_up` or `jitter_s`.
+An expression that can never fire (30 FEB) is refused at parse time, so next_after always
+finds a tick (OverflowError only past year 9999).
+
+Performance: next-fire results are memoised in a bounded LRU keyed on the H-resolved spec, the
+zone, the effective DST policy and the instant (`python -m bench.cron` prints the figures);
+parsing is cached separately.
+"""
+
+from __future__ import annotations
+
+from .expr import ALIASES, CronSpec, compile_spec, uses_hash
+from .policy import (
+    MAX_CATCH_UP_LIMIT,
+    MAX_JITTER_S,
+    MisfireDecision,
+    MisfirePolicy,
+    OverlapAction,
+    OverlapDecision,
+    OverlapPolicy,
+    decide_misfire,
+    decide_overlap,
+    jitter_offset_s,
+    parse_misfire_policy,
+    parse_overlap_policy,
+    validate_jitter_s,
+    validate_max_catch_up,
+)
+from .schedule import (
+    PREVIEW_MAX,
+    CronSchedule,
+    DstPolicy,
+    GapPolicy,
+    RepeatedPolicy,
+    parse_schedule,
+)
+from .validate import parse_dst_policy, validate_schedule_spec
+from .zones import load_zone
+
+__all__ = [
+    "ALIASES",
+    "MAX_CATCH_UP_LIMIT",
+    "MAX_JITTER_S",
+    "PREVIEW_MAX",
+    "CronSchedule",
+    "CronSpec",
+    "DstPolicy",
+    "GapPolicy",
+    "MisfireDecision",
+    "MisfirePolicy",
+    "OverlapAction",
+    "OverlapDecision",
+    "OverlapPolicy",
+    "RepeatedPolicy",
+    "compile_spec",
+    "decide_misfire",
+    "decide_overlap",
+    "jitter_offset_s",
+    "load_zone",
+    "parse_dst_policy",
+    "parse_misfire_policy",
+    "parse_overlap_policy",
+    "parse_schedule",
+    "uses_hash",
+    "validate_jitter_s",
+    "validate_max_catch_up",
+    "validate_schedule_spec",
+]

@@ -72,6 +72,9 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lease-ttl", type=_positive_int("--lease-ttl", 2, 300), default=5,
                    help="etcd lease TTL in seconds (default 5)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--misfire-grace", type=float, default=10.0,
+                   help="seconds a tick may be late and still fire normally; older ones get the misfire policy")
+    p.add_argument("--horizon", type=float, default=120.0, help="seconds of due work preloaded into the wheel")
     p.add_argument("--unsafe-ignore-local-trust", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -81,6 +84,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     import socket
 
     from cronwheel import logs
+    from cronwheel.cluster.firer import FiringConfig
     from cronwheel.cluster.node import NodeConfig, serve
     from cronwheel.cluster.partition_lease import PartitionLeaseConfig
 
@@ -93,6 +97,8 @@ def cmd_node(args: argparse.Namespace) -> int:
         config = NodeConfig(
             node_id=node_id, dsn=_dsn(args), etcd_endpoints=endpoints, listen=args.listen,
             advertise=args.advertise, lease=lease, ignore_local_trust=args.unsafe_ignore_local_trust,
+            firing=FiringConfig(horizon_s=args.horizon, extend_every_s=min(30.0, args.horizon / 4),
+                                misfire_grace_s=args.misfire_grace),
         ).validate()
     except ValueError as exc:
         raise InvalidArgument("node", str(exc)) from exc
