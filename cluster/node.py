@@ -25,11 +25,16 @@ from cronwheel import __version__
 from cronwheel.clock import Clock, SystemClock
 from cronwheel.cluster import services
 from cronwheel.cluster.coordinator import Coordinator, OwnershipListener
+from cronwheel.cluster.dispatch_service import DispatchService
+from cronwheel.cluster.dispatcher import Dispatcher
 from cronwheel.cluster.etcd import Etcd
 from cronwheel.cluster.firer import Firer, FiringConfig
+from cronwheel.cluster.grpc_errors import ErrorInterceptor
 from cronwheel.cluster.notifications import ChangeListener
 from cronwheel.cluster.partition_lease import PartitionLeaseConfig
+from cronwheel.cluster.reaper import Reaper
 from cronwheel.storage import PgStore, StoreConfig
+from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
 log = logging.getLogger("cronwheel.cluster.node")
 
@@ -93,6 +98,7 @@ class Node:
         self.port = 0
         self.advertise = config.advertise
         self._stop = asyncio.Event()
+        self.dispatcher = Dispatcher(self.store, self.clock)
 
     def wheel_size(self) -> int:
         return self.firer.wheel_size() if hasattr(self, "firer") else 0
@@ -107,8 +113,10 @@ class Node:
             await self.firer.reload(partition, kind, ident)
 
     async def start_server(self) -> None:
-        self.server = grpc.aio.server(interceptors=services.interceptors(self))
+        self.server = grpc.aio.server(interceptors=[ErrorInterceptor(), *services.interceptors(self)])
         names = [health.SERVICE_NAME, reflection.SERVICE_NAME]
+        dispatch_pb2_grpc.add_DispatchServiceServicer_to_server(DispatchService(self.dispatcher), self.server)
+        names.append(dispatch_pb2.DESCRIPTOR.services_by_name["DispatchService"].full_name)
         for register, servicer, name in services.grpc_services(self):
             register(servicer, self.server)
             names.append(name)
@@ -136,9 +144,11 @@ class Node:
             self.store, self.clock, self.config.firing,
             epoch_if_trusted=self.coordinator.epoch_if_trusted,
             on_stale=self.coordinator.partition_stale,
+            on_fired=lambda fired: self.dispatcher.wake(),
         )
+        reaper = Reaper(self.store, lambda: self.coordinator.owned.snapshot().items(), self.dispatcher.wake)
         self.listeners.subscribers.append(self.firer)
-        changes = ChangeListener(self.config.dsn, self._on_change, self.firer.resync)
+        changes = ChangeListener(self.config.dsn, self._on_change, self.firer.resync, self.dispatcher.wake)
         log.info("node started", extra={"event": "node_started", "address": advertise,
                                         "partitions": self.partitions})
         print(f"node {self.config.node_id} listening on {advertise}", flush=True)
@@ -147,11 +157,12 @@ class Node:
                 coord = tg.create_task(self.coordinator.run(), name="coordinator")
                 firing = tg.create_task(self.firer.run(), name="firer")
                 listen = tg.create_task(changes.run(), name="change-listener")
+                reap = tg.create_task(reaper.run(), name="reaper")
                 await self._stop.wait()
                 log.info("node stopping", extra={"event": "node_stopping"})
                 await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
                 await self.coordinator.shutdown()
-                for t in (coord, firing, listen):
+                for t in (coord, firing, listen, reap):
                     t.cancel()
         finally:
             if self.server is not None:

@@ -1,5 +1,7 @@
 """Change notifications from PostgreSQL (LISTEN cronwheel_due).
 
+Work queued anywhere (`pg_notify('cronwheel_queued', ...)`) wakes this node's waiting workers.
+
 The API writes `pg_notify('cronwheel_due', '<partition>:<s|o>:<id>')` in the same transaction as
 a change to a schedule or a one-off job, so the notification arrives only after the change is
 visible. The owner of the partition reloads that one entry. A notification can be missed only
@@ -19,6 +21,7 @@ import psycopg
 log = logging.getLogger("cronwheel.cluster.notifications")
 
 CHANNEL = "cronwheel_due"
+QUEUED_CHANNEL = "cronwheel_queued"
 
 
 def parse_payload(payload: str) -> tuple[int, str, uuid.UUID] | None:
@@ -37,9 +40,11 @@ class ChangeListener:
         dsn: str,
         on_change: Callable[[int, str, uuid.UUID], Awaitable[None]],
         on_resync: Callable[[], Awaitable[None]],
+        on_queued: Callable[[], None] | None = None,
         retry_s: float = 0.5,
     ) -> None:
         self.dsn = dsn
+        self.on_queued = on_queued
         self.on_change = on_change
         self.on_resync = on_resync
         self.retry_s = retry_s
@@ -51,11 +56,16 @@ class ChangeListener:
             try:
                 async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
+                    await conn.execute(f"LISTEN {QUEUED_CHANNEL}")
                     if not first:
                         await self.on_resync()
                     first = False
                     self.connected.set()
                     async for n in conn.notifies():
+                        if n.channel == QUEUED_CHANNEL:
+                            if self.on_queued is not None:
+                                self.on_queued()
+                            continue
                         parsed = parse_payload(n.payload)
                         if parsed is None:
                             log.warning("bad notification ignored", extra={"event": "bad_notification",

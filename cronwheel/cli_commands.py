@@ -105,3 +105,43 @@ def cmd_node(args: argparse.Namespace) -> int:
     logs.setup(node=node_id, level=args.log_level)
     asyncio.run(serve(config))
     return 0
+
+
+def _configure_worker(p: argparse.ArgumentParser) -> None:
+    p.add_argument("module", help="Python module that defines a cronwheel.client.Worker (named `worker`)")
+    p.add_argument("--address", default=os.environ.get("CRONWHEEL_ADDRESS", ""),
+                   help="node gRPC address host:port (default: $CRONWHEEL_ADDRESS, else the Worker's own)")
+    p.add_argument("--worker-id", default="", help="worker id (default: the Worker's own)")
+    p.add_argument("--concurrency", type=_positive_int("--concurrency", 1, 10000), default=None,
+                   help="handlers run at once (default: the Worker's own)")
+    p.add_argument("--token", default=os.environ.get("CRONWHEEL_TOKEN", ""), help="bearer token ($CRONWHEEL_TOKEN)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+@command("worker", "run a worker: a module's handlers, leasing from a node (SIGTERM: finish or hand back, exit)",
+         _configure_worker)
+def cmd_worker(args: argparse.Namespace) -> int:
+    import sys
+
+    from cronwheel import logs
+    from cronwheel.client import load_worker
+
+    sys.path.insert(0, os.getcwd())
+    try:
+        worker = load_worker(args.module)
+    except ImportError as exc:
+        raise InvalidArgument("module", f"cannot import {args.module!r}: {exc}") from exc
+    except LookupError as exc:
+        raise InvalidArgument("module", str(exc)) from exc
+    if args.address:
+        worker.address = args.address
+    if args.worker_id:
+        worker.worker_id = args.worker_id
+    if args.concurrency:
+        worker.concurrency = args.concurrency
+    if args.token:
+        worker.metadata = (("authorization", f"Bearer {args.token}"),)
+    logs.setup(node=worker.worker_id, level=args.log_level)
+    print(f"worker {worker.worker_id} serving {sorted(worker.handlers)} from {worker.address}", flush=True)
+    worker.run()
+    return 0

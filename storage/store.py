@@ -279,6 +279,8 @@ class PgStore:
         if p.oneoff_ids:
             cur = await conn.execute(q("queue_oneoffs"), {**fence, "ids": list(p.oneoff_ids)})
             fired.extend(Fired(*r) for r in await cur.fetchall())
+        if any(f.state == "queued" for f in fired):
+            await conn.execute(q("notify_queued"), {"payload": "fired"})  # wake every node's workers
         for ev in p.events:
             await conn.execute(
                 q("insert_partition_event"),

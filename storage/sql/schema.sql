@@ -149,3 +149,11 @@ CREATE TABLE events (
 );
 CREATE INDEX events_by_schedule ON events (schedule_id, at);
 CREATE INDEX events_by_kind ON events (kind, at);
+CREATE INDEX executions_queued_by_tenant ON executions (tenant, priority, run_at)
+    WHERE state = 'queued';
+-- Running work per tenant (concurrency caps).
+CREATE INDEX executions_running_by_tenant ON executions (tenant)
+    WHERE state = 'running';
+-- Buffered cron runs (overlap buffer_*) waiting for the run ahead of them.
+CREATE INDEX executions_buffered ON executions (schedule_id, scheduled_for)
+    WHERE state = 'scheduled' AND state_reason = 'buffered';

@@ -1,0 +1,125 @@
+"""DispatchService: workers lease executions, heartbeat, checkpoint, complete or fail them.
+
+A thin edge over cluster.dispatcher: converts messages, nothing else. Errors are raised as
+domain errors and mapped to status codes by cluster.grpc_errors.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from cronwheel.cluster.dispatcher import Dispatcher
+from cronwheel.errors import InvalidArgument
+from cronwheel.v1 import common_pb2, dispatch_pb2, dispatch_pb2_grpc
+
+DEFAULT_LEASE_S = 60.0
+PRIORITY = {"critical": common_pb2.PRIORITY_CRITICAL, "default": common_pb2.PRIORITY_DEFAULT,
+            "bulk": common_pb2.PRIORITY_BULK}
+STATE = {name.removeprefix("EXECUTION_STATE_").lower(): value
+         for name, value in common_pb2.ExecutionState.items()}
+TRIGGER = {name.removeprefix("TRIGGER_").lower(): value for name, value in common_pb2.Trigger.items()}
+
+Ctx = grpc.aio.ServicerContext[Any, Any]
+
+
+def parse_id(field: str, value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidArgument(field, f"must be a UUID, got {value[:64]!r}") from None
+
+
+def seconds(field: str, d: Duration, has: bool, default: float) -> float:
+    if not has:
+        return default
+    s = d.seconds + d.nanos / 1e9
+    if s < 0:
+        raise InvalidArgument(field, f"must not be negative, got {s:g} s")
+    return s
+
+
+def ts(dt: Any) -> Timestamp:
+    t = Timestamp()
+    if dt is not None:
+        t.FromDatetime(dt)
+    return t
+
+
+def leased(row: dict[str, Any]) -> dispatch_pb2.LeasedExecution:
+    m = dispatch_pb2.LeasedExecution(
+        execution_id=str(row["id"]),
+        schedule_id=str(row["schedule_id"] or ""),
+        tenant=row["tenant"],
+        type=row["type"],
+        payload_json=json.dumps(row["payload"]),
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        fencing_token=row["fencing_token"],
+        checkpoint_json="" if row["checkpoint"] is None else json.dumps(row["checkpoint"]),
+        priority=PRIORITY[row["priority"]],
+        trigger=TRIGGER.get(row["trigger"], 0),
+    )
+    m.scheduled_for.CopyFrom(ts(row["scheduled_for"]))
+    m.run_at.CopyFrom(ts(row["run_at"]))
+    m.lease_expires_at.CopyFrom(ts(row["lease_expires"]))
+    if row["timeout_s"]:
+        m.timeout.FromNanoseconds(int(row["timeout_s"] * 1e9))
+        from datetime import timedelta
+
+        m.deadline.CopyFrom(ts(row["started_at"] + timedelta(seconds=row["timeout_s"])))
+    return m
+
+
+class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.d = dispatcher
+
+    async def LeaseExecutions(self, request: dispatch_pb2.LeaseExecutionsRequest,  # noqa: N802
+                              context: Ctx) -> dispatch_pb2.LeaseExecutionsResponse:
+        lease_s = seconds("lease_duration", request.lease_duration, request.HasField("lease_duration"),
+                          DEFAULT_LEASE_S)
+        wait_s = seconds("wait_timeout", request.wait_timeout, request.HasField("wait_timeout"), 0.0)
+        remaining = context.time_remaining()
+        if remaining is not None:
+            wait_s = min(wait_s, max(0.0, remaining - 0.2))  # answer before the client gives up
+        rows = await self.d.lease(request.worker_id, list(request.job_types), request.max_count or 1,
+                                  lease_s, wait_s)
+        return dispatch_pb2.LeaseExecutionsResponse(executions=[leased(r) for r in rows])
+
+    async def Heartbeat(self, request: dispatch_pb2.HeartbeatRequest,  # noqa: N802
+                        context: Ctx) -> dispatch_pb2.HeartbeatResponse:
+        lease_s = seconds("lease_extension", request.lease_extension, request.HasField("lease_extension"),
+                          DEFAULT_LEASE_S)
+        expires, cancel = await self.d.heartbeat(parse_id("execution_id", request.execution_id),
+                                                 request.fencing_token, request.worker_id, lease_s)
+        r = dispatch_pb2.HeartbeatResponse(cancel_requested=cancel)
+        r.lease_expires_at.CopyFrom(ts(expires))
+        return r
+
+    async def Checkpoint(self, request: dispatch_pb2.CheckpointRequest,  # noqa: N802
+                         context: Ctx) -> dispatch_pb2.CheckpointResponse:
+        cancel = await self.d.checkpoint(parse_id("execution_id", request.execution_id), request.fencing_token,
+                                         request.worker_id, request.checkpoint_json)
+        return dispatch_pb2.CheckpointResponse(cancel_requested=cancel)
+
+    async def CompleteExecution(self, request: dispatch_pb2.CompleteExecutionRequest,  # noqa: N802
+                                context: Ctx) -> dispatch_pb2.CompleteExecutionResponse:
+        out = await self.d.complete(parse_id("execution_id", request.execution_id), request.fencing_token,
+                                    request.worker_id, request.result_json)
+        return dispatch_pb2.CompleteExecutionResponse(state=STATE[out.state])
+
+    async def FailExecution(self, request: dispatch_pb2.FailExecutionRequest,  # noqa: N802
+                            context: Ctx) -> dispatch_pb2.FailExecutionResponse:
+        out = await self.d.fail(parse_id("execution_id", request.execution_id), request.fencing_token,
+                                request.worker_id, request.error, request.retryable, request.error_type)
+        r = dispatch_pb2.FailExecutionResponse(state=STATE[out.state], attempt=out.attempt,
+                                               max_attempts=out.max_attempts)
+        if out.state == "retry_scheduled":
+            r.next_run_at.CopyFrom(ts(out.run_at))
+        return r

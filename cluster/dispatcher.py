@@ -1,0 +1,233 @@
+"""Claiming and finishing executions for workers (the logic behind DispatchService).
+
+Claim: priorities are polled in a weighted order (critical first most of the time, bulk first
+sometimes, so bulk is slow but never starved); within a priority, tenants are interleaved
+round-robin and capped by their free concurrency (`claim_candidates`), then the candidates still
+queued are locked `FOR UPDATE SKIP LOCKED` and leased: attempt + 1, fencing token + 1.
+Waiting workers long-poll: they are woken by `wake()` (NOTIFY cronwheel_queued from any node,
+or this node's own fire batches) rather than by fixed polling; a slow fallback poll covers
+missed notifications.
+
+Every call that carries a token is checked against the execution's current token, owner and
+state in the same statement; a mismatch changes nothing and raises StaleFencingToken.
+
+Concurrency: task-safe; all state is in PostgreSQL except the wake-up event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from cronwheel.clock import Clock
+from cronwheel.cluster.dispatch_policy import PriorityWeights, decide_failure, priority_order
+from cronwheel.errors import InvalidArgument, NotFound, StaleFencingToken
+from cronwheel.storage import PgStore
+from cronwheel.storage.queries import q
+
+MAX_CHECKPOINT_BYTES = 1024 * 1024
+MAX_RESULT_BYTES = 256 * 1024
+TERMINAL = ("succeeded", "failed", "dead", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchConfig:
+    weights: PriorityWeights = PriorityWeights()
+    fallback_poll_s: float = 1.0
+    max_lease_s: float = 3600.0
+    min_lease_s: float = 1.0
+    max_wait_s: float = 60.0
+    max_count: int = 100
+
+    def validate(self) -> DispatchConfig:
+        self.weights.validate()
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    state: str
+    run_at: Any
+    attempt: int
+    max_attempts: int
+
+
+def _json_size(field: str, value: str, limit: int) -> Any:
+    if len(value.encode()) > limit:
+        raise InvalidArgument(field, f"must be at most {limit} bytes, got {len(value.encode())}")
+    if not value:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise InvalidArgument(field, f"must be JSON: {exc}") from None
+
+
+class Dispatcher:
+    def __init__(self, store: PgStore, clock: Clock, config: DispatchConfig | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.store = store
+        self.clock = clock
+        self.config = (config or DispatchConfig()).validate()
+        self.rng = rng or random.Random()
+        self._wakeup = asyncio.Event()
+
+    def wake(self) -> None:
+        self._wakeup.set()
+        self._wakeup = asyncio.Event()
+
+    def check_lease(self, lease_s: float, field: str = "lease_duration") -> float:
+        if not self.config.min_lease_s <= lease_s <= self.config.max_lease_s:
+            raise InvalidArgument(field, f"must be between {self.config.min_lease_s:g} s and "
+                                         f"{self.config.max_lease_s:g} s, got {lease_s:g} s")
+        return lease_s
+
+    async def lease(self, worker: str, types: list[str], max_count: int, lease_s: float,
+                    wait_s: float) -> list[dict[str, Any]]:
+        if not worker.strip():
+            raise InvalidArgument("worker_id", "is required")
+        if not 1 <= max_count <= self.config.max_count:
+            raise InvalidArgument("max_count", f"must be 1..{self.config.max_count}, got {max_count}")
+        if not 0 <= wait_s <= self.config.max_wait_s:
+            raise InvalidArgument("wait_timeout", f"must be 0..{self.config.max_wait_s:g} s, got {wait_s:g}")
+        self.check_lease(lease_s)
+        deadline = self.clock.monotonic() + wait_s
+        while True:
+            waiter = self._wakeup  # taken before the claim, so a wake-up during it is not lost
+            rows = await self._claim_once(worker, types or None, max_count, lease_s)
+            left = deadline - self.clock.monotonic()
+            if rows or left <= 0:
+                return rows
+            try:
+                await asyncio.wait_for(waiter.wait(), min(left, self.config.fallback_poll_s))
+            except TimeoutError:
+                pass
+
+    async def _claim_once(self, worker: str, types: list[str] | None, max_count: int,
+                          lease_s: float) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for pri in priority_order(self.config.weights, self.rng.random()):
+            need = max_count - len(out)
+            if need <= 0:
+                break
+            async with self.store.transaction() as conn:
+                cur = await conn.execute(q("claim_candidates"), {"priority": pri, "types": types, "limit": need})
+                ids = [r[0] for r in await cur.fetchall()]
+                if not ids:
+                    continue
+                async with conn.cursor(row_factory=dict_row) as c:
+                    await c.execute(q("claim"), {"ids": ids, "worker": worker, "lease_s": lease_s})
+                    out.extend(await c.fetchall())
+        return out
+
+    async def _explain_mismatch(self, conn: Any, ident: uuid.UUID, token: int, worker: str) -> Exception:
+        cur = await conn.execute(q("execution_token_state"), {"id": ident})
+        row = await cur.fetchone()
+        if row is None:
+            return NotFound("execution", ident)
+        current, owner, state = int(row[0]), row[1], row[2]
+        if current != token:
+            return StaleFencingToken(ident, token, current)
+        if state != "running":
+            return _not_running(ident, state)
+        return _not_running(ident, f"leased by another worker ({owner})")
+
+    async def heartbeat(self, ident: uuid.UUID, token: int, worker: str, lease_s: float) -> tuple[Any, bool]:
+        self.check_lease(lease_s, "lease_extension")
+        async with self.store.transaction() as conn:
+            cur = await conn.execute(q("heartbeat"), {"id": ident, "token": token, "worker": worker,
+                                                      "lease_s": lease_s})
+            row = await cur.fetchone()
+            if row is None:
+                raise await self._explain_mismatch(conn, ident, token, worker)
+            return row[0], bool(row[1])
+
+    async def checkpoint(self, ident: uuid.UUID, token: int, worker: str, checkpoint_json: str) -> bool:
+        value = _json_size("checkpoint_json", checkpoint_json, MAX_CHECKPOINT_BYTES)
+        async with self.store.transaction() as conn:
+            cur = await conn.execute(q("checkpoint"), {"id": ident, "token": token, "worker": worker,
+                                                       "checkpoint": Jsonb(value)})
+            row = await cur.fetchone()
+            if row is None:
+                raise await self._explain_mismatch(conn, ident, token, worker)
+            return bool(row[0])
+
+    async def complete(self, ident: uuid.UUID, token: int, worker: str, result_json: str) -> Outcome:
+        result = _json_size("result_json", result_json, MAX_RESULT_BYTES)
+        return await self._finish(ident, token, worker, succeeded=True, result=result)
+
+    async def fail(self, ident: uuid.UUID, token: int, worker: str, error: str, retryable: bool,
+                   error_type: str) -> Outcome:
+        error = error.encode()[:16 * 1024].decode(errors="ignore")  # kept truncated, not refused
+        if len(error_type) > 200:
+            raise InvalidArgument("error_type", f"must be at most 200 characters, got {len(error_type)}")
+        return await self._finish(ident, token, worker, succeeded=False, error=error, retryable=retryable,
+                                  error_type=error_type)
+
+    async def _finish(self, ident: uuid.UUID, token: int, worker: str, *, succeeded: bool,
+                      result: Any = None, error: str = "", retryable: bool = True,
+                      error_type: str = "") -> Outcome:
+        async with self.store.transaction() as conn:
+            async with conn.cursor(row_factory=dict_row) as c:
+                await c.execute(q("lock_running"), {"id": ident, "token": token, "worker": worker})
+                run = await c.fetchone()
+            if run is None:
+                same = await self._repeat_of_finished(conn, ident, token, succeeded)
+                if same is not None:
+                    return same
+                raise await self._explain_mismatch(conn, ident, token, worker)
+            if succeeded:
+                state, delay, reason = "succeeded", 0.0, None
+            else:
+                d = decide_failure(
+                    attempt=run["attempt"], max_attempts=run["max_attempts"], retryable=retryable,
+                    cancel_requested=run["cancel_requested"], error_type=error_type,
+                    initial_s=run["retry_initial_s"], multiplier=run["retry_multiplier"],
+                    max_s=run["retry_max_s"], rand=self.rng.random())
+                state, delay, reason = d.state, d.delay_s, d.reason
+            cur = await conn.execute(q("finish"), {
+                "id": ident, "state": state, "reason": reason, "result": Jsonb(result) if result is not None else None,
+                "error": error or None, "error_type": error_type or None, "terminal": state in TERMINAL,
+                "delay_s": delay,
+            })
+            row = await cur.fetchone()
+            assert row is not None
+            if state == "succeeded" and run["schedule_id"] is not None:
+                await conn.execute(q("mark_success"), {"schedule_id": run["schedule_id"]})
+            if state in TERMINAL and run["schedule_id"] is not None:
+                cur = await conn.execute(q("release_buffered"), {"schedule_id": run["schedule_id"]})
+                if await cur.fetchone() is not None:
+                    await conn.execute(q("notify_queued"), {"payload": "buffered"})
+            if state == "dead":
+                await self.store.insert_event("dead_letter", tenant=run["tenant"], schedule_id=run["schedule_id"],
+                                              execution_id=ident, partition=run["partition"], actor=worker,
+                                              alert=True, data={"error": error[:2000], "attempts": run["attempt"]},
+                                              conn=conn)
+            if state == "queued":
+                await conn.execute(q("notify_queued"), {"payload": "requeued"})
+        return Outcome(row[0], row[1], int(row[2]), int(row[3]))
+
+    async def _repeat_of_finished(self, conn: Any, ident: uuid.UUID, token: int, succeeded: bool) -> Outcome | None:
+        """A retried Complete/Fail with the same token after it landed answers the same."""
+        cur = await conn.execute(q("finished_outcome"), {"id": ident})
+        row = await cur.fetchone()
+        if row is None or int(row[0]) != token:
+            return None
+        if succeeded and row[1] == "succeeded":
+            return Outcome(row[1], row[2], int(row[3]), int(row[4]))
+        if not succeeded and row[1] in ("failed", "dead", "retry_scheduled", "cancelled"):
+            return Outcome(row[1], row[2], int(row[3]), int(row[4]))
+        return None
+
+
+def _not_running(ident: uuid.UUID, state: str) -> Exception:
+    from cronwheel.errors import FailedPrecondition
+
+    return FailedPrecondition(f"execution {ident} is {state}, not running: stop working on it")

@@ -1,0 +1,63 @@
+"""The reaper: per owned partition, fenced, every interval_s.
+
+- a run whose lease lapsed without heartbeat goes back to `queued` (it may run twice: the
+  at-least-once contract), or to `dead`/`cancelled` when out of attempts or cancelled;
+- a run past its per-job timeout fails as `timeout` (retried with backoff if attempts remain);
+- retries whose backoff has passed become `queued`.
+
+Dead letters raise a `dead_letter` event (alert). Requeued work wakes the dispatchers.
+Not thread-safe: one task per node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+
+from cronwheel.errors import StaleEpoch, Unavailable
+from cronwheel.storage import PgStore
+from cronwheel.storage.queries import q
+
+log = logging.getLogger("cronwheel.cluster.reaper")
+
+
+class Reaper:
+    def __init__(self, store: PgStore, owned: Callable[[], Iterable[tuple[int, int]]],
+                 wake: Callable[[], None], interval_s: float = 1.0) -> None:
+        self.store = store
+        self.owned = owned
+        self.wake = wake
+        self.interval_s = interval_s
+        self.reaped = 0
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            for p, epoch in list(self.owned()):
+                try:
+                    await self.reap(p, epoch)
+                except StaleEpoch:
+                    pass  # the partition moved on; the coordinator will hear of it
+                except Unavailable as exc:
+                    log.warning("reaper deferred", extra={"event": "reap_deferred", "error": str(exc)})
+                    break
+
+    async def reap(self, p: int, epoch: int) -> int:
+        fence = {"partition": p, "epoch": epoch}
+        async with self.store.fenced(p, epoch) as conn:
+            changed = []
+            for name in ("reap_expired", "reap_timed_out", "requeue_retries"):
+                cur = await conn.execute(q(name), fence)
+                changed.extend(await cur.fetchall())
+            for row in changed:
+                if len(row) > 2 and row[1] == "dead":
+                    await self.store.insert_event(
+                        "dead_letter", tenant=row[3], schedule_id=row[2], execution_id=row[0], partition=p,
+                        actor="reaper", alert=True, data={"error": "lease expired or timed out"}, conn=conn)
+            if changed:
+                await conn.execute(q("notify_queued"), {"payload": "reaped"})
+        if changed:
+            self.reaped += len(changed)
+            self.wake()
+        return len(changed)

@@ -1,0 +1,144 @@
+-- name: claim_candidates
+-- Fair candidates for one priority: tenants with queued work (loose index scan), each capped by
+-- its free concurrency, interleaved round-robin by their oldest work. No locks are taken here.
+WITH RECURSIVE tq(tenant) AS (
+    (SELECT tenant FROM executions WHERE state = 'queued' ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.tenant FROM executions e
+             WHERE e.state = 'queued' AND e.tenant > tq.tenant ORDER BY e.tenant LIMIT 1)
+      FROM tq WHERE tq.tenant IS NOT NULL
+), room AS (
+    SELECT tq.tenant,
+           coalesce(t.max_concurrency, 1000)
+             - (SELECT count(*) FROM executions r WHERE r.tenant = tq.tenant AND r.state = 'running') AS free
+      FROM tq LEFT JOIN tenants t ON t.id = tq.tenant
+     WHERE tq.tenant IS NOT NULL
+), cand AS (
+    SELECT c.id, c.run_at, row_number() OVER (PARTITION BY room.tenant ORDER BY c.run_at) AS rn
+      FROM room, LATERAL (
+          SELECT e.id, e.run_at FROM executions e
+           WHERE e.tenant = room.tenant AND e.state = 'queued' AND e.priority = %(priority)s
+             AND e.run_at <= now()
+             AND (%(types)s::text[] IS NULL OR e.type = ANY(%(types)s::text[]))
+           ORDER BY e.run_at
+           LIMIT LEAST(room.free, %(limit)s)
+      ) c
+     WHERE room.free > 0
+)
+SELECT id FROM cand ORDER BY rn, run_at LIMIT %(limit)s;
+
+-- name: claim
+-- Lease the given candidates that are still queued (skipping ones another node is taking):
+-- one more attempt, a new fencing token, a lease deadline.
+WITH locked AS (
+    SELECT id FROM executions
+     WHERE id = ANY(%(ids)s::uuid[]) AND state = 'queued'
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE executions e
+   SET state = 'running', attempt = e.attempt + 1, fencing_token = e.fencing_token + 1,
+       lease_owner = %(worker)s, lease_expires = now() + make_interval(secs => %(lease_s)s),
+       started_at = now(), heartbeat_at = now(), error = NULL, error_type = NULL
+  FROM locked
+ WHERE e.id = locked.id
+RETURNING e.id, e.schedule_id, e.tenant, e.type, e.payload, e.scheduled_for, e.run_at, e.attempt,
+          e.max_attempts, e.fencing_token, e.checkpoint, e.lease_expires, e.timeout_s,
+          e.priority, e.trigger, e.started_at;
+
+-- name: heartbeat
+-- Extend a lease held with the current token; answers whether cancellation was requested.
+UPDATE executions
+   SET lease_expires = now() + make_interval(secs => %(lease_s)s), heartbeat_at = now()
+ WHERE id = %(id)s AND fencing_token = %(token)s AND lease_owner = %(worker)s AND state = 'running'
+RETURNING lease_expires, cancel_requested;
+
+-- name: checkpoint
+-- Save progress of a run held with the current token.
+UPDATE executions
+   SET checkpoint = %(checkpoint)s, heartbeat_at = now()
+ WHERE id = %(id)s AND fencing_token = %(token)s AND lease_owner = %(worker)s AND state = 'running'
+RETURNING cancel_requested;
+
+-- name: lock_running
+-- Lock a run held with the current token before finishing it.
+SELECT id, schedule_id, tenant, partition, attempt, max_attempts, retry_initial_s, retry_multiplier,
+       retry_max_s, cancel_requested, state
+  FROM executions
+ WHERE id = %(id)s AND fencing_token = %(token)s AND lease_owner = %(worker)s AND state = 'running'
+   FOR UPDATE;
+
+-- name: finish
+-- Record the outcome of a run (succeeded, failed, dead, cancelled, retry_scheduled, queued).
+UPDATE executions
+   SET state = %(state)s, state_reason = %(reason)s, result = %(result)s, error = %(error)s,
+       error_type = %(error_type)s, finished_at = CASE WHEN %(terminal)s THEN now() END,
+       run_at = CASE WHEN %(state)s = 'retry_scheduled' THEN now() + make_interval(secs => %(delay_s)s)
+                     ELSE run_at END,
+       attempt = CASE WHEN %(state)s = 'queued' THEN attempt - 1 ELSE attempt END,
+       queued_at = CASE WHEN %(state)s = 'queued' THEN now() ELSE queued_at END,
+       lease_owner = NULL, lease_expires = NULL
+ WHERE id = %(id)s
+RETURNING state, run_at, attempt, max_attempts;
+
+-- name: execution_token_state
+-- Why a token-checked call matched nothing: the run's current token, owner and state.
+SELECT fencing_token, lease_owner, state, result, error FROM executions WHERE id = %(id)s;
+
+-- name: mark_success
+-- A schedule's dead man's switch is fed by its runs' successes.
+UPDATE schedules SET last_success_at = now() WHERE id = %(schedule_id)s;
+
+-- name: release_buffered
+-- Overlap buffer_*: the run ahead finished, queue the oldest buffered run of the schedule.
+UPDATE executions
+   SET state = 'queued', state_reason = NULL, queued_at = now()
+ WHERE id = (SELECT id FROM executions
+              WHERE schedule_id = %(schedule_id)s AND state = 'scheduled' AND state_reason = 'buffered'
+              ORDER BY scheduled_for LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING id, priority;
+
+-- name: queue_depths
+-- Queued work per priority, for status and metrics.
+SELECT priority, count(*), min(run_at) FROM executions WHERE state = 'queued' GROUP BY priority;
+
+-- name: reap_expired
+-- Fenced: runs of the partition whose lease lapsed without heartbeat go back to the queue
+-- (at-least-once: they may run twice), or end when out of attempts or cancelled.
+UPDATE executions
+   SET state = CASE WHEN cancel_requested THEN 'cancelled'
+                    WHEN attempt >= max_attempts THEN 'dead'
+                    ELSE 'queued' END,
+       state_reason = 'lease expired without heartbeat',
+       error = 'lease expired', error_type = 'lease_expired',
+       queued_at = now(), lease_owner = NULL, lease_expires = NULL,
+       finished_at = CASE WHEN cancel_requested OR attempt >= max_attempts THEN now() END
+ WHERE partition = %(partition)s AND state = 'running' AND lease_expires < now()
+   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+RETURNING id, state, schedule_id, tenant, priority;
+
+-- name: reap_timed_out
+-- Fenced: runs past their per-job timeout fail as `timeout` (retried if attempts remain).
+UPDATE executions
+   SET state = CASE WHEN cancel_requested THEN 'cancelled'
+                    WHEN attempt >= max_attempts THEN 'dead'
+                    ELSE 'retry_scheduled' END,
+       state_reason = 'timed out after ' || timeout_s || ' s',
+       error = 'timeout', error_type = 'timeout', lease_owner = NULL, lease_expires = NULL,
+       run_at = now() + make_interval(secs => least(retry_max_s, retry_initial_s * power(retry_multiplier, attempt - 1)) * random()),
+       finished_at = CASE WHEN cancel_requested OR attempt >= max_attempts THEN now() END
+ WHERE partition = %(partition)s AND state = 'running' AND timeout_s IS NOT NULL
+   AND started_at + make_interval(secs => timeout_s) < now()
+   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+RETURNING id, state, schedule_id, tenant, priority;
+
+-- name: requeue_retries
+-- Fenced: retries whose backoff has passed become claimable.
+UPDATE executions
+   SET state = 'queued', queued_at = now()
+ WHERE partition = %(partition)s AND state = 'retry_scheduled' AND run_at <= now()
+   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+RETURNING id, priority;
+
+-- name: finished_outcome
+-- The recorded outcome of a run, to answer a repeated Complete/Fail with the same token.
+SELECT fencing_token, state, run_at, attempt, max_attempts FROM executions WHERE id = %(id)s;
