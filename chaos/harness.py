@@ -142,6 +142,35 @@ class ProcessCluster:
             raise RuntimeError(f"node {name} did not start: {log_path.read_text()[-2000:]}")
         return node
 
+    def start_worker(self, name: str, module: str, node: str | None = None, env: dict[str, str] | None = None,
+                     *extra: str) -> NodeProc:
+        """A `cronwheel worker MODULE` process leasing from `node` (default: the first live node)."""
+        target = self.nodes[node] if node else next(n for n in self.nodes.values() if n.alive() and n.address)
+        log_path = self.workdir / f"{name}.log"
+        cmd = [sys.executable, "-m", "cronwheel", "worker", module, "--address", target.address,
+               "--worker-id", name, *extra]
+        full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path.cwd()), os.environ.get("PYTHONPATH", "")]),
+                    **(env or {})}
+        with open(log_path, "w") as err:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, stdin=subprocess.DEVNULL,
+                                    env=full_env)
+        w = NodeProc(name, proc, log_path)
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            with proc.stdout:
+                for line in proc.stdout:
+                    w.lines.append(line.rstrip("\n"))
+                    if line.startswith("worker "):
+                        ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        self.nodes[name] = w
+        if not ready.wait(30):
+            raise RuntimeError(f"worker {name} did not start: {log_path.read_text()[-2000:]}")
+        return w
+
     def stop_node(self, name: str, timeout: float = 15) -> int:
         n = self.nodes[name]
         n.signal(signal.SIGTERM)
@@ -241,3 +270,27 @@ def create_schedules(dsn: str, partitions: int, specs: list[Any]) -> list[dict[s
             await store.close()
 
     return list(asyncio.run(go()))
+
+
+def submit_jobs(dsn: str, partitions: int, jobs: list[Any]) -> list[tuple[dict[str, Any], bool]]:
+    """Submit one-off jobs through the same command the API uses."""
+    from cronwheel.clock import SystemClock
+    from cronwheel.cluster.scheduling_runs import submit_job
+    from cronwheel.storage import PgStore, StoreConfig
+
+    async def go() -> list[tuple[dict[str, Any], bool]]:
+        store = PgStore(StoreConfig(dsn=dsn, max_connections=2))
+        await store.open()
+        try:
+            return [await submit_job(store, j, SystemClock().now(), partitions) for j in jobs]
+        finally:
+            await store.close()
+
+    return list(asyncio.run(go()))
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except FileNotFoundError:
+        return []
