@@ -45,7 +45,8 @@ def wait_state(c: ProcessCluster, eid: uuid.UUID, states: set[str], timeout: flo
         if rows and rows[0][0] in states:
             return str(rows[0][0])
         time.sleep(0.05)
-    raise TimeoutError(f"{eid} not in {states}: {c.sql('SELECT state, attempt, error FROM executions WHERE id = %s', eid)}")
+    now = c.sql("SELECT state, attempt, error FROM executions WHERE id = %s", eid)
+    raise TimeoutError(f"{eid} not in {states}: {now}")
 
 
 def stub(c: ProcessCluster) -> tuple[grpc.Channel, dispatch_pb2_grpc.DispatchServiceStub]:
