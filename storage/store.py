@@ -88,6 +88,7 @@ class FireBatchParams:
     advances: Sequence[ScheduleAdvance] = ()
     oneoff_ids: Sequence[uuid.UUID] = ()
     replace_schedule_ids: Sequence[uuid.UUID] = ()  # overlap `replace`: stop their active runs
+    plain: PlainTicks | None = None
     events: Sequence[PartitionEvent] = ()
 
 
@@ -106,10 +107,24 @@ class Fired:
 
 
 @dataclass(frozen=True, slots=True)
+class PlainTicks:
+    """Cron ticks with nothing special about them (state queued, no overlap policy to apply):
+    parallel columns, Unix seconds. The fast path of the firing hot loop."""
+
+    schedule_ids: list[uuid.UUID]
+    ticks: list[float]
+    run_ats: list[float]
+    nexts: list[float]
+    versions: list[int]
+
+
+@dataclass(frozen=True, slots=True)
 class FireBatchResult:
     fired: tuple[Fired, ...]
     duplicates: int  # ticks that already had an execution (someone fired them before)
     advanced: int
+    plain_inserted: int = 0  # plain ticks inserted (they are not listed in `fired`)
+    plain_stale: int = 0  # plain ticks not fired: their schedule changed, was paused or deleted
 
 
 def _map_errors(exc: psycopg.Error) -> Exception:
@@ -279,7 +294,19 @@ class PgStore:
         if p.oneoff_ids:
             cur = await conn.execute(q("queue_oneoffs"), {**fence, "ids": list(p.oneoff_ids)})
             fired.extend(Fired(*r) for r in await cur.fetchall())
-        if any(f.state == "queued" for f in fired):
+        plain_inserted = plain_stale = 0
+        if p.plain is not None and p.plain.schedule_ids:
+            cur = await conn.execute(q("fire_ticks"), {
+                **fence, "schedule_ids": p.plain.schedule_ids, "ticks": p.plain.ticks, "run_ats": p.plain.run_ats,
+                "nexts": p.plain.nexts, "versions": p.plain.versions,
+            }, binary=True)
+            row = await cur.fetchone()
+            assert row is not None
+            adv, plain_inserted = int(row[0]), int(row[1])
+            advanced += adv
+            dupes += adv - plain_inserted
+            plain_stale = len(p.plain.schedule_ids) - adv
+        if plain_inserted or any(f.state == "queued" for f in fired):
             await conn.execute(q("notify_queued"), {"payload": "fired"})  # wake every node's workers
         for ev in p.events:
             await conn.execute(
@@ -287,7 +314,7 @@ class PgStore:
                 {**fence, "tenant": None, "kind": ev.kind, "schedule_id": ev.schedule_id,
                  "execution_id": None, "actor": "scheduler", "alert": ev.alert, "data": Jsonb(ev.data)},
             )
-        return FireBatchResult(tuple(fired), dupes, advanced)
+        return FireBatchResult(tuple(fired), dupes, advanced, plain_inserted, plain_stale)
 
     # ------------------------------------------------------------------ generic helpers
 

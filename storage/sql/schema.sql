@@ -131,7 +131,6 @@ CREATE INDEX executions_queued ON executions (priority, run_at)
 -- The reaper: running executions by lease expiry.
 CREATE INDEX executions_running ON executions (partition, lease_expires)
     WHERE state = 'running';
-CREATE INDEX executions_by_schedule ON executions (schedule_id, scheduled_for);
 CREATE INDEX executions_by_tenant ON executions (tenant, created_at, id);
 
 -- Append-only audit and alert log.

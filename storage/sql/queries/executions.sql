@@ -63,7 +63,7 @@ INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, sched
                         retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
 SELECT v.id, s.id, s.tenant, s.job_type, s.payload, s.partition, v.scheduled_for, v.run_at,
        s.priority, v.state, v.state_reason, v.trigger, s.max_attempts, s.retry_initial_s,
-       s.retry_multiplier, s.retry_max_s, s.timeout_s, %(epoch)s, now(),
+       s.retry_multiplier, s.retry_max_s, s.timeout_s, %(epoch)s, clock_timestamp(),
        CASE WHEN v.state = 'queued' THEN now() END
   FROM unnest(%(ids)s::uuid[], %(schedule_ids)s::uuid[], %(scheduled_fors)s::timestamptz[],
               %(run_ats)s::timestamptz[], %(states)s::text[], %(state_reasons)s::text[],
@@ -77,7 +77,7 @@ RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;
 -- name: queue_oneoffs
 -- Fenced: move due one-off jobs from scheduled to queued.
 UPDATE executions
-   SET state = 'queued', queued_at = now(), fired_at = now(), fired_epoch = %(epoch)s
+   SET state = 'queued', queued_at = now(), fired_at = clock_timestamp(), fired_epoch = %(epoch)s
  WHERE id = ANY(%(ids)s::uuid[]) AND partition = %(partition)s AND state = 'scheduled'
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
 RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;
@@ -85,3 +85,35 @@ RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;
 -- name: notify_queued
 -- Wake dispatchers: work of this priority was queued (delivered at commit).
 SELECT pg_notify('cronwheel_queued', %(payload)s);
+
+-- name: fire_ticks
+-- Fenced fast path for plain cron ticks: in ONE statement, advance each schedule that is still
+-- at the version it was loaded with (and not paused or deleted) and insert the execution of its
+-- tick; a tick that already has one is left alone (its schedule still advances). Times are Unix
+-- seconds (float8), cheaper to send than timestamps.
+WITH v AS (
+    SELECT * FROM unnest(%(schedule_ids)s::uuid[], %(ticks)s::float8[], %(run_ats)s::float8[],
+                         %(nexts)s::float8[], %(versions)s::bigint[])
+           AS v(schedule_id, tick, run_at, next_ts, version)
+), adv AS (
+    UPDATE schedules AS s
+       SET next_run_at = to_timestamp(v.next_ts), last_scheduled_for = to_timestamp(v.tick)
+      FROM v
+     WHERE s.id = v.schedule_id AND s.partition = %(partition)s AND s.version = v.version
+       AND NOT s.paused AND s.deleted_at IS NULL
+       AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+    RETURNING s.id, s.tenant, s.job_type, s.payload, s.priority, s.max_attempts, s.retry_initial_s,
+              s.retry_multiplier, s.retry_max_s, s.timeout_s, v.tick, v.run_at
+), ins AS (
+    INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
+                            priority, state, trigger, max_attempts, retry_initial_s, retry_multiplier,
+                            retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
+    SELECT gen_random_uuid(), adv.id, adv.tenant, adv.job_type, adv.payload, %(partition)s,
+           to_timestamp(adv.tick), to_timestamp(adv.run_at), adv.priority, 'queued', 'cron',
+           adv.max_attempts, adv.retry_initial_s, adv.retry_multiplier, adv.retry_max_s, adv.timeout_s,
+           %(epoch)s, clock_timestamp(), now()
+      FROM adv
+    ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM adv) AS advanced, (SELECT count(*) FROM ins) AS inserted;
