@@ -28,6 +28,7 @@ from psycopg.types.json import Jsonb
 
 from cronwheel.clock import Clock
 from cronwheel.cluster.dispatch_policy import PriorityWeights, decide_failure, priority_order
+from cronwheel.cluster.metrics import Metrics
 from cronwheel.errors import InvalidArgument, NotFound, StaleFencingToken
 from cronwheel.storage import PgStore
 from cronwheel.storage.queries import q
@@ -72,7 +73,8 @@ def _json_size(field: str, value: str, limit: int) -> Any:
 
 class Dispatcher:
     def __init__(self, store: PgStore, clock: Clock, config: DispatchConfig | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, metrics: Metrics | None = None) -> None:
+        self.metrics = metrics
         self.store = store
         self.clock = clock
         self.config = (config or DispatchConfig()).validate()
@@ -125,6 +127,9 @@ class Dispatcher:
                 async with conn.cursor(row_factory=dict_row) as c:
                     await c.execute(q("claim"), {"ids": ids, "worker": worker, "lease_s": lease_s})
                     out.extend(await c.fetchall())
+        if self.metrics is not None:
+            for r in out:
+                self.metrics.start_lag.observe((r["started_at"] - r["run_at"]).total_seconds())
         return out
 
     async def _explain_mismatch(self, conn: Any, ident: uuid.UUID, token: int, worker: str) -> Exception:
@@ -212,6 +217,8 @@ class Dispatcher:
                                               conn=conn)
             if state == "queued":
                 await conn.execute(q("notify_queued"), {"payload": "requeued"})
+        if self.metrics is not None:
+            self.metrics.record_outcome(row[0], error_type)
         return Outcome(row[0], row[1], int(row[2]), int(row[3]))
 
     async def _repeat_of_finished(self, conn: Any, ident: uuid.UUID, token: int, succeeded: bool) -> Outcome | None:

@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronwheel.clock import Clock
+from cronwheel.cluster.metrics import Metrics
 from cronwheel.cluster.schedules import SchedInfo, ScheduleCache
 from cronwheel.cron import OverlapAction, decide_misfire, decide_overlap
 from cronwheel.errors import StaleEpoch, Unavailable
@@ -99,7 +100,9 @@ class Firer:
         epoch_if_trusted: Callable[[int], int | None],
         on_stale: Callable[[int, int], None],
         on_fired: Callable[[list[Fired]], None] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
+        self.metrics = metrics
         self.store = store
         self.clock = clock
         self.config = config.validate()
@@ -351,6 +354,8 @@ class Firer:
                 res = await self.store.write_fire(conn, params)
         except StaleEpoch as exc:
             self.stats.stale_epoch += 1
+            if self.metrics is not None:
+                self.metrics.stale_epoch.inc()
             log.warning("stale epoch: write refused", extra={"event": "stale_epoch", "partition": p,
                                                              "epoch": st.epoch, "current": exc.current})
             self._drop(p)
@@ -360,6 +365,15 @@ class Firer:
             log.warning("fire deferred", extra={"event": "fire_deferred", "partition": p, "error": str(exc)})
             return False
         self.stats.fired += len(res.fired) + res.plain_inserted
+        if self.metrics is not None:
+            now = self.clock.now_ts()
+            obs = self.metrics.fire_lag.observe
+            for f in res.fired:
+                obs(now - f.run_at.timestamp())
+            if params.plain is not None and res.plain_inserted:
+                for run_at in params.plain.run_ats:
+                    obs(now - run_at)
+            self.metrics.fired.inc(len(res.fired) + res.plain_inserted)
         self.stats.duplicates += res.duplicates
         if (res.fired or res.plain_inserted) and self.on_fired is not None:
             self.on_fired(list(res.fired))

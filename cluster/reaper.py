@@ -6,6 +6,8 @@
 - retries whose backoff has passed become `queued`.
 
 Dead letters raise a `dead_letter` event (alert). Requeued work wakes the dispatchers.
+The dead man's switch lives here too: a schedule with `alert_if_no_success_within_s` and no
+success in that window raises one `no_success_alert` event (cleared by its next success).
 Not thread-safe: one task per node.
 """
 
@@ -30,6 +32,7 @@ class Reaper:
         self.wake = wake
         self.interval_s = interval_s
         self.reaped = 0
+        self.success_alerts = 0
 
     async def run(self) -> None:
         while True:
@@ -57,6 +60,13 @@ class Reaper:
                         actor="reaper", alert=True, data={"error": "lease expired or timed out"}, conn=conn)
             if changed:
                 await conn.execute(q("notify_queued"), {"payload": "reaped"})
+            cur = await conn.execute(q("dead_mans_switch"), fence)
+            for sid, tenant, last_ok, within_s in await cur.fetchall():
+                self.success_alerts += 1
+                await self.store.insert_event(
+                    "no_success_alert", tenant=tenant, schedule_id=sid, partition=p, actor="reaper", alert=True,
+                    data={"last_success_at": last_ok.isoformat() if last_ok else None, "within_s": within_s},
+                    conn=conn)
         if changed:
             self.reaped += len(changed)
             self.wake()

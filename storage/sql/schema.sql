@@ -68,6 +68,9 @@ CREATE TABLE schedules (
     last_scheduled_for           timestamptz,
     alert_if_no_success_within_s double precision CHECK (alert_if_no_success_within_s > 0),
     last_success_at              timestamptz,
+    -- Dead man's switch: when "no success within alert_if_no_success_within_s" was raised
+    -- (NULL: not raised since the last success).
+    success_alert_at             timestamptz,
     created_at                   timestamptz NOT NULL DEFAULT now(),
     updated_at                   timestamptz NOT NULL DEFAULT now(),
     deleted_at                   timestamptz

@@ -86,7 +86,7 @@ SELECT fencing_token, lease_owner, state, result, error FROM executions WHERE id
 
 -- name: mark_success
 -- A schedule's dead man's switch is fed by its runs' successes.
-UPDATE schedules SET last_success_at = now() WHERE id = %(schedule_id)s;
+UPDATE schedules SET last_success_at = now(), success_alert_at = NULL WHERE id = %(schedule_id)s;
 
 -- name: release_buffered
 -- Overlap buffer_*: the run ahead finished, queue the oldest buffered run of the schedule.
@@ -99,7 +99,7 @@ RETURNING id, priority;
 
 -- name: queue_depths
 -- Queued work per priority, for status and metrics.
-SELECT priority, count(*), min(run_at) FROM executions WHERE state = 'queued' GROUP BY priority;
+SELECT priority, count(*) AS count, min(run_at) AS oldest FROM executions WHERE state = 'queued' GROUP BY priority;
 
 -- name: reap_expired
 -- Fenced: runs of the partition whose lease lapsed without heartbeat go back to the queue
@@ -142,3 +142,27 @@ RETURNING id, priority;
 -- name: finished_outcome
 -- The recorded outcome of a run, to answer a repeated Complete/Fail with the same token.
 SELECT fencing_token, state, run_at, attempt, max_attempts FROM executions WHERE id = %(id)s;
+
+-- name: dead_mans_switch
+-- Fenced: schedules of the partition with no success within their alert window raise the
+-- alert once (until the next success clears it).
+UPDATE schedules
+   SET success_alert_at = now()
+ WHERE partition = %(partition)s AND alert_if_no_success_within_s IS NOT NULL
+   AND success_alert_at IS NULL AND deleted_at IS NULL AND NOT paused
+   AND coalesce(last_success_at, created_at) + make_interval(secs => alert_if_no_success_within_s) < now()
+   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+RETURNING id, tenant, last_success_at, alert_if_no_success_within_s;
+
+-- name: overdue_success_alerts
+-- Schedules whose dead man's switch is raised now (for the metric).
+SELECT count(*) FROM schedules WHERE success_alert_at IS NOT NULL AND deleted_at IS NULL;
+
+-- name: executions_by_state
+-- Executions per state (metrics; a full count, run every few seconds by each node).
+SELECT state, count(*) AS n FROM executions GROUP BY state;
+
+-- name: stuck_executions
+-- Runs still `running` past their lease plus a grace: the reaper should have taken them.
+SELECT count(*) FROM executions
+ WHERE state = 'running' AND lease_expires < now() - make_interval(secs => %(grace_s)s);
