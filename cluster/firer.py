@@ -147,27 +147,32 @@ class Firer:
     async def _load(self, p: int, st: PartitionState, horizon: float, full: bool) -> None:
         after = None if full else utc(st.loaded_until)
         params = {"partition": p, "horizon": utc(horizon), "after": after}
-        rows = await self.store.fetch_all("due_schedules", params)
-        oneoffs = await self.store.fetch_all("due_oneoffs", params)
-        if self.parts.get(p) is not st:
-            return
-        now = self.clock.now_ts()
         misfired = []
-        for r in rows:
-            info = self.schedules.put(p, r)
-            if info is None:
-                continue
-            tick = r["next_run_at"].timestamp()
-            if tick < now - self.config.misfire_grace_s:
-                misfired.append((info, r))
-            else:
-                self._insert(st, p, info.id, tick, info.run_at(tick))
-        for o in oneoffs:
-            ts = o["run_at"].timestamp()
-            self._insert(st, p, o["id"], ts, ts, kind="o")
+        # Streamed in chunks, yielding between them: a big preload must not starve the lease.
+        async for rows in self.store.stream("due_schedules", params):
+            if self.parts.get(p) is not st:
+                return
+            now = self.clock.now_ts()
+            for r in rows:
+                info = self.schedules.put(p, r)
+                if info is None:
+                    continue
+                tick = r["next_run_at"].timestamp()
+                if tick < now - self.config.misfire_grace_s:
+                    misfired.append((info, r))
+                else:
+                    self._insert(st, p, info.id, tick, info.run_at(tick))
+            await asyncio.sleep(0)
+        async for rows in self.store.stream("due_oneoffs", params):
+            if self.parts.get(p) is not st:
+                return
+            for o in rows:
+                ts = o["run_at"].timestamp()
+                self._insert(st, p, o["id"], ts, ts, kind="o")
+            await asyncio.sleep(0)
         st.loaded_until = max(st.loaded_until, horizon)
-        if misfired:
-            await self._apply_misfires(p, st, misfired, now)
+        for i in range(0, len(misfired), self.config.batch_size):
+            await self._apply_misfires(p, st, misfired[i:i + self.config.batch_size], self.clock.now_ts())
 
     def _insert(self, st: PartitionState, p: int, ident: uuid.UUID, tick: float, run_at: float,
                 kind: str = "s") -> None:

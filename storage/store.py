@@ -324,6 +324,19 @@ class PgStore:
                 await cur.execute(q(name), params)
                 return list(await cur.fetchall())
 
+    async def stream(self, name: str, params: dict[str, Any], chunk: int = 5000) -> AsyncIterator[list[Row]]:
+        """Rows of a query in chunks, through a server-side cursor, so a caller can yield to its
+        event loop between chunks (a node preloading a million schedules must keep renewing its
+        lease meanwhile)."""
+        async with self.transaction() as conn:
+            async with conn.cursor(name=f"cw_stream_{uuid.uuid4().hex[:12]}", row_factory=dict_row) as cur:
+                await cur.execute(q(name), params)
+                while True:
+                    rows = await cur.fetchmany(chunk)
+                    if not rows:
+                        return
+                    yield rows
+
     async def fetch_one(self, name: str, params: dict[str, Any]) -> Row | None:
         async with self.connection() as conn:
             async with conn.cursor(row_factory=dict_row) as cur:
