@@ -26,7 +26,10 @@ log = logging.getLogger("cronwheel.cluster.reaper")
 
 class Reaper:
     def __init__(self, store: PgStore, owned: Callable[[], Iterable[tuple[int, int]]],
-                 wake: Callable[[], None], interval_s: float = 1.0) -> None:
+                 wake: Callable[[], None], interval_s: float = 1.0, retention_days: int = 30,
+                 prune_every_s: float = 600.0) -> None:
+        self.retention_days = retention_days
+        self.prune_every_s = prune_every_s
         self.store = store
         self.owned = owned
         self.wake = wake
@@ -35,8 +38,16 @@ class Reaper:
         self.success_alerts = 0
 
     async def run(self) -> None:
+        since_prune = self.prune_every_s
         while True:
             await asyncio.sleep(self.interval_s)
+            since_prune += self.interval_s
+            if since_prune >= self.prune_every_s:
+                since_prune = 0.0
+                try:  # retention of the audit log and ownership history (any node may do it)
+                    await self.store.fetch_one("prune_history", {"days": self.retention_days})
+                except Unavailable:
+                    pass
             for p, epoch in list(self.owned()):
                 try:
                     await self.reap(p, epoch)

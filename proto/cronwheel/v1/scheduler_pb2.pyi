@@ -271,12 +271,14 @@ class ExplainedTick(_message.Message):
     def __init__(self, scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[_Union[TickOutcome, str]] = ..., execution_id: _Optional[str] = ..., execution_state: _Optional[_Union[_common_pb2.ExecutionState, str]] = ..., reason: _Optional[str] = ..., fire_lag: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ExplainScheduleResponse(_message.Message):
-    __slots__ = ("ticks", "next_page_token")
+    __slots__ = ("ticks", "next_page_token", "notes")
     TICKS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
     ticks: _containers.RepeatedCompositeFieldContainer[ExplainedTick]
     next_page_token: str
-    def __init__(self, ticks: _Optional[_Iterable[_Union[ExplainedTick, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ticks: _Optional[_Iterable[_Union[ExplainedTick, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("tenant", "type", "payload_json", "run_at", "priority", "retry_policy", "timeout", "idempotency_key")

@@ -1,0 +1,277 @@
+""""Why did or didn't it fire?": one line per tick of a schedule in a window.
+
+The ticks come from the cron module (the schedule's expression, zone and DST policy as they were
+at each moment: `schedule_updated` events carry old and new values), not from what happened.
+Each tick is then matched against the durable records, in this order:
+
+    before creation / after deletion     NOT_YET_CREATED / DELETED
+    an execution for (schedule, tick)    FIRED (DST_SHIFTED if its local time was in a gap),
+                                         SKIPPED_OVERLAP, SKIPPED_MISFIRE (state skipped)
+    a misfire event covering the tick    REFUSED_CATCH_UP, COALESCED_MISFIRE, SKIPPED_MISFIRE
+    paused at the tick                   PAUSED (from when, by whom)
+    in the future / just due             PENDING
+    nothing                              MISSED, with the partition's ownership gap if any
+
+Occurrences the DST policy dropped (a gap time under gap=skip, the other pass of a repeated
+hour) are listed too (DST_SKIPPED / DST_REPEATED), found by comparing with the same expression
+under the most permissive policy (gap shift, repeated both).
+
+`explain()` is pure: the facts and `now` are arguments. `load_facts()` reads them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from cronwheel.cron import CronSchedule, DstPolicy, GapPolicy, RepeatedPolicy, parse_dst_policy, parse_schedule
+from cronwheel.errors import InvalidArgument, NotFound
+from cronwheel.storage import PgStore
+
+MAX_TICKS = 100_000
+PENDING_GRACE = timedelta(seconds=2)
+
+
+@dataclass(frozen=True, slots=True)
+class Explained:
+    tick: datetime
+    outcome: str  # FIRED, SKIPPED_OVERLAP, ... (TickOutcome names without the prefix)
+    reason: str
+    execution_id: uuid.UUID | None = None
+    execution_state: str | None = None
+    fire_lag_s: float | None = None
+
+
+@dataclass
+class Facts:
+    schedule: dict[str, Any]
+    executions: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    ownership: list[dict[str, Any]] = field(default_factory=list)  # partition_history rows
+
+
+def _definition_segments(f: Facts) -> list[tuple[datetime, dict[str, Any]]]:
+    """[(from, {cron, timezone, dst_gap, dst_repeated})] oldest first, from update events."""
+    cur = {k: f.schedule[k] for k in ("cron", "timezone", "dst_gap", "dst_repeated")}
+    keys = {"cron": "cron", "timezone": "timezone", "dst_policy.gap": "dst_gap",
+            "dst_policy.repeated_hour": "dst_repeated"}
+    segs: list[tuple[datetime, dict[str, Any]]] = []
+    for ev in sorted((e for e in f.events if e["kind"] == "schedule_updated"), key=lambda e: e["at"], reverse=True):
+        changes = (ev["data"] or {}).get("changes", {})
+        timing = {keys[k]: v for k, v in changes.items() if k in keys}
+        if not timing:
+            continue
+        segs.append((ev["at"], dict(cur)))
+        for k, (old, _new) in timing.items():
+            cur[k] = old
+    segs.append((f.schedule["created_at"], cur))
+    return list(reversed(segs))
+
+
+def _cron(defn: dict[str, Any], sid: str, permissive: bool = False) -> CronSchedule:
+    if permissive:
+        pol = DstPolicy(gap=GapPolicy.SHIFT, repeated=RepeatedPolicy.BOTH)
+    else:
+        pol = parse_dst_policy({"gap": defn["dst_gap"], "repeated": defn["dst_repeated"]})
+    return parse_schedule(defn["cron"], defn["timezone"], dst_policy=pol, schedule_id=sid)
+
+
+def _intervals(events: list[dict[str, Any]], start_kind: str, end_kind: str) -> list[tuple[datetime, datetime | None,
+                                                                                           dict[str, Any]]]:
+    out: list[tuple[datetime, datetime | None, dict[str, Any]]] = []
+    open_: dict[str, Any] | None = None
+    for ev in sorted(events, key=lambda e: e["at"]):
+        if ev["kind"] == start_kind and open_ is None:
+            open_ = ev
+        elif ev["kind"] == end_kind and open_ is not None:
+            out.append((open_["at"], ev["at"], open_))
+            open_ = None
+    if open_ is not None:
+        out.append((open_["at"], None, open_))
+    return out
+
+
+def _unowned(ownership: list[dict[str, Any]], t: datetime) -> tuple[datetime | None, datetime | None] | None:
+    """The ownership gap of the partition around t, or None if someone owned it at t."""
+    owner_since: dict[int, datetime] = {}
+    last_end: datetime | None = None
+    for row in sorted(ownership, key=lambda r: r["at"]):
+        if row["at"] > t:
+            if not owner_since:
+                return (last_end, row["at"]) if row["kind"] == "acquired" else (last_end, None)
+            return None
+        if row["kind"] == "acquired":
+            owner_since[row["epoch"]] = row["at"]
+        else:
+            if owner_since.pop(row["epoch"], None) is not None and not owner_since:
+                last_end = row["at"]
+    return None if owner_since else (last_end, None)
+
+
+def explain(f: Facts, start: datetime, end: datetime, now: datetime) -> list[Explained]:
+    s = f.schedule
+    sid = str(s["id"])
+    by_tick = {e["scheduled_for"]: e for e in f.executions}
+    pauses = _intervals(f.events, "schedule_paused", "schedule_resumed")
+    misfires = [e for e in f.events if e["kind"] in ("misfire_refused", "misfire_skipped")]
+    segs = _definition_segments(f)
+    out: list[Explained] = []
+    for i, (seg_from, defn) in enumerate(segs):
+        seg_to = segs[i + 1][0] if i + 1 < len(segs) else None
+        lo = max(start, seg_from if i else start)
+        hi = min(end, seg_to) if seg_to else end
+        if lo >= hi:
+            continue
+        cron, loose = _cron(defn, sid), _cron(defn, sid, permissive=True)
+        # The window is [start, end): ticks_between(a, b) yields a < t <= b.
+        real = list(cron.ticks_between(lo - timedelta(microseconds=1), hi - timedelta(microseconds=1)))
+        if len(out) + len(real) > MAX_TICKS:
+            raise InvalidArgument("range", f"the window holds more than {MAX_TICKS} ticks; narrow it")
+        real_set = set(real)
+        for t in loose.ticks_between(lo - timedelta(microseconds=1), hi - timedelta(microseconds=1)):
+            if t not in real_set:
+                out.append(_dst_dropped(t, defn))
+        for t in real:
+            out.append(_one(t, s, by_tick, pauses, misfires, f.ownership, now, defn))
+    out.sort(key=lambda e: e.tick)
+    return out
+
+
+def _dst_dropped(t: datetime, defn: dict[str, Any]) -> Explained:
+    from zoneinfo import ZoneInfo
+
+    local = t.astimezone(ZoneInfo(defn["timezone"]))
+    if local.fold == 1 or _is_first_of_repeated(t, defn["timezone"]):
+        return Explained(t, "DST_REPEATED", f"{local:%H:%M} local occurs twice at fall-back; this pass is not run "
+                                            f"under the repeated-hour rule ({defn['dst_repeated'] or 'default'})")
+    return Explained(t, "DST_SKIPPED", f"local time fell in the DST gap; not run under gap policy "
+                                       f"{defn['dst_gap'] or 'default'}")
+
+
+def _is_first_of_repeated(t: datetime, tz: str) -> bool:
+    from zoneinfo import ZoneInfo
+
+    z = ZoneInfo(tz)
+    local = t.astimezone(z).replace(tzinfo=None)
+    return local.replace(tzinfo=z, fold=0).utcoffset() != local.replace(tzinfo=z, fold=1).utcoffset()
+
+
+def _gap_shifted(t: datetime, defn: dict[str, Any], sid: str) -> bool:
+    """A tick at a gap's end that the strict expression (gap skip) would not produce."""
+    strict = parse_schedule(defn["cron"], defn["timezone"],
+                            dst_policy=DstPolicy(gap=GapPolicy.SKIP, repeated=RepeatedPolicy.BOTH), schedule_id=sid)
+    return strict.next_after(t - timedelta(seconds=1)) != t
+
+
+def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]],
+         pauses: list[tuple[datetime, datetime | None, dict[str, Any]]], misfires: list[dict[str, Any]],
+         ownership: list[dict[str, Any]], now: datetime, defn: dict[str, Any]) -> Explained:
+    ex = by_tick.get(t)  # first: a backfilled tick from before creation still has its execution
+    if ex is None and t < s["created_at"]:
+        return Explained(t, "NOT_YET_CREATED", f"the schedule was created at {s['created_at'].isoformat()}")
+    if ex is None and s.get("deleted_at") and t > s["deleted_at"]:
+        return Explained(t, "DELETED", f"the schedule was deleted at {s['deleted_at'].isoformat()}")
+    if ex is not None:
+        lag = (ex["fired_at"] - ex["run_at"]).total_seconds() if ex.get("fired_at") else None
+        common = {"execution_id": ex["id"], "execution_state": ex["state"], "fire_lag_s": lag}
+        reason = ex.get("state_reason") or ""
+        if ex["state"] == "skipped" and reason.startswith("overlap"):
+            return Explained(t, "SKIPPED_OVERLAP", reason, **common)
+        if ex["state"] == "skipped" and reason.startswith("misfire"):
+            return Explained(t, "SKIPPED_MISFIRE", _misfire_reason(reason, t, ownership), **common)
+        how = {"catch_up": "caught up after a misfire", "backfill": "backfilled", "manual": "triggered by hand"}.get(
+            ex["trigger"], "fired")
+        lag_txt = f" {lag * 1000:.0f} ms after run_at" if lag is not None else ""
+        attempts = f"; {ex['state']} after {ex['attempt']} attempt(s)"
+        if ex["trigger"] == "catch_up":
+            how += _misfire_reason("", t, ownership)
+        if _gap_shifted(t, defn, str(s["id"])):
+            return Explained(t, "DST_SHIFTED", f"local time fell in the DST gap; ran at the gap's end: "
+                                               f"{how}{lag_txt}{attempts}", **common)
+        return Explained(t, "FIRED", f"{how}{lag_txt}{attempts}", **common)
+    for ev in misfires:
+        d = ev["data"] or {}
+        first, latest = d.get("first_missed"), d.get("latest_missed")
+        if first and latest and datetime.fromisoformat(first) <= t <= datetime.fromisoformat(latest):
+            if ev["kind"] == "misfire_refused":
+                return Explained(t, "REFUSED_CATCH_UP", f"{d.get('refused')} ticks missed, more than max_catch_up "
+                                                        f"{d.get('max_catch_up')}: not replayed (alert raised at "
+                                                        f"{ev['at'].isoformat()}; BackfillSchedule can run it)")
+            policy = d.get("policy")
+            kind = "COALESCED_MISFIRE" if policy == "run_once" else "SKIPPED_MISFIRE"
+            return Explained(t, kind, f"missed; misfire policy {policy}" + _misfire_reason("", t, ownership))
+    for since, until, ev in pauses:
+        if since <= t and (until is None or t < until):
+            return Explained(t, "PAUSED", f"paused since {since.isoformat()} by {ev.get('actor') or 'unknown'}"
+                                          + (f" ({ev['data'].get('reason')})" if (ev["data"] or {}).get("reason")
+                                             else ""))
+    if t > now - PENDING_GRACE:
+        return Explained(t, "PENDING", "not due yet" if t > now else "due just now; being fired")
+    gap = _unowned(ownership, t)
+    if gap is not None:
+        a, b = gap
+        return Explained(t, "MISSED", f"no execution: partition {s['partition']} was unowned from "
+                                      f"{a.isoformat() if a else 'the start of its history'} to "
+                                      f"{b.isoformat() if b else 'now'}")
+    return Explained(t, "MISSED", "no execution and no record explains it (worth a BackfillSchedule and a bug report)")
+
+
+def _misfire_reason(reason: str, t: datetime, ownership: list[dict[str, Any]]) -> str:
+    gap = _unowned(ownership, t)
+    base = f"{reason}" if reason else ""
+    if gap is None:
+        return base
+    a, b = gap
+    where = f" (partition unowned from {a.isoformat() if a else '?'} to {b.isoformat() if b else 'now'})"
+    return (base + where) if base else where
+
+
+async def load_facts(store: PgStore, schedule_id: uuid.UUID, tenant: str | None, start: datetime,
+                     end: datetime, with_executions: bool = True) -> Facts:
+    sched = await store.fetch_one("get_schedule_any", {"id": schedule_id, "tenant": tenant})
+    if sched is None:
+        raise NotFound("schedule", schedule_id)
+    events = await store.fetch_all("explain_events", {"schedule_id": schedule_id})
+    own = await store.fetch_all("explain_ownership", {"partition": sched["partition"], "end": end})
+    f = Facts(sched, [], events, own)
+    if with_executions:
+        await load_executions(store, f, start, end)
+    return f
+
+
+async def load_executions(store: PgStore, f: Facts, start: datetime, end: datetime) -> None:
+    f.executions = await store.fetch_all("explain_executions", {"schedule_id": f.schedule["id"], "start": start,
+                                                                "end": end})
+
+
+def page_end(f: Facts, start: datetime, end: datetime, limit: int) -> datetime:
+    """The end of a page starting at `start` that holds about `limit` ticks (exclusive bound)."""
+    sid = str(f.schedule["id"])
+    n = 0
+    segs = _definition_segments(f)
+    for i, (seg_from, defn) in enumerate(segs):
+        seg_to = segs[i + 1][0] if i + 1 < len(segs) else None
+        lo = max(start, seg_from if i else start)
+        hi = min(end, seg_to) if seg_to else end
+        if lo >= hi:
+            continue
+        for t in _cron(defn, sid).ticks_between(lo - timedelta(microseconds=1), hi - timedelta(microseconds=1)):
+            n += 1
+            if n > limit:
+                return t
+    return end
+
+
+def alerts(f: Facts, start: datetime, end: datetime) -> list[str]:
+    """Dead man's switch lines: `no_success_alert` events raised in the window."""
+    out = []
+    for ev in f.events:
+        if ev["kind"] == "no_success_alert" and start <= ev["at"] < end:
+            d = ev["data"] or {}
+            out.append(f"dead man's switch raised at {ev['at'].isoformat()}: no success within "
+                       f"{d.get('within_s')} s (last success {d.get('last_success_at') or 'never'})")
+    if f.schedule.get("success_alert_at"):
+        out.append(f"dead man's switch is raised now (since {f.schedule['success_alert_at'].isoformat()})")
+    return out

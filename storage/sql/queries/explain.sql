@@ -1,0 +1,21 @@
+-- name: explain_executions
+-- The executions of a schedule whose tick lies in [start, end].
+SELECT id, scheduled_for, run_at, state, state_reason, trigger, attempt, fired_at
+  FROM executions
+ WHERE schedule_id = %(schedule_id)s AND scheduled_for >= %(start)s AND scheduled_for <= %(end)s;
+
+-- name: explain_events
+-- Every recorded change and alert of a schedule (pause, resume, update, misfire, ...).
+SELECT id, at, kind, actor, alert, data FROM events WHERE schedule_id = %(schedule_id)s ORDER BY at, id;
+
+-- name: explain_ownership
+-- The ownership history of a partition up to the end of a window.
+SELECT epoch, owner, kind, at FROM partition_history
+ WHERE partition = %(partition)s AND at <= %(end)s + interval '1 hour'
+ ORDER BY at, id;
+
+-- name: prune_history
+-- Retention: drop events and ownership history older than the retention period.
+WITH e AS (DELETE FROM events WHERE at < now() - make_interval(days => %(days)s) RETURNING 1),
+     h AS (DELETE FROM partition_history WHERE at < now() - make_interval(days => %(days)s) RETURNING 1)
+SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM h);
