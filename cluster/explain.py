@@ -93,21 +93,35 @@ def _intervals(events: list[dict[str, Any]], start_kind: str, end_kind: str) -> 
     return out
 
 
-def _unowned(ownership: list[dict[str, Any]], t: datetime) -> tuple[datetime | None, datetime | None] | None:
-    """The ownership gap of the partition around t, or None if someone owned it at t."""
-    owner_since: dict[int, datetime] = {}
-    last_end: datetime | None = None
-    for row in sorted(ownership, key=lambda r: r["at"]):
-        if row["at"] > t:
-            if not owner_since:
-                return (last_end, row["at"]) if row["kind"] == "acquired" else (last_end, None)
+def _unowned(ownership: list[dict[str, Any]], t: datetime) -> str | None:
+    """Why nobody could fire at t, from the partition's ownership history; None if someone
+    owned it. An owner that stopped without releasing (killed, paused past its lease) has no
+    end record: its interval ends at the next acquisition, which is reported as a takeover."""
+    rows = sorted(ownership, key=lambda r: r["at"])
+    acquired = [r for r in rows if r["kind"] == "acquired"]
+    ends = {r["epoch"]: r for r in rows if r["kind"] in ("released", "lost")}
+    prev_end: datetime | None = None
+    for i, a in enumerate(acquired):
+        nxt = acquired[i + 1] if i + 1 < len(acquired) else None
+        if t < a["at"]:
+            since = prev_end.isoformat() if prev_end else "the start of its history"
+            return f"the partition was unowned from {since} until {a['owner']} acquired it at {a['at'].isoformat()}"
+        end = ends.get(a["epoch"])
+        if end is not None and end["at"] < (nxt["at"] if nxt else end["at"]) and t >= end["at"]:
+            prev_end = end["at"]
+            continue
+        if nxt is not None and t < nxt["at"] and end is None:
+            if (nxt["at"] - t) <= timedelta(minutes=5):
+                return (f"the partition's owner {a['owner']} (epoch {a['epoch']}) stopped without releasing it; "
+                        f"{nxt['owner']} took it over at {nxt['at'].isoformat()} (epoch {nxt['epoch']})")
             return None
-        if row["kind"] == "acquired":
-            owner_since[row["epoch"]] = row["at"]
-        else:
-            if owner_since.pop(row["epoch"], None) is not None and not owner_since:
-                last_end = row["at"]
-    return None if owner_since else (last_end, None)
+        if end is None and nxt is None:
+            return None
+        if end is not None and t < end["at"]:
+            return None
+        prev_end = end["at"] if end is not None else nxt["at"] if nxt is not None else prev_end
+    since = prev_end.isoformat() if prev_end else "the start of its history"
+    return f"the partition has been unowned since {since}" if acquired else "the partition has no ownership history"
 
 
 def explain(f: Facts, start: datetime, end: datetime, now: datetime) -> list[Explained]:
@@ -211,21 +225,15 @@ def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]]
         return Explained(t, "PENDING", "not due yet" if t > now else "due just now; being fired")
     gap = _unowned(ownership, t)
     if gap is not None:
-        a, b = gap
-        return Explained(t, "MISSED", f"no execution: partition {s['partition']} was unowned from "
-                                      f"{a.isoformat() if a else 'the start of its history'} to "
-                                      f"{b.isoformat() if b else 'now'}")
+        return Explained(t, "MISSED", f"no execution: partition {s['partition']}: {gap}")
     return Explained(t, "MISSED", "no execution and no record explains it (worth a BackfillSchedule and a bug report)")
 
 
 def _misfire_reason(reason: str, t: datetime, ownership: list[dict[str, Any]]) -> str:
     gap = _unowned(ownership, t)
-    base = f"{reason}" if reason else ""
     if gap is None:
-        return base
-    a, b = gap
-    where = f" (partition unowned from {a.isoformat() if a else '?'} to {b.isoformat() if b else 'now'})"
-    return (base + where) if base else where
+        return reason
+    return f"{reason} ({gap})" if reason else f" ({gap})"
 
 
 async def load_facts(store: PgStore, schedule_id: uuid.UUID, tenant: str | None, start: datetime,
