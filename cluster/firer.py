@@ -115,14 +115,33 @@ class Firer:
         self.stats = FireStats()
         self._wake = asyncio.Event()
         self._sem = asyncio.Semaphore(config.parallel_batches)
+        self._loads: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ ownership hooks
 
     async def partition_gained(self, partition: int, epoch: int) -> None:
         st = PartitionState(epoch=epoch, loaded_until=self.clock.now_ts() - 1e9)
         self.parts[partition] = st
-        async with st.lock:
-            await self._load(partition, st, self.clock.now_ts() + self.config.horizon_s, full=True)
+        # Loaded in the background, retried while PostgreSQL is away: the coordinator is not held
+        # up, and nothing fires for the partition before its first load.
+        task = asyncio.get_running_loop().create_task(self._initial_load(partition, st),
+                                                      name=f"preload-{partition}")
+        self._loads.add(task)
+        task.add_done_callback(self._loads.discard)
+
+    async def _initial_load(self, p: int, st: PartitionState) -> None:
+        delay = self.config.retry_after_s
+        while self.parts.get(p) is st:
+            try:
+                async with st.lock:
+                    if self.parts.get(p) is st:
+                        await self._load(p, st, self.clock.now_ts() + self.config.horizon_s, full=True)
+                return
+            except Unavailable as exc:
+                log.warning("preload deferred", extra={"event": "preload_deferred", "partition": p,
+                                                       "error": str(exc)})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def partition_releasing(self, partition: int, epoch: int) -> None:
         st = self.parts.get(partition)

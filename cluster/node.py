@@ -30,9 +30,11 @@ from cronwheel.cluster.dispatcher import Dispatcher
 from cronwheel.cluster.etcd import Etcd
 from cronwheel.cluster.firer import Firer, FiringConfig
 from cronwheel.cluster.grpc_errors import ErrorInterceptor
+from cronwheel.cluster.metrics import Metrics
 from cronwheel.cluster.notifications import ChangeListener
 from cronwheel.cluster.partition_lease import PartitionLeaseConfig
 from cronwheel.cluster.reaper import Reaper
+from cronwheel.errors import CronwheelError
 from cronwheel.storage import PgStore, StoreConfig
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
@@ -48,9 +50,14 @@ class NodeConfig:
     advertise: str = ""
     lease: PartitionLeaseConfig = field(default_factory=PartitionLeaseConfig)
     firing: FiringConfig = field(default_factory=FiringConfig)
+    metrics_listen: str = "127.0.0.1:0"  # empty: no metrics endpoint
     db_pool_max: int = 10
     # Test-only: keep acting past the local lease-trust window (shows the DB fence alone holds).
     ignore_local_trust: bool = False
+    # API security (cluster/auth.py): the bearer-token file (empty: dev mode, every call admin) and TLS.
+    auth_file: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
 
     def validate(self) -> NodeConfig:
         if not self.node_id or "/" in self.node_id:
@@ -60,6 +67,10 @@ class NodeConfig:
         self.lease.validate()
         self.firing.validate()
         return self
+
+
+class NodeCrashed(CronwheelError):
+    """A node task failed; the node stopped."""
 
 
 class Listeners:
@@ -98,7 +109,8 @@ class Node:
         self.port = 0
         self.advertise = config.advertise
         self._stop = asyncio.Event()
-        self.dispatcher = Dispatcher(self.store, self.clock)
+        self.metrics = Metrics()
+        self.dispatcher = Dispatcher(self.store, self.clock, metrics=self.metrics)
 
     def wheel_size(self) -> int:
         return self.firer.wheel_size() if hasattr(self, "firer") else 0
@@ -123,7 +135,9 @@ class Node:
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(names, self.server)
-        self.port = self.server.add_insecure_port(self.config.listen)
+        creds = services.credentials(self)
+        self.port = (self.server.add_secure_port(self.config.listen, creds) if creds is not None
+                     else self.server.add_insecure_port(self.config.listen))
         if self.port == 0:
             raise OSError(f"cannot listen on {self.config.listen}")
         await self.server.start()
@@ -145,12 +159,17 @@ class Node:
             epoch_if_trusted=self.coordinator.epoch_if_trusted,
             on_stale=self.coordinator.partition_stale,
             on_fired=lambda fired: self.dispatcher.wake(),
+            metrics=self.metrics,
         )
         reaper = Reaper(self.store, lambda: self.coordinator.owned.snapshot().items(), self.dispatcher.wake)
         self.listeners.subscribers.append(self.firer)
         changes = ChangeListener(self.config.dsn, self._on_change, self.firer.resync, self.dispatcher.wake)
         log.info("node started", extra={"event": "node_started", "address": advertise,
                                         "partitions": self.partitions})
+        if self.config.metrics_listen:
+            port = self.metrics.serve(self.config.metrics_listen)
+            host = self.config.metrics_listen.rpartition(":")[0] or "127.0.0.1"
+            print(f"node {self.config.node_id} metrics on http://{host}:{port}/metrics", flush=True)
         print(f"node {self.config.node_id} listening on {advertise}", flush=True)
         try:
             async with asyncio.TaskGroup() as tg:
@@ -158,17 +177,28 @@ class Node:
                 firing = tg.create_task(self.firer.run(), name="firer")
                 listen = tg.create_task(changes.run(), name="change-listener")
                 reap = tg.create_task(reaper.run(), name="reaper")
+                metrics = tg.create_task(self.metrics.refresh_loop(
+                    self.store, self.coordinator.owned.snapshot, self.wheel_size,
+                    self.coordinator.lease_deadline_s, refresh_s=15.0), name="metrics")
                 await self._stop.wait()
                 log.info("node stopping", extra={"event": "node_stopping"})
                 await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
                 await self.coordinator.shutdown()
-                for t in (coord, firing, listen, reap):
+                for t in (coord, firing, listen, reap, metrics):
                     t.cancel()
+        except* Exception as eg:
+            # A crashed task takes the node down (by design); say which and why, with tracebacks
+            # in the log, and one clear line for the operator.
+            for exc in eg.exceptions:
+                log.error("node task crashed", exc_info=exc, extra={"event": "node_crashed"})
+            first = eg.exceptions[0]
+            raise NodeCrashed(f"node crashed: {type(first).__name__}: {first}") from first
         finally:
             if self.server is not None:
                 await self.server.stop(grace=1.0)
             await self.etcd.close()
             await self.store.close()
+            self.metrics.close()
             log.info("node stopped", extra={"event": "node_stopped"})
 
 

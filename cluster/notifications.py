@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 
+from cronwheel.errors import Unavailable
+
 log = logging.getLogger("cronwheel.cluster.notifications")
 
 CHANNEL = "cronwheel_due"
@@ -72,7 +74,10 @@ class ChangeListener:
                                                                            "payload": n.payload[:200]})
                             continue
                         await self.on_change(*parsed)
-            except psycopg.OperationalError as exc:
+            except (psycopg.OperationalError, Unavailable) as exc:
+                # Lost the connection (or the resync after a reconnect failed): reconnect, and
+                # resync again once connected, since notifications may have been missed.
+                first = False
                 self.connected.clear()
                 log.warning("change listener reconnecting", extra={"event": "listen_reconnect", "error": str(exc)})
                 await asyncio.sleep(self.retry_s)

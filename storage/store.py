@@ -148,6 +148,9 @@ class PgStore:
             kwargs={"autocommit": True, "connect_timeout": int(config.connect_timeout_s)},
             open=False,
             timeout=config.connect_timeout_s * 2,
+            # A restarted server leaves dead connections in the pool: check each on checkout
+            # (one round trip) rather than fail the caller's transaction.
+            check=AsyncConnectionPool.check_connection,
         )
 
     async def open(self, wait: bool = True) -> PgStore:

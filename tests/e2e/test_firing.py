@@ -168,3 +168,22 @@ def test_paused_zombie_writes_nothing_and_rejoins_with_new_epochs(cluster: Proce
     for p, (o, e) in after.items():
         if o == "z":
             assert e > before[p][1], "rejoined only with new epochs"
+
+
+def test_nodes_ride_out_a_postgres_restart_and_fire_every_tick_once(cluster: ProcessCluster) -> None:
+    for n in ("n1", "n2"):
+        cluster.start_node(n)
+    cluster.wait_converged(["n1", "n2"])
+    rows = create_schedules(cluster.dsn, P, [
+        ScheduleSpec(tenant="t", name=f"s{i}", cron="* * * * * *", timezone="UTC", job_type="x",
+                     misfire_policy="skip") for i in range(8)])
+    time.sleep(2)
+    cluster.pg.restart()  # fast shutdown: every connection of every node is cut
+    time.sleep(6)
+    assert all(cluster.nodes[n].alive() for n in ("n1", "n2")), "a node died with PostgreSQL"
+    end = datetime.now(UTC) - timedelta(seconds=2)
+    got = Counter((r[0], r[1]) for r in cluster.sql(
+        "SELECT schedule_id, scheduled_for FROM executions WHERE schedule_id IS NOT NULL"))
+    assert max(got.values()) == 1
+    missing = [(r["name"], t) for r in rows for t in expected_ticks(r, end) if (r["id"], t) not in got]
+    assert missing == []
