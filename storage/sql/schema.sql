@@ -121,10 +121,11 @@ CREATE TABLE executions (
     heartbeat_at     timestamptz,
     finished_at      timestamptz,
     -- The whole fire-once story: one execution per (schedule, tick).
-    CONSTRAINT executions_schedule_tick UNIQUE (schedule_id, scheduled_for),
-    -- Submissions are deduplicated per tenant.
-    CONSTRAINT executions_idempotency UNIQUE (tenant, idempotency_key)
+    CONSTRAINT executions_schedule_tick UNIQUE (schedule_id, scheduled_for)
 );
+-- Submissions are deduplicated per tenant (partial: cron ticks carry no key).
+CREATE UNIQUE INDEX executions_idempotency ON executions (tenant, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
 -- One-off half of the due index (state scheduled) and the retry timer (retry_scheduled).
 CREATE INDEX executions_due ON executions (partition, run_at)
     WHERE state IN ('scheduled', 'retry_scheduled');

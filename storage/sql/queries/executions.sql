@@ -7,7 +7,7 @@ VALUES (%(id)s, NULL, %(tenant)s, %(type)s, %(payload)s, %(partition)s, %(schedu
         %(run_at)s, %(priority)s, %(state)s, 'submit', %(max_attempts)s, %(retry_initial_s)s,
         %(retry_multiplier)s, %(retry_max_s)s, %(timeout_s)s, %(idempotency_key)s,
         CASE WHEN %(state)s = 'queued' THEN now() END)
-ON CONFLICT (tenant, idempotency_key) DO NOTHING
+ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 
 -- name: get_by_idempotency_key
