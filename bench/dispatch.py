@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
-import statistics
 import time
-import uuid
 
 import grpc
 import psycopg
@@ -146,7 +144,8 @@ def start_lag(c: ProcessCluster, address: str, rate: int, seconds: float) -> tup
     for p in procs:
         p.join()
     lags = sorted(float(r[0]) for r in c.sql(
-        "SELECT extract(epoch FROM started_at - run_at) FROM executions WHERE tenant = 'lag' AND started_at IS NOT NULL"))
+        "SELECT extract(epoch FROM started_at - run_at) FROM executions"
+        " WHERE tenant = 'lag' AND started_at IS NOT NULL"))
     total = c.sql("SELECT count(*) FROM executions WHERE tenant = 'lag'")[0][0]
     return lags[len(lags) // 2], lags[int(len(lags) * 0.99)], total
 

@@ -11,6 +11,7 @@ task-safe (grpc.aio channels are).
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
@@ -44,6 +45,20 @@ def prefix_end(prefix: bytes) -> bytes:
     return b"\x00"
 
 
+def _resolve(endpoint: str) -> str:
+    """host:port with the host resolved to an IPv4 address: gRPC's multi-address `ipv4:` target
+    (the one that fails over between endpoints) takes only literals. Resolved once, at start."""
+    hostport = endpoint.removeprefix("http://").removeprefix("https://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"etcd endpoint must be host:port, got {endpoint!r}")
+    try:
+        info = socket.getaddrinfo(host, int(port), socket.AF_INET, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise Unavailable("etcd", f"cannot resolve {host!r}: {exc}") from exc
+    return f"{info[0][4][0]}:{port}"
+
+
 def _kv(m: rpc.KeyValue) -> KV:
     return KV(m.key.decode(errors="replace"), bytes(m.value), m.create_revision, m.mod_revision, m.lease)
 
@@ -54,7 +69,7 @@ class Etcd:
             raise ValueError("at least one etcd endpoint is required")
         self.endpoints = list(endpoints)
         self.timeout_s = timeout_s
-        target = "ipv4:" + ",".join(e.removeprefix("http://") for e in self.endpoints)
+        target = "ipv4:" + ",".join(_resolve(e) for e in self.endpoints)
         self._channel = grpc.aio.insecure_channel(
             target,
             options=[

@@ -17,6 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
+from cronwheel.cluster.metrics import Metrics
 from cronwheel.errors import StaleEpoch, Unavailable
 from cronwheel.storage import PgStore
 from cronwheel.storage.queries import q
@@ -27,7 +28,8 @@ log = logging.getLogger("cronwheel.cluster.reaper")
 class Reaper:
     def __init__(self, store: PgStore, owned: Callable[[], Iterable[tuple[int, int]]],
                  wake: Callable[[], None], interval_s: float = 1.0, retention_days: int = 30,
-                 prune_every_s: float = 600.0) -> None:
+                 prune_every_s: float = 600.0, metrics: Metrics | None = None) -> None:
+        self.metrics = metrics
         self.retention_days = retention_days
         self.prune_every_s = prune_every_s
         self.store = store
@@ -66,9 +68,14 @@ class Reaper:
                 changed.extend(await cur.fetchall())
             for row in changed:
                 if len(row) > 2 and row[1] == "dead":
+                    if self.metrics is not None:
+                        self.metrics.dead_letters.inc()
                     await self.store.insert_event(
                         "dead_letter", tenant=row[3], schedule_id=row[2], execution_id=row[0], partition=p,
                         actor="reaper", alert=True, data={"error": "lease expired or timed out"}, conn=conn)
+                if len(row) > 2 and row[1] in ("dead", "cancelled") and row[2] is not None:
+                    # The run ahead of a buffered one (overlap buffer_*) ended here: release it.
+                    await conn.execute(q("release_buffered"), {"schedule_id": row[2]})
             if changed:
                 await conn.execute(q("notify_queued"), {"payload": "reaped"})
             cur = await conn.execute(q("dead_mans_switch"), fence)
