@@ -1,14 +1,15 @@
 """Dispatch benchmark: `python -m bench.dispatch [--quick] [--jobs 20000] [--rate 1000] [--rate-s 20]`.
 
 Real PostgreSQL, etcd and one `cronwheel node` process; workers are separate processes speaking
-gRPC (LeaseExecutions with max_count=100, then CompleteExecution per execution: the protocol
-has no batch completion, so "in batches" applies to leasing only).
+gRPC: LeaseExecutions with max_count=100, then one CompleteExecutions for the leased batch (the
+handler is a no-op: this measures the scheduler, not work).
 
 1. Throughput: N queued jobs (inserted in one statement: setup); 1, 4 and 16 workers (asyncio
    tasks spread over 2 client processes) lease and complete until none is left.
    executions/s = N / wall time. Baseline in the same run: the same claim and finish SQL driven
    straight from one Python process on one connection, without gRPC (what the database path
    alone allows). Ratio printed.
+   The baseline drives the same SQL one completion per transaction (CompleteExecution's path).
 2. Start lag at a steady arrival rate (default 1,000 jobs/s for 20 s): a submitter inserts due
    jobs in 10 ms batches and NOTIFYs; 4 worker processes run them. Start lag = started_at (the
    claim's now()) - run_at. p50/p99 reported.
@@ -52,28 +53,28 @@ async def _worker_tasks(address: str, n_tasks: int, prefix: str, stop_when_empty
                     wait_timeout=_dur(0.5 if stop_when_empty else 1.0)))
                 if not r.executions and stop_when_empty:
                     return
-                for ex in r.executions:
-                    await stub.CompleteExecution(dispatch_pb2.CompleteExecutionRequest(
-                        execution_id=ex.execution_id, fencing_token=ex.fencing_token, worker_id=wid))
-                    done += 1
+                if r.executions:
+                    resp = await stub.CompleteExecutions(dispatch_pb2.CompleteExecutionsRequest(items=[
+                        dispatch_pb2.CompleteExecutionRequest(execution_id=ex.execution_id,
+                                                              fencing_token=ex.fencing_token, worker_id=wid)
+                        for ex in r.executions]))
+                    done += sum(1 for o in resp.outcomes if o.code == 0)
 
         await asyncio.gather(*(one(i) for i in range(n_tasks)))
     return done
 
 
-def _worker_proc(address: str, n_tasks: int, prefix: str, stop_when_empty: bool, until: float,
-                 out: mp.Queue) -> None:  # type: ignore[type-arg]
-    out.put(asyncio.run(_worker_tasks(address, n_tasks, prefix, stop_when_empty, until)))
+def _worker_proc(address: str, n_tasks: int, prefix: str, stop_when_empty: bool, until: float) -> None:
+    asyncio.run(_worker_tasks(address, n_tasks, prefix, stop_when_empty, until))
 
 
 def run_workers(address: str, workers: int, stop_when_empty: bool, until: float) -> list[mp.Process]:
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
     procs = []
     nproc = min(2, workers)
     for k in range(nproc):
         share = workers // nproc + (1 if k < workers % nproc else 0)
-        p = ctx.Process(target=_worker_proc, args=(address, share, f"w{k}", stop_when_empty, until, out))
+        p = ctx.Process(target=_worker_proc, args=(address, share, f"w{k}", stop_when_empty, until))
         p.start()
         procs.append(p)
     return procs
@@ -159,9 +160,9 @@ def main() -> None:
     a = ap.parse_args()
     n = 3000 if a.quick else a.jobs
     with ProcessCluster(partitions=P, lease_ttl_s=5) as c:
+        base_db = c.pg.create_database("baseline", template="cronwheel")  # before the node uses it
         node = c.start_node("n1")
         c.wait_converged(["n1"])
-        base_db = c.pg.create_database("baseline", template="cronwheel")
         base = baseline(base_db, n)
         print(f"baseline (same SQL, one connection, no gRPC): {base:,.0f} leases+completions/s")
         for w in (1, 4, 16):

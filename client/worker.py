@@ -100,6 +100,9 @@ class Worker:
         self.handlers: dict[str, Handler] = {}
         self.running: dict[str, tuple[JobContext, asyncio.Task[None]]] = {}
         self._stopping = asyncio.Event()
+        self._done: list[tuple[dispatch_pb2.CompleteExecutionRequest, asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self.coalesce_s = 0.002
         self.completed = 0
         self.failed = 0
 
@@ -203,11 +206,38 @@ class Worker:
         if self._stopping.is_set() and ctx.cancelled.is_set() and result is None:
             await self._report_fail(ctx, "worker shutting down", True, "worker_shutdown")
             return
-        await self._report(self.stub.CompleteExecution(dispatch_pb2.CompleteExecutionRequest(
-            execution_id=ctx.execution_id, fencing_token=ctx.fencing_token, worker_id=self.worker_id,
-            result_json=json.dumps(result) if result is not None else "",
-        ), timeout=10, metadata=self.metadata), ctx)
+        await self._complete(ctx, json.dumps(result) if result is not None else "")
         self.completed += 1
+
+    async def _complete(self, ctx: JobContext, result_json: str) -> None:
+        """Completions that finish close together go as one CompleteExecutions call."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._done.append((dispatch_pb2.CompleteExecutionRequest(
+            execution_id=ctx.execution_id, fencing_token=ctx.fencing_token, worker_id=self.worker_id,
+            result_json=result_json), fut))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_completions(), name="worker-completions")
+        await fut
+
+    async def _flush_completions(self) -> None:
+        await asyncio.sleep(self.coalesce_s)  # let handlers finishing at the same moment join
+        while self._done:
+            batch, self._done = self._done[:500], self._done[500:]
+            try:
+                resp = await self.stub.CompleteExecutions(dispatch_pb2.CompleteExecutionsRequest(
+                    items=[req for req, _ in batch]), timeout=10, metadata=self.metadata)
+                for (req, fut), out in zip(batch, resp.outcomes, strict=True):
+                    if out.code != 0:
+                        log.warning("report refused", extra={"event": "report_refused", "code": out.code,
+                                                             "execution_id": req.execution_id, "detail": out.message})
+                    if not fut.done():
+                        fut.set_result(None)
+            except grpc.aio.AioRpcError as exc:
+                log.warning("completions not reported", extra={"event": "report_failed", "code": exc.code().name,
+                                                               "count": len(batch)})
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_result(None)
 
     async def _report_fail(self, ctx: JobContext, error: str, retryable: bool, error_type: str) -> None:
         self.failed += 1

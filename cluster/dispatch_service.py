@@ -15,6 +15,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from cronwheel.cluster.dispatcher import Dispatcher
+from cronwheel.cluster.grpc_errors import status_of
 from cronwheel.errors import InvalidArgument
 from cronwheel.v1 import common_pb2, dispatch_pb2, dispatch_pb2_grpc
 
@@ -113,6 +114,27 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
         out = await self.d.complete(parse_id("execution_id", request.execution_id), request.fencing_token,
                                     request.worker_id, request.result_json)
         return dispatch_pb2.CompleteExecutionResponse(state=STATE[out.state])
+
+    async def CompleteExecutions(self, request: dispatch_pb2.CompleteExecutionsRequest,  # noqa: N802
+                                 context: Ctx) -> dispatch_pb2.CompleteExecutionsResponse:
+        if not request.items:
+            raise InvalidArgument("items", "at least one completion is required")
+        worker = request.items[0].worker_id
+        if any(i.worker_id != worker for i in request.items):
+            raise InvalidArgument("items.worker_id", "every item must name the same worker")
+        items = [(parse_id(f"items[{k}].execution_id", i.execution_id), i.fencing_token, i.result_json)
+                 for k, i in enumerate(request.items)]
+        outcomes = await self.d.complete_many(worker, items)
+        resp = dispatch_pb2.CompleteExecutionsResponse()
+        for (ident, _, _), out in zip(items, outcomes, strict=True):
+            o = resp.outcomes.add(execution_id=str(ident))
+            if isinstance(out, Exception):
+                code = status_of(out)
+                o.code = (code or grpc.StatusCode.INTERNAL).value[0]
+                o.message = str(out)
+            else:
+                o.state = STATE[out.state]
+        return resp
 
     async def FailExecution(self, request: dispatch_pb2.FailExecutionRequest,  # noqa: N802
                             context: Ctx) -> dispatch_pb2.FailExecutionResponse:

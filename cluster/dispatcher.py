@@ -29,7 +29,7 @@ from psycopg.types.json import Jsonb
 from cronwheel.clock import Clock
 from cronwheel.cluster.dispatch_policy import PriorityWeights, decide_failure, priority_order
 from cronwheel.cluster.metrics import Metrics
-from cronwheel.errors import InvalidArgument, NotFound, StaleFencingToken
+from cronwheel.errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken
 from cronwheel.storage import PgStore
 from cronwheel.storage.queries import q
 
@@ -168,6 +168,47 @@ class Dispatcher:
         result = _json_size("result_json", result_json, MAX_RESULT_BYTES)
         return await self._finish(ident, token, worker, succeeded=True, result=result)
 
+    async def complete_many(self, worker: str, items: list[tuple[uuid.UUID, int, str]]
+                            ) -> list[Outcome | Exception]:
+        """Succeed many runs in one transaction; each item is judged as `complete` would judge it."""
+        if not 1 <= len(items) <= 1000:
+            raise InvalidArgument("items", f"must hold 1..1000 completions, got {len(items)}")
+        results: list[Any] = []
+        ok_items: list[tuple[uuid.UUID, int, Any]] = []
+        for ident, token, result_json in items:
+            try:
+                ok_items.append((ident, token, _json_size("result_json", result_json, MAX_RESULT_BYTES)))
+                results.append(None)
+            except InvalidArgument as exc:
+                results.append(exc)
+        done: set[uuid.UUID] = set()
+        if ok_items:
+            async with self.store.transaction() as conn:
+                cur = await conn.execute(q("complete_batch"), {
+                    "worker": worker, "ids": [i for i, _, _ in ok_items], "tokens": [t for _, t, _ in ok_items],
+                    "results": [Jsonb(r) if r is not None else None for _, _, r in ok_items]})
+                rows = await cur.fetchall()
+                done = {r[0] for r in rows}
+                sids = list({r[1] for r in rows if r[1] is not None})
+                if sids:
+                    cur = await conn.execute(q("release_buffered_many"), {"schedule_ids": sids})
+                    if await cur.fetchone() is not None:
+                        await conn.execute(q("notify_queued"), {"payload": "buffered"})
+        out: list[Outcome | Exception] = []
+        for (ident, token, result_json), pre in zip(items, results, strict=True):
+            if pre is not None:
+                out.append(pre)
+            elif ident in done:
+                if self.metrics is not None:
+                    self.metrics.record_outcome("succeeded", "")
+                out.append(Outcome("succeeded", None, 0, 0))
+            else:  # not ours (stale token, finished, unknown): the single path says why
+                try:
+                    out.append(await self.complete(ident, token, worker, result_json))
+                except (InvalidArgument, NotFound, FailedPrecondition) as exc:
+                    out.append(exc)
+        return out
+
     async def fail(self, ident: uuid.UUID, token: int, worker: str, error: str, retryable: bool,
                    error_type: str) -> Outcome:
         error = error.encode()[:16 * 1024].decode(errors="ignore")  # kept truncated, not refused
@@ -235,6 +276,4 @@ class Dispatcher:
 
 
 def _not_running(ident: uuid.UUID, state: str) -> Exception:
-    from cronwheel.errors import FailedPrecondition
-
     return FailedPrecondition(f"execution {ident} is {state}, not running: stop working on it")

@@ -161,7 +161,8 @@ class Node:
             on_fired=lambda fired: self.dispatcher.wake(),
             metrics=self.metrics,
         )
-        reaper = Reaper(self.store, lambda: self.coordinator.owned.snapshot().items(), self.dispatcher.wake)
+        reaper = Reaper(self.store, lambda: self.coordinator.owned.snapshot().items(), self.dispatcher.wake,
+                        metrics=self.metrics)
         self.listeners.subscribers.append(self.firer)
         changes = ChangeListener(self.config.dsn, self._on_change, self.firer.resync, self.dispatcher.wake)
         log.info("node started", extra={"event": "node_started", "address": advertise,

@@ -1,94 +1,65 @@
-"""Commands on schedules and one-off jobs: validation, then one transaction that writes the row,
-an audit event and a change notification for the partition's owner.
+"""Commands on schedules: validation, then one transaction that writes the row, an audit event
+and a change notification for the partition's owner.
 
-The gRPC API, the CLI and the tests all go through these functions, so a rule is written once.
-Validation errors name the field (`InvalidArgument(field, ...)`); nothing is stored when any
-check fails. `now` is an argument: the caller reads the clock.
+The gRPC API, the CLI and the tests all go through these functions (and those of
+`scheduling_runs` for executions), so a rule is written once. Validation errors name the field
+in the API's terms (`InvalidArgument("retry_policy.max_attempts", ...)`); nothing is stored when
+any check fails. `now` is an argument: the caller reads the clock.
+
+Tenancy: every command takes `tenant`: None for an admin caller (sees every tenant), else the
+caller's tenant. Another tenant's object is reported exactly like a missing one (NotFound).
+
+Rows returned carry JSON columns (payload, checkpoint, result) as JSON *text*, exactly as
+PostgreSQL renders them, so large and precise numbers survive the round trip.
+
+Every change of a schedule ends with `pg_notify('cronwheel_due', '<partition>:s:<id>')` in the
+same transaction, so the owner of the partition reloads it once the change is visible.
+`next_run_at` stores the next TICK (scheduled_for), never tick + jitter.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import uuid
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
-from psycopg.types.json import Jsonb
+from psycopg import AsyncConnection
+from psycopg.errors import UniqueViolation
 
-from cronwheel.cron import CronSchedule, validate_schedule_spec
+from cronwheel.cluster.scheduling_values import (
+    MAX_JITTER_S,
+    MAX_NAME,
+    OVERLAP_POLICIES,
+    JsonText,
+    QuotaExceeded,
+    RetryPolicy,
+    cursor,
+    duration,
+    one,
+    partition_of,
+    payload_json,
+    priority,
+    raw_jsonb,
+    reason_text,
+    text,
+    timeout,
+)
+from cronwheel.cron import CronSchedule, parse_misfire_policy, validate_schedule_spec
 from cronwheel.errors import AlreadyExists, InvalidArgument, NotFound, VersionConflict
 from cronwheel.storage import PgStore
 from cronwheel.storage.queries import q
 
-MAX_NAME = 200
-MAX_PAYLOAD_BYTES = 256 * 1024
-MAX_RUN_AT_AHEAD = timedelta(days=3653)
-PRIORITIES = ("critical", "default", "bulk")
+__all__ = ["JsonText", "QuotaExceeded", "RetryPolicy", "ScheduleSpec", "create_schedule", "delete_schedule",
+           "get_schedule", "partition_of", "set_paused", "update_schedule"]
 
-
-def partition_of(ident: uuid.UUID, partitions: int) -> int:
-    """hash(id) % P with a stable hash (the same on every node and release)."""
-    return int.from_bytes(hashlib.blake2b(ident.bytes, digest_size=8).digest(), "big") % partitions
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    initial_s: float = 30.0
-    multiplier: float = 4.0
-    max_s: float = 6 * 3600.0
-    max_attempts: int = 5
-
-    def validate(self, prefix: str = "retry_policy") -> RetryPolicy:
-        if not 0 <= self.initial_s <= 86400:
-            raise InvalidArgument(f"{prefix}.initial_backoff", f"must be 0..86400 s, got {self.initial_s}")
-        if not 1 <= self.multiplier <= 100:
-            raise InvalidArgument(f"{prefix}.backoff_multiplier", f"must be 1..100, got {self.multiplier}")
-        if not 0 <= self.max_s <= 7 * 86400:
-            raise InvalidArgument(f"{prefix}.max_backoff", f"must be 0..604800 s, got {self.max_s}")
-        if not 1 <= self.max_attempts <= 1000:
-            raise InvalidArgument(f"{prefix}.max_attempts", f"must be 1..1000, got {self.max_attempts}")
-        return self
-
-
-def _text(fieldname: str, value: str, required: bool = True, limit: int = MAX_NAME) -> str:
-    if not isinstance(value, str):
-        raise InvalidArgument(fieldname, "must be a string")
-    v = value.strip()
-    if required and not v:
-        raise InvalidArgument(fieldname, "is required")
-    if len(v) > limit:
-        raise InvalidArgument(fieldname, f"must be at most {limit} characters, got {len(v)}")
-    if any(ord(c) < 32 for c in v):
-        raise InvalidArgument(fieldname, "must not contain control characters")
-    return v
-
-
-def _payload(fieldname: str, payload: Any) -> Any:
-    try:
-        text = json.dumps(payload, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(fieldname, f"must be JSON: {exc}") from None
-    if len(text.encode()) > MAX_PAYLOAD_BYTES:
-        raise InvalidArgument(fieldname, f"must be at most {MAX_PAYLOAD_BYTES} bytes, got {len(text.encode())}")
-    if "\\u0000" in text:
-        raise InvalidArgument(fieldname, "must not contain NUL characters")
-    return payload
-
-
-def _priority(value: str) -> str:
-    if value not in PRIORITIES:
-        raise InvalidArgument("priority", f"must be one of {', '.join(PRIORITIES)}, got {value!r}")
-    return value
-
-
-def _timeout(fieldname: str, value: float | None) -> float | None:
-    if value is None:
-        return None
-    if not 0 < value <= 7 * 86400:
-        raise InvalidArgument(fieldname, f"must be in (0, 604800] seconds, got {value}")
-    return float(value)
+# Spec fields whose change moves the schedule's ticks (next_run_at is recomputed).
+TIMING_FIELDS = ("cron", "timezone", "dst_gap", "dst_repeated", "jitter_s")
+# Domain field -> API (proto) field, for audit records.
+API_NAMES = {"payload": "payload_json", "retry": "retry_policy", "timeout_s": "timeout",
+             "dst_gap": "dst_policy.gap", "dst_repeated": "dst_policy.repeated_hour", "jitter_s": "jitter",
+             "alert_if_no_success_within_s": "alert_if_no_success_within"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,163 +84,214 @@ class ScheduleSpec:
     id: uuid.UUID | None = None
 
     def validated(self) -> tuple[ScheduleSpec, CronSchedule]:
+        """Every field checked (in API field order), defaults filled, the cron parsed."""
         sid = self.id or uuid.uuid4()
-        cron = _validate_cron(self, sid)
-        spec = replace(
-            self,
-            id=sid,
-            tenant=_text("tenant", self.tenant),
-            name=_text("name", self.name),
-            job_type=_text("job_type", self.job_type),
-            payload=_payload("payload_json", self.payload),
-            priority=_priority(self.priority),
-            retry=self.retry.validate(),
-            timeout_s=_timeout("timeout", self.timeout_s),
-            alert_if_no_success_within_s=_timeout("alert_if_no_success_within", self.alert_if_no_success_within_s),
-        )
-        if self.overlap_policy not in ("forbid", "allow", "replace", "buffer_one", "buffer_all"):
+        spec = replace(self, id=sid, tenant=text("tenant", self.tenant), name=text("name", self.name))
+        cron = validate_cron(spec, sid)
+        if not 0 <= self.jitter_s <= MAX_JITTER_S:
+            raise InvalidArgument("jitter", f"must be in 0..{MAX_JITTER_S:g} seconds, got {self.jitter_s}")
+        if self.overlap_policy not in OVERLAP_POLICIES:
             raise InvalidArgument("overlap_policy", f"unknown policy {self.overlap_policy!r}")
+        dst = cron.dst_policy
+        spec = replace(
+            spec,
+            cron=self.cron.strip(),
+            misfire_policy=parse_misfire_policy(self.misfire_policy).value,
+            dst_gap=dst.gap.value if dst.gap else None,
+            dst_repeated=dst.repeated.value if dst.repeated else None,
+            job_type=text("job_type", self.job_type),
+            payload=payload_json("payload_json", self.payload),
+            priority=priority(self.priority),
+            retry=self.retry.validate(),
+            timeout_s=timeout("timeout", self.timeout_s),
+            alert_if_no_success_within_s=duration("alert_if_no_success_within", self.alert_if_no_success_within_s,
+                                                  60.0, 365 * 86400.0),
+        )
         return spec, cron
 
 
-def _validate_cron(spec: ScheduleSpec, sid: uuid.UUID) -> CronSchedule:
-    return validate_schedule_spec(
-        spec.cron, spec.timezone, {"gap": spec.dst_gap, "repeated": spec.dst_repeated},
-        spec.misfire_policy, spec.max_catch_up, spec.jitter_s, str(sid),
+def validate_cron(spec: ScheduleSpec, sid: uuid.UUID) -> CronSchedule:
+    if not isinstance(spec.cron, str) or len(spec.cron) > MAX_NAME:
+        raise InvalidArgument("cron", f"must be at most {MAX_NAME} characters")
+    if not isinstance(spec.timezone, str) or len(spec.timezone) > MAX_NAME:
+        raise InvalidArgument("timezone", f"must be at most {MAX_NAME} characters")
+    try:
+        return validate_schedule_spec(
+            spec.cron.strip(), spec.timezone, {"gap": spec.dst_gap, "repeated": spec.dst_repeated},
+            spec.misfire_policy, spec.max_catch_up, spec.jitter_s, str(sid),
+        )
+    except InvalidArgument as exc:
+        name = {"jitter_s": "jitter", "dst_policy.repeated": "dst_policy.repeated_hour"}.get(exc.field)
+        if name is None:
+            raise
+        raise InvalidArgument(name, exc.message.split(": ", 1)[-1]) from None
+
+
+def spec_of(row: Mapping[str, Any]) -> ScheduleSpec:
+    """The full specification of a stored schedule (payload as JsonText)."""
+    return ScheduleSpec(
+        tenant=row["tenant"], name=row["name"], cron=row["cron"], timezone=row["timezone"],
+        job_type=row["job_type"], misfire_policy=row["misfire_policy"], payload=JsonText(row["payload"]),
+        priority=row["priority"],
+        retry=RetryPolicy(row["retry_initial_s"], row["retry_multiplier"], row["retry_max_s"], row["max_attempts"]),
+        timeout_s=row["timeout_s"], max_catch_up=row["max_catch_up"], overlap_policy=row["overlap_policy"],
+        dst_gap=row["dst_gap"], dst_repeated=row["dst_repeated"], jitter_s=row["jitter_s"], paused=row["paused"],
+        alert_if_no_success_within_s=row["alert_if_no_success_within_s"], id=row["id"],
     )
 
 
-async def create_schedule(store: PgStore, spec: ScheduleSpec, now: datetime, partitions: int,
-                          actor: str = "api") -> dict[str, Any]:
-    spec, cron = spec.validated()
-    assert spec.id is not None
-    p = partition_of(spec.id, partitions)
-    params = {
-        "id": spec.id, "tenant": spec.tenant, "name": spec.name, "cron": spec.cron.strip(),
+def _row_params(spec: ScheduleSpec) -> dict[str, Any]:
+    return {
+        "id": spec.id, "tenant": spec.tenant, "name": spec.name, "cron": spec.cron,
         "timezone": spec.timezone, "dst_gap": spec.dst_gap, "dst_repeated": spec.dst_repeated,
-        "job_type": spec.job_type, "payload": Jsonb(spec.payload), "priority": spec.priority,
+        "job_type": spec.job_type, "payload": raw_jsonb(spec.payload), "priority": spec.priority,
         "retry_initial_s": spec.retry.initial_s, "retry_multiplier": spec.retry.multiplier,
         "retry_max_s": spec.retry.max_s, "max_attempts": spec.retry.max_attempts,
         "timeout_s": spec.timeout_s, "misfire_policy": str(spec.misfire_policy),
         "max_catch_up": spec.max_catch_up, "overlap_policy": spec.overlap_policy,
-        "jitter_s": spec.jitter_s, "paused": spec.paused, "partition": p,
-        "next_run_at": cron.next_after(now), "alert_if_no_success_within_s": spec.alert_if_no_success_within_s,
+        "jitter_s": spec.jitter_s, "paused": spec.paused,
+        "alert_if_no_success_within_s": spec.alert_if_no_success_within_s,
     }
+
+
+async def lock_schedule(conn: AsyncConnection[Any], schedule_id: uuid.UUID, tenant: str | None,
+                        expected_version: int | None = None) -> dict[str, Any]:
+    """The live schedule, row-locked for this transaction; NotFound across tenants."""
+    row = await one(conn, "api_lock_schedule", {"id": schedule_id})
+    if row is None or (tenant is not None and row["tenant"] != tenant):
+        raise NotFound("schedule", schedule_id)
+    if expected_version is not None and row["version"] != expected_version:
+        raise VersionConflict("schedule", schedule_id, expected_version, row["version"])
+    return row
+
+
+async def get_schedule(store: PgStore, schedule_id: uuid.UUID, tenant: str | None) -> dict[str, Any]:
+    async with store.connection() as conn:
+        row = await one(conn, "api_get_schedule", {"id": schedule_id})
+    if row is None or (tenant is not None and row["tenant"] != tenant):
+        raise NotFound("schedule", schedule_id)
+    return row
+
+
+async def _notify(conn: AsyncConnection[Any], row: Mapping[str, Any]) -> None:
+    await conn.execute(q("notify_due"), {"payload": f"{row['partition']}:s:{row['id']}"})
+
+
+async def create_schedule(store: PgStore, spec: ScheduleSpec, now: datetime, partitions: int,
+                          actor: str = "api") -> dict[str, Any]:
+    """Insert a schedule (version 1, next_run_at = first tick after now unless paused).
+    AlreadyExists for a taken id or live name; QuotaExceeded past tenants.max_schedules."""
+    spec, cron = spec.validated()
+    assert spec.id is not None
+    p = partition_of(spec.id, partitions)
+    params = {**_row_params(spec), "partition": p, "next_run_at": None if spec.paused else cron.next_after(now)}
     try:
         async with store.transaction() as conn:
-            async with conn.cursor(row_factory=_dict_row()) as cur:
-                await cur.execute(q("insert_schedule"), params)
-                row = await cur.fetchone()
+            quota = await one(conn, "api_lock_tenant", {"tenant": spec.tenant})
+            if quota is not None and quota["max_schedules"] is not None:
+                live = await one(conn, "count_live_schedules", {"tenant": spec.tenant})
+                if live is not None and live["count"] >= quota["max_schedules"]:
+                    raise QuotaExceeded(f"tenant {spec.tenant} has {live['count']} schedules, "
+                                        f"its quota is {quota['max_schedules']}")
+            row = await one(conn, "insert_schedule", params)
             assert row is not None
             await store.insert_event("schedule_created", tenant=spec.tenant, schedule_id=spec.id, partition=p,
-                                     actor=actor, data={"cron": spec.cron, "timezone": spec.timezone}, conn=conn)
-            await conn.execute(q("notify_due"), {"payload": f"{p}:s:{spec.id}"})
+                                     actor=actor, data={"name": spec.name, "cron": spec.cron,
+                                                        "timezone": spec.timezone, "paused": spec.paused}, conn=conn)
+            await _notify(conn, row)
     except AlreadyExists as exc:
         what = "id" if "pkey" in str(exc.key) else "name"
         raise AlreadyExists("schedule", spec.name if what == "name" else spec.id,
-                            f"schedule {what} already exists for tenant {spec.tenant}") from exc
-    return dict(row)
+                            f"schedule {what} already exists for tenant {spec.tenant}"
+                            if what == "name" else f"schedule id {spec.id} already exists") from exc
+    return row
+
+
+def _apply(old: ScheduleSpec, changes: Mapping[str, Any]) -> ScheduleSpec:
+    retry = old.retry
+    flat: dict[str, Any] = {}
+    for key, value in changes.items():
+        if key.startswith("retry."):
+            retry = replace(retry, **{key.split(".", 1)[1]: value})
+        elif key in ScheduleSpec.__dataclass_fields__ and key not in ("id", "tenant", "paused"):
+            flat[key] = value
+        else:
+            raise InvalidArgument("update_mask", f"{key!r} cannot be updated")
+    return replace(old, retry=flat.pop("retry", retry), **flat)
+
+
+def _jsonable(v: Any) -> Any:
+    return asdict(v) if isinstance(v, RetryPolicy) else v
+
+
+async def update_schedule(store: PgStore, schedule_id: uuid.UUID, changes: Mapping[str, Any], now: datetime,
+                          tenant: str | None, actor: str = "api",
+                          expected_version: int | None = None) -> dict[str, Any]:
+    """Change the fields named in `changes` (ScheduleSpec field names; `retry.<field>` for one
+    retry setting), bump the version, and recompute next_run_at (the first tick strictly after
+    now) when a timing field changed. Records the changed fields in "schedule_updated"."""
+    async with store.transaction() as conn:
+        row = await lock_schedule(conn, schedule_id, tenant, expected_version)
+        old = spec_of(row)
+        new, cron = _apply(old, changes).validated()
+        changed = sorted(k for k in ScheduleSpec.__dataclass_fields__ if getattr(old, k) != getattr(new, k))
+        next_run_at = row["next_run_at"]
+        if any(k in changed for k in TIMING_FIELDS):
+            next_run_at = None if row["paused"] else cron.next_after(now)
+        try:
+            upd = await one(conn, "api_update_schedule", {**_row_params(new), "next_run_at": next_run_at})
+        except UniqueViolation:
+            raise AlreadyExists("schedule", new.name, f"schedule name already exists for tenant {new.tenant}") from None
+        assert upd is not None
+        await store.insert_event(
+            "schedule_updated", tenant=row["tenant"], schedule_id=schedule_id, partition=row["partition"], actor=actor,
+            data={"fields": [API_NAMES.get(k, k) for k in changed], "version": upd["version"],
+                  "changes": {API_NAMES.get(k, k): [_jsonable(getattr(old, k)), _jsonable(getattr(new, k))]
+                              for k in changed if k != "payload"}},
+            conn=conn)
+        await _notify(conn, row)
+    return upd
 
 
 async def set_paused(store: PgStore, schedule_id: uuid.UUID, paused: bool, now: datetime,
-                     tenant: str | None, actor: str, reason: str = "",
+                     tenant: str | None, actor: str = "api", reason: str = "",
                      expected_version: int | None = None) -> dict[str, Any]:
-    row = await store.fetch_one("get_schedule", {"id": schedule_id})
-    if row is None or (tenant is not None and row["tenant"] != tenant):
-        raise NotFound("schedule", schedule_id)
-    cron = _validate_cron(_spec_of(row), schedule_id)
+    """Pause (next_run_at cleared) or resume (next_run_at = first tick after now). A schedule
+    already in that state is returned unchanged: no version bump, no event."""
+    reason = reason_text(reason)
     async with store.transaction() as conn:
-        async with conn.cursor(row_factory=_dict_row()) as cur:
-            await cur.execute(q("set_paused"), {
-                "id": schedule_id, "paused": paused, "tenant": tenant, "expected_version": expected_version,
-                "next_run_at": cron.next_after(now),
-            })
-            new = await cur.fetchone()
-        if new is None:
-            raise VersionConflict("schedule", schedule_id, expected_version or 0, row["version"])
+        row = await lock_schedule(conn, schedule_id, tenant, expected_version)
+        if row["paused"] == paused:
+            return row
+        cron = validate_cron(spec_of(row), schedule_id)
+        new = await one(conn, "api_set_paused", {"id": schedule_id, "paused": paused,
+                                                 "next_run_at": None if paused else cron.next_after(now)})
+        assert new is not None
         await store.insert_event("schedule_paused" if paused else "schedule_resumed", tenant=row["tenant"],
                                  schedule_id=schedule_id, partition=row["partition"], actor=actor,
-                                 data={"reason": reason}, conn=conn)
-        await conn.execute(q("notify_due"), {"payload": f"{row['partition']}:s:{schedule_id}"})
-    return dict(new)
+                                 data={"reason": reason, "version": new["version"]}, conn=conn)
+        await _notify(conn, row)
+    return new
 
 
-async def delete_schedule(store: PgStore, schedule_id: uuid.UUID, tenant: str | None, actor: str,
-                          expected_version: int | None = None) -> dict[str, Any]:
+async def delete_schedule(store: PgStore, schedule_id: uuid.UUID, tenant: str | None, actor: str = "api",
+                          expected_version: int | None = None, cancel_pending: bool = False,
+                          reason: str = "") -> tuple[dict[str, Any], int]:
+    """Soft-delete; with cancel_pending, cancel its unfinished executions (running ones get
+    cancel_requested). Returns (the deleted row, executions cancelled)."""
+    reason = reason_text(reason)
     async with store.transaction() as conn:
-        async with conn.cursor(row_factory=_dict_row()) as cur:
-            await cur.execute(q("soft_delete_schedule"), {
-                "id": schedule_id, "tenant": tenant, "expected_version": expected_version})
-            row = await cur.fetchone()
-        if row is None:
-            raise NotFound("schedule", schedule_id)
+        row = await lock_schedule(conn, schedule_id, tenant, expected_version)
+        deleted = await one(conn, "api_soft_delete_schedule", {"id": schedule_id})
+        assert deleted is not None
+        cancelled = 0
+        if cancel_pending:
+            why = f"schedule deleted by {actor}" + (f": {reason}" if reason else "")
+            async with cursor(conn) as cur:
+                await cur.execute(q("api_cancel_pending_of_schedule"), {"schedule_id": schedule_id, "reason": why})
+                cancelled = len(await cur.fetchall())
         await store.insert_event("schedule_deleted", tenant=row["tenant"], schedule_id=schedule_id,
-                                 partition=row["partition"], actor=actor, conn=conn)
-        await conn.execute(q("notify_due"), {"payload": f"{row['partition']}:s:{schedule_id}"})
-    return dict(row)
-
-
-def _spec_of(row: dict[str, Any]) -> ScheduleSpec:
-    return ScheduleSpec(tenant=row["tenant"], name=row["name"], cron=row["cron"], timezone=row["timezone"],
-                        job_type=row["job_type"], misfire_policy=row["misfire_policy"],
-                        max_catch_up=row["max_catch_up"], dst_gap=row["dst_gap"],
-                        dst_repeated=row["dst_repeated"], jitter_s=row["jitter_s"], id=row["id"])
-
-
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    tenant: str
-    type: str
-    payload: Any = field(default_factory=dict)
-    run_at: datetime | None = None
-    priority: str = "default"
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    timeout_s: float | None = None
-    idempotency_key: str | None = None
-
-
-async def submit_job(store: PgStore, job: JobSpec, now: datetime, partitions: int,
-                     actor: str = "api") -> tuple[dict[str, Any], bool]:
-    """Returns (execution row, deduplicated). A repeated idempotency key returns the existing
-    execution of that tenant and stores nothing."""
-    tenant = _text("tenant", job.tenant)
-    jtype = _text("type", job.type)
-    payload = _payload("payload_json", job.payload)
-    key = _text("idempotency_key", job.idempotency_key, required=False) if job.idempotency_key else None
-    run_at = job.run_at or now
-    if run_at.utcoffset() is None:
-        raise InvalidArgument("run_at", "must carry a time zone")
-    if run_at > now + MAX_RUN_AT_AHEAD:
-        raise InvalidArgument("run_at", f"must be at most 10 years ahead, got {run_at.isoformat()}")
-    retry = job.retry.validate()
-    eid = uuid.uuid4()
-    p = partition_of(eid, partitions)
-    state = "queued" if run_at <= now else "scheduled"
-    params = {
-        "id": eid, "tenant": tenant, "type": jtype, "payload": Jsonb(payload), "partition": p,
-        "scheduled_for": run_at, "run_at": run_at, "priority": _priority(job.priority), "state": state,
-        "max_attempts": retry.max_attempts, "retry_initial_s": retry.initial_s,
-        "retry_multiplier": retry.multiplier, "retry_max_s": retry.max_s,
-        "timeout_s": _timeout("timeout", job.timeout_s), "idempotency_key": key,
-    }
-    async with store.transaction() as conn:
-        async with conn.cursor(row_factory=_dict_row()) as cur:
-            await cur.execute(q("insert_submitted"), params)
-            row = await cur.fetchone()
-            if row is None:
-                await cur.execute(q("get_by_idempotency_key"), {"tenant": tenant, "idempotency_key": key})
-                existing = await cur.fetchone()
-                if existing is None:  # raced with a delete of the key holder: impossible today
-                    raise AlreadyExists("execution", key)
-                return dict(existing), True
-        if state == "scheduled":
-            await conn.execute(q("notify_due"), {"payload": f"{p}:o:{eid}"})
-        else:
-            await conn.execute(q("notify_queued"), {"payload": row["priority"]})
-    return dict(row), False
-
-
-def _dict_row() -> Any:
-    from psycopg.rows import dict_row
-
-    return dict_row
+                                 partition=row["partition"], actor=actor,
+                                 data={"reason": reason, "cancelled": cancelled}, conn=conn)
+        await _notify(conn, row)
+    return deleted, cancelled

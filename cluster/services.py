@@ -1,4 +1,9 @@
-"""The gRPC services a node serves and the interceptors in front of them, in one place."""
+"""The gRPC services a node serves and the interceptors in front of them, in one place.
+
+Interceptors: `auth.AuthInterceptor` authenticates every call to a cronwheel.v1 service (bearer
+token -> tenant or admin; dev mode without an auth file), refuses tenants on admin-only RPCs,
+and maps domain errors to status codes. Health and reflection are served without a token.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from cronwheel.cluster.admin_service import AdminService
-from cronwheel.v1 import admin_pb2, admin_pb2_grpc
+from cronwheel.cluster.api_service import SchedulerService
+from cronwheel.cluster.auth import AuthInterceptor, load_auth, server_credentials
+from cronwheel.v1 import admin_pb2, admin_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
 if TYPE_CHECKING:
     from cronwheel.cluster.node import Node
@@ -24,8 +31,18 @@ def grpc_services(node: Node) -> list[tuple[Registrar, Any, str]]:
             AdminService(node),
             admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
         ),
+        (
+            scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server,
+            SchedulerService(node),
+            scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name,
+        ),
     ]
 
 
 def interceptors(node: Node) -> list[grpc.aio.ServerInterceptor]:
-    return []
+    return [AuthInterceptor(load_auth(getattr(node.config, "auth_file", "")))]
+
+
+def credentials(node: Node) -> grpc.ServerCredentials | None:
+    """TLS server credentials when the node has a certificate and key, else None (plaintext)."""
+    return server_credentials(getattr(node.config, "tls_cert", ""), getattr(node.config, "tls_key", ""))

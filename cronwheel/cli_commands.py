@@ -75,6 +75,13 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
     p.add_argument("--misfire-grace", type=float, default=10.0,
                    help="seconds a tick may be late and still fire normally; older ones get the misfire policy")
     p.add_argument("--horizon", type=float, default=120.0, help="seconds of due work preloaded into the wheel")
+    p.add_argument("--metrics-listen", default="127.0.0.1:0",
+                   help="host:port of the Prometheus metrics endpoint (default 127.0.0.1:0, a free port; '' disables)")
+    p.add_argument("--auth-file", default=os.environ.get("CRONWHEEL_AUTH_FILE", ""),
+                   help="JSON file of bearer tokens (sha256) -> tenant or admin (default: $CRONWHEEL_AUTH_FILE; "
+                        "none: dev mode, every call is admin)")
+    p.add_argument("--tls-cert", default="", help="PEM certificate chain: serve gRPC over TLS (with --tls-key)")
+    p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
     p.add_argument("--unsafe-ignore-local-trust", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -97,11 +104,20 @@ def cmd_node(args: argparse.Namespace) -> int:
         config = NodeConfig(
             node_id=node_id, dsn=_dsn(args), etcd_endpoints=endpoints, listen=args.listen,
             advertise=args.advertise, lease=lease, ignore_local_trust=args.unsafe_ignore_local_trust,
+            auth_file=args.auth_file, tls_cert=args.tls_cert, tls_key=args.tls_key,
+            metrics_listen=args.metrics_listen,
             firing=FiringConfig(horizon_s=args.horizon, extend_every_s=min(30.0, args.horizon / 4),
                                 misfire_grace_s=args.misfire_grace),
         ).validate()
     except ValueError as exc:
         raise InvalidArgument("node", str(exc)) from exc
+    from cronwheel.cluster.auth import load_auth, read_tls
+
+    try:  # bad security configuration fails here, before anything starts
+        load_auth(args.auth_file)
+        read_tls(args.tls_cert, args.tls_key)
+    except InvalidArgument as exc:
+        raise InvalidArgument("--" + exc.field.replace("_", "-"), exc.message.split(": ", 1)[-1]) from None
     logs.setup(node=node_id, level=args.log_level)
     asyncio.run(serve(config))
     return 0

@@ -123,6 +123,30 @@ class CompleteExecutionResponse(_message.Message):
     state: _common_pb2.ExecutionState
     def __init__(self, state: _Optional[_Union[_common_pb2.ExecutionState, str]] = ...) -> None: ...
 
+class CompleteExecutionsRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[CompleteExecutionRequest]
+    def __init__(self, items: _Optional[_Iterable[_Union[CompleteExecutionRequest, _Mapping]]] = ...) -> None: ...
+
+class CompleteExecutionOutcome(_message.Message):
+    __slots__ = ("execution_id", "code", "message", "state")
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    code: int
+    message: str
+    state: _common_pb2.ExecutionState
+    def __init__(self, execution_id: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.ExecutionState, str]] = ...) -> None: ...
+
+class CompleteExecutionsResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[CompleteExecutionOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[CompleteExecutionOutcome, _Mapping]]] = ...) -> None: ...
+
 class FailExecutionRequest(_message.Message):
     __slots__ = ("execution_id", "fencing_token", "worker_id", "error", "retryable", "error_type")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]

@@ -55,6 +55,11 @@ class DispatchServiceStub:
                 request_serializer=cronwheel_dot_v1_dot_dispatch__pb2.CompleteExecutionRequest.SerializeToString,
                 response_deserializer=cronwheel_dot_v1_dot_dispatch__pb2.CompleteExecutionResponse.FromString,
                 _registered_method=True)
+        self.CompleteExecutions = channel.unary_unary(
+                '/cronwheel.v1.DispatchService/CompleteExecutions',
+                request_serializer=cronwheel_dot_v1_dot_dispatch__pb2.CompleteExecutionsRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_dispatch__pb2.CompleteExecutionsResponse.FromString,
+                _registered_method=True)
         self.FailExecution = channel.unary_unary(
                 '/cronwheel.v1.DispatchService/FailExecution',
                 request_serializer=cronwheel_dot_v1_dot_dispatch__pb2.FailExecutionRequest.SerializeToString,
@@ -119,6 +124,19 @@ class DispatchServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompleteExecutions(self, request, context):
+        """Reports success for up to 1000 executions in one call and one transaction (what a busy
+        worker's SDK sends when several handlers finish together). Each item is judged on its own,
+        exactly as CompleteExecution would judge it; the response lists an outcome per item, in
+        request order: a refused item does not fail the others.
+        Errors: INVALID_ARGUMENT for the whole call (no items, more than 1000, an item's worker_id
+        differs from the first's). Per item, in its outcome: the status CompleteExecution would
+        have returned (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def FailExecution(self, request, context):
         """Reports failure of the current attempt and releases the lease. The execution becomes:
         CANCELLED if cancellation was requested; else RETRY_SCHEDULED, with run_at = now + backoff
@@ -155,6 +173,11 @@ def add_DispatchServiceServicer_to_server(servicer, server):
                     servicer.CompleteExecution,
                     request_deserializer=cronwheel_dot_v1_dot_dispatch__pb2.CompleteExecutionRequest.FromString,
                     response_serializer=cronwheel_dot_v1_dot_dispatch__pb2.CompleteExecutionResponse.SerializeToString,
+            ),
+            'CompleteExecutions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteExecutions,
+                    request_deserializer=cronwheel_dot_v1_dot_dispatch__pb2.CompleteExecutionsRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_dispatch__pb2.CompleteExecutionsResponse.SerializeToString,
             ),
             'FailExecution': grpc.unary_unary_rpc_method_handler(
                     servicer.FailExecution,
@@ -271,6 +294,33 @@ class DispatchService:
             '/cronwheel.v1.DispatchService/CompleteExecution',
             cronwheel_dot_v1_dot_dispatch__pb2.CompleteExecutionRequest.SerializeToString,
             cronwheel_dot_v1_dot_dispatch__pb2.CompleteExecutionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteExecutions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.DispatchService/CompleteExecutions',
+            cronwheel_dot_v1_dot_dispatch__pb2.CompleteExecutionsRequest.SerializeToString,
+            cronwheel_dot_v1_dot_dispatch__pb2.CompleteExecutionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -166,3 +166,33 @@ SELECT state, count(*) AS n FROM executions GROUP BY state;
 -- Runs still `running` past their lease plus a grace: the reaper should have taken them.
 SELECT count(*) FROM executions
  WHERE state = 'running' AND lease_expires < now() - make_interval(secs => %(grace_s)s);
+
+-- name: complete_batch
+-- Succeed every listed run still held by the worker with its token, feed the schedules' dead
+-- man's switches, in one statement; returns the runs it succeeded.
+WITH v AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[], %(results)s::jsonb[]) AS v(id, token, result)
+), done AS (
+    UPDATE executions AS e
+       SET state = 'succeeded', state_reason = NULL, result = v.result, error = NULL, error_type = NULL,
+           finished_at = now(), lease_owner = NULL, lease_expires = NULL
+      FROM v
+     WHERE e.id = v.id AND e.fencing_token = v.token AND e.lease_owner = %(worker)s AND e.state = 'running'
+    RETURNING e.id, e.schedule_id
+), fed AS (
+    UPDATE schedules SET last_success_at = now(), success_alert_at = NULL
+     WHERE id IN (SELECT schedule_id FROM done WHERE schedule_id IS NOT NULL)
+    RETURNING 1
+)
+SELECT id, schedule_id, (SELECT count(*) FROM fed) AS fed FROM done;
+
+-- name: release_buffered_many
+-- Overlap buffer_*: for each listed schedule whose run ahead finished, queue its oldest
+-- buffered run.
+UPDATE executions
+   SET state = 'queued', state_reason = NULL, queued_at = now()
+ WHERE id IN (SELECT DISTINCT ON (schedule_id) id FROM executions
+               WHERE schedule_id = ANY(%(schedule_ids)s::uuid[]) AND state = 'scheduled'
+                 AND state_reason = 'buffered'
+               ORDER BY schedule_id, scheduled_for)
+RETURNING id;

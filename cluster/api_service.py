@@ -1,0 +1,269 @@
+"""SchedulerService: the user-facing gRPC API (proto/cronwheel/v1/scheduler.proto is the contract).
+
+Each RPC converts and validates its request (api_convert; errors name the field), calls one
+command of `scheduling` / `scheduling_runs` with the caller's tenant scope, and converts the
+rows back. Authentication, tenancy of the call itself and the mapping of domain errors to status
+codes happen in front of it (auth.AuthInterceptor); another tenant's object is NOT_FOUND because
+the commands look objects up within the caller's scope. ExplainSchedule is computed by
+`explain_api` (after the id, range and page size are checked here).
+
+Concurrency: stateless; every call borrows connections from the node's pool.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import grpc
+
+from cronwheel.cluster import api_convert as cv
+from cronwheel.cluster import api_pages as pages
+from cronwheel.cluster import scheduling as sch
+from cronwheel.cluster import scheduling_runs as runs
+from cronwheel.cluster.auth import current_caller
+from cronwheel.cluster.explain_api import explain_schedule
+from cronwheel.cluster.scheduling_values import MAX_JITTER_S, fetch, parse_json, reason_text, text
+from cronwheel.cron import jitter_offset_s, parse_dst_policy, parse_schedule
+from cronwheel.errors import InvalidArgument
+from cronwheel.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+
+if TYPE_CHECKING:
+    from cronwheel.cluster.node import Node
+
+Ctx: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+NIL_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+def _filter_text(value: str, field: str) -> str | None:
+    """An optional name-like filter; None when empty."""
+    if not value:
+        return None
+    return text(field, value, required=False) or None
+
+
+class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    @property
+    def store(self) -> Any:
+        return self.node.store
+
+    # ------------------------------------------------------------------------------ schedules
+
+    async def CreateSchedule(self, request: scheduler_pb2.CreateScheduleRequest,  # noqa: N802
+                             context: Ctx) -> scheduler_pb2.CreateScheduleResponse:
+        caller = current_caller()
+        s = request.schedule
+        tenant = caller.owner(s.tenant, "schedule.tenant")
+        with cv.fields_under("schedule"):
+            spec = cv.spec_from(s, tenant)
+            row = await sch.create_schedule(self.store, spec, self.node.clock.now(), self.node.partitions,
+                                            actor=caller.name)
+        return scheduler_pb2.CreateScheduleResponse(schedule=cv.schedule_out(row))
+
+    async def UpdateSchedule(self, request: scheduler_pb2.UpdateScheduleRequest,  # noqa: N802
+                             context: Ctx) -> scheduler_pb2.UpdateScheduleResponse:
+        caller = current_caller()
+        sid = cv.req_uuid(request.schedule.id, "schedule.id")
+        version = cv.expected_version(request.expected_version)
+        paths = cv.mask_paths(list(request.update_mask.paths))
+        with cv.fields_under("schedule"):
+            changes = cv.changes_from(request.schedule, paths)
+            row = await sch.update_schedule(self.store, sid, changes, self.node.clock.now(), caller.scope(),
+                                            actor=caller.name, expected_version=version)
+        return scheduler_pb2.UpdateScheduleResponse(schedule=cv.schedule_out(row))
+
+    async def GetSchedule(self, request: scheduler_pb2.GetScheduleRequest,  # noqa: N802
+                          context: Ctx) -> scheduler_pb2.GetScheduleResponse:
+        sid = cv.req_uuid(request.schedule_id, "schedule_id")
+        row = await sch.get_schedule(self.store, sid, current_caller().scope())
+        return scheduler_pb2.GetScheduleResponse(schedule=cv.schedule_out(row))
+
+    async def ListSchedules(self, request: scheduler_pb2.ListSchedulesRequest,  # noqa: N802
+                            context: Ctx) -> scheduler_pb2.ListSchedulesResponse:
+        tenant = current_caller().filter(request.tenant, "tenant")
+        size = cv.page_size(request.page_size)
+        filters = {"tenant": tenant, "job_type": _filter_text(request.job_type, "job_type"),
+                   "paused": request.paused if request.HasField("paused") else None}
+        after_at, after_id = pages.time_id_cursor(pages.decode(request.page_token, "schedules", filters))
+        rows = await fetch(self.store, "api_list_schedules", {
+            **filters, "after_created_at": after_at, "after_id": after_id, "limit": size + 1})
+        resp = scheduler_pb2.ListSchedulesResponse(schedules=[cv.schedule_out(r) for r in rows[:size]])
+        if len(rows) > size:
+            last = rows[size - 1]
+            resp.next_page_token = pages.encode("schedules", filters,
+                                                [pages.micros(last["created_at"]), str(last["id"])])
+        return resp
+
+    async def DeleteSchedule(self, request: scheduler_pb2.DeleteScheduleRequest,  # noqa: N802
+                             context: Ctx) -> scheduler_pb2.DeleteScheduleResponse:
+        caller = current_caller()
+        sid = cv.req_uuid(request.schedule_id, "schedule_id")
+        version = cv.expected_version(request.expected_version)
+        _, cancelled = await sch.delete_schedule(self.store, sid, caller.scope(), actor=caller.name,
+                                                 expected_version=version, cancel_pending=request.cancel_pending,
+                                                 reason=request.reason)
+        return scheduler_pb2.DeleteScheduleResponse(cancelled_count=cancelled)
+
+    async def _set_paused(self, request: Any, paused: bool) -> common_pb2.Schedule:
+        caller = current_caller()
+        sid = cv.req_uuid(request.schedule_id, "schedule_id")
+        version = cv.expected_version(request.expected_version)
+        row = await sch.set_paused(self.store, sid, paused, self.node.clock.now(), caller.scope(), actor=caller.name,
+                                   reason=request.reason, expected_version=version)
+        return cv.schedule_out(row)
+
+    async def PauseSchedule(self, request: scheduler_pb2.PauseScheduleRequest,  # noqa: N802
+                            context: Ctx) -> scheduler_pb2.PauseScheduleResponse:
+        return scheduler_pb2.PauseScheduleResponse(schedule=await self._set_paused(request, True))
+
+    async def ResumeSchedule(self, request: scheduler_pb2.ResumeScheduleRequest,  # noqa: N802
+                             context: Ctx) -> scheduler_pb2.ResumeScheduleResponse:
+        return scheduler_pb2.ResumeScheduleResponse(schedule=await self._set_paused(request, False))
+
+    async def TriggerSchedule(self, request: scheduler_pb2.TriggerScheduleRequest,  # noqa: N802
+                              context: Ctx) -> scheduler_pb2.TriggerScheduleResponse:
+        caller = current_caller()
+        sid = cv.req_uuid(request.schedule_id, "schedule_id")
+        payload = parse_json("payload_json", request.payload_json) if request.payload_json else None
+        overlap = cv.enum(cv.OVERLAP, request.overlap_policy, "overlap_policy")
+        row, dedup = await runs.trigger_schedule(
+            self.store, sid, self.node.clock.now(), caller.scope(), actor=caller.name, payload=payload,
+            overlap_policy=overlap, idempotency_key=request.idempotency_key, reason=request.reason)
+        return scheduler_pb2.TriggerScheduleResponse(execution=cv.execution_out(row), deduplicated=dedup)
+
+    async def BackfillSchedule(self, request: scheduler_pb2.BackfillScheduleRequest,  # noqa: N802
+                               context: Ctx) -> scheduler_pb2.BackfillScheduleResponse:
+        caller = current_caller()
+        sid = cv.req_uuid(request.schedule_id, "schedule_id")
+        if not request.HasField("range"):
+            raise InvalidArgument("range", "required: start_time and end_time")
+        start = cv.opt_dt(request.range, "start_time", "range.start_time")
+        end = cv.opt_dt(request.range, "end_time", "range.end_time")
+        res = await runs.backfill_schedule(self.store, sid, start, end, self.node.clock.now(), caller.scope(),
+                                           actor=caller.name, reason=request.reason)
+        return scheduler_pb2.BackfillScheduleResponse(
+            created_count=len(res.created), existing_count=res.existing_count,
+            execution_ids=[str(i) for i, _ in res.created])
+
+    async def PreviewSchedule(self, request: scheduler_pb2.PreviewScheduleRequest,  # noqa: N802
+                              context: Ctx) -> scheduler_pb2.PreviewScheduleResponse:
+        which = request.WhichOneof("source")
+        if which is None:
+            raise InvalidArgument("source", "required: schedule_id or spec")
+        count = request.count or 10
+        if not 1 <= count <= 1000:
+            raise InvalidArgument("count", f"must be 0 (default 10) or 1..1000, got {request.count}")
+        after = cv.opt_dt(request, "start_time", "start_time") or self.node.clock.now()
+        if which == "schedule_id":
+            sid = cv.req_uuid(request.schedule_id, "schedule_id")
+            row = await sch.get_schedule(self.store, sid, current_caller().scope())
+            cron = sch.validate_cron(sch.spec_of(row), sid)
+            jitter, seed = float(row["jitter_s"] or 0), str(sid)
+        else:
+            spec = request.spec
+            seed = str(cv.uuid_of(spec.schedule_id, "spec.schedule_id", required=False) or NIL_UUID)
+            jitter = cv.opt_s(spec, "jitter", "spec.jitter") or 0.0
+            if not 0 <= jitter <= MAX_JITTER_S:
+                raise InvalidArgument("spec.jitter", f"must be in 0..{MAX_JITTER_S:g} seconds, got {jitter}")
+            for name in ("cron", "timezone"):
+                if len(getattr(spec, name)) > 200:
+                    raise InvalidArgument(f"spec.{name}", "must be at most 200 characters")
+            with cv.fields_under("spec"):
+                gap = cv.enum(cv.DST_GAP, spec.dst_policy.gap, "dst_policy.gap")
+                repeated = cv.enum(cv.DST_REPEATED, spec.dst_policy.repeated_hour, "dst_policy.repeated_hour")
+                dst = parse_dst_policy({"gap": gap, "repeated": repeated})
+                cron = parse_schedule(spec.cron.strip(), spec.timezone, dst_policy=dst, schedule_id=seed)
+        resp = scheduler_pb2.PreviewScheduleResponse()
+        tick = after
+        for _ in range(count):
+            try:
+                tick = cron.next_after(tick)
+                run_at = tick + timedelta(seconds=jitter_offset_s(seed, tick, jitter))
+                local = tick.astimezone(cron.zone).isoformat()
+            except OverflowError:
+                break  # the calendar ends (year 9999): fewer ticks than asked
+            resp.ticks.append(scheduler_pb2.PreviewedTick(scheduled_for=cv.ts(tick), run_at=cv.ts(run_at),
+                                                          local_time=local, note=pages.dst_note(cron, tick)))
+        return resp
+
+    async def ExplainSchedule(self, request: scheduler_pb2.ExplainScheduleRequest,  # noqa: N802
+                              context: Ctx) -> scheduler_pb2.ExplainScheduleResponse:
+        cv.req_uuid(request.schedule_id, "schedule_id")  # canonical form, like every other id
+        if request.HasField("range"):  # in range (0001..9999) before explain converts them
+            cv.opt_dt(request.range, "start_time", "range.start_time")
+            cv.opt_dt(request.range, "end_time", "range.end_time")
+        cv.page_size(request.page_size)
+        return await explain_schedule(self.node, request, current_caller().scope())
+
+    # ------------------------------------------------------------------------------ executions
+
+    async def SubmitJob(self, request: scheduler_pb2.SubmitJobRequest,  # noqa: N802
+                        context: Ctx) -> scheduler_pb2.SubmitJobResponse:
+        caller = current_caller()
+        tenant = caller.owner(request.tenant, "tenant")
+        job = runs.JobSpec(
+            tenant=tenant, type=request.type, payload=parse_json("payload_json", request.payload_json),
+            run_at=cv.opt_dt(request, "run_at", "run_at"),
+            priority=cv.enum(cv.PRIORITY, request.priority, "priority", "default") or "default",
+            retry=cv.retry_from(request.retry_policy, request.HasField("retry_policy")),
+            timeout_s=cv.opt_s(request, "timeout", "timeout"), idempotency_key=request.idempotency_key or None)
+        row, dedup = await runs.submit_job(self.store, job, self.node.clock.now(), self.node.partitions,
+                                           actor=caller.name)
+        return scheduler_pb2.SubmitJobResponse(execution=cv.execution_out(row), deduplicated=dedup)
+
+    async def GetExecution(self, request: scheduler_pb2.GetExecutionRequest,  # noqa: N802
+                           context: Ctx) -> scheduler_pb2.GetExecutionResponse:
+        eid = cv.req_uuid(request.execution_id, "execution_id")
+        row = await runs.get_execution(self.store, eid, current_caller().scope())
+        return scheduler_pb2.GetExecutionResponse(execution=cv.execution_out(row))
+
+    async def ListExecutions(self, request: scheduler_pb2.ListExecutionsRequest,  # noqa: N802
+                             context: Ctx) -> scheduler_pb2.ListExecutionsResponse:
+        tenant = current_caller().filter(request.tenant, "tenant")
+        sid = cv.uuid_of(request.schedule_id, "schedule_id", required=False)
+        states = sorted({cv.enum(cv.STATE, s, "states") or _unspecified_state() for s in request.states})
+        start = end = None
+        if request.HasField("scheduled_for"):
+            start = cv.opt_dt(request.scheduled_for, "start_time", "scheduled_for.start_time")
+            end = cv.opt_dt(request.scheduled_for, "end_time", "scheduled_for.end_time")
+            if start is not None and end is not None and start >= end:
+                raise InvalidArgument("scheduled_for", "start_time must be before end_time")
+        size = cv.page_size(request.page_size)
+        filters = {"tenant": tenant, "schedule_id": sid, "states": states or None,
+                   "type": _filter_text(request.type, "type"), "from": start, "until": end}
+        before_at, before_id = pages.time_id_cursor(pages.decode(request.page_token, "executions", filters))
+        rows = await fetch(self.store, "api_list_executions", {
+            **filters, "before_scheduled_for": before_at, "before_id": before_id, "limit": size + 1})
+        resp = scheduler_pb2.ListExecutionsResponse(executions=[cv.execution_out(r) for r in rows[:size]])
+        if len(rows) > size:
+            last = rows[size - 1]
+            resp.next_page_token = pages.encode("executions", filters,
+                                                [pages.micros(last["scheduled_for"]), str(last["id"])])
+        return resp
+
+    async def CancelExecution(self, request: scheduler_pb2.CancelExecutionRequest,  # noqa: N802
+                              context: Ctx) -> scheduler_pb2.CancelExecutionResponse:
+        caller = current_caller()
+        eid = cv.req_uuid(request.execution_id, "execution_id")
+        row = await runs.cancel_execution(self.store, eid, self.node.clock.now(), caller.scope(), actor=caller.name,
+                                          reason=reason_text(request.reason))
+        return scheduler_pb2.CancelExecutionResponse(execution=cv.execution_out(row))
+
+    async def RetryExecution(self, request: scheduler_pb2.RetryExecutionRequest,  # noqa: N802
+                             context: Ctx) -> scheduler_pb2.RetryExecutionResponse:
+        caller = current_caller()
+        eid = cv.req_uuid(request.execution_id, "execution_id")
+        extra = request.additional_attempts or 1
+        if not 1 <= extra <= 1000:
+            raise InvalidArgument("additional_attempts", f"must be 0 (default 1) or 1..1000, got {extra}")
+        row = await runs.retry_execution(self.store, eid, self.node.clock.now(), caller.scope(), actor=caller.name,
+                                         additional_attempts=extra, run_at=cv.opt_dt(request, "run_at", "run_at"),
+                                         reason=request.reason)
+        return scheduler_pb2.RetryExecutionResponse(execution=cv.execution_out(row))
+
+
+def _unspecified_state() -> str:
+    raise InvalidArgument("states", "EXECUTION_STATE_UNSPECIFIED is not a state")

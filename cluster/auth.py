@@ -1,0 +1,288 @@
+"""Who is calling: bearer tokens mapped to a tenant or to the admin role, checked by one server
+interceptor in front of every cronwheel.v1 service, which also maps domain errors to status
+codes (the table is `grpc_errors.STATUS`, the one table of the node).
+
+The auth file (`cronwheel node --auth-file PATH`, or $CRONWHEEL_AUTH_FILE) is JSON::
+
+    {"tokens": [
+        {"name": "acme-ci", "sha256": "<hex sha256 of the token>", "tenant": "acme"},
+        {"name": "ops",     "sha256": "<hex sha256 of the token>", "admin": true},
+        {"name": "ops-acme", "sha256": "...", "admin": true, "tenant": "acme"}
+    ]}
+
+Tokens are stored hashed (`printf %s "$TOKEN" | sha256sum`, or `cronwheel token new`). Each
+entry is a tenant token (`tenant`) or an admin token (`admin: true`; an optional `tenant` is
+then the default tenant of what it creates). `name` is the actor recorded in audit events
+(default "token-<first 8 hex digits>"). A bad file fails at start-up.
+
+Without an auth file the node runs in DEV MODE: no token is needed and every call is an admin
+whose default tenant is "default" (what `cronwheel dev` uses). A warning is logged at start.
+
+Rules: no, malformed or unknown token -> UNAUTHENTICATED; a tenant token naming another tenant
+-> PERMISSION_DENIED; a tenant token on an admin-only RPC (AdminService.ClusterStatus) ->
+PERMISSION_DENIED; another tenant's object -> NOT_FOUND (the commands check it). Health and
+reflection need no token. The caller is available to servicers as `current_caller()`.
+
+Concurrency: AuthConfig is immutable; the caller lives in a ContextVar set per call.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from cronwheel import errors as e
+from cronwheel.cluster.grpc_errors import status_of
+from cronwheel.cluster.scheduling_values import QuotaExceeded, text
+from cronwheel.errors import InvalidArgument
+
+log = logging.getLogger("cronwheel.cluster.auth")
+
+PROTECTED_PREFIX = "/cronwheel.v1."
+ADMIN_ONLY = frozenset({"/cronwheel.v1.AdminService/ClusterStatus"})
+DEV_TENANT = "default"
+_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """An authenticated caller. `tenant`: a tenant token's tenant, or an admin's default tenant."""
+
+    name: str
+    tenant: str | None
+    admin: bool = False
+
+    def scope(self) -> str | None:
+        """The tenant the caller is confined to; None for an admin (every tenant)."""
+        return None if self.admin else self.tenant
+
+    def owner(self, requested: str, field: str) -> str:
+        """The tenant owning what the caller creates (a request's `tenant` field)."""
+        req = requested.strip() if isinstance(requested, str) else requested
+        if not self.admin:
+            if req and req != self.tenant:
+                raise e.PermissionDenied(f"{field}: a tenant token may only name its own tenant")
+            assert self.tenant is not None
+            return self.tenant
+        if req:
+            return text(field, req)
+        if self.tenant:
+            return self.tenant
+        raise InvalidArgument(field, "required for admin callers")
+
+    def filter(self, requested: str, field: str) -> str | None:
+        """The tenant a listing is restricted to (None: every tenant, admins only)."""
+        req = requested.strip()
+        if not self.admin:
+            if req and req != self.tenant:
+                raise e.PermissionDenied(f"{field}: a tenant token may only name its own tenant")
+            return self.tenant
+        return text(field, req) if req else None
+
+
+DEV_CALLER = Caller("dev", DEV_TENANT, admin=True)
+_CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("cronwheel_caller")
+
+
+def current_caller() -> Caller:
+    """The caller of the RPC being served (set by AuthInterceptor)."""
+    try:
+        return _CALLER.get()
+    except LookupError:
+        raise e.Unauthenticated("no authenticated caller") from None
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    tokens: Mapping[str, Caller] = field(default_factory=dict)  # sha256 hex -> caller
+    dev: bool = False
+
+    def authenticate(self, metadata: Any) -> Caller:
+        if self.dev:
+            return DEV_CALLER
+        values = [v for k, v in (metadata or ()) if k == "authorization"]
+        if not values:
+            raise e.Unauthenticated("missing credentials: send metadata 'authorization: Bearer <token>'")
+        value = values[0] if isinstance(values[0], str) else ""
+        scheme, _, token = value.strip().partition(" ")
+        if len(values) > 1 or scheme.lower() != "bearer" or not token.strip():
+            raise e.Unauthenticated("malformed authorization metadata: expected 'Bearer <token>'")
+        caller = self.tokens.get(hash_token(token.strip()))
+        if caller is None:
+            raise e.Unauthenticated("unknown token")
+        return caller
+
+
+def load_auth(path: str | None) -> AuthConfig:
+    """The auth config from a file; dev mode when `path` is empty. InvalidArgument("auth_file")
+    for a missing or malformed file."""
+    if not path:
+        return AuthConfig(dev=True)
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InvalidArgument("auth_file", f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise InvalidArgument("auth_file", f"{path} is not JSON: {exc}") from None
+    entries = doc.get("tokens") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise InvalidArgument("auth_file", f'{path}: expected {{"tokens": [...]}} with at least one token')
+    tokens: dict[str, Caller] = {}
+    for i, ent in enumerate(entries):
+        where = f"{path}: tokens[{i}]"
+        if not isinstance(ent, dict) or set(ent) - {"name", "sha256", "tenant", "admin"}:
+            raise InvalidArgument("auth_file", f"{where}: expected an object with sha256, tenant or admin, name")
+        digest = ent.get("sha256")
+        if not isinstance(digest, str) or not _HEX.match(digest.lower()):
+            raise InvalidArgument("auth_file", f"{where}: sha256 must be 64 hex digits (the token's SHA-256)")
+        admin = ent.get("admin", False)
+        tenant = ent.get("tenant")
+        if not isinstance(admin, bool) or (tenant is not None and (not isinstance(tenant, str) or not tenant.strip())):
+            raise InvalidArgument("auth_file", f"{where}: admin must be true/false and tenant a non-empty string")
+        if not admin and tenant is None:
+            raise InvalidArgument("auth_file", f"{where}: a token needs a tenant or admin: true")
+        name = ent.get("name") or f"token-{digest[:8].lower()}"
+        if not isinstance(name, str):
+            raise InvalidArgument("auth_file", f"{where}: name must be a string")
+        if digest.lower() in tokens:
+            raise InvalidArgument("auth_file", f"{where}: the same token appears twice")
+        tokens[digest.lower()] = Caller(name, tenant.strip() if tenant else None, admin)
+    return AuthConfig(tokens=tokens)
+
+
+def abort_args(exc: e.CronwheelError) -> tuple[grpc.StatusCode, str]:
+    """Status code and message of a domain error (grpc_errors.STATUS, plus quotas)."""
+    if isinstance(exc, QuotaExceeded):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, exc.message
+    if isinstance(exc, e.VersionConflict):
+        return grpc.StatusCode.FAILED_PRECONDITION, f"version conflict: expected {exc.expected}, found {exc.actual}"
+    return status_of(exc) or grpc.StatusCode.INTERNAL, exc.message
+
+
+async def _fail(context: grpc.aio.ServicerContext[Any, Any], exc: Exception, method: str) -> None:
+    if isinstance(exc, e.CronwheelError):
+        code, message = abort_args(exc)
+        await context.abort(code, message)
+    log.exception("unexpected error in RPC", extra={"event": "rpc_internal_error", "method": method})
+    await context.abort(grpc.StatusCode.INTERNAL, "internal error (logged on the server)")
+
+
+Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """Authenticates every call to a cronwheel.v1 service and maps its errors."""
+
+    def __init__(self, config: AuthConfig) -> None:
+        self.config = config
+        if config.dev:
+            log.warning("authentication disabled (dev mode): every call is an admin of tenant 'default'",
+                        extra={"event": "auth_dev_mode"})
+        else:
+            log.info("authentication enabled", extra={"event": "auth_enabled", "tokens": len(config.tokens)})
+
+    def _authorize(self, context: grpc.aio.ServicerContext[Any, Any], method: str) -> Caller:
+        caller = self.config.authenticate(context.invocation_metadata())
+        if method in ADMIN_ONLY and not caller.admin:
+            raise e.PermissionDenied(f"{method.rsplit('/', 1)[-1]} is admin-only")
+        return caller
+
+    def _unary(self, inner: Behavior, method: str) -> Callable[..., Awaitable[Any]]:
+        async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            token = None
+            try:
+                token = _CALLER.set(self._authorize(context, method))
+                return await inner(request, context)
+            except grpc.aio.AbortError:
+                raise
+            except Exception as exc:
+                await _fail(context, exc, method)
+            finally:
+                if token is not None:
+                    _CALLER.reset(token)
+
+        return behavior
+
+    def _streaming(self, inner: Behavior, method: str) -> Callable[..., AsyncIterator[Any]]:
+        async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            token = None
+            try:
+                token = _CALLER.set(self._authorize(context, method))
+                result = inner(request, context)
+                if hasattr(result, "__aiter__"):
+                    async for item in result:
+                        yield item
+                else:
+                    await result
+            except grpc.aio.AbortError:
+                raise
+            except Exception as exc:
+                await _fail(context, exc, method)
+            finally:
+                if token is not None:
+                    _CALLER.reset(token)
+
+        return behavior
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        method = details.method
+        if handler is None or not method.startswith(PROTECTED_PREFIX):
+            return handler  # health, reflection, unknown methods (UNIMPLEMENTED)
+        ser = {"request_deserializer": handler.request_deserializer,
+               "response_serializer": handler.response_serializer}
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(self._unary(handler.unary_unary, method), **ser)
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(self._unary(handler.stream_unary, method), **ser)
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(self._streaming(handler.unary_stream, method), **ser)
+        return grpc.stream_stream_rpc_method_handler(self._streaming(handler.stream_stream, method), **ser)
+
+
+# ---------------------------------------------------------------------------------- TLS
+
+
+def read_tls(cert: str, key: str) -> tuple[bytes, bytes] | None:
+    """(certificate chain, private key) PEM bytes, or None without TLS. InvalidArgument when only
+    one is given or a file cannot be read."""
+    if not cert and not key:
+        return None
+    if not cert or not key:
+        raise InvalidArgument("tls_cert" if not cert else "tls_key", "TLS needs both --tls-cert and --tls-key")
+    out = []
+    for name, p in (("tls_cert", cert), ("tls_key", key)):
+        try:
+            out.append(Path(p).read_bytes())
+        except OSError as exc:
+            raise InvalidArgument(name, f"cannot read {p}: {exc.strerror or exc}") from None
+    return out[0], out[1]
+
+
+def server_credentials(cert: str, key: str) -> grpc.ServerCredentials | None:
+    pair = read_tls(cert, key)
+    return None if pair is None else grpc.ssl_server_credentials([(pair[1], pair[0])])
+
+
+def peer_channel(address: str, cert: str) -> grpc.aio.Channel:
+    """A channel to another node: TLS trusting our own certificate chain when TLS is on."""
+    if not cert:
+        return grpc.aio.insecure_channel(address)
+    return grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=Path(cert).read_bytes()))

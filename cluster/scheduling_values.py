@@ -1,0 +1,198 @@
+"""Values and checks shared by the schedule and execution commands (`scheduling`,
+`scheduling_runs`): limits, the retry policy, name-like and free-text strings, JSON documents,
+durations, the partition hash, and the cursor that reads JSON columns as text.
+
+Every check raises `InvalidArgument(field, ...)` naming the field in the API's terms. JSON
+documents are checked here for everything PostgreSQL's jsonb would refuse (NUL, unpaired
+surrogates, out-of-range numbers, absurd nesting), so that bad input is INVALID_ARGUMENT and
+never a database error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from psycopg import AsyncConnection, AsyncCursor
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg.types.string import TextLoader
+
+from cronwheel.errors import CronwheelError, InvalidArgument
+from cronwheel.storage import PgStore
+from cronwheel.storage.queries import q
+
+MAX_NAME = 200
+MAX_REASON = 1000
+MAX_PAYLOAD_BYTES = 256 * 1024
+MAX_JSON_DEPTH = 100
+MAX_RUN_AT_AHEAD = timedelta(days=3653)
+MAX_JITTER_S = 3600.0
+PRIORITIES = ("critical", "default", "bulk")
+OVERLAP_POLICIES = ("forbid", "allow", "replace", "buffer_one", "buffer_all")
+
+
+class QuotaExceeded(CronwheelError):
+    """A tenant quota is used up."""
+
+
+class JsonText(str):
+    """A JSON document as text, checked by `parse_json` (PostgreSQL stores it as given)."""
+
+
+def partition_of(ident: uuid.UUID, partitions: int) -> int:
+    """hash(id) % P with a stable hash (the same on every node and release)."""
+    return int.from_bytes(hashlib.blake2b(ident.bytes, digest_size=8).digest(), "big") % partitions
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    initial_s: float = 30.0
+    multiplier: float = 4.0
+    max_s: float = 6 * 3600.0
+    max_attempts: int = 5
+
+    def validate(self, prefix: str = "retry_policy") -> RetryPolicy:
+        if not 0 <= self.initial_s <= 86400:
+            raise InvalidArgument(f"{prefix}.initial_backoff", f"must be 0..86400 s, got {self.initial_s}")
+        if not 1 <= self.multiplier <= 100:
+            raise InvalidArgument(f"{prefix}.backoff_multiplier", f"must be 1..100, got {self.multiplier}")
+        if not self.initial_s <= self.max_s <= 7 * 86400:
+            raise InvalidArgument(f"{prefix}.max_backoff",
+                                  f"must be initial_backoff ({self.initial_s} s)..604800 s, got {self.max_s}")
+        if isinstance(self.max_attempts, bool) or not 1 <= self.max_attempts <= 1000:
+            raise InvalidArgument(f"{prefix}.max_attempts", f"must be 1..1000, got {self.max_attempts}")
+        return self
+
+
+def text(fieldname: str, value: object, required: bool = True, limit: int = MAX_NAME) -> str:
+    """A name-like string: stripped, 1..limit code points, no control characters."""
+    if not isinstance(value, str):
+        raise InvalidArgument(fieldname, "must be a string")
+    v = value.strip()
+    if required and not v:
+        raise InvalidArgument(fieldname, "is required")
+    if len(v) > limit:
+        raise InvalidArgument(fieldname, f"must be at most {limit} characters, got {len(v)}")
+    if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in v):
+        raise InvalidArgument(fieldname, "must not contain control characters")
+    return v
+
+
+def reason_text(value: str, fieldname: str = "reason") -> str:
+    """Free text (reasons): <= 1000 code points; newlines and tabs allowed, NUL never."""
+    if not isinstance(value, str):
+        raise InvalidArgument(fieldname, "must be a string")
+    if len(value) > MAX_REASON:
+        raise InvalidArgument(fieldname, f"must be at most {MAX_REASON} characters, got {len(value)}")
+    if any((ord(c) < 32 and c not in "\n\t") or 0xD800 <= ord(c) <= 0xDFFF for c in value):
+        raise InvalidArgument(fieldname, "must not contain control characters other than newline and tab")
+    return value
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _check_json_value(fieldname: str, doc: Any) -> None:
+    """What JSON allows but PostgreSQL's jsonb refuses: NUL, lone surrogates, huge exponents,
+    absurd nesting. Iterative, so depth cannot blow the stack."""
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidArgument(fieldname, f"nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(v, dict):
+            stack.extend((k, depth) for k in v)
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, depth + 1) for x in v)
+        elif isinstance(v, str):
+            if "\x00" in v or any(0xD800 <= ord(c) <= 0xDFFF for c in v):
+                raise InvalidArgument(fieldname, "strings must not contain NUL or unpaired surrogates")
+        elif isinstance(v, Decimal):
+            exp = v.as_tuple().exponent
+            if not v.is_finite() or not isinstance(exp, int) or exp < -16383 or v.adjusted() >= 131072:
+                raise InvalidArgument(fieldname, "a number is out of range")
+
+
+def parse_json(fieldname: str, raw: str, empty: str = "{}") -> JsonText:
+    """Check one JSON document (<= 256 KiB of UTF-8) and return it as JsonText ('' -> `empty`)."""
+    if not isinstance(raw, str):
+        raise InvalidArgument(fieldname, "must be a JSON string")
+    if raw.strip() == "":
+        return JsonText(empty)
+    size = len(raw.encode("utf-8", "surrogatepass"))
+    if size > MAX_PAYLOAD_BYTES:
+        raise InvalidArgument(fieldname, f"must be at most {MAX_PAYLOAD_BYTES} bytes, got {size}")
+    try:
+        doc = json.loads(raw, parse_float=Decimal, parse_constant=_reject_constant)
+    except RecursionError:
+        raise InvalidArgument(fieldname, f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:  # JSONDecodeError, and ints beyond Python's digit limit
+        raise InvalidArgument(fieldname, f"invalid JSON: {exc}") from None
+    _check_json_value(fieldname, doc)
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in raw):
+        raise InvalidArgument(fieldname, "must be valid UTF-8")
+    return JsonText(raw)
+
+
+def payload_json(fieldname: str, payload: Any) -> JsonText:
+    """A payload given as JsonText or as a Python value, checked, as JSON text."""
+    if isinstance(payload, JsonText):
+        return parse_json(fieldname, payload)
+    try:
+        raw = json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(fieldname, f"must be JSON: {exc}") from None
+    return parse_json(fieldname, raw)
+
+
+def priority(value: str, fieldname: str = "priority") -> str:
+    if value not in PRIORITIES:
+        raise InvalidArgument(fieldname, f"must be one of {', '.join(PRIORITIES)}, got {value!r}")
+    return value
+
+
+def duration(fieldname: str, value: float | None, lo: float, hi: float) -> float | None:
+    """An optional duration in seconds within [lo, hi]."""
+    if value is None:
+        return None
+    if not lo <= value <= hi:
+        raise InvalidArgument(fieldname, f"must be in {lo:g}..{hi:g} seconds, got {value}")
+    return float(value)
+
+
+def timeout(fieldname: str, value: float | None) -> float | None:
+    return duration(fieldname, value, 1.0, 7 * 86400.0)
+
+
+def raw_jsonb(doc: str) -> Jsonb:
+    """Hand checked JSON text to PostgreSQL as is (it parses, dedupes keys, keeps numbers)."""
+    return Jsonb(doc, dumps=lambda s: str(s))
+
+
+def cursor(conn: AsyncConnection[Any]) -> AsyncCursor[dict[str, Any]]:
+    """A dict-row cursor that reads json/jsonb columns as their text."""
+    cur = conn.cursor(row_factory=dict_row)
+    cur.adapters.register_loader("jsonb", TextLoader)
+    cur.adapters.register_loader("json", TextLoader)
+    return cur
+
+
+async def one(conn: AsyncConnection[Any], query: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
+    async with cursor(conn) as cur:
+        await cur.execute(q(query), params)
+        return await cur.fetchone()
+
+
+async def fetch(store: PgStore, query: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    async with store.connection() as conn, cursor(conn) as cur:
+        await cur.execute(q(query), params)
+        return list(await cur.fetchall())

@@ -1,0 +1,189 @@
+-- Queries of the user-facing API (SchedulerService, AdminService.ListEvents). None is fenced:
+-- the API writes on behalf of a user, not of a partition owner; the owner learns of each
+-- change by NOTIFY (notify_due / notify_queued) sent in the same transaction.
+-- Tenancy is checked by the caller on the row read under lock, never by trusting the request.
+
+-- name: api_get_schedule
+-- One live schedule by id (any tenant; the caller checks the tenant).
+SELECT * FROM schedules WHERE id = %(id)s AND deleted_at IS NULL;
+
+-- name: api_lock_schedule
+-- One live schedule by id, row-locked until the end of the transaction.
+SELECT * FROM schedules WHERE id = %(id)s AND deleted_at IS NULL FOR UPDATE;
+
+-- name: api_lock_tenant
+-- A tenant's quotas, row-locked so that concurrent creations count one after another.
+SELECT max_schedules, max_executions_per_day FROM tenants WHERE id = %(tenant)s FOR UPDATE;
+
+-- name: api_update_schedule
+-- Write every settable field of a live schedule, bump its version, set its next tick.
+UPDATE schedules
+   SET name = %(name)s, cron = %(cron)s, timezone = %(timezone)s, dst_gap = %(dst_gap)s,
+       dst_repeated = %(dst_repeated)s, job_type = %(job_type)s, payload = %(payload)s,
+       priority = %(priority)s, retry_initial_s = %(retry_initial_s)s,
+       retry_multiplier = %(retry_multiplier)s, retry_max_s = %(retry_max_s)s,
+       max_attempts = %(max_attempts)s, timeout_s = %(timeout_s)s,
+       misfire_policy = %(misfire_policy)s, max_catch_up = %(max_catch_up)s,
+       overlap_policy = %(overlap_policy)s, jitter_s = %(jitter_s)s,
+       alert_if_no_success_within_s = %(alert_if_no_success_within_s)s,
+       next_run_at = %(next_run_at)s, version = version + 1, updated_at = now()
+ WHERE id = %(id)s AND deleted_at IS NULL
+RETURNING *;
+
+-- name: api_set_paused
+-- Pause (next_run_at NULL) or resume (next_run_at given) a live schedule; bump its version.
+UPDATE schedules
+   SET paused = %(paused)s, next_run_at = %(next_run_at)s, version = version + 1, updated_at = now()
+ WHERE id = %(id)s AND deleted_at IS NULL
+RETURNING *;
+
+-- name: api_soft_delete_schedule
+-- Delete a live schedule: kept for explain and history, its name free again, no next tick.
+UPDATE schedules
+   SET deleted_at = now(), next_run_at = NULL, version = version + 1, updated_at = now()
+ WHERE id = %(id)s AND deleted_at IS NULL
+RETURNING *;
+
+-- name: api_cancel_pending_of_schedule
+-- Cancel a schedule's unfinished executions; running ones get cancel_requested instead.
+UPDATE executions
+   SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
+       cancel_requested = CASE WHEN state = 'running' THEN true ELSE cancel_requested END,
+       finished_at = CASE WHEN state = 'running' THEN finished_at ELSE now() END,
+       state_reason = %(reason)s
+ WHERE schedule_id = %(schedule_id)s
+   AND (state IN ('scheduled', 'queued', 'retry_scheduled', 'failed')
+        OR (state = 'running' AND NOT cancel_requested))
+RETURNING id;
+
+-- name: api_list_schedules
+-- A page of live schedules by (created_at, id), after the cursor, with optional filters.
+SELECT * FROM schedules
+ WHERE deleted_at IS NULL
+   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+   AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
+   AND (%(paused)s::boolean IS NULL OR paused = %(paused)s)
+   AND (%(after_created_at)s::timestamptz IS NULL
+        OR (created_at, id) > (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
+ ORDER BY created_at, id
+ LIMIT %(limit)s;
+
+-- name: api_active_counts
+-- One schedule's runs in flight and buffered (overlap decisions of a manual trigger).
+SELECT count(*) FILTER (WHERE state IN ('queued', 'running', 'retry_scheduled')) AS running,
+       count(*) FILTER (WHERE state = 'scheduled' AND state_reason = 'buffered') AS buffered
+  FROM executions
+ WHERE schedule_id = %(schedule_id)s AND state IN ('queued', 'running', 'retry_scheduled', 'scheduled');
+
+-- name: api_replace_active
+-- Overlap `replace` for a manual trigger: cancel the schedule's queued runs, ask running ones to stop.
+UPDATE executions
+   SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
+       state_reason = CASE WHEN state = 'running' THEN state_reason ELSE 'replaced by a newer run' END,
+       finished_at = CASE WHEN state = 'running' THEN finished_at ELSE now() END,
+       cancel_requested = true
+ WHERE schedule_id = %(schedule_id)s AND state IN ('queued', 'running', 'retry_scheduled')
+RETURNING id;
+
+-- name: api_insert_run
+-- One execution of a schedule made by the API (manual trigger); nothing if the tick or the
+-- idempotency key is taken.
+INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
+                        priority, state, state_reason, trigger, max_attempts, retry_initial_s,
+                        retry_multiplier, retry_max_s, timeout_s, idempotency_key, fired_at,
+                        queued_at, finished_at)
+SELECT %(id)s, s.id, s.tenant, s.job_type, coalesce(%(payload)s::jsonb, s.payload), s.partition,
+       %(scheduled_for)s, %(scheduled_for)s, s.priority, %(state)s, %(state_reason)s, %(trigger)s,
+       s.max_attempts, s.retry_initial_s, s.retry_multiplier, s.retry_max_s, s.timeout_s,
+       %(idempotency_key)s, %(scheduled_for)s,
+       CASE WHEN %(state)s = 'queued' THEN %(scheduled_for)s END,
+       CASE WHEN %(state)s = 'skipped' THEN %(scheduled_for)s END
+  FROM schedules AS s
+ WHERE s.id = %(schedule_id)s
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- name: api_backfill_executions
+-- Queue one execution per given tick of a schedule, in tick order; ticks that already have an
+-- execution are left alone.
+INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
+                        priority, state, trigger, max_attempts, retry_initial_s, retry_multiplier,
+                        retry_max_s, timeout_s, fired_at, queued_at)
+SELECT v.id, s.id, s.tenant, s.job_type, s.payload, s.partition, v.scheduled_for, v.run_at,
+       s.priority, 'queued', 'backfill', s.max_attempts, s.retry_initial_s, s.retry_multiplier,
+       s.retry_max_s, s.timeout_s, %(now)s, %(now)s
+  FROM unnest(%(ids)s::uuid[], %(scheduled_fors)s::timestamptz[], %(run_ats)s::timestamptz[])
+       AS v(id, scheduled_for, run_at)
+  JOIN schedules AS s ON s.id = %(schedule_id)s
+ ORDER BY v.scheduled_for
+ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
+RETURNING id, scheduled_for;
+
+-- name: api_count_executions_since
+-- A tenant's executions created since an instant (daily quota).
+SELECT count(*) FROM executions WHERE tenant = %(tenant)s AND created_at >= %(since)s;
+
+-- name: api_get_execution
+-- One execution by id (any tenant; the caller checks the tenant).
+SELECT * FROM executions WHERE id = %(id)s;
+
+-- name: api_lock_execution
+-- One execution by id, row-locked until the end of the transaction.
+SELECT * FROM executions WHERE id = %(id)s FOR UPDATE;
+
+-- name: api_by_idempotency_key
+-- The execution a tenant's idempotency key names, if any.
+SELECT * FROM executions WHERE tenant = %(tenant)s AND idempotency_key = %(idempotency_key)s;
+
+-- name: api_cancel_execution
+-- Cancel an unstarted execution now, or ask a running one to stop.
+UPDATE executions
+   SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
+       cancel_requested = CASE WHEN state = 'running' THEN true ELSE cancel_requested END,
+       finished_at = CASE WHEN state = 'running' THEN finished_at ELSE %(now)s END,
+       state_reason = %(reason)s
+ WHERE id = %(id)s
+RETURNING *;
+
+-- name: api_retry_execution
+-- Bring a finished execution back: queued (or retry_scheduled) at run_at with more attempts.
+UPDATE executions
+   SET state = %(state)s, run_at = %(run_at)s, max_attempts = greatest(max_attempts, attempt + %(additional)s),
+       cancel_requested = false, finished_at = NULL, state_reason = %(reason)s,
+       queued_at = CASE WHEN %(state)s = 'queued' THEN %(now)s ELSE queued_at END
+ WHERE id = %(id)s
+RETURNING *;
+
+-- name: api_list_executions
+-- A page of executions by (scheduled_for, id) descending, before the cursor, with filters.
+SELECT * FROM executions
+ WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+   AND (%(schedule_id)s::uuid IS NULL OR schedule_id = %(schedule_id)s)
+   AND (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
+   AND (%(type)s::text IS NULL OR type = %(type)s)
+   AND (%(from)s::timestamptz IS NULL OR scheduled_for >= %(from)s)
+   AND (%(until)s::timestamptz IS NULL OR scheduled_for < %(until)s)
+   AND (%(before_scheduled_for)s::timestamptz IS NULL
+        OR (scheduled_for, id) < (%(before_scheduled_for)s::timestamptz, %(before_id)s::uuid))
+ ORDER BY scheduled_for DESC, id DESC
+ LIMIT %(limit)s;
+
+-- name: api_list_events
+-- A page of the audit and alert log by ascending id, with filters.
+SELECT id, at, tenant, kind, schedule_id, execution_id, partition, actor, alert, data
+  FROM events
+ WHERE id > %(after_id)s
+   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+   AND (%(schedule_id)s::uuid IS NULL OR schedule_id = %(schedule_id)s)
+   AND (%(execution_id)s::uuid IS NULL OR execution_id = %(execution_id)s)
+   AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+   AND (NOT %(alerts_only)s OR alert)
+ ORDER BY id
+ LIMIT %(limit)s;
+
+-- name: api_queue_depths
+-- Queued executions per priority and the oldest run_at among them (ClusterStatus).
+SELECT priority, count(*) AS queued, min(run_at) AS oldest_run_at
+  FROM executions
+ WHERE state = 'queued'
+ GROUP BY priority;
