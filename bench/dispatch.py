@@ -96,14 +96,14 @@ def baseline(dsn: str, n: int) -> float:
     with psycopg.connect(dsn, autocommit=True) as c:
         while True:
             with c.transaction():
-                ids = [r[0] for r in c.execute(q("claim_candidates"), {"priority": "default", "types": ["bench"],
-                                                                       "limit": 100})]
+                params = {"priority": "default", "types": ["bench"], "tenant": None, "limit": 100}
+                ids = [r[0] for r in c.execute(q("claim_candidates"), params)]
                 if not ids:
                     break
                 rows = c.execute(q("claim"), {"ids": ids, "worker": "base", "lease_s": 60}).fetchall()
             for r in rows:
                 with c.transaction():
-                    c.execute(q("lock_running"), {"id": r[0], "token": r[9], "worker": "base"})
+                    c.execute(q("lock_running"), {"id": r[0], "token": r[9], "worker": "base", "tenant": None})
                     c.execute(q("finish"), {"id": r[0], "state": "succeeded", "reason": None, "result": None,
                                             "error": None, "error_type": None, "terminal": True, "delay_s": 0})
                 done += 1

@@ -42,7 +42,7 @@ import grpc
 
 from cronwheel import errors as e
 from cronwheel.cluster.grpc_errors import status_of
-from cronwheel.cluster.scheduling_values import QuotaExceeded, text
+from cronwheel.cluster.scheduling_values import text
 from cronwheel.errors import InvalidArgument
 
 log = logging.getLogger("cronwheel.cluster.auth")
@@ -164,11 +164,7 @@ def load_auth(path: str | None) -> AuthConfig:
 
 
 def abort_args(exc: e.CronwheelError) -> tuple[grpc.StatusCode, str]:
-    """Status code and message of a domain error (grpc_errors.STATUS, plus quotas)."""
-    if isinstance(exc, QuotaExceeded):
-        return grpc.StatusCode.RESOURCE_EXHAUSTED, exc.message
-    if isinstance(exc, e.VersionConflict):
-        return grpc.StatusCode.FAILED_PRECONDITION, f"version conflict: expected {exc.expected}, found {exc.actual}"
+    """Status code and message of a domain error (the one table: grpc_errors.STATUS)."""
     return status_of(exc) or grpc.StatusCode.INTERNAL, exc.message
 
 

@@ -1,7 +1,9 @@
 """DispatchService: workers lease executions, heartbeat, checkpoint, complete or fail them.
 
 A thin edge over cluster.dispatcher: converts messages, nothing else. Errors are raised as
-domain errors and mapped to status codes by cluster.grpc_errors.
+domain errors and mapped to status codes by cluster.grpc_errors. A worker with a tenant's token
+leases and reports only that tenant's runs (another tenant's run is NOT_FOUND); an admin token
+(or dev mode) serves every tenant.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from cronwheel.cluster.auth import current_caller
 from cronwheel.cluster.dispatcher import Dispatcher
 from cronwheel.cluster.grpc_errors import status_of
 from cronwheel.errors import InvalidArgument
@@ -77,6 +80,11 @@ def leased(row: dict[str, Any]) -> dispatch_pb2.LeasedExecution:
     return m
 
 
+def scope() -> str | None:
+    """The tenant the calling worker is confined to (a tenant token), or None (admin, dev mode)."""
+    return current_caller().scope()
+
+
 class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.d = dispatcher
@@ -90,7 +98,7 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
         if remaining is not None:
             wait_s = min(wait_s, max(0.0, remaining - 0.2))  # answer before the client gives up
         rows = await self.d.lease(request.worker_id, list(request.job_types), request.max_count or 1,
-                                  lease_s, wait_s)
+                                  lease_s, wait_s, tenant=scope())
         return dispatch_pb2.LeaseExecutionsResponse(executions=[leased(r) for r in rows])
 
     async def Heartbeat(self, request: dispatch_pb2.HeartbeatRequest,  # noqa: N802
@@ -98,7 +106,7 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
         lease_s = seconds("lease_extension", request.lease_extension, request.HasField("lease_extension"),
                           DEFAULT_LEASE_S)
         expires, cancel = await self.d.heartbeat(parse_id("execution_id", request.execution_id),
-                                                 request.fencing_token, request.worker_id, lease_s)
+                                                 request.fencing_token, request.worker_id, lease_s, scope())
         r = dispatch_pb2.HeartbeatResponse(cancel_requested=cancel)
         r.lease_expires_at.CopyFrom(ts(expires))
         return r
@@ -106,13 +114,13 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
     async def Checkpoint(self, request: dispatch_pb2.CheckpointRequest,  # noqa: N802
                          context: Ctx) -> dispatch_pb2.CheckpointResponse:
         cancel = await self.d.checkpoint(parse_id("execution_id", request.execution_id), request.fencing_token,
-                                         request.worker_id, request.checkpoint_json)
+                                         request.worker_id, request.checkpoint_json, scope())
         return dispatch_pb2.CheckpointResponse(cancel_requested=cancel)
 
     async def CompleteExecution(self, request: dispatch_pb2.CompleteExecutionRequest,  # noqa: N802
                                 context: Ctx) -> dispatch_pb2.CompleteExecutionResponse:
         out = await self.d.complete(parse_id("execution_id", request.execution_id), request.fencing_token,
-                                    request.worker_id, request.result_json)
+                                    request.worker_id, request.result_json, scope())
         return dispatch_pb2.CompleteExecutionResponse(state=STATE[out.state])
 
     async def CompleteExecutions(self, request: dispatch_pb2.CompleteExecutionsRequest,  # noqa: N802
@@ -124,7 +132,7 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
             raise InvalidArgument("items.worker_id", "every item must name the same worker")
         items = [(parse_id(f"items[{k}].execution_id", i.execution_id), i.fencing_token, i.result_json)
                  for k, i in enumerate(request.items)]
-        outcomes = await self.d.complete_many(worker, items)
+        outcomes = await self.d.complete_many(worker, items, scope())
         resp = dispatch_pb2.CompleteExecutionsResponse()
         for (ident, _, _), out in zip(items, outcomes, strict=True):
             o = resp.outcomes.add(execution_id=str(ident))
@@ -139,7 +147,7 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
     async def FailExecution(self, request: dispatch_pb2.FailExecutionRequest,  # noqa: N802
                             context: Ctx) -> dispatch_pb2.FailExecutionResponse:
         out = await self.d.fail(parse_id("execution_id", request.execution_id), request.fencing_token,
-                                request.worker_id, request.error, request.retryable, request.error_type)
+                                request.worker_id, request.error, request.retryable, request.error_type, scope())
         r = dispatch_pb2.FailExecutionResponse(state=STATE[out.state], attempt=out.attempt,
                                                max_attempts=out.max_attempts)
         if out.state == "retry_scheduled":

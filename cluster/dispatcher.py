@@ -92,7 +92,8 @@ class Dispatcher:
         return lease_s
 
     async def lease(self, worker: str, types: list[str], max_count: int, lease_s: float,
-                    wait_s: float) -> list[dict[str, Any]]:
+                    wait_s: float, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Up to max_count runs (of `tenant` only, for a tenant's worker; None: any tenant)."""
         if not worker.strip():
             raise InvalidArgument("worker_id", "is required")
         if not 1 <= max_count <= self.config.max_count:
@@ -103,7 +104,7 @@ class Dispatcher:
         deadline = self.clock.monotonic() + wait_s
         while True:
             waiter = self._wakeup  # taken before the claim, so a wake-up during it is not lost
-            rows = await self._claim_once(worker, types or None, max_count, lease_s)
+            rows = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
             left = deadline - self.clock.monotonic()
             if rows or left <= 0:
                 return rows
@@ -113,14 +114,15 @@ class Dispatcher:
                 pass
 
     async def _claim_once(self, worker: str, types: list[str] | None, max_count: int,
-                          lease_s: float) -> list[dict[str, Any]]:
+                          lease_s: float, tenant: str | None) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for pri in priority_order(self.config.weights, self.rng.random()):
             need = max_count - len(out)
             if need <= 0:
                 break
             async with self.store.transaction() as conn:
-                cur = await conn.execute(q("claim_candidates"), {"priority": pri, "types": types, "limit": need})
+                cur = await conn.execute(q("claim_candidates"),
+                                         {"priority": pri, "types": types, "limit": need, "tenant": tenant})
                 ids = [r[0] for r in await cur.fetchall()]
                 if not ids:
                     continue
@@ -132,8 +134,9 @@ class Dispatcher:
                 self.metrics.start_lag.observe((r["started_at"] - r["run_at"]).total_seconds())
         return out
 
-    async def _explain_mismatch(self, conn: Any, ident: uuid.UUID, token: int, worker: str) -> Exception:
-        cur = await conn.execute(q("execution_token_state"), {"id": ident})
+    async def _explain_mismatch(self, conn: Any, ident: uuid.UUID, token: int, worker: str,
+                                tenant: str | None) -> Exception:
+        cur = await conn.execute(q("execution_token_state"), {"id": ident, "tenant": tenant})
         row = await cur.fetchone()
         if row is None:
             return NotFound("execution", ident)
@@ -144,32 +147,35 @@ class Dispatcher:
             return _not_running(ident, state)
         return _not_running(ident, f"leased by another worker ({owner})")
 
-    async def heartbeat(self, ident: uuid.UUID, token: int, worker: str, lease_s: float) -> tuple[Any, bool]:
+    async def heartbeat(self, ident: uuid.UUID, token: int, worker: str, lease_s: float,
+                        tenant: str | None = None) -> tuple[Any, bool]:
         self.check_lease(lease_s, "lease_extension")
         async with self.store.transaction() as conn:
             cur = await conn.execute(q("heartbeat"), {"id": ident, "token": token, "worker": worker,
-                                                      "lease_s": lease_s})
+                                                      "lease_s": lease_s, "tenant": tenant})
             row = await cur.fetchone()
             if row is None:
-                raise await self._explain_mismatch(conn, ident, token, worker)
+                raise await self._explain_mismatch(conn, ident, token, worker, tenant)
             return row[0], bool(row[1])
 
-    async def checkpoint(self, ident: uuid.UUID, token: int, worker: str, checkpoint_json: str) -> bool:
+    async def checkpoint(self, ident: uuid.UUID, token: int, worker: str, checkpoint_json: str,
+                         tenant: str | None = None) -> bool:
         value = _json_size("checkpoint_json", checkpoint_json, MAX_CHECKPOINT_BYTES)
         async with self.store.transaction() as conn:
             cur = await conn.execute(q("checkpoint"), {"id": ident, "token": token, "worker": worker,
-                                                       "checkpoint": Jsonb(value)})
+                                                       "checkpoint": Jsonb(value), "tenant": tenant})
             row = await cur.fetchone()
             if row is None:
-                raise await self._explain_mismatch(conn, ident, token, worker)
+                raise await self._explain_mismatch(conn, ident, token, worker, tenant)
             return bool(row[0])
 
-    async def complete(self, ident: uuid.UUID, token: int, worker: str, result_json: str) -> Outcome:
+    async def complete(self, ident: uuid.UUID, token: int, worker: str, result_json: str,
+                       tenant: str | None = None) -> Outcome:
         result = _json_size("result_json", result_json, MAX_RESULT_BYTES)
-        return await self._finish(ident, token, worker, succeeded=True, result=result)
+        return await self._finish(ident, token, worker, tenant, succeeded=True, result=result)
 
-    async def complete_many(self, worker: str, items: list[tuple[uuid.UUID, int, str]]
-                            ) -> list[Outcome | Exception]:
+    async def complete_many(self, worker: str, items: list[tuple[uuid.UUID, int, str]],
+                            tenant: str | None = None) -> list[Outcome | Exception]:
         """Succeed many runs in one transaction; each item is judged as `complete` would judge it."""
         if not 1 <= len(items) <= 1000:
             raise InvalidArgument("items", f"must hold 1..1000 completions, got {len(items)}")
@@ -185,7 +191,8 @@ class Dispatcher:
         if ok_items:
             async with self.store.transaction() as conn:
                 cur = await conn.execute(q("complete_batch"), {
-                    "worker": worker, "ids": [i for i, _, _ in ok_items], "tokens": [t for _, t, _ in ok_items],
+                    "worker": worker, "tenant": tenant, "ids": [i for i, _, _ in ok_items],
+                    "tokens": [t for _, t, _ in ok_items],
                     "results": [Jsonb(r) if r is not None else None for _, _, r in ok_items]})
                 rows = await cur.fetchall()
                 done = {r[0] for r in rows}
@@ -204,31 +211,31 @@ class Dispatcher:
                 out.append(Outcome("succeeded", None, 0, 0))
             else:  # not ours (stale token, finished, unknown): the single path says why
                 try:
-                    out.append(await self.complete(ident, token, worker, result_json))
+                    out.append(await self.complete(ident, token, worker, result_json, tenant))
                 except (InvalidArgument, NotFound, FailedPrecondition) as exc:
                     out.append(exc)
         return out
 
     async def fail(self, ident: uuid.UUID, token: int, worker: str, error: str, retryable: bool,
-                   error_type: str) -> Outcome:
+                   error_type: str, tenant: str | None = None) -> Outcome:
         error = error.encode()[:16 * 1024].decode(errors="ignore")  # kept truncated, not refused
         if len(error_type) > 200:
             raise InvalidArgument("error_type", f"must be at most 200 characters, got {len(error_type)}")
-        return await self._finish(ident, token, worker, succeeded=False, error=error, retryable=retryable,
+        return await self._finish(ident, token, worker, tenant, succeeded=False, error=error, retryable=retryable,
                                   error_type=error_type)
 
-    async def _finish(self, ident: uuid.UUID, token: int, worker: str, *, succeeded: bool,
+    async def _finish(self, ident: uuid.UUID, token: int, worker: str, tenant: str | None, *, succeeded: bool,
                       result: Any = None, error: str = "", retryable: bool = True,
                       error_type: str = "") -> Outcome:
         async with self.store.transaction() as conn:
             async with conn.cursor(row_factory=dict_row) as c:
-                await c.execute(q("lock_running"), {"id": ident, "token": token, "worker": worker})
+                await c.execute(q("lock_running"), {"id": ident, "token": token, "worker": worker, "tenant": tenant})
                 run = await c.fetchone()
             if run is None:
-                same = await self._repeat_of_finished(conn, ident, token, succeeded)
+                same = await self._repeat_of_finished(conn, ident, token, succeeded, tenant)
                 if same is not None:
                     return same
-                raise await self._explain_mismatch(conn, ident, token, worker)
+                raise await self._explain_mismatch(conn, ident, token, worker, tenant)
             if succeeded:
                 state, delay, reason = "succeeded", 0.0, None
             else:
@@ -262,9 +269,10 @@ class Dispatcher:
             self.metrics.record_outcome(row[0], error_type)
         return Outcome(row[0], row[1], int(row[2]), int(row[3]))
 
-    async def _repeat_of_finished(self, conn: Any, ident: uuid.UUID, token: int, succeeded: bool) -> Outcome | None:
+    async def _repeat_of_finished(self, conn: Any, ident: uuid.UUID, token: int, succeeded: bool,
+                                  tenant: str | None) -> Outcome | None:
         """A retried Complete/Fail with the same token after it landed answers the same."""
-        cur = await conn.execute(q("finished_outcome"), {"id": ident})
+        cur = await conn.execute(q("finished_outcome"), {"id": ident, "tenant": tenant})
         row = await cur.fetchone()
         if row is None or int(row[0]) != token:
             return None

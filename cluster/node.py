@@ -29,7 +29,6 @@ from cronwheel.cluster.dispatch_service import DispatchService
 from cronwheel.cluster.dispatcher import Dispatcher
 from cronwheel.cluster.etcd import Etcd
 from cronwheel.cluster.firer import Firer, FiringConfig
-from cronwheel.cluster.grpc_errors import ErrorInterceptor
 from cronwheel.cluster.metrics import Metrics
 from cronwheel.cluster.notifications import ChangeListener
 from cronwheel.cluster.partition_lease import PartitionLeaseConfig
@@ -125,7 +124,7 @@ class Node:
             await self.firer.reload(partition, kind, ident)
 
     async def start_server(self) -> None:
-        self.server = grpc.aio.server(interceptors=[ErrorInterceptor(), *services.interceptors(self)])
+        self.server = grpc.aio.server(interceptors=services.interceptors(self))
         names = [health.SERVICE_NAME, reflection.SERVICE_NAME]
         dispatch_pb2_grpc.add_DispatchServiceServicer_to_server(DispatchService(self.dispatcher), self.server)
         names.append(dispatch_pb2.DESCRIPTOR.services_by_name["DispatchService"].full_name)

@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg.types.string import TextLoader
 
-from cronwheel.errors import CronwheelError, InvalidArgument
+from cronwheel.errors import InvalidArgument, ResourceExhausted
 from cronwheel.storage import PgStore
 from cronwheel.storage.queries import q
 
@@ -38,7 +38,7 @@ PRIORITIES = ("critical", "default", "bulk")
 OVERLAP_POLICIES = ("forbid", "allow", "replace", "buffer_one", "buffer_all")
 
 
-class QuotaExceeded(CronwheelError):
+class QuotaExceeded(ResourceExhausted):
     """A tenant quota is used up."""
 
 

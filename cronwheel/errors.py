@@ -8,6 +8,7 @@
     │   ├── StaleEpoch(partition, epoch)        a fenced write for a partition this node no longer owns
     │   ├── StaleFencingToken(execution, token) a worker call with an outdated lease token
     │   └── VersionConflict(kind, id, expected, actual)
+    ├── ResourceExhausted               a tenant quota is used up
     ├── Unauthenticated                 no or unknown credentials
     ├── PermissionDenied                the caller may not do this
     └── Unavailable(what)               a dependency (PostgreSQL, etcd) cannot be reached
@@ -94,9 +95,11 @@ class VersionConflict(FailedPrecondition):
         self.ident = ident
         self.expected = expected
         self.actual = actual
-        super().__init__(
-            f"{kind} {ident}: version {expected} expected, found {actual}"
-        )
+        super().__init__(f"version conflict: expected {expected}, found {actual}")
+
+
+class ResourceExhausted(CronwheelError):
+    """A quota is used up."""
 
 
 class Unauthenticated(CronwheelError):

@@ -229,3 +229,27 @@ def test_fairness_and_priorities_under_a_bulk_backlog(cluster: ProcessCluster, t
     assert 1 <= max_running_a <= cap
     print(f"B start lag p50={lags[49]*1000:.1f}ms p99={p99*1000:.1f}ms; critical {crit_lag*1000:.1f}ms; "
           f"A bulk done {done_a}; A max running {max_running_a} (cap {cap}); now {datetime.now(UTC)}")
+
+
+def test_a_tenant_worker_leases_and_reports_only_its_own_tenant_runs() -> None:
+    from .api_cluster import TOKENS, api_cluster
+
+    with api_cluster() as (c, address):
+        (acme_job, _), (globex_job, _) = submit_jobs(c.dsn, 8, [JobSpec(tenant="acme", type="ok"),
+                                                                JobSpec(tenant="globex", type="ok")])
+        md = (("authorization", f"Bearer {TOKENS['acme'][0]}"),)
+        with grpc.insecure_channel(address) as ch:
+            s = dispatch_pb2_grpc.DispatchServiceStub(ch)
+            got = s.LeaseExecutions(dispatch_pb2.LeaseExecutionsRequest(
+                worker_id="acme-w", max_count=10, wait_timeout=dur(1)), metadata=md)
+            assert [e.execution_id for e in got.executions] == [str(acme_job["id"])]
+            # globex's run, leased by an admin worker: acme's token cannot touch it, nor learn of it.
+            admin = (("authorization", f"Bearer {TOKENS['admin'][0]}"),)
+            [gx] = s.LeaseExecutions(dispatch_pb2.LeaseExecutionsRequest(
+                worker_id="ops-w", max_count=10, wait_timeout=dur(1)), metadata=admin).executions
+            assert gx.execution_id == str(globex_job["id"])
+            with pytest.raises(grpc.RpcError) as ei:
+                s.CompleteExecution(dispatch_pb2.CompleteExecutionRequest(
+                    execution_id=gx.execution_id, fencing_token=gx.fencing_token, worker_id="ops-w"), metadata=md)
+            assert ei.value.code() == grpc.StatusCode.NOT_FOUND
+            assert c.sql("SELECT state FROM executions WHERE id = %s", globex_job["id"])[0][0] == "running"

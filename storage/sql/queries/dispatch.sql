@@ -12,7 +12,7 @@ WITH RECURSIVE tq(tenant) AS (
            coalesce(t.max_concurrency, 1000)
              - (SELECT count(*) FROM executions r WHERE r.tenant = tq.tenant AND r.state = 'running') AS free
       FROM tq LEFT JOIN tenants t ON t.id = tq.tenant
-     WHERE tq.tenant IS NOT NULL
+     WHERE tq.tenant IS NOT NULL AND (%(tenant)s::text IS NULL OR tq.tenant = %(tenant)s)
 ), cand AS (
     SELECT c.id, c.run_at, row_number() OVER (PARTITION BY room.tenant ORDER BY c.run_at) AS rn
       FROM room, LATERAL (
@@ -50,6 +50,7 @@ RETURNING e.id, e.schedule_id, e.tenant, e.type, e.payload, e.scheduled_for, e.r
 UPDATE executions
    SET lease_expires = now() + make_interval(secs => %(lease_s)s), heartbeat_at = now()
  WHERE id = %(id)s AND fencing_token = %(token)s AND lease_owner = %(worker)s AND state = 'running'
+   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 RETURNING lease_expires, cancel_requested;
 
 -- name: checkpoint
@@ -57,6 +58,7 @@ RETURNING lease_expires, cancel_requested;
 UPDATE executions
    SET checkpoint = %(checkpoint)s, heartbeat_at = now()
  WHERE id = %(id)s AND fencing_token = %(token)s AND lease_owner = %(worker)s AND state = 'running'
+   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 RETURNING cancel_requested;
 
 -- name: lock_running
@@ -65,6 +67,7 @@ SELECT id, schedule_id, tenant, partition, attempt, max_attempts, retry_initial_
        retry_max_s, cancel_requested, state
   FROM executions
  WHERE id = %(id)s AND fencing_token = %(token)s AND lease_owner = %(worker)s AND state = 'running'
+   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
    FOR UPDATE;
 
 -- name: finish
@@ -81,8 +84,10 @@ UPDATE executions
 RETURNING state, run_at, attempt, max_attempts;
 
 -- name: execution_token_state
--- Why a token-checked call matched nothing: the run's current token, owner and state.
-SELECT fencing_token, lease_owner, state, result, error FROM executions WHERE id = %(id)s;
+-- Why a token-checked call matched nothing: the run's current token, owner and state (another
+-- tenant's run is not found).
+SELECT fencing_token, lease_owner, state, result, error FROM executions
+ WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- name: mark_success
 -- A schedule's dead man's switch is fed by its runs' successes.
@@ -141,7 +146,8 @@ RETURNING id, priority;
 
 -- name: finished_outcome
 -- The recorded outcome of a run, to answer a repeated Complete/Fail with the same token.
-SELECT fencing_token, state, run_at, attempt, max_attempts FROM executions WHERE id = %(id)s;
+SELECT fencing_token, state, run_at, attempt, max_attempts FROM executions
+ WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- name: dead_mans_switch
 -- Fenced: schedules of the partition with no success within their alert window raise the
@@ -178,6 +184,7 @@ WITH v AS (
            finished_at = now(), lease_owner = NULL, lease_expires = NULL
       FROM v
      WHERE e.id = v.id AND e.fencing_token = v.token AND e.lease_owner = %(worker)s AND e.state = 'running'
+       AND (%(tenant)s::text IS NULL OR e.tenant = %(tenant)s)
     RETURNING e.id, e.schedule_id
 ), fed AS (
     UPDATE schedules SET last_success_at = now(), success_alert_at = NULL
