@@ -196,7 +196,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
             cv.opt_dt(request.range, "start_time", "range.start_time")
             cv.opt_dt(request.range, "end_time", "range.end_time")
         cv.page_size(request.page_size)
-        return await explain_schedule(self.node, request, current_caller().scope())
+        return await explain_schedule(self.node, request, current_caller().scope(),
+                                      retention=timedelta(days=self.node.config.retention_days))
 
     # ------------------------------------------------------------------------------ executions
 

@@ -93,10 +93,13 @@ def _intervals(events: list[dict[str, Any]], start_kind: str, end_kind: str) -> 
     return out
 
 
-def _unowned(ownership: list[dict[str, Any]], t: datetime) -> str | None:
+def _unowned(ownership: list[dict[str, Any]], t: datetime,
+             active_until: dict[int, datetime] | None = None) -> str | None:
     """Why nobody could fire at t, from the partition's ownership history; None if someone
     owned it. An owner that stopped without releasing (killed, paused past its lease) has no
-    end record: its interval ends at the next acquisition, which is reported as a takeover."""
+    end record: its interval ends at the next acquisition, which is reported as a takeover,
+    unless the owner provably fired later than t (`active_until`: epoch -> last fired_at)."""
+    active_until = active_until or {}
     rows = sorted(ownership, key=lambda r: r["at"])
     acquired = [r for r in rows if r["kind"] == "acquired"]
     ends = {r["epoch"]: r for r in rows if r["kind"] in ("released", "lost")}
@@ -111,7 +114,8 @@ def _unowned(ownership: list[dict[str, Any]], t: datetime) -> str | None:
             prev_end = end["at"]
             continue
         if nxt is not None and t < nxt["at"] and end is None:
-            if (nxt["at"] - t) <= timedelta(minutes=5):
+            alive = active_until.get(a["epoch"])
+            if (nxt["at"] - t) <= timedelta(minutes=5) and not (alive is not None and alive >= t):
                 return (f"the partition's owner {a['owner']} (epoch {a['epoch']}) stopped without releasing it; "
                         f"{nxt['owner']} took it over at {nxt['at'].isoformat()} (epoch {nxt['epoch']})")
             return None
@@ -128,6 +132,11 @@ def explain(f: Facts, start: datetime, end: datetime, now: datetime) -> list[Exp
     s = f.schedule
     sid = str(s["id"])
     by_tick = {e["scheduled_for"]: e for e in f.executions}
+    active: dict[int, datetime] = {}
+    for e in f.executions:
+        ep, at = e.get("fired_epoch"), e.get("fired_at")
+        if ep is not None and at is not None and (ep not in active or at > active[ep]):
+            active[ep] = at
     pauses = _intervals(f.events, "schedule_paused", "schedule_resumed")
     misfires = [e for e in f.events if e["kind"] in ("misfire_refused", "misfire_skipped")]
     segs = _definition_segments(f)
@@ -148,7 +157,7 @@ def explain(f: Facts, start: datetime, end: datetime, now: datetime) -> list[Exp
             if t not in real_set:
                 out.append(_dst_dropped(t, defn))
         for t in real:
-            out.append(_one(t, s, by_tick, pauses, misfires, f.ownership, now, defn))
+            out.append(_one(t, s, by_tick, pauses, misfires, f.ownership, now, defn, active))
     out.sort(key=lambda e: e.tick)
     return out
 
@@ -181,7 +190,8 @@ def _gap_shifted(t: datetime, defn: dict[str, Any], sid: str) -> bool:
 
 def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]],
          pauses: list[tuple[datetime, datetime | None, dict[str, Any]]], misfires: list[dict[str, Any]],
-         ownership: list[dict[str, Any]], now: datetime, defn: dict[str, Any]) -> Explained:
+         ownership: list[dict[str, Any]], now: datetime, defn: dict[str, Any],
+         active: dict[int, datetime]) -> Explained:
     ex = by_tick.get(t)  # first: a backfilled tick from before creation still has its execution
     if ex is None and t < s["created_at"]:
         return Explained(t, "NOT_YET_CREATED", f"the schedule was created at {s['created_at'].isoformat()}")
@@ -223,7 +233,7 @@ def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]]
                                              else ""))
     if t > now - PENDING_GRACE:
         return Explained(t, "PENDING", "not due yet" if t > now else "due just now; being fired")
-    gap = _unowned(ownership, t)
+    gap = _unowned(ownership, t, active)
     if gap is not None:
         return Explained(t, "MISSED", f"no execution: partition {s['partition']}: {gap}")
     return Explained(t, "MISSED", "no execution and no record explains it (worth a BackfillSchedule and a bug report)")

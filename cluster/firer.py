@@ -19,6 +19,7 @@ Every decision about ticks is made by cronwheel.cron (pure); this module execute
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections import defaultdict
@@ -429,8 +430,7 @@ class Firer:
             else:
                 ticks.append(Tick(t.schedule_id, t.scheduled_for, t.run_at, "scheduled", "buffered"))
             counts[t.schedule_id] = (running + (d.action is not OverlapAction.SKIP), buffered)
-        return FireBatchParams(params.partition, params.epoch, ticks, params.advances, params.oneoff_ids,
-                               replace, params.events, params.plain)
+        return dataclasses.replace(params, ticks=ticks, replace_schedule_ids=replace)
 
     def _overlap_of(self, sid: uuid.UUID) -> str | None:
         info = self.schedules.get(sid)

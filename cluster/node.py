@@ -50,6 +50,7 @@ class NodeConfig:
     lease: PartitionLeaseConfig = field(default_factory=PartitionLeaseConfig)
     firing: FiringConfig = field(default_factory=FiringConfig)
     metrics_listen: str = "127.0.0.1:0"  # empty: no metrics endpoint
+    retention_days: int = 30  # events and ownership history; ExplainSchedule windows
     db_pool_max: int = 10
     # Test-only: keep acting past the local lease-trust window (shows the DB fence alone holds).
     ignore_local_trust: bool = False
@@ -161,7 +162,7 @@ class Node:
             metrics=self.metrics,
         )
         reaper = Reaper(self.store, lambda: self.coordinator.owned.snapshot().items(), self.dispatcher.wake,
-                        metrics=self.metrics)
+                        retention_days=self.config.retention_days, metrics=self.metrics)
         self.listeners.subscribers.append(self.firer)
         changes = ChangeListener(self.config.dsn, self._on_change, self.firer.resync, self.dispatcher.wake)
         log.info("node started", extra={"event": "node_started", "address": advertise,

@@ -54,7 +54,7 @@ def command(name: str, help_: str, configure: Configure) -> Callable[[Handler], 
 
 def build_parser() -> argparse.ArgumentParser:
     # Import the modules that register commands (kept out of module import for fast --help).
-    from cronwheel import cli_api, cli_commands  # noqa: F401
+    from cronwheel import cli_api, cli_commands, cli_explain  # noqa: F401
 
     parser = _Parser(prog="cronwheel", description="cronwheel: a distributed job scheduler")
     parser.add_argument("--version", action="store_true", help="print the version and exit")

@@ -82,6 +82,8 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
                         "none: dev mode, every call is admin)")
     p.add_argument("--tls-cert", default="", help="PEM certificate chain: serve gRPC over TLS (with --tls-key)")
     p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
+    p.add_argument("--retention-days", type=_positive_int("--retention-days", 1, 3650), default=30,
+                   help="days events and ownership history are kept (and explain can look back); default 30")
     p.add_argument("--unsafe-ignore-local-trust", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -105,7 +107,7 @@ def cmd_node(args: argparse.Namespace) -> int:
             node_id=node_id, dsn=_dsn(args), etcd_endpoints=endpoints, listen=args.listen,
             advertise=args.advertise, lease=lease, ignore_local_trust=args.unsafe_ignore_local_trust,
             auth_file=args.auth_file, tls_cert=args.tls_cert, tls_key=args.tls_key,
-            metrics_listen=args.metrics_listen,
+            metrics_listen=args.metrics_listen, retention_days=args.retention_days,
             firing=FiringConfig(horizon_s=args.horizon, extend_every_s=min(30.0, args.horizon / 4),
                                 misfire_grace_s=args.misfire_grace),
         ).validate()

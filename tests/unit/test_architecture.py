@@ -27,7 +27,7 @@ LAYERS: dict[str, tuple[str, int]] = {
 SHARED = {"cronwheel", "cronwheel.clock", "cronwheel.errors"}
 # The top: CLI, dev orchestration and local servers may import anything; nothing imports them
 # except tests, bench and chaos (localservers is shared with those).
-TOP = {"cronwheel.cli", "cronwheel.cli_commands", "cronwheel.dev"}
+TOP = {"cronwheel.cli", "cronwheel.cli_commands", "cronwheel.cli_explain", "cronwheel.dev"}
 
 
 def layer_of(module: str) -> int | None:

@@ -1,6 +1,6 @@
 -- name: explain_executions
 -- The executions of a schedule whose tick lies in [start, end].
-SELECT id, scheduled_for, run_at, state, state_reason, trigger, attempt, fired_at
+SELECT id, scheduled_for, run_at, state, state_reason, trigger, attempt, fired_at, fired_epoch
   FROM executions
  WHERE schedule_id = %(schedule_id)s AND scheduled_for >= %(start)s AND scheduled_for <= %(end)s;
 
