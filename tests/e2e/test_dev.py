@@ -1,33 +1,47 @@
-"""`cronwheel dev` as a user runs it: starts real servers, prints them, Ctrl-C leaves nothing."""
+"""`cronwheel dev` as a user runs it: real servers, 3 nodes, a demo worker and example schedules
+that fire; `cronwheel status --json` and the metrics endpoint answer; Ctrl-C leaves nothing."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import urllib.request
 
 import pytest
 
-from .helpers import CRONWHEEL, LineReader, pid_alive, ready_info
+from .helpers import CRONWHEEL, LineReader, pid_alive, ready_info, run_cli
 
 pytestmark = pytest.mark.e2e
 
 
-def test_dev_starts_servers_and_sigint_leaves_no_process_or_dir() -> None:
+def test_dev_runs_a_cluster_that_fires_and_sigint_leaves_no_process_or_dir() -> None:
     proc = subprocess.Popen(
         [*CRONWHEEL, "dev"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
         reader = LineReader(proc)
         line = reader.wait_for("ready ", timeout=120)
-        seen = reader.seen
         info = ready_info(line)
-        pids = [info["postgres"]["pid"], *info["etcd"]["pids"]]
+        nodes = info["nodes"]
+        assert len(nodes) == 3 and len(info["workers"]) == 1
+        pids = [info["postgres"]["pid"], *info["etcd"]["pids"], *(n["pid"] for n in nodes),
+                *(w["pid"] for w in info["workers"])]
         dirs = [info["postgres"]["dir"], info["etcd"]["dir"]]
-        assert all(pid_alive(p) for p in pids), seen
+        assert all(pid_alive(p) for p in pids), reader.seen
         assert all(os.path.isdir(d) for d in dirs)
-        assert any(ln.startswith("postgres ") for ln in seen)
-        assert any(ln.startswith("etcd ") for ln in seen)
+        # The every-10-seconds example schedule fires and the demo worker runs it.
+        ran = reader.wait_for("[worker-1] ran demo.print", timeout=40)
+        assert "every-10s-london" in ran
+        status = run_cli("status", "--json", "--address", nodes[0]["address"])
+        assert status.returncode == 0, status.stderr
+        st = json.loads(status.stdout)
+        assert len(st["members"]) == 3
+        assert len({p["owner"] for p in st["partitions"]}) == 3
+        with urllib.request.urlopen(nodes[0]["metrics"], timeout=10) as r:
+            body = r.read().decode()
+        assert "cronwheel_fire_lag_seconds_bucket" in body and "cronwheel_partitions_owned" in body
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
     finally:
