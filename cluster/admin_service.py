@@ -55,6 +55,10 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         m.lease_deadline.CopyFrom(ts(now + n.coordinator.lease_deadline_s()))
         m.stats_at.CopyFrom(ts(now))
         m.started_at.CopyFrom(ts(n.started_at))
+        pct = n.firer.lag_percentiles() if hasattr(n, "firer") else None
+        if pct is not None:
+            m.fire_lag_p50.FromNanoseconds(int(max(0.0, pct[0]) * 1e9))
+            m.fire_lag_p99.FromNanoseconds(int(max(0.0, pct[1]) * 1e9))
         return m
 
     async def ClusterStatus(  # noqa: N802 - gRPC method name

@@ -22,7 +22,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -117,6 +117,7 @@ class Firer:
         self._wake = asyncio.Event()
         self._sem = asyncio.Semaphore(config.parallel_batches)
         self._loads: set[asyncio.Task[None]] = set()
+        self.recent_lags: deque[float] = deque(maxlen=10_000)  # for ClusterStatus percentiles
 
     # ------------------------------------------------------------------ ownership hooks
 
@@ -390,14 +391,15 @@ class Firer:
             log.warning("fire deferred", extra={"event": "fire_deferred", "partition": p, "error": str(exc)})
             return False
         self.stats.fired += len(res.fired) + res.plain_inserted
+        now = self.clock.now_ts()
+        lags = [now - f.run_at.timestamp() for f in res.fired]
+        if params.plain is not None and res.plain_inserted:
+            lags.extend(now - run_at for run_at in params.plain.run_ats)
+        self.recent_lags.extend(lags)
         if self.metrics is not None:
-            now = self.clock.now_ts()
             obs = self.metrics.fire_lag.observe
-            for f in res.fired:
-                obs(now - f.run_at.timestamp())
-            if params.plain is not None and res.plain_inserted:
-                for run_at in params.plain.run_ats:
-                    obs(now - run_at)
+            for lag in lags:
+                obs(lag)
             self.metrics.fired.inc(len(res.fired) + res.plain_inserted)
         self.stats.duplicates += res.duplicates
         if (res.fired or res.plain_inserted) and self.on_fired is not None:
@@ -438,6 +440,13 @@ class Firer:
 
     def wheel_size(self) -> int:
         return len(self.wheel)
+
+    def lag_percentiles(self) -> tuple[float, float] | None:
+        """(p50, p99) fire lag in seconds over the last 10,000 fires, or None before any."""
+        if not self.recent_lags:
+            return None
+        xs = sorted(self.recent_lags)
+        return xs[len(xs) // 2], xs[min(len(xs) - 1, int(len(xs) * 0.99))]
 
     def owned(self) -> Iterable[int]:
         return self.parts.keys()

@@ -75,8 +75,9 @@ class DispatchServiceServicer:
         """Leases up to max_count QUEUED executions of the given job types whose run_at has come, by
         long poll: returns as soon as at least one execution is leased, or with an empty list when
         wait_timeout elapses. Priorities are served by weight (CRITICAL most, BULK least but never
-        starved), and each tenant's concurrency cap and rate are respected, so one tenant's backlog
-        does not delay another tenant's work. Each leased execution becomes RUNNING with
+        starved), tenants are interleaved round-robin and each tenant's concurrency cap
+        (max_concurrency) is respected, so one tenant's backlog does not delay another tenant's
+        work. (A per-tenant rate limit is not enforced yet.) Each leased execution becomes RUNNING with
         attempt + 1, a new fencing_token, lease_owner = worker_id, lease_expires_at = now +
         lease_duration and started_at = now. Set the call's gRPC deadline above wait_timeout.
         Executions leased for a call whose response never reached the worker (the call was
@@ -139,9 +140,10 @@ class DispatchServiceServicer:
 
     def FailExecution(self, request, context):
         """Reports failure of the current attempt and releases the lease. The execution becomes:
-        CANCELLED if cancellation was requested; else RETRY_SCHEDULED, with run_at = now + backoff
-        (see RetryPolicy), if retryable and attempt < max_attempts; else DEAD, with an
-        "execution_dead" alert event. error and error_type are stored on the execution.
+        CANCELLED if cancellation was requested; QUEUED at once if error_type is "worker_shutdown"
+        (handed back, the attempt not counted); FAILED if not retryable; else RETRY_SCHEDULED, with
+        run_at = now + backoff (see RetryPolicy), if attempt < max_attempts; else DEAD, with a
+        "dead_letter" alert event. error and error_type are stored on the execution.
         Idempotent: repeating the call with the same token after it succeeded returns the same
         response.
         Errors: INVALID_ARGUMENT (ids, error_type too long); NOT_FOUND; FAILED_PRECONDITION as
