@@ -83,6 +83,7 @@ class ProcessCluster:
         self.etcd = LocalEtcd(size=etcd_size)
         self.nodes: dict[str, NodeProc] = {}
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="cronwheel-cluster-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self._own_workdir = workdir is None
         self.dsn = ""
 
@@ -124,6 +125,41 @@ class ProcessCluster:
         ]
         with open(log_path, "w") as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, stdin=subprocess.DEVNULL)
+        node = NodeProc(name, proc, log_path)
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            with proc.stdout:
+                for line in proc.stdout:
+                    node.lines.append(line.rstrip("\n"))
+                    if " listening on " in line:
+                        node.address = line.rsplit(" ", 1)[1].strip()
+                        ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        self.nodes[name] = node
+        if wait and not ready.wait(30):
+            raise RuntimeError(f"node {name} did not start: {log_path.read_text()[-2000:]}")
+        return node
+
+    def start_node_with(self, name: str, *extra: str, launcher: tuple[str, ...] = (), module: str = "cronwheel",
+                        module_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                        wait: bool = True) -> NodeProc:
+        """`start_node` with the command wrapped (chaos): `launcher` runs before the interpreter (e.g.
+        `ip netns exec NS`, which execs, so signals still reach the node), `module` + `module_args`
+        replace `-m cronwheel` (e.g. `-m chaos.skewed 0.8`). Later flags in `extra` override the
+        defaults (`--listen`, `--dsn`, `--etcd`: argparse keeps the last)."""
+        log_path = self.workdir / f"{name}.log"
+        cmd = [
+            *launcher, sys.executable, "-m", module, *module_args, "node", "--dsn", self.dsn,
+            "--etcd", ",".join(self.etcd.endpoints), "--node-id", name,
+            "--lease-ttl", str(self.lease_ttl_s), "--cluster", self.cluster, *extra,
+        ]
+        full_env = {**os.environ, **(env or {})}
+        with open(log_path, "w") as err:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, stdin=subprocess.DEVNULL,
+                                    env=full_env)
         node = NodeProc(name, proc, log_path)
         ready = threading.Event()
 
