@@ -116,32 +116,36 @@ class ProcessCluster:
 
     # ------------------------------------------------------------------ nodes
 
-    def start_node(self, name: str, *extra: str, wait: bool = True) -> NodeProc:
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None, ready_when: str,
+               wait: bool) -> NodeProc:
+        """Start a process whose stderr goes to <workdir>/<name>.log and whose stdout is pumped
+        into .lines; ready when a stdout line contains `ready_when` (a node's " listening on "
+        line also gives its address)."""
         log_path = self.workdir / f"{name}.log"
-        cmd = [
-            sys.executable, "-m", "cronwheel", "node", "--dsn", self.dsn,
-            "--etcd", ",".join(self.etcd.endpoints), "--node-id", name,
-            "--lease-ttl", str(self.lease_ttl_s), "--cluster", self.cluster, *extra,
-        ]
         with open(log_path, "w") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, stdin=subprocess.DEVNULL)
-        node = NodeProc(name, proc, log_path)
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, stdin=subprocess.DEVNULL,
+                                    env={**os.environ, **(env or {})})
+        p = NodeProc(name, proc, log_path)
         ready = threading.Event()
 
         def pump() -> None:
             assert proc.stdout is not None
             with proc.stdout:
                 for line in proc.stdout:
-                    node.lines.append(line.rstrip("\n"))
+                    p.lines.append(line.rstrip("\n"))
                     if " listening on " in line:
-                        node.address = line.rsplit(" ", 1)[1].strip()
+                        p.address = line.rsplit(" ", 1)[1].strip()
+                    if ready_when in line:
                         ready.set()
 
         threading.Thread(target=pump, daemon=True).start()
-        self.nodes[name] = node
+        self.nodes[name] = p
         if wait and not ready.wait(30):
-            raise RuntimeError(f"node {name} did not start: {log_path.read_text()[-2000:]}")
-        return node
+            raise RuntimeError(f"{name} did not start: {log_path.read_text()[-2000:]}")
+        return p
+
+    def start_node(self, name: str, *extra: str, wait: bool = True) -> NodeProc:
+        return self.start_node_with(name, *extra, wait=wait)
 
     def start_node_with(self, name: str, *extra: str, launcher: tuple[str, ...] = (), module: str = "cronwheel",
                         module_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
@@ -150,62 +154,21 @@ class ProcessCluster:
         `ip netns exec NS`, which execs, so signals still reach the node), `module` + `module_args`
         replace `-m cronwheel` (e.g. `-m chaos.skewed 0.8`). Later flags in `extra` override the
         defaults (`--listen`, `--dsn`, `--etcd`: argparse keeps the last)."""
-        log_path = self.workdir / f"{name}.log"
         cmd = [
             *launcher, sys.executable, "-m", module, *module_args, "node", "--dsn", self.dsn,
             "--etcd", ",".join(self.etcd.endpoints), "--node-id", name,
             "--lease-ttl", str(self.lease_ttl_s), "--cluster", self.cluster, *extra,
         ]
-        full_env = {**os.environ, **(env or {})}
-        with open(log_path, "w") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, stdin=subprocess.DEVNULL,
-                                    env=full_env)
-        node = NodeProc(name, proc, log_path)
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert proc.stdout is not None
-            with proc.stdout:
-                for line in proc.stdout:
-                    node.lines.append(line.rstrip("\n"))
-                    if " listening on " in line:
-                        node.address = line.rsplit(" ", 1)[1].strip()
-                        ready.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        self.nodes[name] = node
-        if wait and not ready.wait(30):
-            raise RuntimeError(f"node {name} did not start: {log_path.read_text()[-2000:]}")
-        return node
+        return self._spawn(name, cmd, env, " listening on ", wait)
 
     def start_worker(self, name: str, module: str, node: str | None = None, env: dict[str, str] | None = None,
                      *extra: str) -> NodeProc:
         """A `cronwheel worker MODULE` process leasing from `node` (default: the first live node)."""
         target = self.nodes[node] if node else next(n for n in self.nodes.values() if n.alive() and n.address)
-        log_path = self.workdir / f"{name}.log"
         cmd = [sys.executable, "-m", "cronwheel", "worker", module, "--address", target.address,
                "--worker-id", name, *extra]
-        full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path.cwd()), os.environ.get("PYTHONPATH", "")]),
-                    **(env or {})}
-        with open(log_path, "w") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, stdin=subprocess.DEVNULL,
-                                    env=full_env)
-        w = NodeProc(name, proc, log_path)
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert proc.stdout is not None
-            with proc.stdout:
-                for line in proc.stdout:
-                    w.lines.append(line.rstrip("\n"))
-                    if line.startswith("worker "):
-                        ready.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        self.nodes[name] = w
-        if not ready.wait(30):
-            raise RuntimeError(f"worker {name} did not start: {log_path.read_text()[-2000:]}")
-        return w
+        path = os.pathsep.join([str(Path.cwd()), os.environ.get("PYTHONPATH", "")])
+        return self._spawn(name, cmd, {"PYTHONPATH": path, **(env or {})}, "worker ", True)
 
     def stop_node(self, name: str, timeout: float = 15) -> int:
         n = self.nodes[name]
