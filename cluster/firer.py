@@ -384,8 +384,11 @@ class Firer:
                 self.metrics.stale_epoch.inc()
             log.warning("stale epoch: write refused", extra={"event": "stale_epoch", "partition": p,
                                                              "epoch": st.epoch, "current": exc.current})
-            self._drop(p)
-            self.on_stale(p, st.epoch)
+            # Only the state this write was made for: a late refusal of an old epoch must not drop
+            # the partition this node has since acquired again under a new one.
+            if self.parts.get(p) is st:
+                self._drop(p)
+                self.on_stale(p, st.epoch)
             return True
         except Unavailable as exc:
             log.warning("fire deferred", extra={"event": "fire_deferred", "partition": p, "error": str(exc)})
