@@ -230,7 +230,15 @@ class Firer:
             nxt = info.cron.next_after(cutoff)
             advances.append(ScheduleAdvance(info.id, nxt, d.latest_missed, info.version))
             nexts.append((info, nxt.timestamp()))
-        await self._write(p, st, FireBatchParams(p, st.epoch, ticks=ticks, advances=advances, events=events))
+        params = FireBatchParams(p, st.epoch, ticks=ticks, advances=advances, events=events)
+        delay = self.config.retry_after_s
+        # The misfire records must land before the next tick is armed: firing that tick would
+        # advance the schedule past the missed ones and they would vanish without a record.
+        while not await self._write(p, st, params):
+            if self.parts.get(p) is not st:
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
         if self.parts.get(p) is st:
             for info, nxt in nexts:
                 if nxt <= st.loaded_until:

@@ -1,0 +1,351 @@
+"""Invariants of a chaos run: pure functions of a `History` (no I/O, no clock reads).
+
+Each check returns an `InvariantResult` with counts (what was checked, what was seen) and the
+violations found; `check(history)` runs them all. The ownership-based checks (fencing, takeover,
+epochs, health) live in `chaos.checker_fencing`; this module holds the tick, job and run checks.
+
+    ticks_exactly_once     every cron tick in the window has one execution, or the record its
+                           misfire policy defines (a justified `misfire:skip` / `run_once` skip),
+                           or an alerted refusal (catch_up beyond max_catch_up)
+    no_duplicate_tick      no (schedule, tick) has two executions (rows, or runs in the JSONL)
+    oneoffs_completed      every submitted one-off job started at least once and is terminal
+    fired_runs_completed   every execution fired in the window ended terminal
+    duplicate_runs_explained  a run started again only after a reported failure (a retry) or a
+                           fault on its worker, the worker's node or PostgreSQL; every run used a
+                           token the database issued, never the same token twice
+
+The timing checks (no_stuck_running, not_fired_early, fire_lag_bounded) are in
+`chaos.checker_timing`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from chaos.history import TERMINAL_STATES, ExecutionRec, History, InjectionRecord, RunRec, ScheduleRec
+from cronwheel.cron import CronSchedule, parse_dst_policy, parse_schedule, uses_hash
+
+MAX_LISTED = 50
+# Slack on the same host clock between PostgreSQL's now() and the node's decision.
+CLOCK_SLACK_S = 0.05
+# Faults on these targets can make a worker's lease lapse (it cannot heartbeat), so a second run
+# of the same execution is the at-least-once contract at work, not a bug.
+WORKER_PATH_FAULTS = frozenset({
+    "kill-worker", "pause-worker", "kill-node", "pause-node", "deploy-node", "partition-node",
+    "partition-node-long", "skew-node-clock",
+})  # and any fault whose target is "postgres"
+
+
+@dataclass
+class InvariantResult:
+    name: str
+    ok: bool
+    counts: dict[str, Any] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    total_violations: int = 0
+
+
+class _Collector:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.counts: Counter[str] = Counter()
+        self.extra: dict[str, Any] = {}
+        self.violations: list[str] = []
+        self.total = 0
+
+    def bad(self, kind: str, msg: str) -> None:
+        self.counts[f"violations.{kind}"] += 1
+        self.total += 1
+        if len(self.violations) < MAX_LISTED:
+            self.violations.append(f"{kind}: {msg}")
+
+    def result(self) -> InvariantResult:
+        return InvariantResult(self.name, self.total == 0, {**dict(sorted(self.counts.items())), **self.extra},
+                               self.violations, self.total)
+
+
+def iso(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def cron_of(s: ScheduleRec) -> CronSchedule:
+    """The schedule's ticks as cronwheel.cron defines them (the same rules the API validated)."""
+    dst = parse_dst_policy({"gap": s.dst_gap, "repeated": s.dst_repeated})
+    return parse_schedule(s.cron, s.timezone, dst_policy=dst, schedule_id=s.id if uses_hash(s.cron) else "")
+
+
+def owners_by_epoch(h: History) -> dict[tuple[int, int], str]:
+    return {(o.partition, o.epoch): o.owner for o in h.ownership if o.kind == "acquired"}
+
+
+def skew_of(h: History, epochs: dict[tuple[int, int], str], e: ExecutionRec) -> float:
+    """The largest |clock skew| the node that fired `e` ever ran with (0 if none or unknown)."""
+    if e.fired_epoch is None:
+        return 0.0
+    owner = epochs.get((e.partition, e.fired_epoch))
+    return abs(h.meta.skews.get(owner, 0.0)) if owner else 0.0
+
+
+def _refused_windows(h: History) -> dict[str, list[tuple[float, float]]]:
+    out: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for ev in h.events:
+        if ev.kind == "misfire_refused" and ev.schedule_id:
+            try:
+                lo = datetime.fromisoformat(str(ev.data["first_missed"])).timestamp()
+                hi = datetime.fromisoformat(str(ev.data["latest_missed"])).timestamp()
+            except (KeyError, ValueError):
+                continue
+            out[ev.schedule_id].append((lo, hi))
+    return out
+
+
+# ---------------------------------------------------------------------------------- ticks
+
+
+def check_ticks_exactly_once(h: History) -> InvariantResult:
+    c = _Collector("ticks_exactly_once")
+    grace = h.meta.misfire_grace_s
+    epochs = owners_by_epoch(h)
+    rows: dict[str, dict[float, list[ExecutionRec]]] = defaultdict(lambda: defaultdict(list))
+    for e in h.executions:
+        if e.schedule_id is not None:
+            rows[e.schedule_id][e.scheduled_for].append(e)
+    catch_ups: dict[str, list[ExecutionRec]] = defaultdict(list)
+    for e in h.executions:
+        if e.schedule_id is not None and e.trigger == "catch_up" and e.fired_at is not None:
+            catch_ups[e.schedule_id].append(e)
+    refused = _refused_windows(h)
+    for s in h.schedules:
+        c.counts["schedules"] += 1
+        lo, hi = s.created_at, h.meta.window_end
+        expected = [t.timestamp() for t in cron_of(s).ticks_between(_dt(lo), _dt(hi))]
+        expected_set = set(expected)
+        have = rows.get(s.id, {})
+        for t in expected:
+            c.counts["ticks_expected"] += 1
+            got = have.get(t, [])
+            if not got:
+                if any(a <= t <= b for a, b in refused.get(s.id, ())):
+                    c.counts["refused_with_alert"] += 1
+                else:
+                    c.bad("lost", f"schedule {s.name} tick {iso(t)}: no execution and no refusal")
+                continue
+            if len(got) > 1:
+                c.bad("duplicate", f"schedule {s.name} tick {iso(t)}: {len(got)} executions")
+            _judge_row(c, h, s, t, got[0], grace, epochs, catch_ups)
+        for t in sorted(t for t in have if lo < t <= hi and t not in expected_set):
+            c.bad("phantom", f"schedule {s.name}: execution for {iso(t)}, which is not a tick of {s.cron!r}")
+    return c.result()
+
+
+def _judge_row(c: _Collector, h: History, s: ScheduleRec, t: float, r: ExecutionRec, grace: float,
+               epochs: dict[tuple[int, int], str], catch_ups: dict[str, list[ExecutionRec]]) -> None:
+    where = f"schedule {s.name} ({s.misfire_policy}) tick {iso(t)}"
+    lateness = (r.fired_at - t) if r.fired_at is not None else None
+    old_enough = lateness is not None and lateness >= grace - skew_of(h, epochs, r) - CLOCK_SLACK_S
+    if r.state == "skipped" and (r.state_reason or "").startswith("misfire:"):
+        policy = (r.state_reason or "").split(":", 1)[1]
+        c.counts["misfire_skipped"] += 1
+        if policy != s.misfire_policy or policy == "catch_up":
+            c.bad("policy", f"{where}: skipped as {r.state_reason!r}")
+        elif not old_enough:
+            c.bad("unjustified_skip", f"{where}: skipped as a misfire only {lateness}s late (grace {grace}s)")
+        elif policy == "run_once" and not _fired_latest_with(r, catch_ups.get(s.id, [])):
+            c.bad("policy", f"{where}: run_once skipped it but fired no later missed tick with it")
+    elif r.state == "skipped" and (r.state_reason or "").startswith("overlap"):
+        c.counts["overlap_skipped"] += 1
+        if s.overlap_policy != "forbid":
+            c.bad("policy", f"{where}: skipped for overlap under overlap policy {s.overlap_policy}")
+    elif r.state == "skipped":
+        c.bad("policy", f"{where}: skipped for an unknown reason {r.state_reason!r}")
+    elif r.trigger == "catch_up":
+        c.counts["catch_up_fired"] += 1
+        if s.misfire_policy == "skip":
+            c.bad("policy", f"{where}: replayed as catch_up under policy skip")
+        elif not old_enough:
+            c.bad("policy", f"{where}: replayed as a misfire only {lateness}s late (grace {grace}s)")
+    elif r.trigger == "cron":
+        c.counts["fired"] += 1
+        if r.fired_at is not None and r.fired_at - r.run_at > 1.0:
+            c.counts["fired_late_over_1s"] += 1
+    else:
+        c.bad("policy", f"{where}: unexpected trigger {r.trigger!r}")
+
+
+def _fired_latest_with(skip: ExecutionRec, catch_ups: list[ExecutionRec]) -> bool:
+    """run_once records the older missed ticks as skipped and fires the latest, in one batch (one
+    transaction, same epoch; fired_at is the row's clock_timestamp(), so within a moment)."""
+    assert skip.fired_at is not None
+    return any(c.scheduled_for > skip.scheduled_for and c.fired_epoch == skip.fired_epoch
+               and c.fired_at is not None and abs(c.fired_at - skip.fired_at) <= 1.0 for c in catch_ups)
+
+
+def _dt(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def check_no_duplicate_tick(h: History) -> InvariantResult:
+    c = _Collector("no_duplicate_tick")
+    groups: Counter[tuple[str, float]] = Counter()
+    for e in h.executions:
+        if e.schedule_id is not None:
+            groups[(e.schedule_id, e.scheduled_for)] += 1
+    names = {s.id: s.name for s in h.schedules}
+    c.counts["ticks_with_executions"] = len(groups)
+    for (sid, t), n in sorted(groups.items()):
+        if n > 1:
+            c.bad("rows", f"schedule {names.get(sid, sid)} tick {iso(t)} has {n} execution rows")
+    ran: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for r in h.runs:
+        if r.event == "start" and r.schedule_id and r.scheduled_for:
+            ran[(r.schedule_id, r.scheduled_for)].add(r.execution_id)
+    c.counts["ticks_run_by_workers"] = len(ran)
+    for (sid, t_iso), ids in sorted(ran.items()):
+        if len(ids) > 1:
+            c.bad("runs", f"schedule {names.get(sid, sid)} tick {t_iso} was run as {len(ids)} executions")
+    return c.result()
+
+
+# ---------------------------------------------------------------------------------- jobs
+
+
+def check_oneoffs_completed(h: History) -> InvariantResult:
+    c = _Collector("oneoffs_completed")
+    by_id = {e.id: e for e in h.executions}
+    starts = Counter(r.execution_id for r in h.runs if r.event == "start")
+    resumed = {r.execution_id for r in h.runs if r.event == "start" and (r.from_step or 0) > 0}
+    for j in h.submitted:
+        c.counts["submitted"] += 1
+        c.counts[f"type.{j.type}"] += 1
+        e = by_id.get(j.execution_id)
+        if e is None:
+            c.bad("missing", f"job {j.execution_id} ({j.type}) has no execution row")
+            continue
+        c.counts[f"state.{e.state}"] += 1
+        if starts[j.execution_id]:
+            c.counts["started"] += 1
+        elif e.state != "cancelled":
+            c.bad("never_started", f"job {j.execution_id} ({j.type}, run_at {iso(j.run_at)}) never ran "
+                                   f"(state {e.state})")
+        if e.state not in TERMINAL_STATES:
+            c.bad("not_terminal", f"job {j.execution_id} ({j.type}) ended {e.state} after attempt {e.attempt}")
+        if e.attempt > 1:
+            c.counts["retried"] += 1
+        if j.execution_id in resumed:
+            c.counts["resumed_from_checkpoint"] += 1
+    return c.result()
+
+
+def check_fired_runs_completed(h: History) -> InvariantResult:
+    c = _Collector("fired_runs_completed")
+    for e in h.executions:
+        if e.schedule_id is None or e.state == "skipped" or e.fired_at is None:
+            continue
+        if e.fired_at > h.meta.window_end:
+            continue
+        c.counts["fired"] += 1
+        if e.state in TERMINAL_STATES:
+            c.counts[f"state.{e.state}"] += 1
+        else:
+            c.bad("not_terminal", f"execution {e.id} (tick {iso(e.scheduled_for)}) is {e.state}")
+    return c.result()
+
+
+# ---------------------------------------------------------------------------------- runs
+
+
+def explain(a: RunRec, b: RunRec, injections: Sequence[InjectionRecord], worker_nodes: dict[str, str],
+            linger_s: float) -> InjectionRecord | None:
+    """A fault that can explain why the run `a` was followed by another run `b` of the same
+    execution: it hit a's worker, the node that worker leases from, or PostgreSQL while a ran
+    (its effects linger for one worker lease after it ends)."""
+    targets = {a.worker, worker_nodes.get(a.worker, "")}
+    for f in injections:
+        on_path = (f.name in WORKER_PATH_FAULTS and f.target in targets) or f.target == "postgres"
+        if on_path and f.start <= b.t and f.end + linger_s >= a.t:
+            return f
+    return None
+
+
+def check_duplicate_runs_explained(h: History) -> InvariantResult:
+    c = _Collector("duplicate_runs_explained")
+    by_id = {e.id: e for e in h.executions}
+    starts: dict[str, list[RunRec]] = defaultdict(list)
+    ends: dict[tuple[str, int], str] = {}
+    for r in h.runs:
+        if r.event == "start":
+            starts[r.execution_id].append(r)
+        elif r.event == "end":
+            ends[(r.execution_id, r.token)] = r.outcome or "?"
+    linger = h.meta.worker_lease_s + 1.0
+    for eid, runs in sorted(starts.items()):
+        c.counts["executions_run"] += 1
+        tokens = Counter(r.token for r in runs)
+        for tok, n in tokens.items():
+            if n > 1:
+                c.bad("same_lease_twice", f"execution {eid}: token {tok} started {n} times")
+        e = by_id.get(eid)
+        if e is None:
+            c.bad("unknown", f"execution {eid} ran but has no row")
+            continue
+        if max(tokens) > e.fencing_token:
+            c.bad("token_not_issued", f"execution {eid} ran with token {max(tokens)} > issued {e.fencing_token}")
+        if len(runs) == 1:
+            continue
+        c.counts["executions_run_more_than_once"] += 1
+        ordered = sorted(runs, key=lambda r: (r.token, r.t))
+        for a, b in zip(ordered, ordered[1:], strict=False):
+            if a.token == b.token:
+                continue
+            outcome = ends.get((eid, a.token))
+            if outcome == "error":
+                c.counts["reruns.retry_after_failure"] += 1
+                continue
+            f = explain(a, b, h.injections, h.meta.worker_nodes, linger)
+            if f is None:
+                c.bad("unexplained", f"execution {eid}: run with token {a.token} on {a.worker} at {iso(a.t)} "
+                                     f"(outcome {outcome or 'none'}) ran again with token {b.token} on {b.worker} "
+                                     f"at {iso(b.t)}, with no fault on its worker, node or PostgreSQL")
+            else:
+                c.counts[f"reruns.after_{f.name}"] += 1
+                c.counts["duplicates_explained"] += 1
+        if e.fencing_token < len(tokens):
+            c.bad("not_visible", f"execution {eid}: {len(tokens)} leased runs, database token only {e.fencing_token}")
+    return c.result()
+
+
+# ---------------------------------------------------------------------------------- all
+
+
+def check(h: History) -> list[InvariantResult]:
+    from chaos.checker_fencing import check_epochs_increase, check_health, check_no_stale_write, check_takeover
+    from chaos.checker_timing import check_fire_lag_bounded, check_no_stuck_running, check_not_fired_early
+
+    return [
+        check_ticks_exactly_once(h),
+        check_no_duplicate_tick(h),
+        check_oneoffs_completed(h),
+        check_fired_runs_completed(h),
+        check_no_stale_write(h),
+        check_duplicate_runs_explained(h),
+        check_takeover(h),
+        check_no_stuck_running(h),
+        check_epochs_increase(h),
+        check_health(h),
+        check_not_fired_early(h),
+        check_fire_lag_bounded(h),
+    ]
+
+
+def passed(results: Iterable[InvariantResult]) -> bool:
+    return all(r.ok for r in results)
+
+
+TOKEN_IN_ERROR = re.compile(r"token=(\d+)")

@@ -1,0 +1,172 @@
+"""Timing invariants of a chaos run: pure functions of a `History` (see `chaos.checker`).
+
+    no_stuck_running       nothing stays `running` past its lease + grace (at the end, and in
+                           every health sample taken during the run)
+    not_fired_early        no tick or delayed job fired before its run_at, beyond the clock skew
+                           of the node that fired it
+    fire_lag_bounded       every tick and delayed job fired (or got its misfire record) within
+                           LAG_BOUND_S of its run_at, unless the partition changed hands right then
+                           (then within LAG_BOUND_S of the new owner's acquisition) or a fault that
+                           can delay it was in progress: one on the node holding the partition
+                           (allowance TTL + 2 s after it ends), on PostgreSQL or the etcd leader
+                           (RECOVERY_S). Worker faults excuse nothing. Anything later is a stall:
+                           the misfire policy is for outages, not for a node that holds the
+                           partition and should be firing.
+
+The run_at a row was fired for is the tick plus its jitter (cronwheel.cron.jitter_offset_s), or
+the one-off job's requested time: a row's own run_at moves on when a failed run is retried.
+"""
+
+from __future__ import annotations
+
+from chaos.checker import CLOCK_SLACK_S, InvariantResult, _Collector, _dt, iso, owners_by_epoch, skew_of
+from chaos.history import History
+from cronwheel.cron import jitter_offset_s
+
+LAG_BOUND_S = 2.0
+
+
+def first_run_at(h: History) -> dict[str, float]:
+    """execution id -> the run_at it was fired for."""
+    scheds = {s.id: s for s in h.schedules}
+    out = {j.execution_id: j.run_at for j in h.submitted}
+    for e in h.executions:
+        s = scheds.get(e.schedule_id or "")
+        if s is not None and e.trigger in ("cron", "catch_up"):
+            jit = jitter_offset_s(s.id, _dt(e.scheduled_for), s.jitter_s) if s.jitter_s else 0.0
+            out[e.id] = e.scheduled_for + jit
+    return out
+
+
+def check_no_stuck_running(h: History) -> InvariantResult:
+    c = _Collector("no_stuck_running")
+    grace = h.meta.lease_ttl_s + 3.0
+    c.extra["grace_s"] = grace
+    for e in h.executions:
+        if e.state == "running":
+            c.counts["running_at_end"] += 1
+            if e.lease_expires is not None and e.lease_expires < h.meta.collected_at - grace:
+                c.bad("final", f"execution {e.id} running, lease expired {iso(e.lease_expires)}, "
+                               f"checked {iso(h.meta.collected_at)}")
+    for s in h.health:
+        c.counts["samples"] += 1
+        if s.overdue_running:
+            c.bad("sample", f"{s.overdue_running} execution(s) running past lease + {grace}s at {iso(s.at)} "
+                            f"({s.phase})")
+    return c.result()
+
+
+def check_not_fired_early(h: History) -> InvariantResult:
+    c = _Collector("not_fired_early")
+    epochs = owners_by_epoch(h)
+    due = first_run_at(h)
+    worst = 0.0
+    for e in h.executions:
+        if e.fired_at is None or e.id not in due:
+            continue
+        c.counts["checked"] += 1
+        early = due[e.id] - e.fired_at
+        if early <= CLOCK_SLACK_S:
+            continue
+        skew = skew_of(h, epochs, e)
+        if early <= skew + CLOCK_SLACK_S:
+            c.counts["early_within_node_skew"] += 1
+            worst = max(worst, early)
+        else:
+            c.bad("early", f"execution {e.id} fired {early:.3f}s before its run_at {iso(due[e.id])} "
+                           f"(firing node skew {skew}s)")
+    c.extra["max_early_within_skew_s"] = round(worst, 3)
+    return c.result()
+
+
+MOVES_PARTITIONS = frozenset({"kill-node", "pause-node", "partition-node", "partition-node-long", "deploy-node",
+                              "scale-in", "scale-out", "skew-node-clock"})
+GLOBAL_FAULTS = frozenset({"kill-etcd-leader"})  # and any fault on "postgres"
+RECOVERY_S = 3.0
+
+Window = tuple[float, float, str]
+
+
+def fault_windows(h: History) -> dict[str, list[Window]]:
+    """Windows [start - 1 s, end + allowance] of the faults that can delay firing, by the node whose
+    partitions they delay ("*": every node's). Worker faults delay no firing."""
+    out: dict[str, list[Window]] = {}
+    for f in h.injections:
+        allowance = h.meta.lease_ttl_s + 2.0 if f.name in MOVES_PARTITIONS else RECOVERY_S
+        if f.target == "postgres" or f.name in GLOBAL_FAULTS:
+            key = "*"
+        elif f.name in MOVES_PARTITIONS:
+            key = f.target
+        else:
+            continue
+        out.setdefault(key, []).append((f.start - 1.0, f.end + allowance, f"{f.name} {f.target}"))
+    return {k: _merge(v) for k, v in out.items()}
+
+
+def _merge(ws: list[Window]) -> list[Window]:
+    merged: list[Window] = []
+    for lo, hi, name in sorted(ws):
+        if merged and lo <= merged[-1][1]:
+            plo, phi, pname = merged[-1]
+            merged[-1] = (plo, max(phi, hi), pname if pname.endswith("faults") else f"{pname} and later faults")
+        else:
+            merged.append((lo, hi, name))
+    return merged
+
+
+def deadline(h: History, t: float, owner: str, handover_at: float | None, fired_by: str | None,
+             windows: dict[str, list[Window]]) -> tuple[float, str]:
+    """When a tick due at `t`, on a partition `owner` held at `t`, must have fired by, and why.
+    A handover (release or takeover) within LAG_BOUND_S of `t` moves it to LAG_BOUND_S after the
+    new owner's acquisition; a fault around `t` on PostgreSQL, etcd, the owner, or (after a
+    handover) the node that fired it, to LAG_BOUND_S after the fault's allowance; a skewed owner
+    clock adds its skew."""
+    d, why = t + LAG_BOUND_S, "with no fault in progress"
+    if handover_at is not None and handover_at <= t + LAG_BOUND_S:
+        d, why = max(d, handover_at + LAG_BOUND_S), "after a handover"
+    for key in {"*", owner, fired_by or owner}:
+        for lo, hi, name in windows.get(key, ()):
+            if lo <= t <= hi and hi + LAG_BOUND_S > d - LAG_BOUND_S:
+                d, why = max(d, hi + LAG_BOUND_S), f"after the recovery allowance of {name}"
+    return d + abs(h.meta.skews.get(owner, 0.0)), why
+
+
+def check_fire_lag_bounded(h: History) -> InvariantResult:
+    from chaos.checker_fencing import covering, intervals
+
+    c = _Collector("fire_lag_bounded")
+    c.extra["bound_s"] = LAG_BOUND_S
+    due = first_run_at(h)
+    windows = fault_windows(h)
+    ivs = intervals(h)
+    names = {s.id: s.name for s in h.schedules}
+    worst = 0.0
+    for e in h.executions:
+        t = due.get(e.id)
+        if t is None or e.fired_at is None or t > h.meta.window_end:
+            continue
+        if e.state == "skipped" and not (e.state_reason or "").startswith("misfire:"):
+            continue  # an overlap skip is recorded on time
+        c.counts["checked"] += 1
+        rows = ivs.get(e.partition, [])
+        held = covering(rows, t)
+        owner = held.owner if held else "nobody"
+        nxt = min((iv.start for iv in rows if iv.start > t), default=None)
+        fired_by = next((iv.owner for iv in rows if iv.epoch == e.fired_epoch), None)
+        handed_over = held is None or e.fired_epoch != held.epoch
+        d, why = deadline(h, t, owner, nxt, fired_by if handed_over else None, windows)
+        lag = e.fired_at - t
+        worst = max(worst, lag)
+        if lag > LAG_BOUND_S:
+            c.counts["late_but_excused"] += e.fired_at <= d
+        if e.fired_at <= d:
+            continue
+        what = f"schedule {names.get(e.schedule_id or '', '?')} tick" if e.schedule_id else "job"
+        c.bad("stall", f"{what} due {iso(t)} on partition {e.partition}, held by {owner} since "
+                       f"{iso(held.start if held else None)}, "
+                       f"{'recorded as ' + str(e.state_reason) if e.state == 'skipped' else 'fired'} "
+                       f"{lag:.2f}s late ({e.fired_at - d:.2f}s past its deadline, {why})")
+    c.extra["max_lag_s"] = round(worst, 3)
+    return c.result()
+
+

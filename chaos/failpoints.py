@@ -1,0 +1,318 @@
+"""Failpoints: the faults a scenario injects, each a small object with `name`, `available(cluster)`
+and `inject(cluster, rng) -> InjectionRecord`.
+
+`inject` chooses its target and durations from `rng` only (seeded per step) and from the
+cluster's roster (which failpoints change deterministically), so one seed injects the same faults
+on the same targets every time. It leaves the cluster as it found it (a killed node is started
+again, a paused one continued, a partition healed) even when something fails half-way; the
+runner checks health before and after. Times in records are the runner's wall clock, which is
+the same host clock PostgreSQL stamps history with.
+
+    kill-node          SIGKILL a node; start it again once its partitions are taken over
+    pause-node         SIGSTOP a node for 2 x TTL (it becomes a zombie), then SIGCONT
+    deploy-node        SIGTERM a node (it hands its partitions over and exits), start it again
+    scale-out          start one more node (up to max_nodes)
+    scale-in           SIGTERM a node that scale-out added
+    kill-etcd-leader   SIGKILL the etcd leader (found by /v3/maintenance/status); restart it
+    restart-postgres   fast shutdown and start of PostgreSQL (at a seeded instant of the second)
+    kill-worker        SIGKILL a worker while it holds a lease; start it again
+    pause-worker       SIGSTOP a worker holding a lease for its lease + 1.5 s, then SIGCONT
+    skew-node-clock    restart a node with its wall clock 0.3-1.0 s ahead or behind, then without
+    partition-node     drop every packet to and from one node (network namespaces) for 2 x TTL
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from typing import Any, Protocol
+
+from chaos.cluster import ChaosCluster
+from chaos.history import InjectionRecord
+
+
+class Failpoint(Protocol):
+    name: str
+
+    def available(self, cluster: ChaosCluster) -> bool: ...
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord: ...
+
+
+def unavailable_reason(fp: Failpoint, cluster: ChaosCluster) -> str:
+    reason = getattr(fp, "reason", None)
+    return str(reason(cluster)) if callable(reason) else "not available in this cluster state"
+
+
+def _record(name: str, target: str, t0: float, details: dict[str, Any], error: str | None = None) -> InjectionRecord:
+    return InjectionRecord(name, target, t0, time.time(), error is None, error, details)
+
+
+class KillNode:
+    name = "kill-node"
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return len(cluster.roster) >= 2
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        victim = rng.choice(sorted(cluster.roster))
+        down_s = round(rng.uniform(0.5, 2.0), 2)
+        t0 = time.time()
+        cluster.kill_node(victim)
+        took = cluster.wait_owned_without(victim, cluster.spec.lease_ttl_s + 10)
+        time.sleep(down_s)
+        cluster.start_node(victim)
+        err = None if took is not None else "partitions not taken over within TTL + 10 s"
+        return _record(self.name, victim, t0, {"signal_at": t0, "takeover_polled_s": took, "down_s": down_s}, err)
+
+
+class PauseNode:
+    name = "pause-node"
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return len(cluster.roster) >= 2
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        victim = rng.choice(sorted(cluster.roster))
+        hold = 2.0 * cluster.spec.lease_ttl_s
+        t0 = time.time()
+        cluster.signal(victim, signal.SIGSTOP)
+        try:
+            took = cluster.wait_owned_without(victim, hold)
+            time.sleep(max(0.0, t0 + hold - time.time()))
+        finally:
+            cluster.signal(victim, signal.SIGCONT)
+        err = None if took is not None else f"partitions not taken over while paused {hold}s"
+        return _record(self.name, victim, t0, {"signal_at": t0, "paused_s": hold, "takeover_polled_s": took}, err)
+
+
+class DeployNode:
+    name = "deploy-node"
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return len(cluster.roster) >= 2
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        victim = rng.choice(sorted(cluster.roster))
+        t0 = time.time()
+        cluster.signal(victim, signal.SIGTERM)
+        took = cluster.wait_owned_without(victim, 10)
+        code = cluster.await_exit(victim)
+        cluster.start_node(victim)
+        err = None if code == 0 else f"exit code {code} after SIGTERM"
+        return _record(self.name, victim, t0, {"signal_at": t0, "handover_polled_s": took, "exit_code": code}, err)
+
+
+class ScaleOut:
+    name = "scale-out"
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return len(cluster.roster) < cluster.spec.max_nodes
+
+    def reason(self, cluster: ChaosCluster) -> str:
+        return f"already {len(cluster.roster)} nodes (max {cluster.spec.max_nodes})"
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        taken = set(cluster.base_nodes) | set(cluster.extras)
+        name = next(f"n{i}" for i in range(1, 100) if f"n{i}" not in taken)
+        t0 = time.time()
+        cluster.extras.append(name)
+        cluster.start_node(name)
+        converge = cluster.pc.wait_converged(cluster.roster, timeout=30)
+        return _record(self.name, name, t0, {"converged_s": round(converge, 3), "nodes": len(cluster.roster)})
+
+
+class ScaleIn:
+    name = "scale-in"
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return any(n in cluster.roster for n in cluster.extras)
+
+    def reason(self, cluster: ChaosCluster) -> str:
+        return "no node added by scale-out is running"
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        victim = rng.choice(sorted(n for n in cluster.extras if n in cluster.roster))
+        t0 = time.time()
+        cluster.signal(victim, signal.SIGTERM)
+        took = cluster.wait_owned_without(victim, 10)
+        code = cluster.await_exit(victim)
+        cluster.extras.remove(victim)
+        err = None if code == 0 else f"exit code {code} after SIGTERM"
+        return _record(self.name, victim, t0, {"signal_at": t0, "handover_polled_s": took, "exit_code": code,
+                                               "nodes": len(cluster.roster)}, err)
+
+
+class KillEtcdLeader:
+    name = "kill-etcd-leader"
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return len(cluster.pc.etcd.members) >= 3
+
+    def reason(self, cluster: ChaosCluster) -> str:
+        return "etcd has fewer than 3 members"
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        down_s = round(rng.uniform(1.0, 3.0), 2)
+        leader = cluster.etcd_leader()
+        if leader is None:
+            return _record(self.name, "etcd", time.time(), {}, "no etcd member reports being the leader")
+        t0 = time.time()
+        cluster.pc.etcd.kill_member(leader)
+        elected = None
+        try:
+            while time.time() - t0 < 10:
+                new = cluster.etcd_leader()
+                if new is not None and new != leader:
+                    elected = time.time() - t0
+                    break
+                time.sleep(0.05)
+            time.sleep(max(0.0, t0 + down_s - time.time()))
+        finally:
+            cluster.pc.etcd.restart_member(leader)
+        err = None if elected is not None else "no new leader within 10 s"
+        return _record(self.name, f"etcd{leader}", t0, {"elected_s": elected, "down_s": down_s}, err)
+
+
+class RestartPostgres:
+    """Fast shutdown and start, `times` times one second apart (a crash-looping server). The
+    instant within the second is drawn from rng (ticks fire on whole seconds, so it decides what is
+    in flight), or fixed by `phase_s` for a regression scenario."""
+
+    def __init__(self, name: str = "restart-postgres", phase_s: float | None = None, times: int = 1) -> None:
+        self.name = name
+        self.phase_s = phase_s
+        self.times = times
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return True
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        phase = self.phase_s if self.phase_s is not None else round(rng.random(), 2)
+        time.sleep((phase - time.time() % 1.0) % 1.0)
+        t0 = time.time()
+        took = []
+        for i in range(self.times):
+            if i:
+                time.sleep((phase - time.time() % 1.0) % 1.0 or 1.0)
+            t = time.time()
+            cluster.pc.pg.restart()
+            took.append(round(time.time() - t, 3))
+        return _record(self.name, "postgres", t0, {"phase_s": phase, "restart_s": took})
+
+
+def _wait_busy(cluster: ChaosCluster, worker: str, timeout_s: float = 8.0) -> list[tuple[str, str]]:
+    """Runs the worker holds a lease on; waits (bounded) for one, preferring a long job."""
+    t0 = time.time()
+    busy: list[tuple[str, str]] = []
+    while time.time() - t0 < timeout_s:
+        busy = cluster.busy_executions(worker)
+        if any(t == "long" for _, t in busy) or (busy and time.time() - t0 > timeout_s / 2):
+            break
+        time.sleep(0.05)
+    return busy
+
+
+class KillWorker:
+    name = "kill-worker"
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return bool(cluster.workers)
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        w = rng.choice(sorted(cluster.workers))
+        down_s = round(rng.uniform(0.5, 2.0), 2)
+        busy = _wait_busy(cluster, w)
+        t0 = time.time()
+        cluster.kill_worker(w)
+        time.sleep(down_s)
+        cluster.start_worker(w)
+        return _record(self.name, w, t0, {"running": [e for e, _ in busy], "types": sorted({t for _, t in busy}),
+                                          "down_s": down_s})
+
+
+class PauseWorker:
+    name = "pause-worker"
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return bool(cluster.workers)
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        w = rng.choice(sorted(cluster.workers))
+        hold = cluster.spec.worker_lease_s + 1.5
+        busy = _wait_busy(cluster, w)
+        t0 = time.time()
+        cluster.signal(w, signal.SIGSTOP)
+        try:
+            time.sleep(hold)
+        finally:
+            cluster.signal(w, signal.SIGCONT)
+        return _record(self.name, w, t0, {"running": [e for e, _ in busy], "types": sorted({t for _, t in busy}),
+                                          "paused_s": hold})
+
+
+class SkewNodeClock:
+    name = "skew-node-clock"
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return any(n in cluster.roster for n in cluster.base_nodes)
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        victim = rng.choice(sorted(n for n in cluster.base_nodes if n in cluster.roster))
+        skew = round(rng.choice((-1.0, 1.0)) * rng.uniform(0.3, 1.0), 2)
+        hold = round(rng.uniform(4.0, 6.0), 2)
+        t0 = time.time()
+        codes = [cluster.stop_node(victim)]
+        try:
+            cluster.start_node(victim, skew_s=skew)
+            cluster.pc.wait_converged(cluster.roster, timeout=30)
+            time.sleep(hold)
+        finally:
+            if victim in cluster.roster:
+                codes.append(cluster.stop_node(victim))
+            cluster.start_node(victim)
+        err = None if all(c == 0 for c in codes) else f"exit codes {codes} after SIGTERM"
+        return _record(self.name, victim, t0, {"skew_s": skew, "held_s": hold}, err)
+
+
+class PartitionNode:
+    """Cut a node off for `ttls` x TTL. Long cuts let TCP's retransmission backoff grow, so a write
+    sent into the cut is delivered seconds after it heals (after the node has rejoined)."""
+
+    def __init__(self, name: str = "partition-node", ttls: float = 2.0) -> None:
+        self.name = name
+        self.ttls = ttls
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return cluster.netns is not None and len(cluster.roster) >= 2
+
+    def reason(self, cluster: ChaosCluster) -> str:
+        if cluster.netns is None:
+            return "nodes do not run in network namespaces here (see `chaos.netns.available()`)"
+        return "fewer than 2 nodes"
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        assert cluster.netns is not None
+        victim = rng.choice(sorted(cluster.roster))
+        hold = self.ttls * cluster.spec.lease_ttl_s
+        t0 = time.time()
+        cluster.netns.partition(victim)
+        try:
+            took = cluster.wait_owned_without(victim, hold)
+            time.sleep(max(0.0, t0 + hold - time.time()))
+        finally:
+            cluster.netns.heal(victim)
+        err = None if took is not None else f"partitions not taken over while cut off {hold}s"
+        return _record(self.name, victim, t0, {"signal_at": t0, "cut_s": hold, "takeover_polled_s": took}, err)
+
+
+FAILPOINTS: dict[str, Failpoint] = {fp.name: fp for fp in (
+    KillNode(), PauseNode(), DeployNode(), ScaleOut(), ScaleIn(), KillEtcdLeader(), RestartPostgres(),
+    KillWorker(), PauseWorker(), SkewNodeClock(), PartitionNode(),
+    # Regressions: just after the nodes' fire batches of a second, so nothing flushes their pools'
+    # dead connections before the change listener reconnects and resyncs; and three in a row.
+    RestartPostgres("restart-postgres-after-tick", phase_s=0.05),
+    RestartPostgres("restart-postgres-burst", phase_s=0.05, times=3),
+    PartitionNode("partition-node-long", ttls=3.0),
+)}

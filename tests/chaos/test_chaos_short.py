@@ -1,0 +1,42 @@
+"""The chaos suite in CI: one short run of every failpoint's timeline, as a user runs it.
+
+`python -m chaos run --scenario all --duration 20` starts a 3-member etcd, PostgreSQL, 3 nodes and
+2 workers as processes, injects the first faults of a seeded timeline, checks the history and
+exits 0 only if every invariant held. A failure prints the run's summary; its history and logs
+stay under the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+SEED = 11
+
+
+def test_a_short_run_of_every_failpoint_keeps_every_invariant(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "chaos", "run", "--scenario", "all", "--duration", "20", "--seed", str(SEED),
+         "--out", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=170,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
+    (report_path,) = tmp_path.glob("all-seed*/report.json")
+    rep = json.loads(report_path.read_text())
+    assert rep["passed"] and rep["seed"] == SEED
+    assert len(rep["faults"]) >= 2, rep["faults"]
+    inv = {r["name"]: r for r in rep["invariants"]}
+    assert set(inv) >= {"ticks_exactly_once", "no_duplicate_tick", "oneoffs_completed", "no_stale_write_landed",
+                        "duplicate_runs_explained", "takeover_within_ttl", "no_stuck_running", "epochs_increase"}
+    assert inv["ticks_exactly_once"]["counts"]["ticks_expected"] > 100
+    assert inv["oneoffs_completed"]["counts"]["submitted"] > 5
+    # A passing run keeps its report and history, not the bulky logs.
+    assert (report_path.parent / "history.json").exists()
+    assert not (report_path.parent / "cluster").exists()
