@@ -9,7 +9,6 @@ list every tick the cron module defines for the window, each exactly once.
 from __future__ import annotations
 
 import json
-import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -165,7 +164,6 @@ def test_explain_names_every_outcome_produced_on_purpose(cluster: ProcessCluster
                                 datetime(2026, 11, 3, tzinfo=UTC)))
     assert autumn[datetime(2026, 11, 1, 5, 30, tzinfo=UTC)][0] == "FIRED"  # 01:30 EDT, the first
     assert autumn[datetime(2026, 11, 1, 6, 30, tzinfo=UTC)][0] == "DST_REPEATED"  # 01:30 EST: not run
-    _ = signal  # (SIGKILL is sent through the harness)
 
 
 def test_explain_refuses_bad_windows_and_other_tenants_schedules(cluster: ProcessCluster) -> None:
