@@ -22,6 +22,7 @@ under the most permissive policy (gap shift, repeated both).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -68,6 +69,17 @@ def _definition_segments(f: Facts) -> list[tuple[datetime, dict[str, Any]]]:
             cur[k] = old
     segs.append((f.schedule["created_at"], cur))
     return list(reversed(segs))
+
+
+def _windows(f: Facts, start: datetime, end: datetime) -> Iterator[tuple[datetime, datetime, dict[str, Any]]]:
+    """[lo, hi) pieces of [start, end), each with the definition in force over it."""
+    segs = _definition_segments(f)
+    for i, (seg_from, defn) in enumerate(segs):
+        seg_to = segs[i + 1][0] if i + 1 < len(segs) else None
+        lo = max(start, seg_from if i else start)
+        hi = min(end, seg_to) if seg_to else end
+        if lo < hi:
+            yield lo, hi, defn
 
 
 def _cron(defn: dict[str, Any], sid: str, permissive: bool = False) -> CronSchedule:
@@ -139,14 +151,8 @@ def explain(f: Facts, start: datetime, end: datetime, now: datetime) -> list[Exp
             active[ep] = at
     pauses = _intervals(f.events, "schedule_paused", "schedule_resumed")
     misfires = [e for e in f.events if e["kind"] in ("misfire_refused", "misfire_skipped")]
-    segs = _definition_segments(f)
     out: list[Explained] = []
-    for i, (seg_from, defn) in enumerate(segs):
-        seg_to = segs[i + 1][0] if i + 1 < len(segs) else None
-        lo = max(start, seg_from if i else start)
-        hi = min(end, seg_to) if seg_to else end
-        if lo >= hi:
-            continue
+    for lo, hi, defn in _windows(f, start, end):
         cron, loose = _cron(defn, sid), _cron(defn, sid, permissive=True)
         # The window is [start, end): ticks_between(a, b) yields a < t <= b.
         real = list(cron.ticks_between(lo - timedelta(microseconds=1), hi - timedelta(microseconds=1)))
@@ -268,13 +274,7 @@ def page_end(f: Facts, start: datetime, end: datetime, limit: int) -> datetime:
     """The end of a page starting at `start` that holds about `limit` ticks (exclusive bound)."""
     sid = str(f.schedule["id"])
     n = 0
-    segs = _definition_segments(f)
-    for i, (seg_from, defn) in enumerate(segs):
-        seg_to = segs[i + 1][0] if i + 1 < len(segs) else None
-        lo = max(start, seg_from if i else start)
-        hi = min(end, seg_to) if seg_to else end
-        if lo >= hi:
-            continue
+    for lo, hi, defn in _windows(f, start, end):
         for t in _cron(defn, sid).ticks_between(lo - timedelta(microseconds=1), hi - timedelta(microseconds=1)):
             n += 1
             if n > limit:
