@@ -118,6 +118,12 @@ class Node:
     def request_stop(self) -> None:
         self._stop.set()
 
+    async def _after_reconnect(self) -> None:
+        """The change listener lost PostgreSQL and is back: sweep the pool's dead connections,
+        then reload every owned partition (notifications may have been missed)."""
+        await self.store.check_pool()
+        await self.firer.resync()
+
     async def _on_change(self, partition: int, kind: str, ident: object) -> None:
         import uuid
 
@@ -164,7 +170,7 @@ class Node:
         reaper = Reaper(self.store, lambda: self.coordinator.owned.snapshot().items(), self.dispatcher.wake,
                         retention_days=self.config.retention_days, metrics=self.metrics)
         self.listeners.subscribers.append(self.firer)
-        changes = ChangeListener(self.config.dsn, self._on_change, self.firer.resync, self.dispatcher.wake)
+        changes = ChangeListener(self.config.dsn, self._on_change, self._after_reconnect, self.dispatcher.wake)
         log.info("node started", extra={"event": "node_started", "address": advertise,
                                         "partitions": self.partitions})
         if self.config.metrics_listen:

@@ -148,9 +148,11 @@ class PgStore:
             kwargs={"autocommit": True, "connect_timeout": int(config.connect_timeout_s)},
             open=False,
             timeout=config.connect_timeout_s * 2,
-            # A restarted server leaves dead connections in the pool: check each on checkout
-            # (one round trip) rather than fail the caller's transaction.
-            check=AsyncConnectionPool.check_connection,
+            # No check on checkout: psycopg_pool sleeps 1, 2, 4 s between failed checks, which
+            # stalled firing for seconds after a server restart (chaos scenario
+            # postgres-restart-stalls-firing). A dead connection fails its caller once (the
+            # caller retries; the pool drops it), and `check_pool()` sweeps the idle ones when a
+            # restart is noticed.
         )
 
     async def open(self, wait: bool = True) -> PgStore:
@@ -162,6 +164,13 @@ class PgStore:
 
     async def close(self) -> None:
         await self._pool.close()
+
+    async def check_pool(self) -> None:
+        """Drop the idle connections a server restart killed (no backoff for callers)."""
+        try:
+            await self._pool.check()
+        except psycopg.Error as exc:
+            raise _map_errors(exc) from exc
 
     async def __aenter__(self) -> PgStore:
         return await self.open()
