@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 
 from cronwheel.cluster.etcd import Etcd
+from cronwheel.errors import Unavailable
 from cronwheel.localservers import LocalEtcd, LocalPostgres
 from cronwheel.storage import migrate
 
@@ -191,7 +192,14 @@ class ProcessCluster:
         async def read() -> dict[int, tuple[str, int]]:
             c = Etcd(self.etcd.endpoints)
             try:
-                kvs, _ = await c.get_prefix(f"/{self.cluster}/partitions/")
+                for attempt in range(20):  # a 3-member etcd may be electing a leader: ask again
+                    try:
+                        kvs, _ = await c.get_prefix(f"/{self.cluster}/partitions/")
+                        break
+                    except Unavailable:
+                        if attempt == 19:
+                            raise
+                        await asyncio.sleep(0.1)
             finally:
                 await c.close()
             out = {}
