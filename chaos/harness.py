@@ -26,7 +26,7 @@ import psycopg
 
 from cronwheel.cluster.etcd import Etcd
 from cronwheel.errors import Unavailable
-from cronwheel.localservers import LocalEtcd, LocalPostgres
+from cronwheel.localservers import LocalEtcd, LocalPostgres, die_with_parent
 from cronwheel.storage import migrate
 
 
@@ -125,7 +125,7 @@ class ProcessCluster:
         log_path = self.workdir / f"{name}.log"
         with open(log_path, "w") as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, stdin=subprocess.DEVNULL,
-                                    env={**os.environ, **(env or {})})
+                                    env={**os.environ, **(env or {})}, preexec_fn=die_with_parent(signal.SIGKILL))
         p = NodeProc(name, proc, log_path)
         ready = threading.Event()
 

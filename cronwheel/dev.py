@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import Any, TextIO
 
 from cronwheel.clock import SystemClock
-from cronwheel.localservers import LocalEtcd, LocalPostgres, free_port
+from cronwheel.localservers import LocalEtcd, LocalPostgres, die_with_parent, free_port
 from cronwheel.storage.migrate import migrate
 
 DEMO_TENANT = "default"
@@ -94,7 +94,8 @@ class DevCluster:
     def _spawn(self, name: str, args: list[str], ready: str) -> Child:
         proc = subprocess.Popen([sys.executable, "-m", "cronwheel", *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                preexec_fn=die_with_parent())  # even a SIGKILLed `dev` leaves none behind
         child = Child(name, proc)
         self.children.append(child)
 

@@ -35,7 +35,7 @@ import socket
 import subprocess
 import tempfile
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,13 +45,23 @@ from cronwheel.errors import Unavailable
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: ask the kernel to SIGTERM this child when its parent dies."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:  # not Linux: best effort only
-        pass
+def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None]:
+    """A preexec_fn asking the kernel to send `sig` to the child when its parent dies."""
+
+    def preexec() -> None:
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, sig)
+        except OSError:  # not Linux: best effort only
+            pass
+
+    return preexec
+
+
+# etcd stops on SIGTERM. PostgreSQL's SIGTERM is a *smart* shutdown that waits for its clients to
+# disconnect (orphaned nodes never would): it gets SIGINT, the fast shutdown.
+_die_with_parent = die_with_parent(signal.SIGTERM)
+_pg_dies_with_parent = die_with_parent(signal.SIGINT)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -211,7 +221,7 @@ class LocalPostgres:
             ]
             self.proc = subprocess.Popen(
                 args, user=self._user, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent, cwd=str(self.base_dir),
+                stdin=subprocess.DEVNULL, preexec_fn=_pg_dies_with_parent, cwd=str(self.base_dir),
             )
             log.close()
             if self._wait_ready(timeout_s):

@@ -53,3 +53,27 @@ def test_dev_runs_a_cluster_that_fires_and_sigint_leaves_no_process_or_dir() -> 
         proc.stdout.close()
     assert [p for p in pids if pid_alive(p)] == []
     assert [d for d in dirs if os.path.exists(d)] == []
+
+
+def test_a_sigkilled_dev_leaves_no_server_node_or_worker_running() -> None:
+    """Even without its cleanup, every child dies with `cronwheel dev` (parent-death signals;
+    PostgreSQL gets a fast shutdown, so orphaned clients cannot keep it up)."""
+    import time
+
+    proc = subprocess.Popen([*CRONWHEEL, "dev"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        info = ready_info(LineReader(proc).wait_for("ready ", timeout=120))
+        pids = [info["postgres"]["pid"], *info["etcd"]["pids"], *(n["pid"] for n in info["nodes"]),
+                *(w["pid"] for w in info["workers"])]
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
+            time.sleep(0.2)
+        assert [p for p in pids if pid_alive(p)] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
