@@ -32,6 +32,9 @@ from cronwheel.errors import InvalidArgument, NotFound
 from cronwheel.storage import PgStore
 
 MAX_TICKS = 100_000
+# A release followed this quickly by the next acquisition cannot lose a tick: the new owner
+# fires what came due meanwhile (late, within the misfire grace). Not a reason for a miss.
+HANDOVER_TOO_SHORT = timedelta(seconds=1)
 PENDING_GRACE = timedelta(seconds=2)
 
 
@@ -119,6 +122,8 @@ def _unowned(ownership: list[dict[str, Any]], t: datetime,
     for i, a in enumerate(acquired):
         nxt = acquired[i + 1] if i + 1 < len(acquired) else None
         if t < a["at"]:
+            if prev_end is not None and a["at"] - prev_end < HANDOVER_TOO_SHORT:
+                return None  # a cooperative hand-over: the next owner fires such a tick, late
             since = prev_end.isoformat() if prev_end else "the start of its history"
             return f"the partition was unowned from {since} until {a['owner']} acquired it at {a['at'].isoformat()}"
         end = ends.get(a["epoch"])

@@ -111,13 +111,14 @@ def test_explain_names_every_outcome_produced_on_purpose(cluster: ProcessCluster
     for n in ("n1", "n2"):
         c.start_node(n, *NODE_ARGS)
     c.wait_converged(["n1", "n2"])
+    owned_again = datetime.now(UTC)
     time.sleep(2)
     # A lost write (a row gone without a trace): MISSED, with nothing to explain it.
     # (a tick whose owner provably went on firing after it, so no ownership change explains it)
     lost = c.sql("SELECT e.scheduled_for FROM executions e WHERE e.schedule_id = %s AND e.state <> 'skipped'"
                  " AND e.scheduled_for > %s AND EXISTS (SELECT 1 FROM executions l WHERE l.schedule_id ="
                  " e.schedule_id AND l.fired_epoch = e.fired_epoch AND l.scheduled_for > e.scheduled_for)"
-                 " ORDER BY e.scheduled_for LIMIT 1", rows["pause"]["id"], up_at)[0][0]
+                 " ORDER BY e.scheduled_for LIMIT 1", rows["pause"]["id"], owned_again)[0][0]
     c.sql("DELETE FROM executions WHERE schedule_id = %s AND scheduled_for = %s RETURNING 1", rows["pause"]["id"], lost)
     # DST: backfill the spring and autumn days of 2026 in New York.
     for name, start, end in (("dst-spring", "2026-03-07", "2026-03-10"), ("dst-autumn", "2026-10-31", "2026-11-03")):

@@ -107,4 +107,7 @@ def test_unowned_and_takeover_are_explained_from_ownership_history() -> None:
     assert _unowned(hist, m(8)) is None, "long before the takeover: it was owned"
     assert "unowned from" in (_unowned(hist, m(23)) or "")
     assert _unowned(hist, m(30)) is None
+    quick = [own("acquired", 1, "a", 0), own("released", 1, "a", 5),
+             {"kind": "acquired", "epoch": 2, "owner": "b", "at": m(5) + timedelta(milliseconds=40)}]
+    assert _unowned(quick, m(5) + timedelta(milliseconds=20)) is None, "a 40 ms hand-over loses nothing"
     assert "unowned from the start" in (_unowned(hist, m(-1)) or "")
