@@ -132,6 +132,7 @@ class Coordinator:
         self._wake = asyncio.Event()
         self._warned: set[tuple[str, int]] = set()
         self._stopping = False
+        self._bg: set[asyncio.Task[None]] = set()  # best-effort history writes in flight
         self.stale_epoch_refusals = 0
 
     # ------------------------------------------------------------------ public view
@@ -253,7 +254,6 @@ class Coordinator:
                 log.info("history write skipped", extra={"event": "history_skipped", "error": str(exc)})
 
         task = asyncio.get_running_loop().create_task(best_effort(), name="partition-history")
-        self._bg = getattr(self, "_bg", set())
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
 

@@ -12,14 +12,3 @@ SELECT %(tenant)s, %(kind)s, %(schedule_id)s, %(execution_id)s, %(partition)s, %
        %(alert)s, %(data)s
  WHERE EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
 RETURNING id, at;
-
--- name: list_events
--- Events, newest last, optionally for one schedule or kind.
-SELECT id, at, tenant, kind, schedule_id, execution_id, partition, actor, alert, data
-  FROM events
- WHERE (%(schedule_id)s::uuid IS NULL OR schedule_id = %(schedule_id)s)
-   AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-   AND id > %(after_id)s
- ORDER BY id
- LIMIT %(limit)s;

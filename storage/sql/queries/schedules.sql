@@ -58,15 +58,6 @@ UPDATE schedules
    AND (%(expected_version)s::bigint IS NULL OR version = %(expected_version)s)
 RETURNING *;
 
--- name: soft_delete_schedule
--- Delete a live schedule (kept for explain and history; its name is free again).
-UPDATE schedules
-   SET deleted_at = now(), version = version + 1, updated_at = now()
- WHERE id = %(id)s AND deleted_at IS NULL
-   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-   AND (%(expected_version)s::bigint IS NULL OR version = %(expected_version)s)
-RETURNING *;
-
 -- name: get_schedule_any
 -- A schedule by id, live or deleted, optionally of one tenant.
 SELECT * FROM schedules
