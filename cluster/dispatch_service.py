@@ -8,7 +8,6 @@ leases and reports only that tenant's runs (another tenant's run is NOT_FOUND); 
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
@@ -17,7 +16,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from cronwheel.cluster.auth import current_caller
-from cronwheel.cluster.dispatcher import Dispatcher
+from cronwheel.cluster.dispatcher import Dispatcher, Leased
 from cronwheel.cluster.grpc_errors import status_of
 from cronwheel.errors import InvalidArgument
 from cronwheel.v1 import common_pb2, dispatch_pb2, dispatch_pb2_grpc
@@ -55,28 +54,31 @@ def ts(dt: Any) -> Timestamp:
     return t
 
 
-def leased(row: dict[str, Any]) -> dispatch_pb2.LeasedExecution:
-    m = dispatch_pb2.LeasedExecution(
-        execution_id=str(row["id"]),
-        schedule_id=str(row["schedule_id"] or ""),
-        tenant=row["tenant"],
-        type=row["type"],
-        payload_json=json.dumps(row["payload"]),
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        fencing_token=row["fencing_token"],
-        checkpoint_json="" if row["checkpoint"] is None else json.dumps(row["checkpoint"]),
-        priority=PRIORITY[row["priority"]],
-        trigger=TRIGGER.get(row["trigger"], 0),
-    )
-    m.scheduled_for.CopyFrom(ts(row["scheduled_for"]))
-    m.run_at.CopyFrom(ts(row["run_at"]))
-    m.lease_expires_at.CopyFrom(ts(row["lease_expires"]))
-    if row["timeout_s"]:
-        m.timeout.FromNanoseconds(int(row["timeout_s"] * 1e9))
-        from datetime import timedelta
+def epoch_ts(seconds: float) -> Timestamp:
+    micros = round(seconds * 1e6)
+    return Timestamp(seconds=micros // 1_000_000, nanos=(micros % 1_000_000) * 1000)
 
-        m.deadline.CopyFrom(ts(row["started_at"] + timedelta(seconds=row["timeout_s"])))
+
+def leased(row: Leased) -> dispatch_pb2.LeasedExecution:
+    m = dispatch_pb2.LeasedExecution(
+        execution_id=row.id,
+        schedule_id=row.schedule_id or "",
+        tenant=row.tenant,
+        type=row.type,
+        payload_json=row.payload,
+        attempt=row.attempt,
+        max_attempts=row.max_attempts,
+        fencing_token=row.fencing_token,
+        checkpoint_json=row.checkpoint or "",
+        priority=PRIORITY[row.priority],
+        trigger=TRIGGER.get(row.trigger, 0),
+        scheduled_for=epoch_ts(row.scheduled_for),
+        run_at=epoch_ts(row.run_at),
+        lease_expires_at=epoch_ts(row.lease_expires),
+    )
+    if row.timeout_s:
+        m.timeout.FromNanoseconds(int(row.timeout_s * 1e9))
+        m.deadline.CopyFrom(epoch_ts(row.started_at + row.timeout_s))
     return m
 
 

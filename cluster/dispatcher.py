@@ -2,8 +2,11 @@
 
 Claim: priorities are polled in a weighted order (critical first most of the time, bulk first
 sometimes, so bulk is slow but never starved); within a priority, tenants are interleaved
-round-robin and capped by their free concurrency (`claim_candidates`), then the candidates still
-queued are locked `FOR UPDATE SKIP LOCKED` and leased: attempt + 1, fencing token + 1.
+round-robin and capped by their free concurrency; the runs are locked `FOR UPDATE SKIP LOCKED`
+where they are read and leased in the same statement (`claim`): attempt + 1, fencing token + 1.
+A claim first takes transaction-scoped advisory locks on the tenants it may take from
+(`claim_lock_tenants`), so claims for one tenant never overlap anywhere in the cluster and its
+concurrency cap is exact; within a node, claims run one at a time.
 Waiting workers long-poll: they are woken by `wake()` (NOTIFY cronwheel_queued from any node,
 or this node's own fire batches) rather than by fixed polling; a slow fallback poll covers
 missed notifications.
@@ -21,7 +24,7 @@ import json
 import random
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
@@ -52,6 +55,27 @@ class DispatchConfig:
         return self
 
 
+class Leased(NamedTuple):
+    """One leased run as `claim` returns it: ids, JSON as text, times as epoch seconds."""
+
+    id: str
+    schedule_id: str | None
+    tenant: str
+    type: str
+    payload: str
+    scheduled_for: float
+    run_at: float
+    attempt: int
+    max_attempts: int
+    fencing_token: int
+    checkpoint: str | None
+    lease_expires: float
+    timeout_s: float | None
+    priority: str
+    trigger: str
+    started_at: float
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     state: str
@@ -80,6 +104,10 @@ class Dispatcher:
         self.config = (config or DispatchConfig()).validate()
         self.rng = rng or random.Random()
         self._wakeup = asyncio.Event()
+        # One claim at a time per node: concurrent claims would each walk past the rows the
+        # others hold locked (SKIP LOCKED still visits them), which costs PostgreSQL far more
+        # than waiting a few milliseconds for the claim ahead.
+        self._claiming = asyncio.Lock()
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -92,7 +120,7 @@ class Dispatcher:
         return lease_s
 
     async def lease(self, worker: str, types: list[str], max_count: int, lease_s: float,
-                    wait_s: float, tenant: str | None = None) -> list[dict[str, Any]]:
+                    wait_s: float, tenant: str | None = None) -> list[Leased]:
         """Up to max_count runs (of `tenant` only, for a tenant's worker; None: any tenant)."""
         if not worker.strip():
             raise InvalidArgument("worker_id", "is required")
@@ -114,24 +142,16 @@ class Dispatcher:
                 pass
 
     async def _claim_once(self, worker: str, types: list[str] | None, max_count: int,
-                          lease_s: float, tenant: str | None) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for pri in priority_order(self.config.weights, self.rng.random()):
-            need = max_count - len(out)
-            if need <= 0:
-                break
-            async with self.store.transaction() as conn:
-                cur = await conn.execute(q("claim_candidates"),
-                                         {"priority": pri, "types": types, "limit": need, "tenant": tenant})
-                ids = [r[0] for r in await cur.fetchall()]
-                if not ids:
-                    continue
-                async with conn.cursor(row_factory=dict_row) as c:
-                    await c.execute(q("claim"), {"ids": ids, "worker": worker, "lease_s": lease_s})
-                    out.extend(await c.fetchall())
+                          lease_s: float, tenant: str | None) -> list[Leased]:
+        order = priority_order(self.config.weights, self.rng.random())
+        async with self._claiming, self.store.transaction() as conn:
+            await conn.execute(q("claim_lock_tenants"), {"tenant": tenant})  # caps hold across nodes
+            cur = await conn.execute(q("claim"), {"priorities": list(order), "types": types, "limit": max_count,
+                                                  "tenant": tenant, "worker": worker, "lease_s": lease_s})
+            out = [Leased._make(r) for r in await cur.fetchall()]
         if self.metrics is not None:
             for r in out:
-                self.metrics.start_lag.observe((r["started_at"] - r["run_at"]).total_seconds())
+                self.metrics.start_lag.observe(r.started_at - r.run_at)
         return out
 
     async def _explain_mismatch(self, conn: Any, ident: uuid.UUID, token: int, worker: str,

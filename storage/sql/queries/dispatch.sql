@@ -1,49 +1,72 @@
--- name: claim_candidates
--- Fair candidates for one priority: tenants with queued work (loose index scan), each capped by
--- its free concurrency, interleaved round-robin by their oldest work. No locks are taken here.
+-- name: claim_lock_tenants
+-- First statement of a claim's transaction: lock (transaction-scoped, in tenant order, so no two
+-- claimers can deadlock) every tenant with queued work that the claim may take from. Claims for
+-- the same tenant then run one after another, and the `claim` statement that follows takes its
+-- snapshot after the previous claim committed: its count of running work is exact and the
+-- tenant's concurrency cap holds across nodes.
 WITH RECURSIVE tq(tenant) AS (
     (SELECT tenant FROM executions WHERE state = 'queued' ORDER BY tenant LIMIT 1)
     UNION ALL
     SELECT (SELECT e.tenant FROM executions e
              WHERE e.state = 'queued' AND e.tenant > tq.tenant ORDER BY e.tenant LIMIT 1)
       FROM tq WHERE tq.tenant IS NOT NULL
-), room AS (
+)
+SELECT pg_advisory_xact_lock(hashtext('cronwheel.claim'), hashtext(t.tenant))
+  FROM (SELECT tenant FROM tq
+         WHERE tenant IS NOT NULL AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+         ORDER BY tenant) t;
+
+-- name: claim
+-- Lease up to `limit` queued runs in one statement. Tenants with queued work are found by a
+-- loose index scan and capped by their free concurrency. Per tenant and priority, the oldest
+-- ready runs are locked FOR UPDATE SKIP LOCKED right where they are read, so concurrent claimers
+-- (other workers, other nodes) take the next runs instead of colliding on the same ones. The
+-- pick is in the given priority order (the caller draws it by weight), tenants round-robin
+-- within a priority. Leasing is one more attempt, a new fencing token and a lease deadline.
+-- Rows locked but not picked (a cut across tenants or priorities) are freed at commit.
+-- Ids, payloads and checkpoints come back as text and times as epoch seconds: the caller only
+-- forwards them.
+WITH RECURSIVE tq(tenant) AS (
+    (SELECT tenant FROM executions WHERE state = 'queued' ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.tenant FROM executions e
+             WHERE e.state = 'queued' AND e.tenant > tq.tenant ORDER BY e.tenant LIMIT 1)
+      FROM tq WHERE tq.tenant IS NOT NULL
+), room AS MATERIALIZED (  -- counted once per tenant (inlined, the count ran once per candidate)
     SELECT tq.tenant,
            coalesce(t.max_concurrency, 1000)
              - (SELECT count(*) FROM executions r WHERE r.tenant = tq.tenant AND r.state = 'running') AS free
       FROM tq LEFT JOIN tenants t ON t.id = tq.tenant
      WHERE tq.tenant IS NOT NULL AND (%(tenant)s::text IS NULL OR tq.tenant = %(tenant)s)
 ), cand AS (
-    SELECT c.id, c.run_at, row_number() OVER (PARTITION BY room.tenant ORDER BY c.run_at) AS rn
-      FROM room, LATERAL (
+    SELECT c.id, c.run_at, p.rank, room.free,
+           row_number() OVER (PARTITION BY room.tenant, p.rank ORDER BY c.run_at) AS rn,
+           row_number() OVER (PARTITION BY room.tenant ORDER BY p.rank, c.run_at) AS rn_tenant
+      FROM room
+     CROSS JOIN unnest(%(priorities)s::text[]) WITH ORDINALITY AS p(priority, rank)
+     CROSS JOIN LATERAL (
           SELECT e.id, e.run_at FROM executions e
-           WHERE e.tenant = room.tenant AND e.state = 'queued' AND e.priority = %(priority)s
+           WHERE e.tenant = room.tenant AND e.state = 'queued' AND e.priority = p.priority
              AND e.run_at <= now()
              AND (%(types)s::text[] IS NULL OR e.type = ANY(%(types)s::text[]))
            ORDER BY e.run_at
            LIMIT LEAST(room.free, %(limit)s)
+           FOR UPDATE SKIP LOCKED
       ) c
      WHERE room.free > 0
-)
-SELECT id FROM cand ORDER BY rn, run_at LIMIT %(limit)s;
-
--- name: claim
--- Lease the given candidates that are still queued (skipping ones another node is taking):
--- one more attempt, a new fencing token, a lease deadline.
-WITH locked AS (
-    SELECT id FROM executions
-     WHERE id = ANY(%(ids)s::uuid[]) AND state = 'queued'
-     FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id FROM cand WHERE rn_tenant <= free ORDER BY rank, rn, run_at LIMIT %(limit)s
 )
 UPDATE executions e
    SET state = 'running', attempt = e.attempt + 1, fencing_token = e.fencing_token + 1,
        lease_owner = %(worker)s, lease_expires = now() + make_interval(secs => %(lease_s)s),
        started_at = now(), heartbeat_at = now(), error = NULL, error_type = NULL
-  FROM locked
- WHERE e.id = locked.id
-RETURNING e.id, e.schedule_id, e.tenant, e.type, e.payload, e.scheduled_for, e.run_at, e.attempt,
-          e.max_attempts, e.fencing_token, e.checkpoint, e.lease_expires, e.timeout_s,
-          e.priority, e.trigger, e.started_at;
+  FROM picked
+ WHERE e.id = picked.id
+RETURNING e.id::text, e.schedule_id::text, e.tenant, e.type, e.payload::text,
+          extract(epoch FROM e.scheduled_for)::float8, extract(epoch FROM e.run_at)::float8, e.attempt,
+          e.max_attempts, e.fencing_token, e.checkpoint::text, extract(epoch FROM e.lease_expires)::float8,
+          e.timeout_s, e.priority, e.trigger, extract(epoch FROM e.started_at)::float8;
 
 -- name: heartbeat
 -- Extend a lease held with the current token; answers whether cancellation was requested.
