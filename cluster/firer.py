@@ -117,6 +117,8 @@ class Firer:
         self._wake = asyncio.Event()
         self._sem = asyncio.Semaphore(config.parallel_batches)
         self._loads: set[asyncio.Task[None]] = set()
+        self._announce_due = False  # queued runs committed since the last NOTIFY went out
+        self._announcer: asyncio.Task[None] | None = None
         self.recent_lags: deque[float] = deque(maxlen=10_000)  # for ClusterStatus percentiles
 
     # ------------------------------------------------------------------ ownership hooks
@@ -381,11 +383,17 @@ class Firer:
         epoch = self.epoch_if_trusted(p)
         if epoch is None or epoch != st.epoch:
             return True  # not ours to act on any more: the partition will be dropped
+        only_plain = (params.plain is not None and not params.ticks and not params.advances
+                      and not params.oneoff_ids and not params.events and not params.replace_schedule_ids)
         try:
-            async with self.store.fenced(p, st.epoch) as conn:
-                if overlap:
-                    params = await self._apply_overlap(conn, params)
-                res = await self.store.write_fire(conn, params)
+            if only_plain:
+                assert params.plain is not None
+                res = await self.store.fire_plain(p, st.epoch, params.plain)
+            else:
+                async with self.store.fenced(p, st.epoch) as conn:
+                    if overlap:
+                        params = await self._apply_overlap(conn, params)
+                    res = await self.store.write_fire(conn, params)
         except StaleEpoch as exc:
             self.stats.stale_epoch += 1
             if self.metrics is not None:
@@ -413,9 +421,27 @@ class Firer:
                 obs(lag)
             self.metrics.fired.inc(len(res.fired) + res.plain_inserted)
         self.stats.duplicates += res.duplicates
+        if res.plain_inserted or any(f.state == "queued" for f in res.fired):
+            self._announce()
         if (res.fired or res.plain_inserted) and self.on_fired is not None:
             self.on_fired(list(res.fired))
         return True
+
+    def _announce(self) -> None:
+        """Tell other nodes' workers that runs were queued: one NOTIFY after commit for however
+        many batches committed meanwhile (this node's own workers are woken by on_fired)."""
+        self._announce_due = True
+        if self._announcer is None or self._announcer.done():
+            self._announcer = asyncio.create_task(self._announce_loop(), name="firer-announce")
+
+    async def _announce_loop(self) -> None:
+        while self._announce_due:
+            self._announce_due = False
+            try:
+                await self.store.notify_queued("fired")
+            except Unavailable as exc:  # other nodes' fallback poll picks the runs up
+                log.warning("notify deferred", extra={"event": "notify_deferred", "error": str(exc)})
+                return
 
     async def _apply_overlap(self, conn: Any, params: FireBatchParams) -> FireBatchParams:
         policed = [t for t in params.ticks if self._overlap_of(t.schedule_id) not in (None, "allow")]

@@ -267,7 +267,9 @@ class PgStore:
     async def write_fire(self, conn: AsyncConnection[Any], p: FireBatchParams) -> FireBatchResult:
         """Inside `fenced(p.partition, p.epoch)`: stop replaced runs, insert tick executions (a
         tick already fired is left alone), advance the cron schedules, queue due one-off jobs,
-        append events."""
+        append events. It sends no NOTIFY: a notifying transaction takes PostgreSQL's
+        cluster-wide notify lock at commit, which serialised the commits of concurrent fire
+        batches; the caller wakes other nodes' workers after commit (`notify_queued`)."""
         fired: list[Fired] = []
         dupes = 0
         advanced = 0
@@ -318,8 +320,6 @@ class PgStore:
             advanced += adv
             dupes += adv - plain_inserted
             plain_stale = len(p.plain.schedule_ids) - adv
-        if plain_inserted or any(f.state == "queued" for f in fired):
-            await conn.execute(q("notify_queued"), {"payload": "fired"})  # wake every node's workers
         for ev in p.events:
             await conn.execute(
                 q("insert_partition_event"),
@@ -327,6 +327,29 @@ class PgStore:
                  "execution_id": None, "actor": "scheduler", "alert": ev.alert, "data": Jsonb(ev.data)},
             )
         return FireBatchResult(tuple(fired), dupes, advanced, plain_inserted, plain_stale)
+
+    async def fire_plain(self, partition: int, epoch: int, plain: PlainTicks) -> FireBatchResult:
+        """Plain ticks only (the hot path): the fenced transaction is ONE statement
+        (`fire_ticks_fenced`), same effect as `write_fire` inside `fenced()`. Raises StaleEpoch
+        (and writes nothing) when `epoch` is no longer the partition's."""
+        async with self.connection() as conn:
+            cur = await conn.execute(q("fire_ticks_fenced"), {
+                "partition": partition, "epoch": epoch, "schedule_ids": plain.schedule_ids, "ticks": plain.ticks,
+                "run_ats": plain.run_ats, "nexts": plain.nexts, "versions": plain.versions,
+            }, binary=True)
+            row = await cur.fetchone()
+            assert row is not None
+            if not row[2]:
+                cur = await conn.execute(q("current_epoch"), {"partition": partition})
+                cur_row = await cur.fetchone()
+                raise StaleEpoch(partition, epoch, int(cur_row[0]) if cur_row else None)
+        adv, inserted = int(row[0]), int(row[1])
+        return FireBatchResult((), adv - inserted, adv, inserted, len(plain.schedule_ids) - adv)
+
+    async def notify_queued(self, payload: str) -> None:
+        """Wake every node's waiting workers (outside any fire transaction)."""
+        async with self.connection() as conn:
+            await conn.execute(q("notify_queued"), {"payload": payload})
 
     # ------------------------------------------------------------------ generic helpers
 

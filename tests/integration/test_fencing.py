@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cronwheel.errors import StaleEpoch
-from cronwheel.storage import FireBatchParams, PgStore, StoreConfig, Tick
+from cronwheel.storage import FireBatchParams, PgStore, PlainTicks, StoreConfig, Tick
 from cronwheel.storage.queries import all_queries, q
 
 pytestmark = pytest.mark.integration
@@ -113,7 +113,8 @@ def test_every_fenced_query_names_the_epoch() -> None:
     fenced = [n for n, body in all_queries().items() if "%(epoch)s" in body]
     assert {"fire_executions", "advance_schedules", "queue_oneoffs", "check_fence"} <= set(fenced)
     # A write to a partition-scoped table by an owner-path query must carry the epoch.
-    owner_writes = {"fire_executions", "advance_schedules", "queue_oneoffs", "insert_partition_event"}
+    owner_writes = {"fire_executions", "advance_schedules", "queue_oneoffs", "insert_partition_event",
+                    "fire_ticks", "fire_ticks_fenced"}
     for name in owner_writes:
         assert "%(epoch)s" in q(name), name
 
@@ -136,3 +137,51 @@ async def test_fire_batch_after_loss_changes_nothing(store: PgStore) -> None:
         ))
     row = await store.fetch_one("get_schedule", {"id": sid})
     assert row is not None and row["next_run_at"] == T0 and row["last_scheduled_for"] is None
+
+
+def _plain(sid: uuid.UUID, tick: datetime, version: int = 1) -> PlainTicks:
+    ts = tick.timestamp()
+    return PlainTicks([sid], [ts], [ts], [ts + 60], [version])
+
+
+async def test_fire_plain_is_fenced_in_its_one_statement(store: PgStore) -> None:
+    """The hot path's single-statement transaction refuses a stale epoch and writes nothing."""
+    sid = await make_schedule(store, 6)
+    row = await store.fetch_one("get_schedule", {"id": sid})
+    assert row is not None
+    assert await store.record_epoch(6, 30, "a")
+    assert await store.record_epoch(6, 31, "b")
+    with pytest.raises(StaleEpoch) as ei:
+        await store.fire_plain(6, 30, _plain(sid, T0, row["version"]))
+    assert ei.value.current == 31
+    after = await store.fetch_one("get_schedule", {"id": sid})
+    assert after is not None and after["next_run_at"] == T0 and after["last_scheduled_for"] is None
+    async with store.connection() as conn:
+        cur = await conn.execute("SELECT count(*) FROM executions WHERE schedule_id = %s", (sid,))
+        assert await cur.fetchone() == (0,)
+    res = await store.fire_plain(6, 31, _plain(sid, T0, row["version"]))
+    assert (res.plain_inserted, res.advanced, res.duplicates) == (1, 1, 0)
+    stale_version = await store.fire_plain(6, 31, _plain(sid, T0 + timedelta(minutes=1), row["version"] + 1))
+    assert (stale_version.plain_inserted, stale_version.plain_stale) == (0, 1), "edited since loaded: not fired"
+
+
+async def test_fire_plain_queued_behind_an_epoch_bump_is_refused(store: PgStore, dsn: str) -> None:
+    """A batch that reaches the partition row while a new owner's bump is uncommitted waits for
+    it, then sees the new epoch and writes nothing (READ COMMITTED re-checks the locked row)."""
+    import psycopg
+
+    sid = await make_schedule(store, 7)
+    row = await store.fetch_one("get_schedule", {"id": sid})
+    assert row is not None
+    assert await store.record_epoch(7, 40, "old")
+    async with await psycopg.AsyncConnection.connect(dsn) as bumper:
+        await bumper.execute("UPDATE partitions SET epoch = 41, owner = 'new' WHERE id = 7")
+        fire = asyncio.create_task(store.fire_plain(7, 40, _plain(sid, T0, row["version"])))
+        await asyncio.sleep(0.3)
+        assert not fire.done(), "the batch must wait on the partition row"
+        await bumper.commit()
+    with pytest.raises(StaleEpoch):
+        await fire
+    async with store.connection() as conn:
+        cur = await conn.execute("SELECT count(*) FROM executions WHERE schedule_id = %s", (sid,))
+        assert await cur.fetchone() == (0,)

@@ -117,3 +117,39 @@ WITH v AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM adv) AS advanced, (SELECT count(*) FROM ins) AS inserted;
+
+-- name: fire_ticks_fenced
+-- fire_ticks as a whole transaction of its own, the fence part of the statement: `fence`
+-- share-locks the partition row while it carries our epoch, before any schedule is touched
+-- (adv's condition reads it first), and holds it to commit, so an epoch bump waits for this
+-- batch exactly as it waits for a `fenced()` transaction; `fenced` = 0 means the epoch is stale
+-- and nothing was written. One round trip per batch instead of four.
+WITH fence AS (
+    SELECT epoch FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s FOR SHARE
+), v AS (
+    SELECT * FROM unnest(%(schedule_ids)s::uuid[], %(ticks)s::float8[], %(run_ats)s::float8[],
+                         %(nexts)s::float8[], %(versions)s::bigint[])
+           AS v(schedule_id, tick, run_at, next_ts, version)
+), adv AS (
+    UPDATE schedules AS s
+       SET next_run_at = to_timestamp(v.next_ts), last_scheduled_for = to_timestamp(v.tick)
+      FROM v
+     WHERE s.id = v.schedule_id AND s.partition = %(partition)s AND s.version = v.version
+       AND NOT s.paused AND s.deleted_at IS NULL
+       AND EXISTS (SELECT 1 FROM fence)
+    RETURNING s.id, s.tenant, s.job_type, s.payload, s.priority, s.max_attempts, s.retry_initial_s,
+              s.retry_multiplier, s.retry_max_s, s.timeout_s, v.tick, v.run_at
+), ins AS (
+    INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
+                            priority, state, trigger, max_attempts, retry_initial_s, retry_multiplier,
+                            retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
+    SELECT gen_random_uuid(), adv.id, adv.tenant, adv.job_type, adv.payload, %(partition)s,
+           to_timestamp(adv.tick), to_timestamp(adv.run_at), adv.priority, 'queued', 'cron',
+           adv.max_attempts, adv.retry_initial_s, adv.retry_multiplier, adv.retry_max_s, adv.timeout_s,
+           %(epoch)s, clock_timestamp(), now()
+      FROM adv
+    ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM adv) AS advanced, (SELECT count(*) FROM ins) AS inserted,
+       (SELECT count(*) FROM fence) AS fenced;
