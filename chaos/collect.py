@@ -47,10 +47,11 @@ def read_db(dsn: str, partitions_table: str = "partitions") -> dict[str, Any]:
             overlap_policy=r[6], created_at=float(r[7]), partition=r[8], dst_gap=r[9], dst_repeated=r[10],
             jitter_s=float(r[11]), next_run_at=_f(r[12]), last_scheduled_for=_f(r[13]),
         ) for r in c.execute(
-            "SELECT id::text, name, cron, timezone, misfire_policy, max_catch_up, overlap_policy,"
-            " extract(epoch FROM created_at), partition, dst_gap, dst_repeated, jitter_s,"
-            " extract(epoch FROM next_run_at), extract(epoch FROM last_scheduled_for)"
-            " FROM schedules WHERE deleted_at IS NULL ORDER BY created_at"))
+            "SELECT s.id::text, s.name, s.cron, s.timezone, s.misfire_policy, s.max_catch_up, s.overlap_policy,"
+            " extract(epoch FROM s.created_at), s.partition, s.dst_gap, s.dst_repeated, s.jitter_s,"
+            " extract(epoch FROM d.next_run_at), extract(epoch FROM d.last_scheduled_for)"
+            " FROM schedules s JOIN schedule_due d ON d.schedule_id = s.id"
+            " WHERE s.deleted_at IS NULL ORDER BY s.created_at"))
         executions = tuple(ExecutionRec(
             id=r[0], schedule_id=r[1], partition=r[2], type=r[3], scheduled_for=float(r[4]), run_at=float(r[5]),
             state=r[6], trigger=r[7], state_reason=r[8], attempt=r[9], fencing_token=int(r[10]),

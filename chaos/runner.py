@@ -33,8 +33,8 @@ from chaos.workload import Traffic, create_workload
 WARMUP_S = 3.0
 SETTLE_MAX_S = 45.0
 # Ticks of the window not yet fired or given their misfire record (a stalled partition).
-BEHIND_SQL = ("SELECT count(*) FROM schedules"
-              " WHERE NOT paused AND deleted_at IS NULL AND next_run_at <= to_timestamp(%s)")
+BEHIND_SQL = ("SELECT count(*) FROM schedules s JOIN schedule_due d ON d.schedule_id = s.id"
+              " WHERE NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at <= to_timestamp(%s)")
 DRAIN_SQL = (
     "SELECT count(*) FROM executions WHERE state NOT IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped')"
     " AND ((schedule_id IS NULL AND created_at <= to_timestamp(%s)) OR fired_at <= to_timestamp(%s))"

@@ -64,8 +64,6 @@ CREATE TABLE schedules (
     paused                       boolean NOT NULL DEFAULT false,
     version                      bigint NOT NULL DEFAULT 1,
     partition                    integer NOT NULL,
-    next_run_at                  timestamptz,
-    last_scheduled_for           timestamptz,
     alert_if_no_success_within_s double precision CHECK (alert_if_no_success_within_s > 0),
     last_success_at              timestamptz,
     -- Dead man's switch: when "no success within alert_if_no_success_within_s" was raised
@@ -77,10 +75,18 @@ CREATE TABLE schedules (
 );
 -- Names are unique per tenant among live schedules.
 CREATE UNIQUE INDEX schedules_tenant_name ON schedules (tenant, name) WHERE deleted_at IS NULL;
--- The cron half of the due index: what the preloader scans per owned partition.
-CREATE INDEX schedules_due ON schedules (partition, next_run_at)
-    WHERE NOT paused AND deleted_at IS NULL;
 CREATE INDEX schedules_by_tenant ON schedules (tenant, created_at, id);
+
+-- The cron half of the due index, narrow: one row per schedule, the only row a fire rewrites
+-- (next tick, tick just fired). next_run_at is NULL while the schedule has no next tick (paused
+-- through the API, deleted, expression exhausted). What the preloader scans per partition.
+CREATE TABLE schedule_due (
+    schedule_id        uuid PRIMARY KEY REFERENCES schedules (id) ON DELETE CASCADE,
+    partition          integer NOT NULL,
+    next_run_at        timestamptz,
+    last_scheduled_for timestamptz
+);
+CREATE INDEX schedule_due_next ON schedule_due (partition, next_run_at) WHERE next_run_at IS NOT NULL;
 
 CREATE TABLE executions (
     id               uuid PRIMARY KEY,

@@ -5,11 +5,16 @@
 
 -- name: api_get_schedule
 -- One live schedule by id (any tenant; the caller checks the tenant).
-SELECT * FROM schedules WHERE id = %(id)s AND deleted_at IS NULL;
+SELECT s.*, d.next_run_at, d.last_scheduled_for
+  FROM schedules s JOIN schedule_due d ON d.schedule_id = s.id
+ WHERE s.id = %(id)s AND s.deleted_at IS NULL;
 
 -- name: api_lock_schedule
 -- One live schedule by id, row-locked until the end of the transaction.
-SELECT * FROM schedules WHERE id = %(id)s AND deleted_at IS NULL FOR UPDATE;
+SELECT s.*, d.next_run_at, d.last_scheduled_for
+  FROM schedules s JOIN schedule_due d ON d.schedule_id = s.id
+ WHERE s.id = %(id)s AND s.deleted_at IS NULL
+   FOR UPDATE OF s;
 
 -- name: api_lock_tenant
 -- A tenant's quotas, row-locked so that concurrent creations count one after another.
@@ -17,32 +22,50 @@ SELECT max_schedules, max_executions_per_day FROM tenants WHERE id = %(tenant)s 
 
 -- name: api_update_schedule
 -- Write every settable field of a live schedule, bump its version, set its next tick.
-UPDATE schedules
-   SET name = %(name)s, cron = %(cron)s, timezone = %(timezone)s, dst_gap = %(dst_gap)s,
-       dst_repeated = %(dst_repeated)s, job_type = %(job_type)s, payload = %(payload)s,
-       priority = %(priority)s, retry_initial_s = %(retry_initial_s)s,
-       retry_multiplier = %(retry_multiplier)s, retry_max_s = %(retry_max_s)s,
-       max_attempts = %(max_attempts)s, timeout_s = %(timeout_s)s,
-       misfire_policy = %(misfire_policy)s, max_catch_up = %(max_catch_up)s,
-       overlap_policy = %(overlap_policy)s, jitter_s = %(jitter_s)s,
-       alert_if_no_success_within_s = %(alert_if_no_success_within_s)s,
-       next_run_at = %(next_run_at)s, version = version + 1, updated_at = now()
- WHERE id = %(id)s AND deleted_at IS NULL
-RETURNING *;
+WITH s AS (
+    UPDATE schedules
+       SET name = %(name)s, cron = %(cron)s, timezone = %(timezone)s, dst_gap = %(dst_gap)s,
+           dst_repeated = %(dst_repeated)s, job_type = %(job_type)s, payload = %(payload)s,
+           priority = %(priority)s, retry_initial_s = %(retry_initial_s)s,
+           retry_multiplier = %(retry_multiplier)s, retry_max_s = %(retry_max_s)s,
+           max_attempts = %(max_attempts)s, timeout_s = %(timeout_s)s,
+           misfire_policy = %(misfire_policy)s, max_catch_up = %(max_catch_up)s,
+           overlap_policy = %(overlap_policy)s, jitter_s = %(jitter_s)s,
+           alert_if_no_success_within_s = %(alert_if_no_success_within_s)s,
+           version = version + 1, updated_at = now()
+     WHERE id = %(id)s AND deleted_at IS NULL
+    RETURNING *
+), d AS (
+    UPDATE schedule_due SET next_run_at = %(next_run_at)s WHERE schedule_id IN (SELECT id FROM s)
+    RETURNING *
+)
+SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
 
 -- name: api_set_paused
 -- Pause (next_run_at NULL) or resume (next_run_at given) a live schedule; bump its version.
-UPDATE schedules
-   SET paused = %(paused)s, next_run_at = %(next_run_at)s, version = version + 1, updated_at = now()
- WHERE id = %(id)s AND deleted_at IS NULL
-RETURNING *;
+WITH s AS (
+    UPDATE schedules
+       SET paused = %(paused)s, version = version + 1, updated_at = now()
+     WHERE id = %(id)s AND deleted_at IS NULL
+    RETURNING *
+), d AS (
+    UPDATE schedule_due SET next_run_at = %(next_run_at)s WHERE schedule_id IN (SELECT id FROM s)
+    RETURNING *
+)
+SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
 
 -- name: api_soft_delete_schedule
 -- Delete a live schedule: kept for explain and history, its name free again, no next tick.
-UPDATE schedules
-   SET deleted_at = now(), next_run_at = NULL, version = version + 1, updated_at = now()
- WHERE id = %(id)s AND deleted_at IS NULL
-RETURNING *;
+WITH s AS (
+    UPDATE schedules
+       SET deleted_at = now(), version = version + 1, updated_at = now()
+     WHERE id = %(id)s AND deleted_at IS NULL
+    RETURNING *
+), d AS (
+    UPDATE schedule_due SET next_run_at = NULL WHERE schedule_id IN (SELECT id FROM s)
+    RETURNING *
+)
+SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
 
 -- name: api_cancel_pending_of_schedule
 -- Cancel a schedule's unfinished executions; running ones get cancel_requested instead.
@@ -58,14 +81,15 @@ RETURNING id;
 
 -- name: api_list_schedules
 -- A page of live schedules by (created_at, id), after the cursor, with optional filters.
-SELECT * FROM schedules
- WHERE deleted_at IS NULL
-   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-   AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
-   AND (%(paused)s::boolean IS NULL OR paused = %(paused)s)
+SELECT s.*, d.next_run_at, d.last_scheduled_for
+  FROM schedules s JOIN schedule_due d ON d.schedule_id = s.id
+ WHERE s.deleted_at IS NULL
+   AND (%(tenant)s::text IS NULL OR s.tenant = %(tenant)s)
+   AND (%(job_type)s::text IS NULL OR s.job_type = %(job_type)s)
+   AND (%(paused)s::boolean IS NULL OR s.paused = %(paused)s)
    AND (%(after_created_at)s::timestamptz IS NULL
-        OR (created_at, id) > (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
- ORDER BY created_at, id
+        OR (s.created_at, s.id) > (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
+ ORDER BY s.created_at, s.id
  LIMIT %(limit)s;
 
 -- name: api_active_counts

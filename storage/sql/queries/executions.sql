@@ -96,10 +96,10 @@ WITH v AS (
                          %(nexts)s::float8[], %(versions)s::bigint[])
            AS v(schedule_id, tick, run_at, next_ts, version)
 ), adv AS (
-    UPDATE schedules AS s
+    UPDATE schedule_due AS d
        SET next_run_at = to_timestamp(v.next_ts), last_scheduled_for = to_timestamp(v.tick)
-      FROM v
-     WHERE s.id = v.schedule_id AND s.partition = %(partition)s AND s.version = v.version
+      FROM v JOIN schedules AS s ON s.id = v.schedule_id
+     WHERE d.schedule_id = v.schedule_id AND d.partition = %(partition)s AND s.version = v.version
        AND NOT s.paused AND s.deleted_at IS NULL
        AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
     RETURNING s.id, s.tenant, s.job_type, s.payload, s.priority, s.max_attempts, s.retry_initial_s,
@@ -131,10 +131,10 @@ WITH fence AS (
                          %(nexts)s::float8[], %(versions)s::bigint[])
            AS v(schedule_id, tick, run_at, next_ts, version)
 ), adv AS (
-    UPDATE schedules AS s
+    UPDATE schedule_due AS d
        SET next_run_at = to_timestamp(v.next_ts), last_scheduled_for = to_timestamp(v.tick)
-      FROM v
-     WHERE s.id = v.schedule_id AND s.partition = %(partition)s AND s.version = v.version
+      FROM v JOIN schedules AS s ON s.id = v.schedule_id
+     WHERE d.schedule_id = v.schedule_id AND d.partition = %(partition)s AND s.version = v.version
        AND NOT s.paused AND s.deleted_at IS NULL
        AND EXISTS (SELECT 1 FROM fence)
     RETURNING s.id, s.tenant, s.job_type, s.payload, s.priority, s.max_attempts, s.retry_initial_s,

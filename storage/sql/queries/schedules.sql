@@ -1,48 +1,60 @@
 -- name: insert_schedule
--- Create a schedule (not fenced: the API writes on behalf of a user, not of a partition).
-INSERT INTO schedules (id, tenant, name, cron, timezone, dst_gap, dst_repeated, job_type, payload,
-                       priority, retry_initial_s, retry_multiplier, retry_max_s, max_attempts,
-                       timeout_s, misfire_policy, max_catch_up, overlap_policy, jitter_s, paused,
-                       partition, next_run_at, alert_if_no_success_within_s)
-VALUES (%(id)s, %(tenant)s, %(name)s, %(cron)s, %(timezone)s, %(dst_gap)s, %(dst_repeated)s,
-        %(job_type)s, %(payload)s, %(priority)s, %(retry_initial_s)s, %(retry_multiplier)s,
-        %(retry_max_s)s, %(max_attempts)s, %(timeout_s)s, %(misfire_policy)s, %(max_catch_up)s,
-        %(overlap_policy)s, %(jitter_s)s, %(paused)s, %(partition)s, %(next_run_at)s,
-        %(alert_if_no_success_within_s)s)
-RETURNING *;
+-- Create a schedule and its due-index row (not fenced: the API writes on behalf of a user, not
+-- of a partition).
+WITH s AS (
+    INSERT INTO schedules (id, tenant, name, cron, timezone, dst_gap, dst_repeated, job_type, payload,
+                           priority, retry_initial_s, retry_multiplier, retry_max_s, max_attempts,
+                           timeout_s, misfire_policy, max_catch_up, overlap_policy, jitter_s, paused,
+                           partition, alert_if_no_success_within_s)
+    VALUES (%(id)s, %(tenant)s, %(name)s, %(cron)s, %(timezone)s, %(dst_gap)s, %(dst_repeated)s,
+            %(job_type)s, %(payload)s, %(priority)s, %(retry_initial_s)s, %(retry_multiplier)s,
+            %(retry_max_s)s, %(max_attempts)s, %(timeout_s)s, %(misfire_policy)s, %(max_catch_up)s,
+            %(overlap_policy)s, %(jitter_s)s, %(paused)s, %(partition)s,
+            %(alert_if_no_success_within_s)s)
+    RETURNING *
+), d AS (
+    INSERT INTO schedule_due (schedule_id, partition, next_run_at)
+    SELECT id, partition, %(next_run_at)s FROM s
+    RETURNING *
+)
+SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
 
 -- name: get_schedule
 -- One live schedule by id.
-SELECT * FROM schedules WHERE id = %(id)s AND deleted_at IS NULL;
+SELECT s.*, d.next_run_at, d.last_scheduled_for
+  FROM schedules s JOIN schedule_due d ON d.schedule_id = s.id
+ WHERE s.id = %(id)s AND s.deleted_at IS NULL;
 
 -- name: due_schedules
 -- The cron half of the due index for one partition: next ticks in (after, horizon].
-SELECT id, cron, timezone, dst_gap, dst_repeated, next_run_at, last_scheduled_for,
-       misfire_policy, max_catch_up, overlap_policy, jitter_s, version
-  FROM schedules
- WHERE partition = %(partition)s AND NOT paused AND deleted_at IS NULL
-   AND next_run_at <= %(horizon)s
-   AND (%(after)s::timestamptz IS NULL OR next_run_at > %(after)s)
- ORDER BY next_run_at;
+SELECT s.id, s.cron, s.timezone, s.dst_gap, s.dst_repeated, d.next_run_at, d.last_scheduled_for,
+       s.misfire_policy, s.max_catch_up, s.overlap_policy, s.jitter_s, s.version
+  FROM schedule_due d JOIN schedules s ON s.id = d.schedule_id
+ WHERE d.partition = %(partition)s AND d.next_run_at IS NOT NULL
+   AND d.next_run_at <= %(horizon)s
+   AND (%(after)s::timestamptz IS NULL OR d.next_run_at > %(after)s)
+   AND NOT s.paused AND s.deleted_at IS NULL
+ ORDER BY d.next_run_at;
 
 -- name: schedule_for_fire
 -- One schedule as the firing path sees it (after a change notification); NULL if gone.
-SELECT id, cron, timezone, dst_gap, dst_repeated, next_run_at, last_scheduled_for,
-       misfire_policy, max_catch_up, overlap_policy, jitter_s, version, partition
-  FROM schedules
- WHERE id = %(id)s AND NOT paused AND deleted_at IS NULL;
+SELECT s.id, s.cron, s.timezone, s.dst_gap, s.dst_repeated, d.next_run_at, d.last_scheduled_for,
+       s.misfire_policy, s.max_catch_up, s.overlap_policy, s.jitter_s, s.version, s.partition
+  FROM schedules s JOIN schedule_due d ON d.schedule_id = s.id
+ WHERE s.id = %(id)s AND NOT s.paused AND s.deleted_at IS NULL;
 
 -- name: advance_schedules
 -- Fenced: move fired cron schedules to their next tick, in the fire transaction. A schedule
 -- updated since it was loaded (version moved) is left to its new definition.
-UPDATE schedules AS s
+UPDATE schedule_due AS d
    SET next_run_at = v.next_run_at, last_scheduled_for = v.last_scheduled_for
   FROM unnest(%(ids)s::uuid[], %(next_run_ats)s::timestamptz[], %(last_scheduled_fors)s::timestamptz[],
               %(versions)s::bigint[])
        AS v(id, next_run_at, last_scheduled_for, version)
- WHERE s.id = v.id AND s.partition = %(partition)s AND s.version = v.version
+  JOIN schedules AS s ON s.id = v.id
+ WHERE d.schedule_id = v.id AND d.partition = %(partition)s AND s.version = v.version
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
-RETURNING s.id;
+RETURNING d.schedule_id;
 
 -- name: notify_due
 -- Tell the partition's owner that a due-index entry changed (delivered at commit).
@@ -50,18 +62,26 @@ SELECT pg_notify('cronwheel_due', %(payload)s);
 
 -- name: set_paused
 -- Pause or resume a live schedule of a tenant (NULL tenant: admin); resume sets the next tick.
-UPDATE schedules
-   SET paused = %(paused)s, version = version + 1, updated_at = now(),
-       next_run_at = CASE WHEN %(paused)s THEN next_run_at ELSE %(next_run_at)s END
- WHERE id = %(id)s AND deleted_at IS NULL
-   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-   AND (%(expected_version)s::bigint IS NULL OR version = %(expected_version)s)
-RETURNING *;
+WITH s AS (
+    UPDATE schedules
+       SET paused = %(paused)s, version = version + 1, updated_at = now()
+     WHERE id = %(id)s AND deleted_at IS NULL
+       AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+       AND (%(expected_version)s::bigint IS NULL OR version = %(expected_version)s)
+    RETURNING *
+), d AS (
+    UPDATE schedule_due
+       SET next_run_at = CASE WHEN %(paused)s THEN next_run_at ELSE %(next_run_at)s END
+     WHERE schedule_id IN (SELECT id FROM s)
+    RETURNING *
+)
+SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
 
 -- name: get_schedule_any
 -- A schedule by id, live or deleted, optionally of one tenant.
-SELECT * FROM schedules
- WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
+SELECT s.*, d.next_run_at, d.last_scheduled_for
+  FROM schedules s JOIN schedule_due d ON d.schedule_id = s.id
+ WHERE s.id = %(id)s AND (%(tenant)s::text IS NULL OR s.tenant = %(tenant)s);
 
 -- name: count_live_schedules
 -- A tenant's live schedules (quota).
