@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronwheel.clock import Clock
-from cronwheel.cluster.metrics import Metrics
+from cronwheel.cluster.metrics import Metrics, observe_many
 from cronwheel.cluster.schedules import SchedInfo, ScheduleCache
 from cronwheel.cron import OverlapAction, decide_misfire, decide_overlap
 from cronwheel.errors import StaleEpoch, Unavailable
@@ -117,6 +117,9 @@ class Firer:
         self._wake = asyncio.Event()
         self._sem = asyncio.Semaphore(config.parallel_batches)
         self._loads: set[asyncio.Task[None]] = set()
+        # When the fire loop sleeps, until when (-inf while it is awake): an insert earlier than
+        # that wakes it. Comparing with wheel.next_deadline() per insert cost 9% of a preload.
+        self._sleeping_until = float("-inf")
         self._announce_due = False  # queued runs committed since the last NOTIFY went out
         self._announcer: asyncio.Task[None] | None = None
         self.recent_lags: deque[float] = deque(maxlen=10_000)  # for ClusterStatus percentiles
@@ -203,7 +206,7 @@ class Firer:
         if old is not None:
             self.wheel.cancel(old)
         st.handles[ident] = self.wheel.insert(run_at, (p, kind, ident, tick))
-        if run_at <= self.clock.now_ts() + self.config.tick_s or run_at < (self.wheel.next_deadline() or 0):
+        if run_at < self._sleeping_until:  # earlier than the fire loop means to wake: wake it now
             self._wake.set()
 
     async def _apply_misfires(self, p: int, st: PartitionState, misfired: list[tuple[SchedInfo, dict[str, Any]]],
@@ -313,11 +316,14 @@ class Firer:
                 await self._fire_due(due)
                 continue
             nd = self.wheel.next_deadline()
-            delay = 1.0 if nd is None else min(1.0, max(nd - self.clock.now_ts(), tick / 2))
+            now = self.clock.now_ts()
+            delay = 1.0 if nd is None else min(1.0, max(nd - now, tick / 2))
+            self._sleeping_until = now + delay
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)
             except TimeoutError:
                 pass
+            self._sleeping_until = float("-inf")  # awake: the loop advances the wheel next anyway
 
     async def _fire_due(self, due: list[Item]) -> None:
         by_p: dict[int, list[Item]] = defaultdict(list)
@@ -347,6 +353,7 @@ class Firer:
         oneoffs: list[uuid.UUID] = []
         nexts: dict[uuid.UUID, tuple[SchedInfo, float]] = {}
         get = self.schedules.get
+        next_of: dict[tuple[int, float], float] = {}  # (id of a parsed expression, tick) -> next tick
         for _p, kind, ident, tick_ts in chunk:
             if kind == "o":
                 oneoffs.append(ident)
@@ -354,7 +361,10 @@ class Firer:
             info = get(ident)
             if info is None:
                 continue  # deleted or paused since it was loaded
-            nxt = info.cron.next_after(utc(tick_ts)).timestamp()
+            key = (id(info.cron), tick_ts)  # the infos, so their expressions, live through the batch
+            nxt = next_of.get(key)
+            if nxt is None:
+                nxt = next_of[key] = info.cron.next_after(utc(tick_ts)).timestamp()
             nexts[ident] = (info, nxt)
             if info.overlap == "allow":
                 plain.schedule_ids.append(ident)
@@ -416,9 +426,7 @@ class Firer:
             lags.extend(now - run_at for run_at in params.plain.run_ats)
         self.recent_lags.extend(lags)
         if self.metrics is not None:
-            obs = self.metrics.fire_lag.observe
-            for lag in lags:
-                obs(lag)
+            observe_many(self.metrics.fire_lag, lags)
             self.metrics.fired.inc(len(res.fired) + res.plain_inserted)
         self.stats.duplicates += res.duplicates
         if res.plain_inserted or any(f.state == "queued" for f in res.fired):

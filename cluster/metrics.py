@@ -25,8 +25,10 @@ depth, executions by state, stuck runs, raised dead man's switches) are refreshe
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
-from collections.abc import Callable
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -37,6 +39,28 @@ from cronwheel.storage import PgStore
 log = logging.getLogger("cronwheel.cluster.metrics")
 
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+def observe_many(hist: Histogram, values: Iterable[float]) -> None:
+    """Histogram.observe for each value, with one counter update per bucket instead of per value
+    (a 5,000-tick fire batch spent more time in observe() than in building its statement).
+    Uses prometheus_client's histogram internals; falls back to observe() if they change."""
+    bounds = getattr(hist, "_upper_bounds", None)
+    buckets = getattr(hist, "_buckets", None)
+    total = getattr(hist, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for v in values:
+            hist.observe(v)
+        return
+    tally: Tally[int] = Tally()
+    acc = 0.0
+    for v in values:
+        tally[bisect.bisect_left(bounds, v)] += 1  # first bucket whose bound is >= v, as observe()
+        acc += v
+    if tally:
+        total.inc(acc)
+        for i, n in tally.items():
+            buckets[i].inc(n)
 
 
 class Metrics:

@@ -16,7 +16,7 @@ firing a tick twice; `UNIQUE (schedule_id, scheduled_for)` is the second wall.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -125,6 +125,11 @@ class FireBatchResult:
     advanced: int
     plain_inserted: int = 0  # plain ticks inserted (they are not listed in `fired`)
     plain_stale: int = 0  # plain ticks not fired: their schedule changed, was paused or deleted
+
+
+def _array_literal(items: Iterable[str]) -> str:
+    """A PostgreSQL array literal of already-formatted scalars (numbers, UUIDs: no quoting)."""
+    return "{" + ",".join(items) + "}"
 
 
 def _map_errors(exc: psycopg.Error) -> Exception:
@@ -332,11 +337,15 @@ class PgStore:
         """Plain ticks only (the hot path): the fenced transaction is ONE statement
         (`fire_ticks_fenced`), same effect as `write_fire` inside `fenced()`. Raises StaleEpoch
         (and writes nothing) when `epoch` is no longer the partition's."""
+        # Arrays go as array literals (one string each): psycopg's list dumper works element by
+        # element in Python, which held the event loop for 14% of a 300k burst.
+        params = {
+            "partition": partition, "epoch": epoch, "schedule_ids": _array_literal(map(str, plain.schedule_ids)),
+            "ticks": _array_literal(map(repr, plain.ticks)), "run_ats": _array_literal(map(repr, plain.run_ats)),
+            "nexts": _array_literal(map(repr, plain.nexts)), "versions": _array_literal(map(str, plain.versions)),
+        }
         async with self.connection() as conn:
-            cur = await conn.execute(q("fire_ticks_fenced"), {
-                "partition": partition, "epoch": epoch, "schedule_ids": plain.schedule_ids, "ticks": plain.ticks,
-                "run_ats": plain.run_ats, "nexts": plain.nexts, "versions": plain.versions,
-            }, binary=True)
+            cur = await conn.execute(q("fire_ticks_fenced"), params)
             row = await cur.fetchone()
             assert row is not None
             if not row[2]:
