@@ -10,7 +10,8 @@ depth, executions by state, stuck runs, raised dead man's switches) are refreshe
     cronwheel_fired_total                 counter    executions fired
     cronwheel_stale_epoch_total           counter    fenced writes the database refused
     cronwheel_queue_depth{priority}       gauge      queued executions
-    cronwheel_executions{state}           gauge      executions by state
+    cronwheel_executions{state}           gauge      live executions by state (queued, running,
+                                                     scheduled, retry_scheduled)
     cronwheel_failures_total{type}        counter    failed attempts by error type
     cronwheel_retries_total               counter    attempts scheduled for retry
     cronwheel_dead_letters_total          counter    executions that ran out of attempts
@@ -73,7 +74,7 @@ class Metrics:
         self.fired = Counter("cronwheel_fired", "Executions fired", registry=r)
         self.stale_epoch = Counter("cronwheel_stale_epoch", "Fenced writes refused (stale epoch)", registry=r)
         self.queue_depth = Gauge("cronwheel_queue_depth", "Queued executions", ["priority"], registry=r)
-        self.by_state = Gauge("cronwheel_executions", "Executions by state", ["state"], registry=r)
+        self.by_state = Gauge("cronwheel_executions", "Live executions by state", ["state"], registry=r)
         self.failures = Counter("cronwheel_failures", "Failed attempts by error type", ["type"], registry=r)
         self.retries = Counter("cronwheel_retries", "Attempts scheduled for retry", registry=r)
         self.dead_letters = Counter("cronwheel_dead_letters", "Executions out of attempts", registry=r)
@@ -135,6 +136,7 @@ class Metrics:
             self.queue_depth.labels(p).set(n)
         for r in await store.fetch_all("executions_by_state", {}):
             self.by_state.labels(r["state"]).set(r["n"])
+        self.by_state.labels("queued").set(sum(depth.values()))  # counted once, by queue_depths
         row = await store.fetch_one("stuck_executions", {"grace_s": 30.0})
         self.stuck.set(row["count"] if row else 0)
         row = await store.fetch_one("overdue_success_alerts", {})

@@ -217,6 +217,9 @@ class LocalPostgres:
                 "-c", f"synchronous_commit={'on' if self.fsync else 'off'}",
                 "-c", f"full_page_writes={'on' if self.fsync else 'off'}",
                 "-c", "shared_buffers=256MB",
+                # A burst of a million fires writes gigabytes of WAL: with the default 1 GB a
+                # checkpoint lands mid-burst and every page touched after it is logged whole.
+                "-c", "max_wal_size=4GB",
                 "-c", "max_locks_per_transaction=256",
             ]
             self.proc = subprocess.Popen(

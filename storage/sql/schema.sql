@@ -76,6 +76,8 @@ CREATE TABLE schedules (
 -- Names are unique per tenant among live schedules.
 CREATE UNIQUE INDEX schedules_tenant_name ON schedules (tenant, name) WHERE deleted_at IS NULL;
 CREATE INDEX schedules_by_tenant ON schedules (tenant, created_at, id);
+-- Schedules with a dead man's switch, per partition (the reaper checks them every second).
+CREATE INDEX schedules_alerting ON schedules (partition) WHERE alert_if_no_success_within_s IS NOT NULL;
 
 -- The cron half of the due index, narrow: one row per schedule, the only row a fire rewrites
 -- (next tick, tick just fired). next_run_at is NULL while the schedule has no next tick (paused
@@ -135,9 +137,6 @@ CREATE UNIQUE INDEX executions_idempotency ON executions (tenant, idempotency_ke
 -- One-off half of the due index (state scheduled) and the retry timer (retry_scheduled).
 CREATE INDEX executions_due ON executions (partition, run_at)
     WHERE state IN ('scheduled', 'retry_scheduled');
--- The dispatcher's claim: queued work by priority and readiness.
-CREATE INDEX executions_queued ON executions (priority, run_at)
-    WHERE state = 'queued';
 -- The reaper: running executions by lease expiry.
 CREATE INDEX executions_running ON executions (partition, lease_expires)
     WHERE state = 'running';

@@ -184,12 +184,20 @@ UPDATE schedules
 RETURNING id, tenant, last_success_at, alert_if_no_success_within_s;
 
 -- name: overdue_success_alerts
--- Schedules whose dead man's switch is raised now (for the metric).
-SELECT count(*) FROM schedules WHERE success_alert_at IS NOT NULL AND deleted_at IS NULL;
+-- Schedules whose dead man's switch is raised now (for the metric; schedules_alerting).
+SELECT count(*) FROM schedules
+ WHERE alert_if_no_success_within_s IS NOT NULL AND success_alert_at IS NOT NULL AND deleted_at IS NULL;
 
 -- name: executions_by_state
--- Executions per state (metrics; a full count, run every few seconds by each node).
-SELECT state, count(*) AS n FROM executions GROUP BY state;
+-- Live executions per state (metrics, every 15 s on each node), each counted through its partial
+-- index. Finished states are not counted: that table only grows, and a full count on every node
+-- competed with firing (cronwheel_fired_total, failures, retries and dead letters count outcomes).
+-- (queued is counted by queue_depths, per priority).
+SELECT 'running' AS state, count(*) AS n FROM executions WHERE state = 'running'
+UNION ALL SELECT 'scheduled', count(*) FROM executions WHERE state IN ('scheduled', 'retry_scheduled')
+                                                      AND state = 'scheduled'
+UNION ALL SELECT 'retry_scheduled', count(*) FROM executions WHERE state IN ('scheduled', 'retry_scheduled')
+                                                            AND state = 'retry_scheduled';
 
 -- name: stuck_executions
 -- Runs still `running` past their lease plus a grace: the reaper should have taken them.
