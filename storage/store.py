@@ -315,7 +315,7 @@ class PgStore:
             fired.extend(Fired(*r) for r in await cur.fetchall())
         plain_inserted = plain_stale = 0
         if p.plain is not None and p.plain.schedule_ids:
-            cur = await conn.execute(q("fire_ticks"), {
+            cur = await conn.execute(q("fire_ticks_fenced"), {
                 **fence, "schedule_ids": p.plain.schedule_ids, "ticks": p.plain.ticks, "run_ats": p.plain.run_ats,
                 "nexts": p.plain.nexts, "versions": p.plain.versions,
             }, binary=True)

@@ -114,7 +114,7 @@ def test_every_fenced_query_names_the_epoch() -> None:
     assert {"fire_executions", "advance_schedules", "queue_oneoffs", "check_fence"} <= set(fenced)
     # A write to a partition-scoped table by an owner-path query must carry the epoch.
     owner_writes = {"fire_executions", "advance_schedules", "queue_oneoffs", "insert_partition_event",
-                    "fire_ticks", "fire_ticks_fenced"}
+                    "fire_ticks_fenced"}
     for name in owner_writes:
         assert "%(epoch)s" in q(name), name
 

@@ -4,21 +4,14 @@
 -- the same tenant then run one after another, and the `claim` statement that follows takes its
 -- snapshot after the previous claim committed: its count of running work is exact and the
 -- tenant's concurrency cap holds across nodes.
-WITH RECURSIVE tq(tenant) AS (
-    (SELECT tenant FROM executions WHERE state = 'queued' ORDER BY tenant LIMIT 1)
-    UNION ALL
-    SELECT (SELECT e.tenant FROM executions e
-             WHERE e.state = 'queued' AND e.tenant > tq.tenant ORDER BY e.tenant LIMIT 1)
-      FROM tq WHERE tq.tenant IS NOT NULL
-)
 SELECT pg_advisory_xact_lock(hashtext('cronwheel.claim'), hashtext(t.tenant))
-  FROM (SELECT tenant FROM tq
-         WHERE tenant IS NOT NULL AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+  FROM (SELECT tenant FROM queued_tenants
+         WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s
          ORDER BY tenant) t;
 
 -- name: claim
--- Lease up to `limit` queued runs in one statement. Tenants with queued work are found by a
--- loose index scan and capped by their free concurrency. Per tenant and priority, the oldest
+-- Lease up to `limit` queued runs in one statement. Tenants with queued work (queued_tenants)
+-- are capped by their free concurrency. Per tenant and priority, the oldest
 -- ready runs are locked FOR UPDATE SKIP LOCKED right where they are read, so concurrent claimers
 -- (other workers, other nodes) take the next runs instead of colliding on the same ones. The
 -- pick is in the given priority order (the caller draws it by weight), tenants round-robin
@@ -26,18 +19,12 @@ SELECT pg_advisory_xact_lock(hashtext('cronwheel.claim'), hashtext(t.tenant))
 -- Rows locked but not picked (a cut across tenants or priorities) are freed at commit.
 -- Ids, payloads and checkpoints come back as text and times as epoch seconds: the caller only
 -- forwards them.
-WITH RECURSIVE tq(tenant) AS (
-    (SELECT tenant FROM executions WHERE state = 'queued' ORDER BY tenant LIMIT 1)
-    UNION ALL
-    SELECT (SELECT e.tenant FROM executions e
-             WHERE e.state = 'queued' AND e.tenant > tq.tenant ORDER BY e.tenant LIMIT 1)
-      FROM tq WHERE tq.tenant IS NOT NULL
-), room AS MATERIALIZED (  -- counted once per tenant (inlined, the count ran once per candidate)
+WITH room AS MATERIALIZED (  -- counted once per tenant (inlined, the count ran once per candidate)
     SELECT tq.tenant,
            coalesce(t.max_concurrency, 1000)
              - (SELECT count(*) FROM executions r WHERE r.tenant = tq.tenant AND r.state = 'running') AS free
-      FROM tq LEFT JOIN tenants t ON t.id = tq.tenant
-     WHERE tq.tenant IS NOT NULL AND (%(tenant)s::text IS NULL OR tq.tenant = %(tenant)s)
+      FROM queued_tenants tq LEFT JOIN tenants t ON t.id = tq.tenant
+     WHERE %(tenant)s::text IS NULL OR tq.tenant = %(tenant)s
 ), cand AS (
     SELECT c.id, c.run_at, p.rank, room.free,
            row_number() OVER (PARTITION BY room.tenant, p.rank ORDER BY c.run_at) AS rn,

@@ -86,44 +86,16 @@ RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;
 -- Wake dispatchers: work of this priority was queued (delivered at commit).
 SELECT pg_notify('cronwheel_queued', %(payload)s);
 
--- name: fire_ticks
+-- name: fire_ticks_fenced
 -- Fenced fast path for plain cron ticks: in ONE statement, advance each schedule that is still
 -- at the version it was loaded with (and not paused or deleted) and insert the execution of its
 -- tick; a tick that already has one is left alone (its schedule still advances). Times are Unix
--- seconds (float8), cheaper to send than timestamps.
-WITH v AS (
-    SELECT * FROM unnest(%(schedule_ids)s::uuid[], %(ticks)s::float8[], %(run_ats)s::float8[],
-                         %(nexts)s::float8[], %(versions)s::bigint[])
-           AS v(schedule_id, tick, run_at, next_ts, version)
-), adv AS (
-    UPDATE schedule_due AS d
-       SET next_run_at = to_timestamp(v.next_ts), last_scheduled_for = to_timestamp(v.tick)
-      FROM v JOIN schedules AS s ON s.id = v.schedule_id
-     WHERE d.schedule_id = v.schedule_id AND d.partition = %(partition)s AND s.version = v.version
-       AND NOT s.paused AND s.deleted_at IS NULL
-       AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
-    RETURNING s.id, s.tenant, s.job_type, s.payload, s.priority, s.max_attempts, s.retry_initial_s,
-              s.retry_multiplier, s.retry_max_s, s.timeout_s, v.tick, v.run_at
-), ins AS (
-    INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
-                            priority, state, trigger, max_attempts, retry_initial_s, retry_multiplier,
-                            retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
-    SELECT gen_random_uuid(), adv.id, adv.tenant, adv.job_type, adv.payload, %(partition)s,
-           to_timestamp(adv.tick), to_timestamp(adv.run_at), adv.priority, 'queued', 'cron',
-           adv.max_attempts, adv.retry_initial_s, adv.retry_multiplier, adv.retry_max_s, adv.timeout_s,
-           %(epoch)s, clock_timestamp(), now()
-      FROM adv
-    ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM adv) AS advanced, (SELECT count(*) FROM ins) AS inserted;
-
--- name: fire_ticks_fenced
--- fire_ticks as a whole transaction of its own, the fence part of the statement: `fence`
--- share-locks the partition row while it carries our epoch, before any schedule is touched
--- (adv's condition reads it first), and holds it to commit, so an epoch bump waits for this
--- batch exactly as it waits for a `fenced()` transaction; `fenced` = 0 means the epoch is stale
--- and nothing was written. One round trip per batch instead of four.
+-- seconds (float8). The fence is part of the statement, so it can be a whole transaction of its
+-- own (PgStore.fire_plain, one round trip per batch): `fence` share-locks the partition row
+-- while it carries our epoch, before any schedule is touched (adv's condition reads it first),
+-- and holds it to commit, so an epoch bump waits for this batch exactly as it waits for a
+-- `fenced()` transaction; `fenced` = 0 means the epoch is stale and nothing was written.
+-- Inside `fenced()` (write_fire's mixed batches) the lock is already held and `fenced` is 1.
 WITH fence AS (
     SELECT epoch FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s FOR SHARE
 ), v AS (
