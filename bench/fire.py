@@ -13,8 +13,10 @@ real etcd, one `cronwheel node` process owning every partition.
    rows from the schedules table (`INSERT ... SELECT`, no cronwheel, no fencing) in an identical
    database: the floor PostgreSQL itself needs on this machine. Printed as a ratio.
 
-Schedules are inserted with COPY (setup, not the subject); partitions are computed exactly as
-the API does (cluster.scheduling partition_of).
+Schedules (and their schedule_due rows) are inserted with COPY and then ANALYZEd (setup, not the
+subject: statistics as autovacuum would have them soon after an import); partitions are computed
+exactly as the API does (cluster.scheduling partition_of). Burst schedules are yearly with their
+first tick set to T, so nothing else is due in the horizon. --burst-repeat N gives the median.
 """
 
 from __future__ import annotations
