@@ -120,6 +120,8 @@ def enqueue(dsn: str, n: int) -> None:
 
 def baseline(dsn: str, n: int, batched: bool) -> float:
     """Claim 100 at a time and finish them one by one or as a batch: same SQL, one connection."""
+    with psycopg.connect(dsn) as c:
+        c.execute("DELETE FROM executions")  # each baseline starts from the same empty table
     enqueue(dsn, n)
     t0 = time.monotonic()
     done = 0

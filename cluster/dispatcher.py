@@ -104,9 +104,9 @@ class Dispatcher:
         self.config = (config or DispatchConfig()).validate()
         self.rng = rng or random.Random()
         self._wakeup = asyncio.Event()
-        # One claim at a time per node: concurrent claims would each walk past the rows the
-        # others hold locked (SKIP LOCKED still visits them), which costs PostgreSQL far more
-        # than waiting a few milliseconds for the claim ahead.
+        # One claim at a time per node. Claims that share a tenant queue on its advisory lock
+        # anyway; waiting here instead keeps them from holding pool connections (which firing
+        # needs) while they wait.
         self._claiming = asyncio.Lock()
 
     def wake(self) -> None:

@@ -393,10 +393,8 @@ class Firer:
         epoch = self.epoch_if_trusted(p)
         if epoch is None or epoch != st.epoch:
             return True  # not ours to act on any more: the partition will be dropped
-        only_plain = (params.plain is not None and not params.ticks and not params.advances
-                      and not params.oneoff_ids and not params.events and not params.replace_schedule_ids)
         try:
-            if only_plain:
+            if params.only_plain:
                 assert params.plain is not None
                 res = await self.store.fire_plain(p, st.epoch, params.plain)
             else:

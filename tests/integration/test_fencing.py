@@ -177,8 +177,18 @@ async def test_fire_plain_queued_behind_an_epoch_bump_is_refused(store: PgStore,
     async with await psycopg.AsyncConnection.connect(dsn) as bumper:
         await bumper.execute("UPDATE partitions SET epoch = 41, owner = 'new' WHERE id = 7")
         fire = asyncio.create_task(store.fire_plain(7, 40, _plain(sid, T0, row["version"])))
-        await asyncio.sleep(0.3)
-        assert not fire.done(), "the batch must wait on the partition row"
+        waiting = False
+        for _ in range(100):  # until the batch is seen blocked on a lock (the bump's row lock)
+            await asyncio.sleep(0.05)
+            cur = await bumper.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                ("%fence AS (%",))
+            row_w = await cur.fetchone()
+            if row_w is not None and row_w[0] > 0:
+                waiting = True
+                break
+        assert waiting, "the batch must wait on the partition row"
+        assert not fire.done()
         await bumper.commit()
     with pytest.raises(StaleEpoch):
         await fire

@@ -181,10 +181,8 @@ SELECT count(*) FROM schedules
 -- competed with firing (cronwheel_fired_total, failures, retries and dead letters count outcomes).
 -- (queued is counted by queue_depths, per priority).
 SELECT 'running' AS state, count(*) AS n FROM executions WHERE state = 'running'
-UNION ALL SELECT 'scheduled', count(*) FROM executions WHERE state IN ('scheduled', 'retry_scheduled')
-                                                      AND state = 'scheduled'
-UNION ALL SELECT 'retry_scheduled', count(*) FROM executions WHERE state IN ('scheduled', 'retry_scheduled')
-                                                            AND state = 'retry_scheduled';
+UNION ALL SELECT 'scheduled', count(*) FROM executions WHERE state = 'scheduled'
+UNION ALL SELECT 'retry_scheduled', count(*) FROM executions WHERE state = 'retry_scheduled';
 
 -- name: stuck_executions
 -- Runs still `running` past their lease plus a grace: the reaper should have taken them.
