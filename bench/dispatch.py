@@ -114,7 +114,7 @@ def enqueue(dsn: str, n: int) -> None:
     with psycopg.connect(dsn) as c:
         c.execute("""INSERT INTO executions (id, tenant, type, payload, partition, scheduled_for, run_at, priority,
                                             state, trigger)
-                     SELECT gen_random_uuid(), 'bench', 'bench', '{}', g %% 16, now(), now(), 'default', 'queued',
+                     SELECT cronwheel_uuid7(), 'bench', 'bench', '{}', g %% 16, now(), now(), 'default', 'queued',
                             'submit' FROM generate_series(1, %s) g""", (n,))
 
 
@@ -176,7 +176,7 @@ def start_lag(c: ProcessCluster, address: str, rate: int, seconds: float) -> tup
             with conn.transaction():
                 conn.execute("""INSERT INTO executions (id, tenant, type, payload, partition, scheduled_for, run_at,
                                                        priority, state, trigger)
-                                SELECT gen_random_uuid(), 'lag', 'bench', '{}', g %% 16, clock_timestamp(),
+                                SELECT cronwheel_uuid7(), 'lag', 'bench', '{}', g %% 16, clock_timestamp(),
                                        clock_timestamp(), 'default', 'queued', 'submit'
                                   FROM generate_series(1, %s) g""", (per_batch,))
                 conn.execute(q("notify_queued"), {"payload": "bench"})

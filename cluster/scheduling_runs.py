@@ -42,6 +42,7 @@ from cronwheel.cluster.scheduling_values import (
 from cronwheel.cron import CronSchedule, OverlapAction, decide_overlap, parse_overlap_policy
 from cronwheel.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from cronwheel.storage import PgStore
+from cronwheel.storage.ids import new_execution_id
 from cronwheel.storage.queries import q
 
 MAX_BACKFILL_TICKS = 10_000
@@ -99,7 +100,7 @@ async def trigger_schedule(store: PgStore, schedule_id: uuid.UUID, now: datetime
         row = None
         for i in range(8):  # scheduled_for is unique per schedule: step a microsecond on a clash
             row = await one(conn, "api_insert_run", {
-                "id": uuid.uuid4(), "schedule_id": schedule_id, "payload": raw_jsonb(doc) if doc else None,
+                "id": new_execution_id(), "schedule_id": schedule_id, "payload": raw_jsonb(doc) if doc else None,
                 "scheduled_for": now + i * _MICRO, "state": state, "state_reason": why, "trigger": "manual",
                 "idempotency_key": key})
             if row is not None:
@@ -167,7 +168,7 @@ async def backfill_schedule(store: PgStore, schedule_id: uuid.UUID, start: datet
         created: list[tuple[uuid.UUID, datetime]] = []
         if ticks:
             cur = await conn.execute(q("api_backfill_executions"), {
-                "schedule_id": schedule_id, "now": now, "ids": [uuid.uuid4() for _ in ticks],
+                "schedule_id": schedule_id, "now": now, "ids": [new_execution_id() for _ in ticks],
                 "scheduled_fors": ticks, "run_ats": [now - (n - 1 - i) * _MICRO for i in range(n)]})
             created = sorted(((r[0], r[1]) for r in await cur.fetchall()), key=lambda r: r[1])
         await store.insert_event("schedule_backfilled", tenant=sched["tenant"], schedule_id=schedule_id,
@@ -215,7 +216,7 @@ async def submit_job(store: PgStore, job: JobSpec, now: datetime, partitions: in
         raise InvalidArgument("run_at", f"must be at most 10 years ahead, got {run_at.isoformat()}")
     run_at = max(run_at, now)
     retry = job.retry.validate()
-    eid = uuid.uuid4()
+    eid = new_execution_id()
     p = partition_of(eid, partitions)
     state = "queued" if run_at <= now else "scheduled"
     params = {

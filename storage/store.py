@@ -29,6 +29,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from cronwheel.errors import AlreadyExists, StaleEpoch, Unavailable
+from cronwheel.storage.ids import new_execution_id
 from cronwheel.storage.queries import q
 
 Row = dict[str, Any]
@@ -312,7 +313,7 @@ class PgStore:
                 q("fire_executions"),
                 {
                     **fence,
-                    "ids": [uuid.uuid4() for _ in p.ticks],
+                    "ids": [new_execution_id() for _ in p.ticks],
                     "schedule_ids": [t.schedule_id for t in p.ticks],
                     "scheduled_fors": [t.scheduled_for for t in p.ticks],
                     "run_ats": [t.run_at for t in p.ticks],

@@ -195,3 +195,22 @@ async def test_fire_plain_queued_behind_an_epoch_bump_is_refused(store: PgStore,
     async with store.connection() as conn:
         cur = await conn.execute("SELECT count(*) FROM executions WHERE schedule_id = %s", (sid,))
         assert await cur.fetchone() == (0,)
+
+
+async def test_fired_executions_get_time_ordered_v7_ids(store: PgStore) -> None:
+    """The fire statement's ids come from cronwheel_uuid7(): version 7, the RFC variant, and
+    the database clock's milliseconds first (so the primary key is appended to, not split)."""
+    sid = await make_schedule(store, 7)
+    row = await store.fetch_one("get_schedule", {"id": sid})
+    assert row is not None and await store.record_epoch(7, 5, "a")
+    await store.fire_plain(7, 5, _plain(sid, T0, row["version"]))
+    async with store.connection() as conn:
+        cur = await conn.execute("SELECT id, fired_at FROM executions WHERE schedule_id = %s", (sid,))
+        eid, fired_at = await cur.fetchone()  # type: ignore[misc]
+        cur = await conn.execute("SELECT array_agg(cronwheel_uuid7()) FROM generate_series(1, 2000)")
+        many = (await cur.fetchone())[0]  # type: ignore[index]
+    assert eid.version == 7 and eid.variant == uuid.RFC_4122
+    assert abs(int.from_bytes(eid.bytes[:6], "big") - fired_at.timestamp() * 1000) < 1000
+    assert len(set(many)) == 2000 and all(u.version == 7 and u.variant == uuid.RFC_4122 for u in many)
+    stamps = [int.from_bytes(u.bytes[:6], "big") for u in many]
+    assert stamps == sorted(stamps)

@@ -115,7 +115,7 @@ WITH fence AS (
     INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                             priority, state, trigger, max_attempts, retry_initial_s, retry_multiplier,
                             retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
-    SELECT gen_random_uuid(), adv.id, adv.tenant, adv.job_type, adv.payload, %(partition)s,
+    SELECT cronwheel_uuid7(), adv.id, adv.tenant, adv.job_type, adv.payload, %(partition)s,
            to_timestamp(adv.tick), to_timestamp(adv.run_at), adv.priority, 'queued', 'cron',
            adv.max_attempts, adv.retry_initial_s, adv.retry_multiplier, adv.retry_max_s, adv.timeout_s,
            %(epoch)s, clock_timestamp(), now()

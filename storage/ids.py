@@ -1,0 +1,36 @@
+"""Execution ids: UUIDv7 (RFC 9562), time-ordered.
+
+An execution's id is its primary key. A random (v4) key lands on a random leaf of that index, so
+a million fires dirty, split and WAL-log pages all over it; a v7 key starts with the Unix time in
+milliseconds, so consecutive inserts append to the index's right edge. Measured on this machine,
+one INSERT..SELECT of 1M executions: 17-19 s with random ids, 11.5-13 s with v7 ids
+(PostgreSQL 15 and 18). The database side is the SQL function `cronwheel_uuid7()` (migration
+0009), the same layout. Schedule ids stay v4: nothing orders them, and they seed `H` fields.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+
+def uuid7(unix_ms: int, rand: bytes) -> uuid.UUID:
+    """The v7 UUID for a millisecond timestamp and 10 random bytes (pure: both are arguments).
+
+    Layout: 48-bit big-endian milliseconds, version 7, 12 random bits, variant 0b10, 62 random
+    bits. Ids of later milliseconds sort after earlier ones, as text and as uuid.
+    """
+    if not 0 <= unix_ms < 1 << 48:
+        raise ValueError(f"unix_ms out of the 48-bit range: {unix_ms}")
+    if len(rand) != 10:
+        raise ValueError(f"rand must be 10 bytes, got {len(rand)}")
+    b = bytearray(unix_ms.to_bytes(6, "big") + rand)
+    b[6] = 0x70 | (b[6] & 0x0F)
+    b[8] = 0x80 | (b[8] & 0x3F)
+    return uuid.UUID(bytes=bytes(b))
+
+
+def new_execution_id() -> uuid.UUID:
+    """A fresh execution id: now, from the wall clock, and 74 random bits."""
+    return uuid7(time.time_ns() // 1_000_000, os.urandom(10))
