@@ -133,8 +133,9 @@ def burst(size: int) -> dict[str, float]:
         time.sleep(wait)
         # Waiting must not compete with what it waits for: a count(*) of the growing table every
         # 0.2 s held a third of a core during the burst. The statistics counter is a cheap gate
-        # (it lags by up to a second); the exact count confirms. The figure itself is
-        # max(fired_at), so when the wait notices the end does not change it.
+        # (backends flush it at most once a second, an idle one within 10 s); the exact count
+        # confirms. The figure itself is max(fired_at), so when the wait notices the end does
+        # not change it.
         while True:
             time.sleep(0.5)
             if c.sql("SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'executions'")[0][0] < size:
