@@ -264,8 +264,9 @@ async def set_paused(store: PgStore, schedule_id: uuid.UUID, paused: bool, now: 
         if row["paused"] == paused:
             return row
         cron = validate_cron(spec_of(row), schedule_id)
-        new = await one(conn, "api_set_paused", {"id": schedule_id, "paused": paused,
-                                                 "next_run_at": None if paused else cron.next_after(now)})
+        new = await one(conn, "api_set_schedule_state", {
+            "id": schedule_id, "paused": paused, "deleted": False,
+            "next_run_at": None if paused else cron.next_after(now)})
         assert new is not None
         await store.insert_event("schedule_paused" if paused else "schedule_resumed", tenant=row["tenant"],
                                  schedule_id=schedule_id, partition=row["partition"], actor=actor,
@@ -282,7 +283,8 @@ async def delete_schedule(store: PgStore, schedule_id: uuid.UUID, tenant: str | 
     reason = reason_text(reason)
     async with store.transaction() as conn:
         row = await lock_schedule(conn, schedule_id, tenant, expected_version)
-        deleted = await one(conn, "api_soft_delete_schedule", {"id": schedule_id})
+        deleted = await one(conn, "api_set_schedule_state", {"id": schedule_id, "paused": None, "deleted": True,
+                                                             "next_run_at": None})
         assert deleted is not None
         cancelled = 0
         if cancel_pending:

@@ -41,28 +41,19 @@ WITH s AS (
 )
 SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
 
--- name: api_set_paused
--- Pause (next_run_at NULL) or resume (next_run_at given) a live schedule; bump its version.
+-- name: api_set_schedule_state
+-- Pause or resume a live schedule (`paused` given) or soft-delete it (`deleted` true: kept for
+-- explain and history, its name free again); bump its version and set its next tick
+-- (`next_run_at`: NULL when paused or deleted).
 WITH s AS (
     UPDATE schedules
-       SET paused = %(paused)s, version = version + 1, updated_at = now()
+       SET paused = coalesce(%(paused)s::boolean, paused),
+           deleted_at = CASE WHEN %(deleted)s::boolean THEN now() ELSE deleted_at END,
+           version = version + 1, updated_at = now()
      WHERE id = %(id)s AND deleted_at IS NULL
     RETURNING *
 ), d AS (
     UPDATE schedule_due SET next_run_at = %(next_run_at)s WHERE schedule_id IN (SELECT id FROM s)
-    RETURNING *
-)
-SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
-
--- name: api_soft_delete_schedule
--- Delete a live schedule: kept for explain and history, its name free again, no next tick.
-WITH s AS (
-    UPDATE schedules
-       SET deleted_at = now(), version = version + 1, updated_at = now()
-     WHERE id = %(id)s AND deleted_at IS NULL
-    RETURNING *
-), d AS (
-    UPDATE schedule_due SET next_run_at = NULL WHERE schedule_id IN (SELECT id FROM s)
     RETURNING *
 )
 SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
