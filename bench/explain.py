@@ -23,8 +23,8 @@ from datetime import UTC, datetime, timedelta
 import grpc
 
 from chaos.harness import ProcessCluster, create_schedules
-from cronwheel.cluster.explain import explain, load_facts
-from cronwheel.cluster.scheduling import ScheduleSpec
+from cronwheel.cluster.commands.explain import explain, load_facts
+from cronwheel.cluster.commands.schedules import ScheduleSpec
 from cronwheel.storage import PgStore, StoreConfig
 from cronwheel.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 

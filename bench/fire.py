@@ -31,7 +31,7 @@ from pathlib import Path
 import psycopg
 
 from chaos.harness import ProcessCluster
-from cronwheel.cluster.schedules import cron_for
+from cronwheel.cluster.firing.schedule_cache import cron_for
 
 P = 16
 # The burst's schedules: their first tick is set to T directly; their next is next New Year, so
@@ -41,7 +41,7 @@ YEARLY = "0 0 1 1 *"
 
 
 def partition_of(ident: uuid.UUID, partitions: int) -> int:
-    from cronwheel.cluster.scheduling_values import partition_of as pof
+    from cronwheel.cluster.commands.values import partition_of as pof
 
     return pof(ident, partitions)
 

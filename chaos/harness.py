@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 
-from cronwheel.cluster.etcd import Etcd
+from cronwheel.cluster.coordination.etcd import Etcd
 from cronwheel.errors import Unavailable
 from cronwheel.localservers import LocalEtcd, LocalPostgres, die_with_parent
 from cronwheel.storage import migrate
@@ -265,7 +265,7 @@ def run_async(coro: Any) -> Any:
 def create_schedules(dsn: str, partitions: int, specs: list[Any]) -> list[dict[str, Any]]:
     """Create schedules through the same command the API uses (validation, event, NOTIFY)."""
     from cronwheel.clock import SystemClock
-    from cronwheel.cluster.scheduling import create_schedule
+    from cronwheel.cluster.commands.schedules import create_schedule
     from cronwheel.storage import PgStore, StoreConfig
 
     async def go() -> list[dict[str, Any]]:
@@ -282,7 +282,7 @@ def create_schedules(dsn: str, partitions: int, specs: list[Any]) -> list[dict[s
 def submit_jobs(dsn: str, partitions: int, jobs: list[Any]) -> list[tuple[dict[str, Any], bool]]:
     """Submit one-off jobs through the same command the API uses."""
     from cronwheel.clock import SystemClock
-    from cronwheel.cluster.scheduling_runs import submit_job
+    from cronwheel.cluster.commands.runs import submit_job
     from cronwheel.storage import PgStore, StoreConfig
 
     async def go() -> list[tuple[dict[str, Any], bool]]:

@@ -36,9 +36,9 @@ import psycopg
 from chaos.harness import create_schedules
 from chaos.history import SubmittedJob
 from cronwheel.clock import SystemClock
-from cronwheel.cluster.scheduling import ScheduleSpec
-from cronwheel.cluster.scheduling_runs import JobSpec, submit_job
-from cronwheel.cluster.scheduling_values import RetryPolicy
+from cronwheel.cluster.commands.runs import JobSpec, submit_job
+from cronwheel.cluster.commands.schedules import ScheduleSpec
+from cronwheel.cluster.commands.values import RetryPolicy
 from cronwheel.errors import CronwheelError
 from cronwheel.storage import PgStore, StoreConfig
 

@@ -23,16 +23,16 @@ from grpc_reflection.v1alpha import reflection
 
 from cronwheel import __version__
 from cronwheel.clock import Clock, SystemClock
-from cronwheel.cluster import services
-from cronwheel.cluster.coordinator import Coordinator, OwnershipListener
-from cronwheel.cluster.dispatch_service import DispatchService
-from cronwheel.cluster.dispatcher import Dispatcher
-from cronwheel.cluster.etcd import Etcd
-from cronwheel.cluster.firer import Firer, FiringConfig
+from cronwheel.cluster.api import services
+from cronwheel.cluster.coordination.coordinator import Coordinator, OwnershipListener
+from cronwheel.cluster.coordination.etcd import Etcd
+from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
+from cronwheel.cluster.dispatch.dispatcher import Dispatcher
+from cronwheel.cluster.dispatch.reaper import Reaper
+from cronwheel.cluster.dispatch.service import DispatchService
+from cronwheel.cluster.firing.firer import Firer, FiringConfig
 from cronwheel.cluster.metrics import Metrics
 from cronwheel.cluster.notifications import ChangeListener
-from cronwheel.cluster.partition_lease import PartitionLeaseConfig
-from cronwheel.cluster.reaper import Reaper
 from cronwheel.errors import CronwheelError
 from cronwheel.storage import PgStore, StoreConfig
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
@@ -54,7 +54,7 @@ class NodeConfig:
     db_pool_max: int = 10
     # Test-only: keep acting past the local lease-trust window (shows the DB fence alone holds).
     ignore_local_trust: bool = False
-    # API security (cluster/auth.py): the bearer-token file (empty: dev mode, every call admin) and TLS.
+    # API security (cluster/api/auth.py): the bearer-token file (empty: dev mode, every call admin) and TLS.
     auth_file: str = ""
     tls_cert: str = ""
     tls_key: str = ""

@@ -93,9 +93,9 @@ def cmd_node(args: argparse.Namespace) -> int:
     import socket
 
     from cronwheel import logs
-    from cronwheel.cluster.firer import FiringConfig
+    from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
+    from cronwheel.cluster.firing.firer import FiringConfig
     from cronwheel.cluster.node import NodeConfig, serve
-    from cronwheel.cluster.partition_lease import PartitionLeaseConfig
 
     endpoints = tuple(e.strip() for e in args.etcd.split(",") if e.strip())
     if not endpoints:
@@ -113,7 +113,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         ).validate()
     except ValueError as exc:
         raise InvalidArgument("node", str(exc)) from exc
-    from cronwheel.cluster.auth import load_auth, read_tls
+    from cronwheel.cluster.api.auth import load_auth, read_tls
 
     try:  # bad security configuration fails here, before anything starts
         load_auth(args.auth_file)

@@ -31,6 +31,18 @@ class Clock(Protocol):
         """Sleep until wall time `deadline_ts` (returns at once if it has passed)."""
         ...
 
+    async def sleep(self, seconds: float) -> None:
+        """Sleep for `seconds` of this clock's time (a loop's pause between rounds)."""
+        ...
+
+    async def wait(self, event: asyncio.Event, timeout_s: float) -> bool:
+        """Wait until `event` is set (True) or `timeout_s` of this clock's time passed (False)."""
+        ...
+
+    def now_ms(self) -> int:
+        """Wall time as whole Unix milliseconds (time-ordered ids)."""
+        ...
+
 
 class SystemClock:
     """The real clocks. Task-safe: it holds no state."""
@@ -44,10 +56,25 @@ class SystemClock:
     def monotonic(self) -> float:
         return time.monotonic()
 
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
     async def sleep_until_ts(self, deadline_ts: float) -> None:
         delay = deadline_ts - time.time()
         if delay > 0:
             await asyncio.sleep(delay)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(seconds, 0.0))
+
+    async def wait(self, event: asyncio.Event, timeout_s: float) -> bool:
+        if event.is_set():
+            return True
+        try:
+            await asyncio.wait_for(event.wait(), max(timeout_s, 0.0))
+        except TimeoutError:
+            return False
+        return True
 
 
 class FakeClock:
@@ -71,6 +98,19 @@ class FakeClock:
     def monotonic(self) -> float:
         return self._mono
 
+    def now_ms(self) -> int:
+        return int(self._ts * 1000)
+
+    @property
+    def sleepers(self) -> int:
+        """How many tasks are asleep on this clock (a test advances once they all are)."""
+        return sum(1 for _, fut in self._waiters if not fut.done())
+
+    def next_deadline(self) -> float | None:
+        """The earliest wall time a sleeper waits for, or None."""
+        live = [d for d, fut in self._waiters if not fut.done()]
+        return min(live) if live else None
+
     def advance(self, seconds: float) -> None:
         if seconds < 0:
             raise ValueError(f"FakeClock cannot go backwards (advance({seconds!r}))")
@@ -91,6 +131,33 @@ class FakeClock:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((deadline_ts, fut))
         await fut
+
+    async def sleep(self, seconds: float) -> None:
+        await self.sleep_until_ts(self._ts + max(seconds, 0.0))
+
+    async def wait(self, event: asyncio.Event, timeout_s: float) -> bool:
+        """Set event or fake timeout, whichever comes first; nothing here reads a real clock."""
+        if event.is_set():
+            return True
+        waiter = asyncio.ensure_future(event.wait())
+        sleeper = asyncio.ensure_future(self.sleep(timeout_s))
+        try:
+            await asyncio.wait((waiter, sleeper), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (waiter, sleeper):
+                t.cancel()
+        return event.is_set()
+
+    async def jump_to_next(self) -> float | None:
+        """Let every runnable task run until all sleep, then advance to the earliest deadline
+        (trio's autojump, one step). Returns the new time, or None when nobody sleeps."""
+        for _ in range(50):
+            await asyncio.sleep(0)
+        nd = self.next_deadline()
+        if nd is None:
+            return None
+        self.advance(max(nd - self._ts, 0.0))
+        return self._ts
 
 
 def monotonic() -> float:

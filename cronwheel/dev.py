@@ -74,8 +74,8 @@ class DevCluster:
         asyncio.run(self._examples())
 
     async def _examples(self) -> None:
-        from cronwheel.cluster.scheduling import ScheduleSpec, create_schedule
-        from cronwheel.cluster.scheduling_runs import JobSpec, submit_job
+        from cronwheel.cluster.commands.runs import JobSpec, submit_job
+        from cronwheel.cluster.commands.schedules import ScheduleSpec, create_schedule
         from cronwheel.storage import PgStore, StoreConfig
 
         now = SystemClock().now()

@@ -435,7 +435,7 @@ def test_a_zombie_that_ignores_its_lease_against_an_unfenced_database_fails_the_
 
     from chaos.collect import collect
     from chaos.harness import ProcessCluster, create_schedules
-    from cronwheel.cluster.scheduling import ScheduleSpec
+    from cronwheel.cluster.commands.schedules import ScheduleSpec
 
     ttl, parts = 3, 8
     (tmp_path / "c").mkdir()

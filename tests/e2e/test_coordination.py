@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from chaos.harness import ProcessCluster
-from cronwheel.cluster.assignment import assign, moved
+from cronwheel.cluster.coordination.assignment import assign, moved
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -94,7 +94,7 @@ def test_scale_3_to_5_to_2_converges_and_moves_about_p_over_n(cluster: ProcessCl
 def test_malformed_keys_in_etcd_are_ignored(cluster: ProcessCluster) -> None:
     import asyncio
 
-    from cronwheel.cluster.etcd import Etcd
+    from cronwheel.cluster.coordination.etcd import Etcd
 
     async def garbage() -> None:
         c = Etcd(cluster.etcd.endpoints)

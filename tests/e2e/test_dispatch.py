@@ -15,8 +15,8 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from chaos.harness import ProcessCluster, read_jsonl, submit_jobs
-from cronwheel.cluster.scheduling_runs import JobSpec
-from cronwheel.cluster.scheduling_values import RetryPolicy
+from cronwheel.cluster.commands.runs import JobSpec
+from cronwheel.cluster.commands.values import RetryPolicy
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from chaos.harness import ProcessCluster, create_schedules
-from cronwheel.cluster.scheduling import ScheduleSpec
+from cronwheel.cluster.commands.schedules import ScheduleSpec
 from cronwheel.cron import parse_dst_policy, parse_schedule
 
 from .helpers import run_cli

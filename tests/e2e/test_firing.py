@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from chaos.harness import ProcessCluster, create_schedules
-from cronwheel.cluster.scheduling import ScheduleSpec
+from cronwheel.cluster.commands.schedules import ScheduleSpec
 from cronwheel.cron import parse_schedule
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

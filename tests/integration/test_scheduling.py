@@ -12,9 +12,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from cronwheel.cluster import scheduling as sch
-from cronwheel.cluster import scheduling_runs as runs
-from cronwheel.cluster.scheduling_values import JsonText, QuotaExceeded, RetryPolicy
+from cronwheel.cluster.commands import runs as runs
+from cronwheel.cluster.commands import schedules as sch
+from cronwheel.cluster.commands.values import JsonText, QuotaExceeded, RetryPolicy
 from cronwheel.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, VersionConflict
 from cronwheel.storage import PgStore
 

@@ -414,7 +414,7 @@ def test_nodes_and_workers_point_at_services_that_exist(services: dict[str, dict
     ips = static_ips(services)
     etcd_hosts = {h: n for n in ETCD for h in (n, ips.get(n)) if h}
     dsns, node_ids, advertised = set(), set(), {}
-    etcd_source = (ROOT / "cluster" / "etcd.py").read_text()
+    etcd_source = (ROOT / "cluster" / "coordination" / "etcd.py").read_text()
     for name in NODES:
         f = flags(services[name]["command"][1:])
         dsns.add(f["--dsn"])

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cronwheel.cluster.dispatch_policy import (
+from cronwheel.cluster.dispatch.policy import (
     PRIORITIES,
     PriorityWeights,
     backoff_s,

@@ -6,7 +6,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cronwheel.cluster.explain import Facts, _unowned, explain
+from cronwheel.cluster.commands.explain import Facts, _unowned, explain
 
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 SID = uuid.uuid4()

@@ -15,9 +15,9 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from cronwheel.cluster.auth import current_caller
-from cronwheel.cluster.dispatcher import Dispatcher, Leased
-from cronwheel.cluster.grpc_errors import status_of
+from cronwheel.cluster.api.auth import current_caller
+from cronwheel.cluster.api.grpc_errors import status_of
+from cronwheel.cluster.dispatch.dispatcher import Dispatcher, Leased
 from cronwheel.errors import InvalidArgument
 from cronwheel.v1 import common_pb2, dispatch_pb2, dispatch_pb2_grpc
 

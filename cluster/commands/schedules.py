@@ -28,7 +28,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.errors import UniqueViolation
 
-from cronwheel.cluster.scheduling_values import (
+from cronwheel.cluster.commands.values import (
     MAX_JITTER_S,
     MAX_NAME,
     OVERLAP_POLICIES,

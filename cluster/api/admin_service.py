@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from cronwheel.cluster import api_convert as cv
-from cronwheel.cluster import api_pages as pages
-from cronwheel.cluster.auth import current_caller, peer_channel
-from cronwheel.cluster.scheduling_values import fetch, text
+from cronwheel.cluster.api import convert as cv
+from cronwheel.cluster.api import pages
+from cronwheel.cluster.api.auth import current_caller, peer_channel
+from cronwheel.cluster.commands.values import fetch, text
 from cronwheel.errors import InvalidArgument
 from cronwheel.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 

@@ -30,7 +30,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from cronwheel.clock import Clock
-from cronwheel.cluster.dispatch_policy import PriorityWeights, decide_failure, priority_order
+from cronwheel.cluster.dispatch.policy import PriorityWeights, decide_failure, priority_order
 from cronwheel.cluster.metrics import Metrics
 from cronwheel.errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken
 from cronwheel.storage import PgStore

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 
-from cronwheel.cluster import api_convert as cv
-from cronwheel.cluster import api_pages as pages
-from cronwheel.cluster import scheduling as sch
-from cronwheel.cluster import scheduling_runs as runs
-from cronwheel.cluster.auth import current_caller
-from cronwheel.cluster.explain_api import explain_schedule
-from cronwheel.cluster.scheduling_values import MAX_JITTER_S, fetch, parse_json, reason_text, text
+from cronwheel.cluster.api import convert as cv
+from cronwheel.cluster.api import pages
+from cronwheel.cluster.api.auth import current_caller
+from cronwheel.cluster.api.explain_service import explain_schedule
+from cronwheel.cluster.commands import runs
+from cronwheel.cluster.commands import schedules as sch
+from cronwheel.cluster.commands.values import MAX_JITTER_S, fetch, parse_json, reason_text, text
 from cronwheel.cron import jitter_offset_s, parse_dst_policy, parse_schedule
 from cronwheel.errors import InvalidArgument
 from cronwheel.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc

@@ -6,7 +6,7 @@ import base64
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from cronwheel.cluster.explain import Explained, alerts, explain, load_executions, load_facts, page_end
+from cronwheel.cluster.commands.explain import Explained, alerts, explain, load_executions, load_facts, page_end
 from cronwheel.errors import InvalidArgument
 from cronwheel.v1 import common_pb2, scheduler_pb2
 

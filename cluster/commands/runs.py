@@ -24,8 +24,8 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from cronwheel.cluster.scheduling import lock_schedule, spec_of, validate_cron
-from cronwheel.cluster.scheduling_values import (
+from cronwheel.cluster.commands.schedules import lock_schedule, spec_of, validate_cron
+from cronwheel.cluster.commands.values import (
     MAX_RUN_AT_AHEAD,
     JsonText,
     QuotaExceeded,

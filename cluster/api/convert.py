@@ -21,8 +21,8 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from cronwheel.cluster.scheduling import ScheduleSpec
-from cronwheel.cluster.scheduling_values import JsonText, RetryPolicy, parse_json
+from cronwheel.cluster.commands.schedules import ScheduleSpec
+from cronwheel.cluster.commands.values import JsonText, RetryPolicy, parse_json
 from cronwheel.errors import InvalidArgument
 from cronwheel.v1 import admin_pb2, common_pb2
 

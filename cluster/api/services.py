@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from cronwheel.cluster.admin_service import AdminService
-from cronwheel.cluster.api_service import SchedulerService
-from cronwheel.cluster.auth import AuthInterceptor, load_auth, server_credentials
+from cronwheel.cluster.api.admin_service import AdminService
+from cronwheel.cluster.api.auth import AuthInterceptor, load_auth, server_credentials
+from cronwheel.cluster.api.scheduler_service import SchedulerService
 from cronwheel.v1 import admin_pb2, admin_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
 if TYPE_CHECKING:

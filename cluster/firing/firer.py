@@ -29,8 +29,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronwheel.clock import Clock
+from cronwheel.cluster.firing.schedule_cache import SchedInfo, ScheduleCache
 from cronwheel.cluster.metrics import Metrics, observe_many
-from cronwheel.cluster.schedules import SchedInfo, ScheduleCache
 from cronwheel.cron import OverlapAction, decide_misfire, decide_overlap
 from cronwheel.errors import StaleEpoch, Unavailable
 from cronwheel.storage import (
@@ -44,7 +44,7 @@ from cronwheel.storage import (
 )
 from cronwheel.wheel import TimingWheel
 
-log = logging.getLogger("cronwheel.cluster.firer")
+log = logging.getLogger("cronwheel.cluster.firing.firer")
 
 # Wheel items: (partition, kind, id, tick_ts). kind "s" = cron schedule tick, "o" = one-off job.
 Item = tuple[int, str, uuid.UUID, float]

@@ -22,7 +22,7 @@ from cronwheel.errors import StaleEpoch, Unavailable
 from cronwheel.storage import PgStore
 from cronwheel.storage.queries import q
 
-log = logging.getLogger("cronwheel.cluster.reaper")
+log = logging.getLogger("cronwheel.cluster.dispatch.reaper")
 
 
 class Reaper:

@@ -41,11 +41,11 @@ from typing import Any
 import grpc
 
 from cronwheel import errors as e
-from cronwheel.cluster.grpc_errors import status_of
-from cronwheel.cluster.scheduling_values import text
+from cronwheel.cluster.api.grpc_errors import status_of
+from cronwheel.cluster.commands.values import text
 from cronwheel.errors import InvalidArgument
 
-log = logging.getLogger("cronwheel.cluster.auth")
+log = logging.getLogger("cronwheel.cluster.api.auth")
 
 PROTECTED_PREFIX = "/cronwheel.v1."
 ADMIN_ONLY = frozenset({"/cronwheel.v1.AdminService/ClusterStatus"})

@@ -37,13 +37,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cronwheel.clock import Clock
-from cronwheel.cluster.assignment import assign
-from cronwheel.cluster.etcd import KV, Etcd
-from cronwheel.cluster.partition_lease import Ownership, PartitionLeaseConfig, TrustWindow
+from cronwheel.cluster.coordination.assignment import assign
+from cronwheel.cluster.coordination.etcd import KV, Etcd
+from cronwheel.cluster.coordination.partition_lease import Ownership, PartitionLeaseConfig, TrustWindow
 from cronwheel.errors import Unavailable
 from cronwheel.storage import PgStore
 
-log = logging.getLogger("cronwheel.cluster.coordinator")
+log = logging.getLogger("cronwheel.cluster.coordination.coordinator")
 
 
 class OwnershipListener(Protocol):
