@@ -19,6 +19,7 @@ How it fails: driver errors are mapped once, here: unique violations become `Alr
 connections `Unavailable`; fencing failures are `StaleEpoch`. Callers never see psycopg errors.
 """
 
+from cronwheel.storage.db import Database, StoreConfig
 from cronwheel.storage.migrate import MigrateResult, migrate
 from cronwheel.storage.store import (
     FireBatchParams,
@@ -28,11 +29,11 @@ from cronwheel.storage.store import (
     PgStore,
     PlainTicks,
     ScheduleAdvance,
-    StoreConfig,
     Tick,
 )
 
 __all__ = [
+    "Database",
     "FireBatchParams",
     "FireBatchResult",
     "Fired",

@@ -17,40 +17,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
-from cronwheel.errors import AlreadyExists, StaleEpoch, Unavailable
+from cronwheel.errors import Unavailable
+from cronwheel.storage.db import Database, Row, stale_epoch
 from cronwheel.storage.ids import new_execution_id
 from cronwheel.storage.queries import q
-
-Row = dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class StoreConfig:
-    dsn: str
-    min_connections: int = 2
-    max_connections: int = 10
-    connect_timeout_s: float = 5.0
-
-    def validate(self) -> StoreConfig:
-        if not self.dsn:
-            raise ValueError("dsn is required")
-        if not 1 <= self.min_connections <= self.max_connections:
-            raise ValueError(
-                f"need 1 <= min_connections ({self.min_connections}) <= "
-                f"max_connections ({self.max_connections})"
-            )
-        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,78 +132,8 @@ async def _fire_ticks(conn: AsyncConnection[Any], partition: int, epoch: int,
     return int(row[0]), int(row[1]), bool(row[2])
 
 
-async def _stale_epoch(conn: AsyncConnection[Any], partition: int, epoch: int) -> StaleEpoch:
-    """The refusal of a write made under `epoch`, naming the partition's current epoch."""
-    cur = await conn.execute(q("current_epoch"), {"partition": partition})
-    row = await cur.fetchone()
-    return StaleEpoch(partition, epoch, int(row[0]) if row else None)
-
-
-def _map_errors(exc: psycopg.Error) -> Exception:
-    if isinstance(exc, psycopg.errors.UniqueViolation):
-        diag = exc.diag.constraint_name or "unique key"
-        return AlreadyExists("row", diag, f"already exists ({diag})")
-    if isinstance(exc, psycopg.OperationalError):
-        return Unavailable("postgres", str(exc).strip().splitlines()[0] if str(exc) else None)
-    return exc
-
-
-class PgStore:
-    """PostgreSQL via psycopg 3 and psycopg_pool. See the module docstring for fencing."""
-
-    def __init__(self, config: StoreConfig) -> None:
-        self.config = config.validate()
-        self._pool = AsyncConnectionPool(
-            config.dsn,
-            min_size=config.min_connections,
-            max_size=config.max_connections,
-            kwargs={"autocommit": True, "connect_timeout": int(config.connect_timeout_s)},
-            open=False,
-            timeout=config.connect_timeout_s * 2,
-            # No check on checkout: psycopg_pool sleeps 1, 2, 4 s between failed checks, which
-            # stalled firing for seconds after a server restart (chaos scenario
-            # postgres-restart-stalls-firing). A dead connection fails its caller once (the
-            # caller retries; the pool drops it), and `check_pool()` sweeps the idle ones when a
-            # restart is noticed.
-        )
-
-    async def open(self, wait: bool = True) -> PgStore:
-        try:
-            await self._pool.open(wait=wait, timeout=self.config.connect_timeout_s * 2)
-        except psycopg_pool_errors() as exc:
-            raise Unavailable("postgres", f"cannot connect: {exc}") from exc
-        return self
-
-    async def close(self) -> None:
-        await self._pool.close()
-
-    async def check_pool(self) -> None:
-        """Drop the idle connections a server restart killed (no backoff for callers)."""
-        try:
-            await self._pool.check()
-        except psycopg.Error as exc:
-            raise _map_errors(exc) from exc
-
-    async def __aenter__(self) -> PgStore:
-        return await self.open()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[AsyncConnection[Any]]:
-        try:
-            async with self._pool.connection() as conn:
-                yield conn
-        except psycopg.Error as exc:
-            raise _map_errors(exc) from exc
-        except psycopg_pool_errors() as exc:
-            raise Unavailable("postgres", str(exc)) from exc
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncConnection[Any]]:
-        async with self.connection() as conn, conn.transaction():
-            yield conn
+class PgStore(Database):
+    """PostgreSQL via psycopg 3 and psycopg_pool. See storage/db.py for fencing."""
 
     # ------------------------------------------------------------------ partitions & fencing
 
@@ -268,15 +176,6 @@ class PgStore:
         if row is None:
             raise Unavailable("postgres", "database is not migrated (run `cronwheel migrate`)")
         return int(row[0])
-
-    @asynccontextmanager
-    async def fenced(self, partition: int, epoch: int) -> AsyncIterator[AsyncConnection[Any]]:
-        """A transaction that may write for `partition` only while it still has `epoch`."""
-        async with self.transaction() as conn:
-            cur = await conn.execute(q("check_fence"), {"partition": partition, "epoch": epoch})
-            if await cur.fetchone() is None:
-                raise await _stale_epoch(conn, partition, epoch)
-            yield conn
 
     # ------------------------------------------------------------------ firing
 
@@ -361,7 +260,7 @@ class PgStore:
         async with self.connection() as conn:
             adv, inserted, fenced = await _fire_ticks(conn, partition, epoch, plain)
             if not fenced:
-                raise await _stale_epoch(conn, partition, epoch)
+                raise await stale_epoch(conn, partition, epoch)
         return FireBatchResult((), adv - inserted, adv, inserted, len(plain.schedule_ids) - adv)
 
     async def notify_queued(self, payload: str) -> None:
@@ -419,9 +318,3 @@ class PgStore:
             return
         async with self.connection() as c:
             await c.execute(q("insert_event"), params)
-
-
-def psycopg_pool_errors() -> tuple[type[Exception], ...]:
-    import psycopg_pool
-
-    return (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)

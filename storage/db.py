@@ -1,0 +1,128 @@
+"""The base of the storage port: a psycopg pool, transactions, the fence, one error choke point.
+
+Domain ports (`storage/firing.py`, `storage/dispatch.py`, ...) take a `Database` and add one
+typed method per query; `PgStore` composes them. Nothing outside `storage/` imports psycopg.
+
+Fencing. Writes made on behalf of a partition owner run inside `fenced(partition, epoch)`: the
+transaction's first statement share-locks the partition row and checks it still carries the
+caller's epoch (else `StaleEpoch`, nothing written). `record_epoch()` (the acquisition update)
+conflicts with that lock, so a new owner's epoch cannot land in the middle of an old owner's
+batch, and once it has landed every later fenced transaction of the old owner fails its check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Self
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from cronwheel.errors import StaleEpoch, Unavailable
+from cronwheel.storage.errors import map_error
+from cronwheel.storage.queries import q
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    dsn: str
+    min_connections: int = 2
+    max_connections: int = 10
+    connect_timeout_s: float = 5.0
+
+    def validate(self) -> StoreConfig:
+        if not self.dsn:
+            raise ValueError("dsn is required")
+        if not 1 <= self.min_connections <= self.max_connections:
+            raise ValueError(
+                f"need 1 <= min_connections ({self.min_connections}) <= "
+                f"max_connections ({self.max_connections})"
+            )
+        return self
+
+
+async def stale_epoch(conn: AsyncConnection[Any], partition: int, epoch: int) -> StaleEpoch:
+    """The refusal of a write made under `epoch`, naming the partition's current epoch."""
+    cur = await conn.execute(q("current_epoch"), {"partition": partition})
+    row = await cur.fetchone()
+    return StaleEpoch(partition, epoch, int(row[0]) if row else None)
+
+
+class Database:
+    """The connection pool and the three ways to borrow from it: `connection()`, `transaction()`,
+    `fenced(partition, epoch)`. Every psycopg error raised inside them leaves as a cronwheel
+    error (`storage.errors.map_error`, the one choke point). Task-safe: shared by a whole node."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config.validate()
+        self._pool = AsyncConnectionPool(
+            config.dsn,
+            min_size=config.min_connections,
+            max_size=config.max_connections,
+            kwargs={"autocommit": True, "connect_timeout": int(config.connect_timeout_s)},
+            open=False,
+            timeout=config.connect_timeout_s * 2,
+            # No check on checkout: psycopg_pool sleeps 1, 2, 4 s between failed checks, which
+            # stalled firing for seconds after a server restart (chaos scenario
+            # postgres-restart-stalls-firing). A dead connection fails its caller once (the
+            # caller retries; the pool drops it), and `check_pool()` sweeps the idle ones when a
+            # restart is noticed.
+        )
+
+    async def open(self, wait: bool = True) -> Self:
+        try:
+            await self._pool.open(wait=wait, timeout=self.config.connect_timeout_s * 2)
+        except psycopg_pool_errors() as exc:
+            raise Unavailable("postgres", f"cannot connect: {exc}") from exc
+        return self
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def check_pool(self) -> None:
+        """Drop the idle connections a server restart killed (no backoff for callers)."""
+        try:
+            await self._pool.check()
+        except psycopg.Error as exc:
+            raise map_error(exc) from exc
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConnection[Any]]:
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise map_error(exc) from exc
+        except psycopg_pool_errors() as exc:
+            raise Unavailable("postgres", str(exc)) from exc
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection[Any]]:
+        async with self.connection() as conn, conn.transaction():
+            yield conn
+
+    @asynccontextmanager
+    async def fenced(self, partition: int, epoch: int) -> AsyncIterator[AsyncConnection[Any]]:
+        """A transaction that may write for `partition` only while it still has `epoch`."""
+        async with self.transaction() as conn:
+            cur = await conn.execute(q("check_fence"), {"partition": partition, "epoch": epoch})
+            if await cur.fetchone() is None:
+                raise await stale_epoch(conn, partition, epoch)
+            yield conn
+
+
+def psycopg_pool_errors() -> tuple[type[Exception], ...]:
+    import psycopg_pool
+
+    return (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)
