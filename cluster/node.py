@@ -161,7 +161,7 @@ class Node:
             self.config.lease, self.listeners, ignore_local_trust=self.config.ignore_local_trust,
         )
         self.firer = Firer(
-            self.store, self.clock, self.config.firing,
+            self.store.firing, self.clock, self.config.firing,
             epoch_if_trusted=self.coordinator.epoch_if_trusted,
             on_stale=self.coordinator.partition_stale,
             on_fired=lambda fired: self.dispatcher.wake(),

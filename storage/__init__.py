@@ -20,23 +20,29 @@ connections `Unavailable`; fencing failures are `StaleEpoch`. Callers never see 
 """
 
 from cronwheel.storage.db import Database, StoreConfig
-from cronwheel.storage.migrate import MigrateResult, migrate
-from cronwheel.storage.store import (
+from cronwheel.storage.firing import (
+    DueOneoff,
+    DueSchedule,
     FireBatchParams,
     FireBatchResult,
     Fired,
+    FiringPort,
     PartitionEvent,
-    PgStore,
     PlainTicks,
     ScheduleAdvance,
     Tick,
 )
+from cronwheel.storage.migrate import MigrateResult, migrate
+from cronwheel.storage.store import PgStore
 
 __all__ = [
     "Database",
+    "DueOneoff",
+    "DueSchedule",
     "FireBatchParams",
     "FireBatchResult",
     "Fired",
+    "FiringPort",
     "PartitionEvent",
     "MigrateResult",
     "PgStore",

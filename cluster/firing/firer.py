@@ -12,6 +12,18 @@ batches, keep the horizon extended, and follow changes.
     change  -> `reload(p, kind, id)` re-reads one schedule or job (NOTIFY from the API)
     lose p  -> drop its timers at once; release p -> finish its in-flight batch, then drop
 
+A batch write has three outcomes (`WriteOutcome`): WRITTEN (committed: arm the next ticks),
+RETRY (not written, the partition is still ours: PostgreSQL away, or the lease's trust window
+lapsed and may come back; re-arm the same entries) and LOST (the partition is not ours: drop).
+Only WRITTEN moves anything forward, and the database refuses to move a schedule's cursor from
+any tick but the one the batch recorded (storage/firing.py, the fire guard), so no tick is lost
+silently whatever the order of trust lapses, keepalives and drops.
+
+Time comes from the injected Clock only (waits, backoff, the extender), so a FakeClock test
+drives the whole loop. Background work (preloads, the NOTIFY announcer) runs in the TaskGroup
+that `run()` owns: expected errors (Unavailable) are handled where they occur; any other error
+ends the group and takes the node down.
+
 Not thread-safe: everything runs on the node's event loop. The wheel is touched only here.
 Every decision about ticks is made by cronwheel.cron (pure); this module executes them.
 """
@@ -23,9 +35,10 @@ import dataclasses
 import logging
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from cronwheel.clock import Clock
@@ -34,10 +47,12 @@ from cronwheel.cluster.metrics import Metrics, observe_many
 from cronwheel.cron import OverlapAction, decide_misfire, decide_overlap
 from cronwheel.errors import StaleEpoch, Unavailable
 from cronwheel.storage import (
+    DueSchedule,
     FireBatchParams,
+    FireBatchResult,
     Fired,
+    FiringPort,
     PartitionEvent,
-    PgStore,
     PlainTicks,
     ScheduleAdvance,
     Tick,
@@ -80,6 +95,14 @@ class PartitionState:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
+class WriteOutcome(StrEnum):
+    """What became of one fire batch (a decision value: the caller acts on it, never guesses)."""
+
+    WRITTEN = "written"  # committed: the next ticks may be armed
+    RETRY = "retry"  # not written, partition still ours: re-arm the same entries
+    LOST = "lost"  # not written, partition not ours any more: drop the entries
+
+
 def utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
@@ -95,7 +118,7 @@ class FireStats:
 class Firer:
     def __init__(
         self,
-        store: PgStore,
+        firing: FiringPort,
         clock: Clock,
         config: FiringConfig,
         epoch_if_trusted: Callable[[int], int | None],
@@ -104,7 +127,7 @@ class Firer:
         metrics: Metrics | None = None,
     ) -> None:
         self.metrics = metrics
-        self.store = store
+        self.firing = firing
         self.clock = clock
         self.config = config.validate()
         self.epoch_if_trusted = epoch_if_trusted
@@ -116,12 +139,14 @@ class Firer:
         self.stats = FireStats()
         self._wake = asyncio.Event()
         self._sem = asyncio.Semaphore(config.parallel_batches)
-        self._loads: set[asyncio.Task[None]] = set()
+        # Background work goes into run()'s TaskGroup; what is spawned before run() starts waits here.
+        self._tg: asyncio.TaskGroup | None = None
+        self._pending: list[tuple[Callable[[], Coroutine[Any, Any, None]], str]] = []
+        self._announcing = False  # an announcer task is scheduled or running
         # When the fire loop sleeps, until when (-inf while it is awake): an insert earlier than
         # that wakes it. Comparing with wheel.next_deadline() per insert cost 9% of a preload.
         self._sleeping_until = float("-inf")
         self._announce_due = False  # queued runs committed since the last NOTIFY went out
-        self._announcer: asyncio.Task[None] | None = None
         self.recent_lags: deque[float] = deque(maxlen=10_000)  # for ClusterStatus percentiles
 
     # ------------------------------------------------------------------ ownership hooks
@@ -131,10 +156,14 @@ class Firer:
         self.parts[partition] = st
         # Loaded in the background, retried while PostgreSQL is away: the coordinator is not held
         # up, and nothing fires for the partition before its first load.
-        task = asyncio.get_running_loop().create_task(self._initial_load(partition, st),
-                                                      name=f"preload-{partition}")
-        self._loads.add(task)
-        task.add_done_callback(self._loads.discard)
+        self._spawn(lambda: self._initial_load(partition, st), f"preload-{partition}")
+
+    def _spawn(self, start: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        """Run `start()` in the firer's TaskGroup (an unexpected error there ends the group)."""
+        if self._tg is None:
+            self._pending.append((start, name))
+        else:
+            self._tg.create_task(start(), name=name)
 
     async def _initial_load(self, p: int, st: PartitionState) -> None:
         delay = self.config.retry_after_s
@@ -147,7 +176,7 @@ class Firer:
             except Unavailable as exc:
                 log.warning("preload deferred", extra={"event": "preload_deferred", "partition": p,
                                                        "error": str(exc)})
-                await asyncio.sleep(delay)
+                await self.clock.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
     async def partition_releasing(self, partition: int, epoch: int) -> None:
@@ -172,29 +201,28 @@ class Firer:
 
     async def _load(self, p: int, st: PartitionState, horizon: float, full: bool) -> None:
         after = None if full else utc(st.loaded_until)
-        params = {"partition": p, "horizon": utc(horizon), "after": after}
-        misfired = []
+        misfired: list[tuple[SchedInfo, DueSchedule]] = []
         # Streamed in chunks, yielding between them: a big preload must not starve the lease.
-        async for rows in self.store.stream("due_schedules", params):
+        async for rows in self.firing.due_schedules(p, utc(horizon), after):
             if self.parts.get(p) is not st:
                 return
             now = self.clock.now_ts()
             for r in rows:
                 info = self.schedules.put(p, r)
-                if info is None:
+                if info is None or r.next_run_at is None:
                     continue
-                tick = r["next_run_at"].timestamp()
+                tick = r.next_run_at.timestamp()
                 if tick < now - self.config.misfire_grace_s:
                     misfired.append((info, r))
                 else:
                     self._insert(st, p, info.id, tick, info.run_at(tick))
             await asyncio.sleep(0)
-        async for rows in self.store.stream("due_oneoffs", params):
+        async for oneoffs in self.firing.due_oneoffs(p, utc(horizon), after):
             if self.parts.get(p) is not st:
                 return
-            for o in rows:
-                ts = o["run_at"].timestamp()
-                self._insert(st, p, o["id"], ts, ts, kind="o")
+            for o in oneoffs:
+                ts = o.run_at.timestamp()
+                self._insert(st, p, o.id, ts, ts, kind="o")
             await asyncio.sleep(0)
         st.loaded_until = max(st.loaded_until, horizon)
         for i in range(0, len(misfired), self.config.batch_size):
@@ -209,7 +237,7 @@ class Firer:
         if run_at < self._sleeping_until:  # earlier than the fire loop means to wake: wake it now
             self._wake.set()
 
-    async def _apply_misfires(self, p: int, st: PartitionState, misfired: list[tuple[SchedInfo, dict[str, Any]]],
+    async def _apply_misfires(self, p: int, st: PartitionState, misfired: list[tuple[SchedInfo, DueSchedule]],
                               now: float) -> None:
         """Schedules whose tick passed while nobody owned them: each gets its misfire policy."""
         cutoff = utc(now - self.config.misfire_grace_s)
@@ -218,12 +246,17 @@ class Firer:
         events: list[PartitionEvent] = []
         nexts: list[tuple[SchedInfo, float]] = []
         for info, r in misfired:
-            first = r["next_run_at"]
+            first = r.next_run_at
+            assert first is not None  # due rows have a tick
             d = decide_misfire(info.cron, first - timedelta(seconds=1), cutoff, info.misfire, info.max_catch_up)
+            # Every record names the cursor the decision started from (`first`): the database
+            # writes them only while the schedule is still there, unedited and unpaused.
             for t in d.fire:
-                ticks.append(Tick(info.id, t, utc(info.run_at(t.timestamp())), trigger="catch_up"))
+                ticks.append(Tick(info.id, t, utc(info.run_at(t.timestamp())), trigger="catch_up",
+                                  version=info.version, cursor=first))
             for t in d.skipped:
-                ticks.append(Tick(info.id, t, t, state="skipped", state_reason=f"misfire:{info.misfire}"))
+                ticks.append(Tick(info.id, t, t, state="skipped", state_reason=f"misfire:{info.misfire}",
+                                  version=info.version, cursor=first))
             if d.skipped_count or d.refused_count:
                 events.append(PartitionEvent(
                     "misfire_refused" if d.refused_count else "misfire_skipped", info.id, d.alert,
@@ -233,18 +266,18 @@ class Firer:
                      "max_catch_up": info.max_catch_up, "counts_are_lower_bounds": d.counts_are_lower_bounds},
                 ))
             nxt = info.cron.next_after(cutoff)
-            advances.append(ScheduleAdvance(info.id, nxt, d.latest_missed, info.version))
+            advances.append(ScheduleAdvance(info.id, nxt, d.latest_missed, info.version, cursor=first))
             nexts.append((info, nxt.timestamp()))
-        params = FireBatchParams(p, st.epoch, ticks=ticks, advances=advances, events=events)
+        params = FireBatchParams(p, st.epoch, ticks=ticks, advances=advances, events=events, now=self.clock.now())
         delay = self.config.retry_after_s
-        # The misfire records must land before the next tick is armed: firing that tick would
-        # advance the schedule past the missed ones and they would vanish without a record.
-        while not await self._write(p, st, params):
+        # The misfire records must land before the next tick is armed (and the database refuses
+        # to advance the cursor from anything but `first`, so the next tick could not skip them).
+        while (outcome := await self._write(p, st, params)) is WriteOutcome.RETRY:
             if self.parts.get(p) is not st:
                 return
-            await asyncio.sleep(delay)
+            await self.clock.sleep(delay)
             delay = min(delay * 2, 5.0)
-        if self.parts.get(p) is st:
+        if outcome is WriteOutcome.WRITTEN and self.parts.get(p) is st:
             for info, nxt in nexts:
                 if nxt <= st.loaded_until:
                     self._insert(st, p, info.id, nxt, info.run_at(nxt))
@@ -260,20 +293,20 @@ class Firer:
                 self.wheel.cancel(h)
             if kind == "s":
                 self.schedules.forget(ident)
-                r = await self.store.fetch_one("schedule_for_fire", {"id": ident})
-                if r is None or r["next_run_at"] is None or self.parts.get(p) is not st:
+                r = await self.firing.schedule_for_fire(ident)
+                if r is None or r.next_run_at is None or self.parts.get(p) is not st:
                     return
                 info = self.schedules.put(p, r)
-                tick = r["next_run_at"].timestamp()
+                tick = r.next_run_at.timestamp()
                 if info is not None and tick <= st.loaded_until:
                     if tick < self.clock.now_ts() - self.config.misfire_grace_s:
                         await self._apply_misfires(p, st, [(info, r)], self.clock.now_ts())
                     else:
                         self._insert(st, p, ident, tick, info.run_at(tick))
             else:
-                r = await self.store.fetch_one("oneoff_for_fire", {"id": ident})
-                if r is not None and self.parts.get(p) is st and r["run_at"].timestamp() <= st.loaded_until:
-                    ts = r["run_at"].timestamp()
+                o = await self.firing.oneoff_for_fire(ident)
+                if o is not None and self.parts.get(p) is st and o.run_at.timestamp() <= st.loaded_until:
+                    ts = o.run_at.timestamp()
                     self._insert(st, p, ident, ts, ts, kind="o")
 
     async def resync(self) -> None:
@@ -290,13 +323,22 @@ class Firer:
     # ------------------------------------------------------------------ loops
 
     async def run(self) -> None:
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._fire_loop(), name="fire-loop")
-            tg.create_task(self._extend_loop(), name="horizon-extender")
+        """The fire loop, the horizon extender and every background task of the firer, in one
+        TaskGroup: a failure of any of them ends run() (and the node) instead of vanishing."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                pending, self._pending = self._pending, []
+                for start, name in pending:
+                    tg.create_task(start(), name=name)
+                tg.create_task(self._fire_loop(), name="fire-loop")
+                tg.create_task(self._extend_loop(), name="horizon-extender")
+        finally:
+            self._tg = None
 
     async def _extend_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.config.extend_every_s)
+            await self.clock.sleep(self.config.extend_every_s)
             horizon = self.clock.now_ts() + self.config.horizon_s
             for p, st in list(self.parts.items()):
                 try:
@@ -319,10 +361,7 @@ class Firer:
             now = self.clock.now_ts()
             delay = 1.0 if nd is None else min(1.0, max(nd - now, tick / 2))
             self._sleeping_until = now + delay
-            try:
-                await asyncio.wait_for(self._wake.wait(), delay)
-            except TimeoutError:
-                pass
+            await self.clock.wait(self._wake, delay)
             self._sleeping_until = float("-inf")  # awake: the loop advances the wheel next anyway
 
     async def _fire_due(self, due: list[Item]) -> None:
@@ -374,34 +413,41 @@ class Firer:
                 plain.versions.append(info.version)
             else:
                 tick = utc(tick_ts)
-                ticks.append(Tick(ident, tick, utc(info.run_at(tick_ts))))
-                advances[ident] = ScheduleAdvance(ident, utc(nxt), tick, info.version)
+                ticks.append(Tick(ident, tick, utc(info.run_at(tick_ts)), version=info.version, cursor=tick))
+                advances[ident] = ScheduleAdvance(ident, utc(nxt), tick, info.version, cursor=tick)
         params = FireBatchParams(p, st.epoch, ticks=ticks, advances=list(advances.values()), oneoff_ids=oneoffs,
-                                 plain=plain)
-        ok = await self._write(p, st, params, overlap=bool(ticks))
-        if not ok:
-            if self.parts.get(p) is st:  # transient: try the same entries again shortly
+                                 plain=plain, now=self.clock.now())
+        outcome = await self._write(p, st, params)
+        if outcome is WriteOutcome.LOST:
+            return  # the partition is (being) dropped; its next owner loads the cursors as they are
+        if outcome is WriteOutcome.RETRY:
+            if self.parts.get(p) is st:  # not written: the same entries again shortly
                 retry_at = self.clock.now_ts() + self.config.retry_after_s
                 for it in chunk:
                     self._insert(st, p, it[2], it[3], retry_at, kind=it[1])
             return
+        # Arming every schedule's next tick is safe even where the guard refused the write: that
+        # tick fires only if the database's cursor has reached it (compare-and-set).
         for ident, (info, nxt) in nexts.items():
             if nxt <= st.loaded_until and self.schedules.get(ident) is info:
                 self._insert(st, p, ident, nxt, info.run_at(nxt))
 
-    async def _write(self, p: int, st: PartitionState, params: FireBatchParams, overlap: bool = False) -> bool:
+    async def _write(self, p: int, st: PartitionState, params: FireBatchParams) -> WriteOutcome:
         epoch = self.epoch_if_trusted(p)
-        if epoch is None or epoch != st.epoch:
-            return True  # not ours to act on any more: the partition will be dropped
+        if epoch is None:
+            # Trust lapsed (no keepalive answer within the window). Not written; it may come back
+            # before the partition is dropped, and then these same entries must fire.
+            return WriteOutcome.RETRY if self.parts.get(p) is st else WriteOutcome.LOST
+        if epoch != st.epoch:
+            return WriteOutcome.LOST  # held under another epoch now: this state is history
         try:
             if params.only_plain:
                 assert params.plain is not None
-                res = await self.store.fire_plain(p, st.epoch, params.plain)
+                res = await self.firing.fire_plain(p, st.epoch, params.plain, params.now)
             else:
-                async with self.store.fenced(p, st.epoch) as conn:
-                    if overlap:
-                        params = await self._apply_overlap(conn, params)
-                    res = await self.store.write_fire(conn, params)
+                policed = list({t.schedule_id for t in params.ticks
+                                if self._overlap_of(t.schedule_id) not in (None, "allow")})
+                res = await self.firing.fire(params, policed, self._decide_overlap)
         except StaleEpoch as exc:
             self.stats.stale_epoch += 1
             if self.metrics is not None:
@@ -413,10 +459,14 @@ class Firer:
             if self.parts.get(p) is st:
                 self._drop(p)
                 self.on_stale(p, st.epoch)
-            return True
+            return WriteOutcome.LOST
         except Unavailable as exc:
             log.warning("fire deferred", extra={"event": "fire_deferred", "partition": p, "error": str(exc)})
-            return False
+            return WriteOutcome.RETRY if self.parts.get(p) is st else WriteOutcome.LOST
+        self._written(params, res)
+        return WriteOutcome.WRITTEN
+
+    def _written(self, params: FireBatchParams, res: FireBatchResult) -> None:
         self.stats.fired += len(res.fired) + res.plain_inserted
         now = self.clock.now_ts()
         lags = [now - f.run_at.timestamp() for f in res.fired]
@@ -431,30 +481,30 @@ class Firer:
             self._announce()
         if (res.fired or res.plain_inserted) and self.on_fired is not None:
             self.on_fired(list(res.fired))
-        return True
 
     def _announce(self) -> None:
         """Tell other nodes' workers that runs were queued: one NOTIFY after commit for however
         many batches committed meanwhile (this node's own workers are woken by on_fired)."""
         self._announce_due = True
-        if self._announcer is None or self._announcer.done():
-            self._announcer = asyncio.create_task(self._announce_loop(), name="firer-announce")
+        if not self._announcing:
+            self._announcing = True
+            self._spawn(self._announce_loop, "firer-announce")
 
     async def _announce_loop(self) -> None:
-        while self._announce_due:
-            self._announce_due = False
-            try:
-                await self.store.notify_queued("fired")
-            except Unavailable as exc:  # other nodes' fallback poll picks the runs up
-                log.warning("notify deferred", extra={"event": "notify_deferred", "error": str(exc)})
-                return
+        try:
+            while self._announce_due:
+                self._announce_due = False
+                try:
+                    await self.firing.notify_queued("fired")
+                except Unavailable as exc:  # other nodes' fallback poll picks the runs up
+                    log.warning("notify deferred", extra={"event": "notify_deferred", "error": str(exc)})
+                    return
+        finally:
+            self._announcing = False
 
-    async def _apply_overlap(self, conn: Any, params: FireBatchParams) -> FireBatchParams:
-        policed = [t for t in params.ticks if self._overlap_of(t.schedule_id) not in (None, "allow")]
-        if not policed:
-            return params
-        counts = await self.store.active_counts(conn, params.partition, params.epoch,
-                                                list({t.schedule_id for t in policed}))
+    def _decide_overlap(self, params: FireBatchParams, counts: dict[uuid.UUID, tuple[int, int]]) -> FireBatchParams:
+        """Inside the fire transaction, from the active runs read under the fence: each policed
+        tick starts, is recorded as skipped, replaces the running one, or is buffered."""
         ticks: list[Tick] = []
         replace: list[uuid.UUID] = []
         for t in params.ticks:
@@ -468,12 +518,12 @@ class Firer:
                 ticks.append(t)
             elif d.action is OverlapAction.SKIP:
                 self.stats.skipped_overlap += 1
-                ticks.append(Tick(t.schedule_id, t.scheduled_for, t.run_at, "skipped", f"overlap: {d.reason}"))
+                ticks.append(dataclasses.replace(t, state="skipped", state_reason=f"overlap: {d.reason}"))
             elif d.action is OverlapAction.CANCEL_RUNNING_THEN_START:
                 replace.append(t.schedule_id)
                 ticks.append(t)
             else:
-                ticks.append(Tick(t.schedule_id, t.scheduled_for, t.run_at, "scheduled", "buffered"))
+                ticks.append(dataclasses.replace(t, state="scheduled", state_reason="buffered"))
             counts[t.schedule_id] = (running + (d.action is not OverlapAction.SKIP), buffered)
         return dataclasses.replace(params, ticks=ticks, replace_schedule_ids=replace)
 

@@ -29,8 +29,9 @@ SELECT id, run_at FROM executions
  ORDER BY run_at;
 
 -- name: oneoff_for_fire
--- One one-off execution as the firing path sees it (after a change notification).
-SELECT id, run_at, partition FROM executions
+-- One one-off execution as the firing path sees it (after a change notification); same columns
+-- as due_oneoffs.
+SELECT id, run_at FROM executions
  WHERE id = %(id)s AND state = 'scheduled' AND state_reason IS DISTINCT FROM 'buffered';
 
 -- name: active_counts
@@ -57,27 +58,36 @@ UPDATE executions
 RETURNING id;
 
 -- name: fire_executions
--- Fenced: insert the executions of fired cron ticks; a tick already fired is left alone.
+-- Fenced: insert the executions (or skip records) of fired cron ticks, each only while its
+-- schedule passes the fire guard (the same three predicates as `advance_schedules` and
+-- `fire_ticks_fenced`: still at the version it was loaded with, not paused or deleted, and its
+-- cursor `next_run_at` still at the tick this decision was made from); a tick already fired is
+-- left alone. `fired_at` is the database's commit-time evidence (clock_timestamp(), not the
+-- node's clock): the chaos checker compares it with the ownership history the database keeps.
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, state_reason, trigger, max_attempts, retry_initial_s,
                         retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
 SELECT v.id, s.id, s.tenant, s.job_type, s.payload, s.partition, v.scheduled_for, v.run_at,
        s.priority, v.state, v.state_reason, v.trigger, s.max_attempts, s.retry_initial_s,
        s.retry_multiplier, s.retry_max_s, s.timeout_s, %(epoch)s, clock_timestamp(),
-       CASE WHEN v.state = 'queued' THEN now() END
+       CASE WHEN v.state = 'queued' THEN coalesce(%(now)s::timestamptz, now()) END
   FROM unnest(%(ids)s::uuid[], %(schedule_ids)s::uuid[], %(scheduled_fors)s::timestamptz[],
               %(run_ats)s::timestamptz[], %(states)s::text[], %(state_reasons)s::text[],
-              %(triggers)s::text[])
-       AS v(id, schedule_id, scheduled_for, run_at, state, state_reason, trigger)
+              %(triggers)s::text[], %(versions)s::bigint[], %(cursors)s::timestamptz[])
+       AS v(id, schedule_id, scheduled_for, run_at, state, state_reason, trigger, version, cursor)
   JOIN schedules AS s ON s.id = v.schedule_id AND s.partition = %(partition)s
- WHERE EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+  JOIN schedule_due AS d ON d.schedule_id = v.schedule_id
+ WHERE s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = v.cursor
+   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
 ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
 RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;
 
 -- name: queue_oneoffs
--- Fenced: move due one-off jobs from scheduled to queued.
+-- Fenced: move due one-off jobs from scheduled to queued (fired_at: database time, see
+-- fire_executions).
 UPDATE executions
-   SET state = 'queued', queued_at = now(), fired_at = clock_timestamp(), fired_epoch = %(epoch)s
+   SET state = 'queued', queued_at = coalesce(%(now)s::timestamptz, now()), fired_at = clock_timestamp(),
+       fired_epoch = %(epoch)s
  WHERE id = ANY(%(ids)s::uuid[]) AND partition = %(partition)s AND state = 'scheduled'
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
 RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;
@@ -87,15 +97,15 @@ RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;
 SELECT pg_notify('cronwheel_queued', %(payload)s);
 
 -- name: fire_ticks_fenced
--- Fenced fast path for plain cron ticks: in ONE statement, advance each schedule that is still
--- at the version it was loaded with (and not paused or deleted) and insert the execution of its
--- tick; a tick that already has one is left alone (its schedule still advances). Times are Unix
--- seconds (float8). The fence is part of the statement, so it can be a whole transaction of its
--- own (PgStore.fire_plain, one round trip per batch): `fence` share-locks the partition row
--- while it carries our epoch, before any schedule is touched (adv's condition reads it first),
--- and holds it to commit, so an epoch bump waits for this batch exactly as it waits for a
--- `fenced()` transaction; `fenced` = 0 means the epoch is stale and nothing was written.
--- Inside `fenced()` (write_fire's mixed batches) the lock is already held and `fenced` is 1.
+-- Fenced fast path for plain cron ticks, ONE statement: advance each schedule that passes the fire
+-- guard (version as loaded, not paused or deleted, cursor next_run_at still AT this tick: a
+-- compare-and-set on the row already joined) and insert its tick's execution; a tick that has one
+-- is left alone (the schedule still advances). Times are Unix seconds. The fence is in the
+-- statement, so it is a whole transaction (PgStore.fire_plain): `fence` share-locks the partition
+-- row while it carries our epoch, before any schedule is touched, to commit, so an epoch bump
+-- waits for this batch as for `fenced()`; `fenced` = 0: stale epoch, nothing written (inside
+-- `fenced()` it is 1). fired_at = clock_timestamp(): database commit evidence for the chaos
+-- checker; queued_at is the node's decision, %(now)s. See storage/firing.py.
 WITH fence AS (
     SELECT epoch FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s FOR SHARE
 ), v AS (
@@ -106,8 +116,8 @@ WITH fence AS (
     UPDATE schedule_due AS d
        SET next_run_at = to_timestamp(v.next_ts), last_scheduled_for = to_timestamp(v.tick)
       FROM v JOIN schedules AS s ON s.id = v.schedule_id
-     WHERE d.schedule_id = v.schedule_id AND d.partition = %(partition)s AND s.version = v.version
-       AND NOT s.paused AND s.deleted_at IS NULL
+     WHERE d.schedule_id = v.schedule_id AND d.partition = %(partition)s
+       AND s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = to_timestamp(v.tick)
        AND EXISTS (SELECT 1 FROM fence)
     RETURNING s.id, s.tenant, s.job_type, s.payload, s.priority, s.max_attempts, s.retry_initial_s,
               s.retry_multiplier, s.retry_max_s, s.timeout_s, v.tick, v.run_at
@@ -118,7 +128,7 @@ WITH fence AS (
     SELECT cronwheel_uuid7(), adv.id, adv.tenant, adv.job_type, adv.payload, %(partition)s,
            to_timestamp(adv.tick), to_timestamp(adv.run_at), adv.priority, 'queued', 'cron',
            adv.max_attempts, adv.retry_initial_s, adv.retry_multiplier, adv.retry_max_s, adv.timeout_s,
-           %(epoch)s, clock_timestamp(), now()
+           %(epoch)s, clock_timestamp(), coalesce(%(now)s::timestamptz, now())
       FROM adv
     ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
     RETURNING 1

@@ -37,22 +37,27 @@ SELECT s.id, s.cron, s.timezone, s.dst_gap, s.dst_repeated, d.next_run_at, d.las
  ORDER BY d.next_run_at;
 
 -- name: schedule_for_fire
--- One schedule as the firing path sees it (after a change notification); NULL if gone.
+-- One schedule as the firing path sees it (after a change notification); NULL if gone. Same
+-- columns as due_schedules (both decode into storage.firing.DueSchedule).
 SELECT s.id, s.cron, s.timezone, s.dst_gap, s.dst_repeated, d.next_run_at, d.last_scheduled_for,
-       s.misfire_policy, s.max_catch_up, s.overlap_policy, s.jitter_s, s.version, s.partition
+       s.misfire_policy, s.max_catch_up, s.overlap_policy, s.jitter_s, s.version
   FROM schedules s JOIN schedule_due d ON d.schedule_id = s.id
  WHERE s.id = %(id)s AND NOT s.paused AND s.deleted_at IS NULL;
 
 -- name: advance_schedules
--- Fenced: move fired cron schedules to their next tick, in the fire transaction. A schedule
--- updated since it was loaded (version moved) is left to its new definition.
+-- Fenced: move fired cron schedules to their next tick, in the fire transaction, each only while
+-- it passes the fire guard (same predicates as `fire_executions`): a schedule updated, paused or
+-- deleted since it was loaded is left to its new definition, and the cursor is a compare-and-set
+-- (`next_run_at` must still be the tick the decision was made from), so no advance skips a tick
+-- it did not record.
 UPDATE schedule_due AS d
    SET next_run_at = v.next_run_at, last_scheduled_for = v.last_scheduled_for
   FROM unnest(%(ids)s::uuid[], %(next_run_ats)s::timestamptz[], %(last_scheduled_fors)s::timestamptz[],
-              %(versions)s::bigint[])
-       AS v(id, next_run_at, last_scheduled_for, version)
+              %(versions)s::bigint[], %(cursors)s::timestamptz[])
+       AS v(id, next_run_at, last_scheduled_for, version, cursor)
   JOIN schedules AS s ON s.id = v.id
- WHERE d.schedule_id = v.id AND d.partition = %(partition)s AND s.version = v.version
+ WHERE d.schedule_id = v.id AND d.partition = %(partition)s
+   AND s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = v.cursor
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
 RETURNING d.schedule_id;
 
