@@ -10,10 +10,10 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from cronwheel.cron import CronSchedule, DstPolicy, jitter_offset_s, parse_dst_policy, parse_schedule, uses_hash
 from cronwheel.errors import InvalidArgument
+from cronwheel.storage import DueSchedule
 
 
 @lru_cache(maxsize=65536)
@@ -47,31 +47,52 @@ class SchedInfo:
 
 
 class ScheduleCache:
-    """schedule id -> SchedInfo for the schedules in the wheel. Not task-safe (firer only)."""
+    """schedule id -> SchedInfo for the schedules in the wheel, indexed by partition too, so that
+    dropping a partition (a trust lapse drops them all) costs that partition's schedules only,
+    not a scan of the whole cache per partition. Not task-safe (firer only)."""
 
     def __init__(self) -> None:
         self._by_id: dict[uuid.UUID, SchedInfo] = {}
+        self._by_partition: dict[int, set[uuid.UUID]] = {}
 
-    def put(self, partition: int, row: dict[str, Any]) -> SchedInfo | None:
+    def put(self, partition: int, row: DueSchedule) -> SchedInfo | None:
         try:
-            cron = cron_for(row["cron"], row["timezone"], row["dst_gap"], row["dst_repeated"], row["id"])
+            cron = cron_for(row.cron, row.timezone, row.dst_gap, row.dst_repeated, row.id)
         except InvalidArgument:
             # Validated at the API; a row edited by hand into nonsense is skipped, not fatal.
+            self.forget(row.id)
             return None
-        info = SchedInfo(row["id"], partition, cron, float(row["jitter_s"] or 0), row["misfire_policy"],
-                         int(row["max_catch_up"]), row["overlap_policy"], int(row["version"]))
+        info = SchedInfo(row.id, partition, cron, float(row.jitter_s or 0), row.misfire_policy,
+                         int(row.max_catch_up), row.overlap_policy, int(row.version))
+        old = self._by_id.get(info.id)
+        if old is not None and old.partition != partition:
+            self._unindex(old)
         self._by_id[info.id] = info
+        self._by_partition.setdefault(partition, set()).add(info.id)
         return info
 
     def get(self, sid: uuid.UUID) -> SchedInfo | None:
         return self._by_id.get(sid)
 
     def forget(self, sid: uuid.UUID) -> None:
-        self._by_id.pop(sid, None)
+        info = self._by_id.pop(sid, None)
+        if info is not None:
+            self._unindex(info)
+
+    def _unindex(self, info: SchedInfo) -> None:
+        ids = self._by_partition.get(info.partition)
+        if ids is not None:
+            ids.discard(info.id)
+            if not ids:
+                del self._by_partition[info.partition]
 
     def drop_partition(self, partition: int) -> None:
-        for sid in [s for s, i in self._by_id.items() if i.partition == partition]:
-            del self._by_id[sid]
+        by_id = self._by_id
+        for sid in self._by_partition.pop(partition, ()):
+            del by_id[sid]
+
+    def partition_size(self, partition: int) -> int:
+        return len(self._by_partition.get(partition, ()))
 
     def __len__(self) -> int:
         return len(self._by_id)
