@@ -103,6 +103,17 @@ class WriteOutcome(StrEnum):
     LOST = "lost"  # not written, partition not ours any more: drop the entries
 
 
+@dataclass
+class FirerSignals:
+    """Events for tests (River's testsignal), set on every occurrence; a test clears one, acts,
+    then waits on it instead of sleeping."""
+
+    loaded: asyncio.Event = field(default_factory=asyncio.Event)  # a partition's first load finished
+    written: asyncio.Event = field(default_factory=asyncio.Event)  # a batch answered WRITTEN
+    retry: asyncio.Event = field(default_factory=asyncio.Event)  # a batch answered RETRY
+    lost: asyncio.Event = field(default_factory=asyncio.Event)  # a batch answered LOST
+
+
 def utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
@@ -137,6 +148,7 @@ class Firer:
         self.parts: dict[int, PartitionState] = {}
         self.schedules = ScheduleCache()
         self.stats = FireStats()
+        self.signals = FirerSignals()
         self._wake = asyncio.Event()
         self._sem = asyncio.Semaphore(config.parallel_batches)
         # Background work goes into run()'s TaskGroup; what is spawned before run() starts waits here.
@@ -172,6 +184,7 @@ class Firer:
                 async with st.lock:
                     if self.parts.get(p) is st:
                         await self._load(p, st, self.clock.now_ts() + self.config.horizon_s, full=True)
+                self.signals.loaded.set()
                 return
             except Unavailable as exc:
                 log.warning("preload deferred", extra={"event": "preload_deferred", "partition": p,
@@ -433,6 +446,12 @@ class Firer:
                 self._insert(st, p, ident, nxt, info.run_at(nxt))
 
     async def _write(self, p: int, st: PartitionState, params: FireBatchParams) -> WriteOutcome:
+        outcome = await self._try_write(p, st, params)
+        {WriteOutcome.WRITTEN: self.signals.written, WriteOutcome.RETRY: self.signals.retry,
+         WriteOutcome.LOST: self.signals.lost}[outcome].set()
+        return outcome
+
+    async def _try_write(self, p: int, st: PartitionState, params: FireBatchParams) -> WriteOutcome:
         epoch = self.epoch_if_trusted(p)
         if epoch is None:
             # Trust lapsed (no keepalive answer within the window). Not written; it may come back

@@ -1,0 +1,214 @@
+"""The fire cursor against a real PostgreSQL: a schedule's `next_run_at` only moves past a tick
+that the same transaction recorded (compare-and-set), and a pause, delete or edit committed
+before a fire is refused by the database for every kind of tick (one fire guard).
+
+The Firer tests run the whole fire loop on a FakeClock: time moves only when the test says, and
+the test waits on the firer's signals, never on a sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from cronwheel.clock import FakeClock
+from cronwheel.cluster.firing.firer import Firer, FiringConfig
+from cronwheel.storage import FireBatchParams, PgStore, PlainTicks, ScheduleAdvance, Tick
+from cronwheel.storage.queries import q
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+SIGNAL_TIMEOUT_S = 10.0  # real seconds a signal may take (database round trips), never waited out
+
+
+async def make_schedule(store: PgStore, partition: int, overlap: str = "allow") -> uuid.UUID:
+    """An every-minute UTC schedule whose cursor is at T0, version 1."""
+    sid = uuid.uuid4()
+    async with store.connection() as conn:
+        await conn.execute(q("insert_schedule"), {
+            "id": sid, "tenant": "t1", "name": f"s-{sid}", "cron": "* * * * *",
+            "timezone": "UTC", "dst_gap": "shift", "dst_repeated": None, "job_type": "noop",
+            "payload": "{}", "priority": "default", "retry_initial_s": 30,
+            "retry_multiplier": 4, "retry_max_s": 21600, "max_attempts": 5,
+            "timeout_s": None, "misfire_policy": "catch_up", "max_catch_up": 10,
+            "overlap_policy": overlap, "jitter_s": 0, "paused": False,
+            "partition": partition, "next_run_at": T0, "alert_if_no_success_within_s": None,
+        })
+    return sid
+
+
+async def cursor(store: PgStore, sid: uuid.UUID) -> tuple[datetime | None, datetime | None]:
+    async with store.connection() as conn:
+        cur = await conn.execute(
+            "SELECT next_run_at, last_scheduled_for FROM schedule_due WHERE schedule_id = %s", (sid,))
+        row = await cur.fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+async def fired_ticks(store: PgStore, sid: uuid.UUID) -> list[tuple[datetime, str]]:
+    async with store.connection() as conn:
+        cur = await conn.execute(
+            "SELECT scheduled_for, state FROM executions WHERE schedule_id = %s ORDER BY scheduled_for", (sid,))
+        return [(r[0], r[1]) for r in await cur.fetchall()]
+
+
+# ---------------------------------------------------------------------- storage: the cursor is a CAS
+
+async def test_plain_fire_from_a_stale_expected_tick_is_refused(store: PgStore) -> None:
+    sid = await make_schedule(store, 1)
+    assert await store.record_epoch(1, 10, "a")
+    later = (T0 + MINUTE).timestamp()
+    res = await store.firing.fire_plain(1, 10, PlainTicks([sid], [later], [later], [later + 60], [1]))
+    assert (res.advanced, res.plain_inserted, res.plain_stale) == (0, 0, 1)
+    assert await cursor(store, sid) == (T0, None), "the cursor must not skip T0, which was never recorded"
+    assert await fired_ticks(store, sid) == []
+
+
+async def test_advance_from_a_stale_expected_tick_is_refused(store: PgStore) -> None:
+    sid = await make_schedule(store, 1)
+    assert await store.record_epoch(1, 10, "a")
+    t1 = T0 + MINUTE
+    res = await store.firing.fire(FireBatchParams(
+        1, 10, ticks=[Tick(sid, t1, t1, cursor=t1)], advances=[ScheduleAdvance(sid, t1 + MINUTE, t1, cursor=t1)]))
+    assert (res.fired, res.advanced) == ((), 0)
+    assert await cursor(store, sid) == (T0, None)
+    assert await fired_ticks(store, sid) == []
+    # From the right cursor the same batch shape lands.
+    ok = await store.firing.fire(FireBatchParams(
+        1, 10, ticks=[Tick(sid, T0, T0, cursor=T0)], advances=[ScheduleAdvance(sid, t1, T0, cursor=T0)]))
+    assert (len(ok.fired), ok.advanced) == (1, 1)
+    assert await cursor(store, sid) == (t1, T0)
+
+
+# ---------------------------------------------------------------------- storage: one guard, every tick
+
+CHANGES = {
+    "paused": "UPDATE schedules SET paused = true WHERE id = %s",
+    "deleted": "UPDATE schedules SET deleted_at = now() WHERE id = %s",
+    "edited": "UPDATE schedules SET version = version + 1 WHERE id = %s",
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+@pytest.mark.parametrize("kind", ["overlap_tick", "skipped_record", "catch_up", "buffered", "plain"])
+async def test_a_change_committed_before_the_fire_is_refused_for_every_kind_of_tick(
+        store: PgStore, change: str, kind: str) -> None:
+    """Only the schedules row changes (the cursor stays at T0), so each guard predicate is
+    exercised alone: the database, not the firer's cache, refuses the write."""
+    sid = await make_schedule(store, 2, overlap="forbid")
+    assert await store.record_epoch(2, 20, "a")
+    async with store.connection() as conn:
+        await conn.execute(CHANGES[change], (sid,))  # type: ignore[arg-type]
+    t1, t2 = T0 + MINUTE, T0 + 2 * MINUTE
+    adv = ScheduleAdvance(sid, t2, t1 if kind in ("skipped_record", "catch_up") else T0, version=1, cursor=T0)
+    ticks = {
+        "overlap_tick": [Tick(sid, T0, T0, version=1, cursor=T0)],
+        "skipped_record": [Tick(sid, T0, T0, "skipped", "misfire:skip", version=1, cursor=T0),
+                           Tick(sid, t1, t1, "skipped", "misfire:skip", version=1, cursor=T0)],
+        "catch_up": [Tick(sid, T0, T0, trigger="catch_up", version=1, cursor=T0),
+                     Tick(sid, t1, t1, trigger="catch_up", version=1, cursor=T0)],
+        "buffered": [Tick(sid, T0, T0, "scheduled", "buffered", version=1, cursor=T0)],
+        "plain": [],
+    }[kind]
+    if kind == "plain":
+        res = await store.firing.fire_plain(2, 20, PlainTicks([sid], [T0.timestamp()], [T0.timestamp()],
+                                                              [t1.timestamp()], [1]))
+        assert res.plain_inserted == 0
+    else:
+        res = await store.firing.fire(FireBatchParams(2, 20, ticks=ticks, advances=[adv]))
+        assert res.fired == ()
+    assert res.advanced == 0
+    assert await fired_ticks(store, sid) == []
+    assert await cursor(store, sid) == (T0, None)
+
+
+# ---------------------------------------------------------------------- the Firer on a FakeClock
+
+class Trust:
+    """A controllable `epoch_if_trusted`: answers the epoch, except for the next `lapses` calls,
+    which find the trust window lapsed (no keepalive answered in time) and answer None."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.lapses = 0
+
+    def __call__(self, partition: int) -> int | None:
+        if self.lapses:
+            self.lapses -= 1
+            return None
+        return self.epoch
+
+
+@pytest.fixture
+async def firing(store: PgStore) -> AsyncIterator[Callable[..., Any]]:
+    """Start a Firer on a FakeClock at T0 - 5 s owning partition `p` under epoch 1."""
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start(p: int, trust: Trust) -> tuple[Firer, FakeClock]:
+        clock = FakeClock(start_ts=T0.timestamp() - 5)
+        assert await store.record_epoch(p, trust.epoch, "node-a")
+        firer = Firer(store.firing, clock, FiringConfig(), epoch_if_trusted=trust,
+                      on_stale=lambda part, epoch: None)
+        tasks.append(asyncio.create_task(firer.run(), name="firer-under-test"))
+        await firer.partition_gained(p, trust.epoch)
+        await asyncio.wait_for(firer.signals.loaded.wait(), SIGNAL_TIMEOUT_S)
+        return firer, clock
+
+    yield start
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with pytest.raises(asyncio.CancelledError):
+            await t
+
+
+async def advance_until(clock: FakeClock, event: asyncio.Event, seconds: float) -> None:
+    """Move the fake clock by `seconds`, then wait for the firer to signal `event`."""
+    event.clear()
+    clock.advance(seconds)
+    await asyncio.wait_for(event.wait(), SIGNAL_TIMEOUT_S)
+
+
+async def test_a_tick_whose_batch_met_a_lapsed_trust_is_fired_once_trust_returns(
+        store: PgStore, firing: Callable[..., Any]) -> None:
+    sid = await make_schedule(store, 3)
+    trust = Trust(epoch=1)
+    firer, clock = await firing(3, trust)
+    trust.lapses = 1  # the batch of T0 finds the trust window lapsed; the next keepalive restores it
+    await advance_until(clock, firer.signals.retry, 5)
+    assert await cursor(store, sid) == (T0, None), "nothing written, nothing advanced"
+    await advance_until(clock, firer.signals.written, firer.config.retry_after_s)
+    assert await fired_ticks(store, sid) == [(T0, "queued")]
+    assert await cursor(store, sid) == (T0 + MINUTE, T0)
+    await advance_until(clock, firer.signals.written, 60)
+    assert await fired_ticks(store, sid) == [(T0, "queued"), (T0 + MINUTE, "queued")]
+    assert await cursor(store, sid) == (T0 + 2 * MINUTE, T0 + MINUTE)
+
+
+async def test_a_forbid_schedule_paused_after_loading_is_not_fired_and_keeps_its_cursor(
+        store: PgStore, firing: Callable[..., Any]) -> None:
+    sid = await make_schedule(store, 4, overlap="forbid")
+    firer, clock = await firing(4, Trust(epoch=1))
+    async with store.connection() as conn:  # committed before the tick; no notification reaches the firer
+        await conn.execute("UPDATE schedules SET paused = true WHERE id = %s", (sid,))
+    await advance_until(clock, firer.signals.written, 5)
+    assert await fired_ticks(store, sid) == []
+    assert await cursor(store, sid) == (T0, None)
+
+
+async def test_the_queued_time_of_a_fired_tick_is_the_firers_clock(
+        store: PgStore, firing: Callable[..., Any]) -> None:
+    sid = await make_schedule(store, 5)
+    firer, clock = await firing(5, Trust(epoch=1))
+    await advance_until(clock, firer.signals.written, 5)
+    async with store.connection() as conn:
+        cur = await conn.execute("SELECT queued_at FROM executions WHERE schedule_id = %s", (sid,))
+        assert await cur.fetchone() == (T0,)
