@@ -149,17 +149,19 @@ class Trust:
 
 @pytest.fixture
 async def firing(store: PgStore) -> AsyncIterator[Callable[..., Any]]:
-    """Start a Firer on a FakeClock at T0 - 5 s owning partition `p` under epoch 1."""
+    """Start a Firer on a FakeClock (at T0 - 5 s unless told) owning partition `p`."""
     tasks: list[asyncio.Task[None]] = []
 
-    async def start(p: int, trust: Trust) -> tuple[Firer, FakeClock]:
-        clock = FakeClock(start_ts=T0.timestamp() - 5)
+    async def start(p: int, trust: Trust, start_ts: float = T0.timestamp() - 5,
+                    wait_loaded: bool = True) -> tuple[Firer, FakeClock]:
+        clock = FakeClock(start_ts=start_ts)
         assert await store.record_epoch(p, trust.epoch, "node-a")
         firer = Firer(store.firing, clock, FiringConfig(), epoch_if_trusted=trust,
                       on_stale=lambda part, epoch: None)
         tasks.append(asyncio.create_task(firer.run(), name="firer-under-test"))
         await firer.partition_gained(p, trust.epoch)
-        await asyncio.wait_for(firer.signals.loaded.wait(), SIGNAL_TIMEOUT_S)
+        if wait_loaded:
+            await asyncio.wait_for(firer.signals.loaded.wait(), SIGNAL_TIMEOUT_S)
         return firer, clock
 
     yield start
@@ -191,6 +193,24 @@ async def test_a_tick_whose_batch_met_a_lapsed_trust_is_fired_once_trust_returns
     await advance_until(clock, firer.signals.written, 60)
     assert await fired_ticks(store, sid) == [(T0, "queued"), (T0 + MINUTE, "queued")]
     assert await cursor(store, sid) == (T0 + 2 * MINUTE, T0 + MINUTE)
+
+
+async def test_misfire_records_whose_write_met_a_lapsed_trust_are_written_once_trust_returns(
+        store: PgStore, firing: Callable[..., Any]) -> None:
+    """The node gains the partition 5 minutes after T0, less 5 s (catch_up): the preload's
+    misfire batch finds the trust lapsed, waits, and writes the records once trust is back."""
+    sid = await make_schedule(store, 6)
+    trust = Trust(epoch=1)
+    trust.lapses = 1
+    firer, clock = await firing(6, trust, start_ts=(T0 + 5 * MINUTE).timestamp() - 5,
+                                wait_loaded=False)
+    await asyncio.wait_for(firer.signals.retry.wait(), SIGNAL_TIMEOUT_S)
+    assert await cursor(store, sid) == (T0, None)
+    await advance_until(clock, firer.signals.loaded, firer.config.retry_after_s)
+    assert await fired_ticks(store, sid) == [(T0 + i * MINUTE, "queued") for i in range(5)]
+    assert await cursor(store, sid) == (T0 + 5 * MINUTE, T0 + 4 * MINUTE)
+    await advance_until(clock, firer.signals.written, 5)  # and the next tick follows on from there
+    assert await cursor(store, sid) == (T0 + 6 * MINUTE, T0 + 5 * MINUTE)
 
 
 async def test_a_forbid_schedule_paused_after_loading_is_not_fired_and_keeps_its_cursor(
