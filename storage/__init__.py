@@ -2,7 +2,8 @@
 
 What lives here: the schema (`sql/schema.sql`, built by `sql/migrations/NNNN_*.sql`), every query
 (`sql/queries/<table>.sql`, loaded by name), and `PgStore`, the one implementation of the storage
-port. Nothing above this package writes SQL.
+port, composed of one port per domain (`PgStore.firing`: `FiringPort`, storage/firing.py).
+Nothing above this package writes SQL.
 
 Invariants kept here, whoever calls:
 
@@ -13,6 +14,9 @@ Invariants kept here, whoever calls:
   nothing.
 - **Fire once.** `UNIQUE (schedule_id, scheduled_for)`: a tick has at most one execution, even if
   two owners somehow fired it. Fire batches insert `ON CONFLICT DO NOTHING` and report duplicates.
+- **Never lost.** A schedule's cursor (`schedule_due.next_run_at`) moves only by compare-and-set
+  from the tick the same transaction recorded, and never for a paused, deleted or edited
+  schedule (the fire guard, storage/firing.py).
 - **Submit once.** `UNIQUE (tenant, idempotency_key)`.
 
 How it fails: driver errors are mapped once, here: unique violations become `AlreadyExists`, lost
