@@ -64,11 +64,13 @@ class ScheduleCache:
             return None
         info = SchedInfo(row.id, partition, cron, float(row.jitter_s or 0), row.misfire_policy,
                          int(row.max_catch_up), row.overlap_policy, int(row.version))
-        old = self._by_id.get(info.id)
-        if old is not None and old.partition != partition:
-            self._unindex(old)
+        # A schedule's partition is fixed (hash of its id), so a re-put never moves it: one dict
+        # store and one set add (UUID hashing is Python code: a preload of 1M pays per hash).
         self._by_id[info.id] = info
-        self._by_partition.setdefault(partition, set()).add(info.id)
+        ids = self._by_partition.get(partition)
+        if ids is None:
+            ids = self._by_partition[partition] = set()
+        ids.add(info.id)
         return info
 
     def get(self, sid: uuid.UUID) -> SchedInfo | None:
