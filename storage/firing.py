@@ -21,6 +21,7 @@ Concurrency contract: a FiringPort holds no state beyond its `Database`; task-sa
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -278,28 +279,40 @@ class FiringPort:
         dupes = 0
         advanced = 0
         fence = {"partition": p.partition, "epoch": p.epoch}
-        if p.replace_schedule_ids:
-            await self.replace_active(conn, p.partition, p.epoch, p.replace_schedule_ids)
-        if p.ticks:
+        replacing = set(p.replace_schedule_ids)
+        ticks = p.ticks
+        if replacing:
+            # Overlap `replace` stops the active runs only for a tick the fire guard accepts (a
+            # paused schedule's running work is left alone): the replacing tick is inserted as
+            # `scheduled` first, which replace_active spares, then queued like a due one-off.
+            ticks = [dataclasses.replace(t, state="scheduled", state_reason=None)
+                     if t.schedule_id in replacing and t.state == "queued" else t for t in p.ticks]
+        if ticks:
             cur = await conn.execute(
                 q("fire_executions"),
                 {
                     **fence,
                     "now": p.now,
-                    "ids": [new_execution_id() for _ in p.ticks],
-                    "schedule_ids": [t.schedule_id for t in p.ticks],
-                    "scheduled_fors": [t.scheduled_for for t in p.ticks],
-                    "run_ats": [t.run_at for t in p.ticks],
-                    "states": [t.state for t in p.ticks],
-                    "state_reasons": [t.state_reason for t in p.ticks],
-                    "triggers": [t.trigger for t in p.ticks],
-                    "versions": [t.version for t in p.ticks],
-                    "cursors": [t.expected_cursor for t in p.ticks],
+                    "ids": [new_execution_id() for _ in ticks],
+                    "schedule_ids": [t.schedule_id for t in ticks],
+                    "scheduled_fors": [t.scheduled_for for t in ticks],
+                    "run_ats": [t.run_at for t in ticks],
+                    "states": [t.state for t in ticks],
+                    "state_reasons": [t.state_reason for t in ticks],
+                    "triggers": [t.trigger for t in ticks],
+                    "versions": [t.version for t in ticks],
+                    "cursors": [t.expected_cursor for t in ticks],
                 },
             )
             rows = await cur.fetchall()
             fired.extend(Fired(*r) for r in rows)
-            dupes = len(p.ticks) - len(rows)
+            dupes = len(ticks) - len(rows)
+        staged = [f for f in fired if f.schedule_id in replacing and f.state == "scheduled"]
+        if staged:
+            await self.replace_active(conn, p.partition, p.epoch, [f.schedule_id for f in staged])
+            cur = await conn.execute(q("queue_oneoffs"), {**fence, "now": p.now, "ids": [f.id for f in staged]})
+            queued = {f.id: f for f in (Fired(*r) for r in await cur.fetchall())}
+            fired = [queued.get(f.id, f) for f in fired]
         if p.advances:
             cur = await conn.execute(
                 q("advance_schedules"),

@@ -130,6 +130,51 @@ async def test_a_change_committed_before_the_fire_is_refused_for_every_kind_of_t
     assert await cursor(store, sid) == (T0, None)
 
 
+async def running_run(store: PgStore, sid: uuid.UUID, partition: int) -> uuid.UUID:
+    eid = uuid.uuid4()
+    async with store.connection() as conn:
+        await conn.execute(
+            "INSERT INTO executions (id, schedule_id, tenant, type, partition, scheduled_for, run_at, state)"
+            " VALUES (%s, %s, 't1', 'noop', %s, %s, %s, 'running')", (eid, sid, partition, T0 - MINUTE, T0 - MINUTE))
+    return eid
+
+
+async def cancel_requested(store: PgStore, eid: uuid.UUID) -> bool:
+    async with store.connection() as conn:
+        cur = await conn.execute("SELECT cancel_requested FROM executions WHERE id = %s", (eid,))
+        row = await cur.fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+def replace_batch(sid: uuid.UUID) -> FireBatchParams:
+    return FireBatchParams(2, 20, ticks=[Tick(sid, T0, T0, version=1, cursor=T0)],
+                           advances=[ScheduleAdvance(sid, T0 + MINUTE, T0, version=1, cursor=T0)],
+                           replace_schedule_ids=[sid])
+
+
+async def test_a_replace_tick_of_a_paused_schedule_leaves_its_running_run_alone(store: PgStore) -> None:
+    sid = await make_schedule(store, 2, overlap="replace")
+    eid = await running_run(store, sid, 2)
+    assert await store.record_epoch(2, 20, "a")
+    async with store.connection() as conn:
+        await conn.execute(CHANGES["paused"], (sid,))  # type: ignore[arg-type]
+    res = await store.firing.fire(replace_batch(sid))
+    assert (res.fired, res.advanced) == ((), 0)
+    assert not await cancel_requested(store, eid)
+    assert await fired_ticks(store, sid) == [(T0 - MINUTE, "running")]
+
+
+async def test_a_replace_tick_stops_the_running_run_and_queues_its_own(store: PgStore) -> None:
+    sid = await make_schedule(store, 2, overlap="replace")
+    eid = await running_run(store, sid, 2)
+    assert await store.record_epoch(2, 20, "a")
+    res = await store.firing.fire(replace_batch(sid))
+    assert [(f.scheduled_for, f.state) for f in res.fired] == [(T0, "queued")] and res.advanced == 1
+    assert await cancel_requested(store, eid)
+    assert await fired_ticks(store, sid) == [(T0 - MINUTE, "running"), (T0, "queued")]
+
+
 # ---------------------------------------------------------------------- the Firer on a FakeClock
 
 class Trust:
