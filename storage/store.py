@@ -26,7 +26,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from cronwheel.errors import Unavailable
-from cronwheel.storage.db import Database, Row, stale_epoch
+from cronwheel.storage.db import Database, Row, StoreConfig, stale_epoch
+from cronwheel.storage.dispatch import DispatchPort
 from cronwheel.storage.ids import new_execution_id
 from cronwheel.storage.queries import q
 
@@ -133,7 +134,12 @@ async def _fire_ticks(conn: AsyncConnection[Any], partition: int, epoch: int,
 
 
 class PgStore(Database):
-    """PostgreSQL via psycopg 3 and psycopg_pool. See storage/db.py for fencing."""
+    """PostgreSQL via psycopg 3 and psycopg_pool. See storage/db.py for fencing. The domain
+    ports are attributes: `dispatch` (storage/dispatch.py)."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        super().__init__(config)
+        self.dispatch = DispatchPort(self)
 
     # ------------------------------------------------------------------ partitions & fencing
 
