@@ -371,12 +371,18 @@ class LongRetryHistory:
                 await store.close()
 
         doomed, stalled = asyncio.run(submit())
-        cluster.pc.sql("UPDATE executions SET attempt = 994, fencing_token = 994 WHERE id = %s AND state = 'scheduled'",
-                       doomed)
-        cluster.pc.sql("UPDATE executions SET state = 'running', attempt = 600, fencing_token = 600, timeout_s = 1,"
-                       " lease_owner = 'vanished-worker', lease_expires = now() + interval '1 hour',"
-                       " started_at = now() - interval '1 minute', heartbeat_at = now() - interval '1 minute'"
-                       " WHERE id = %s AND state = 'scheduled'", stalled)
+        # The history a long run of failures leaves (set before the jobs are due, so no worker saw them).
+        marked = cluster.pc.sql(
+            "UPDATE executions SET attempt = 994, fencing_token = 994 WHERE id = %s AND state = 'scheduled'"
+            " RETURNING id", doomed)
+        marked += cluster.pc.sql(
+            "UPDATE executions SET state = 'running', attempt = 600, fencing_token = 600, timeout_s = 1,"
+            " lease_owner = 'vanished-worker', lease_expires = now() + interval '1 hour',"
+            " started_at = now() - interval '1 minute', heartbeat_at = now() - interval '1 minute'"
+            " WHERE id = %s AND state = 'scheduled' RETURNING id", stalled)
+        if len(marked) != 2:
+            return _record(self.name, "dispatch", t0, {"doomed": doomed, "stalled": stalled},
+                           f"could not give the jobs their history ({len(marked)} of 2 rows still scheduled)")
         expected = {doomed: "dead", stalled: "succeeded"}
         reached: dict[str, str] = {}
         while time.time() - t0 < 40:
