@@ -58,7 +58,7 @@ def application(c: ReapCandidate, d: RetryDecision, partition: int, epoch: int, 
         id=c.id, partition=partition, epoch=epoch, state=d.state, reason=d.reason,
         error="lease expired" if lapsed else "timeout", error_type="lease_expired" if lapsed else "timeout",
         run_at=now + timedelta(seconds=d.delay_s) if d.state == "retry_scheduled" else None,
-        queued_at=now if lapsed else None, finished_at=now if d.terminal else None)
+        queued_at=now if d.state == "queued" else None, finished_at=now if d.terminal else None)
 
 
 class Reaper:
