@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
@@ -14,6 +13,7 @@ from cronwheel.clock import FakeClock
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher
 from cronwheel.cluster.metrics import Metrics
 from cronwheel.storage import PgStore
+from tests.integration.execution_rows import execution_row, insert_execution
 
 pytestmark = pytest.mark.integration
 
@@ -22,23 +22,12 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 async def queued(store: PgStore, *, run_at: datetime, attempt: int = 0, multiplier: float = 4.0,
                  max_attempts: int = 5, priority: str = "default") -> uuid.UUID:
-    ident = uuid.uuid4()
-    async with store.connection() as conn:
-        await conn.execute(
-            "INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state, trigger, attempt,"
-            " max_attempts, retry_multiplier, priority) VALUES (%s, 't', 'job', 1, %s, %s, 'queued', 'submit', %s,"
-            " %s, %s, %s)", (ident, run_at, run_at, attempt, max_attempts, multiplier, priority))
-    return ident
+    return await insert_execution(store, partition=1, scheduled_for=run_at, run_at=run_at, state="queued",
+                                  attempt=attempt, max_attempts=max_attempts, retry_multiplier=multiplier,
+                                  priority=priority)
 
 
-async def times(store: PgStore, ident: uuid.UUID) -> dict[str, Any]:
-    async with store.connection() as conn:
-        cur = await conn.execute("SELECT state, started_at, heartbeat_at, lease_expires, finished_at, run_at"
-                                 " FROM executions WHERE id = %s", (ident,))
-        r = await cur.fetchone()
-    assert r is not None
-    return dict(zip(("state", "started_at", "heartbeat_at", "lease_expires", "finished_at", "run_at"), r,
-                    strict=True))
+times = execution_row
 
 
 async def test_a_run_is_claimable_only_once_the_node_clock_reaches_its_run_at(store: PgStore) -> None:

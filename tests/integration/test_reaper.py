@@ -14,6 +14,7 @@ from cronwheel.clock import FakeClock
 from cronwheel.cluster.dispatch.reaper import Reaper
 from cronwheel.cluster.metrics import Metrics
 from cronwheel.storage import PgStore
+from tests.integration.execution_rows import execution_row, insert_execution
 
 pytestmark = pytest.mark.integration
 
@@ -25,26 +26,14 @@ async def running(store: PgStore, *, attempt: int, max_attempts: int = 1000, mul
                   initial_s: float = 30.0, max_s: float = 21600.0, timeout_s: float | None = None,
                   started_at: datetime = T0, lease_expires: datetime = T0 + timedelta(hours=1)) -> uuid.UUID:
     """A running execution of partition P as a worker's claim would have left it."""
-    ident = uuid.uuid4()
-    async with store.connection() as conn:
-        await conn.execute(
-            "INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state, trigger, attempt,"
-            " max_attempts, retry_initial_s, retry_multiplier, retry_max_s, timeout_s, lease_owner, lease_expires,"
-            " fencing_token, started_at, heartbeat_at) VALUES (%s, 't', 'job', %s, %s, %s, 'running', 'submit',"
-            " %s, %s, %s, %s, %s, %s, 'w1', %s, %s, %s, %s)",
-            (ident, P, started_at, started_at, attempt, max_attempts, initial_s, multiplier, max_s, timeout_s,
-             lease_expires, attempt, started_at, started_at))
-    return ident
+    return await insert_execution(
+        store, partition=P, scheduled_for=started_at, run_at=started_at, state="running", attempt=attempt,
+        max_attempts=max_attempts, retry_initial_s=initial_s, retry_multiplier=multiplier, retry_max_s=max_s,
+        timeout_s=timeout_s, lease_owner="w1", lease_expires=lease_expires, fencing_token=attempt,
+        started_at=started_at, heartbeat_at=started_at)
 
 
-async def row(store: PgStore, ident: uuid.UUID) -> dict[str, Any]:
-    async with store.connection() as conn:
-        cur = await conn.execute("SELECT state, run_at, finished_at, queued_at, error_type, attempt, lease_owner"
-                                 " FROM executions WHERE id = %s", (ident,))
-        r = await cur.fetchone()
-    assert r is not None
-    return dict(zip(("state", "run_at", "finished_at", "queued_at", "error_type", "attempt", "lease_owner"), r,
-                    strict=True))
+row = execution_row
 
 
 def reaper(store: PgStore, clock: FakeClock, metrics: Metrics | None = None) -> Reaper:
