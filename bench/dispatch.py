@@ -33,6 +33,7 @@ import psycopg
 from google.protobuf.duration_pb2 import Duration
 
 from chaos.harness import ProcessCluster
+from cronwheel.clock import SystemClock
 from cronwheel.storage.queries import q
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
@@ -131,20 +132,23 @@ def baseline(dsn: str, n: int, batched: bool) -> float:
                 c.execute(q("claim_lock_tenants"), {"tenant": None})
                 rows = c.execute(q("claim"), {"priorities": ["critical", "default", "bulk"], "types": ["bench"],
                                               "tenant": None, "limit": 100, "worker": "base",
-                                              "lease_s": 60}).fetchall()
+                                              "lease_s": 60, "now": SystemClock().now()}).fetchall()
                 if not rows:
                     break
             if batched:
                 with c.transaction():
                     c.execute(q("complete_batch"), {"worker": "base", "tenant": None, "ids": [r[0] for r in rows],
-                                                    "tokens": [r[9] for r in rows], "results": [None] * len(rows)})
+                                                    "tokens": [r[9] for r in rows], "results": [None] * len(rows),
+                                                    "now": SystemClock().now()})
                 done += len(rows)
                 continue
             for r in rows:
                 with c.transaction():
                     c.execute(q("lock_running"), {"id": r[0], "token": r[9], "worker": "base", "tenant": None})
+                    now = SystemClock().now()
                     c.execute(q("finish"), {"id": r[0], "state": "succeeded", "reason": None, "result": None,
-                                            "error": None, "error_type": None, "terminal": True, "delay_s": 0})
+                                            "error": None, "error_type": None, "run_at": None, "finished_at": now,
+                                            "now": now})
                 done += 1
     return done / (time.monotonic() - t0)
 

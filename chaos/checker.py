@@ -14,6 +14,10 @@ epochs, health) live in `chaos.checker_fencing`; this module holds the tick, job
                            fault on its worker, the worker's node or PostgreSQL; every run used a
                            token the database issued, never the same token twice
 
+    long_retry_history     each job the long-retry-history failpoint made reached the terminal
+                           state it expected; no node logged a crash (node_crashed) and the
+                           reaper failed on no row (reap_row_failed / reap_failed)
+
 The timing checks (no_stuck_running, not_fired_early, fire_lag_bounded) are in
 `chaos.checker_timing`.
 """
@@ -321,6 +325,31 @@ def check_duplicate_runs_explained(h: History) -> InvariantResult:
     return c.result()
 
 
+# ---------------------------------------------------------------------------------- retries
+
+
+def check_long_retry_history(h: History) -> InvariantResult:
+    c = _Collector("long_retry_history")
+    by_id = {e.id: e for e in h.executions}
+    for f in h.injections:
+        if f.name != "long-retry-history":
+            continue
+        c.counts["injections"] += 1
+        for eid, want in dict(f.details.get("expected") or {}).items():
+            c.counts["jobs"] += 1
+            e = by_id.get(eid)
+            if e is None:
+                c.bad("missing", f"job {eid} (expected {want}) has no execution row")
+            elif e.state != want:
+                c.bad("state", f"job {eid} ended {e.state} at attempt {e.attempt}, expected {want}")
+            else:
+                c.counts[f"reached.{want}"] += 1
+    for ev in h.log_events:
+        if ev.event in ("node_crashed", "reap_row_failed", "reap_failed"):
+            c.bad(ev.event, f"{ev.source} at {iso(ev.ts)}: {ev.event} {ev.execution_id or ''} {ev.detail or ''}")
+    return c.result()
+
+
 # ---------------------------------------------------------------------------------- all
 
 
@@ -341,6 +370,7 @@ def check(h: History) -> list[InvariantResult]:
         check_health(h),
         check_not_fired_early(h),
         check_fire_lag_bounded(h),
+        check_long_retry_history(h),
     ]
 
 

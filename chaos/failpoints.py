@@ -19,6 +19,7 @@ the same host clock PostgreSQL stamps history with.
     pause-worker       SIGSTOP a worker holding a lease for its lease + 1.5 s, then SIGCONT
     skew-node-clock    restart a node with its wall clock 0.3-1.0 s ahead or behind, then without
     partition-node     drop every packet to and from one node (network namespaces) for 2 x TTL
+    long-retry-history jobs at attempt 600..1000 with multiplier 100 fail and time out (hole 2)
 """
 
 from __future__ import annotations
@@ -316,3 +317,88 @@ FAILPOINTS: dict[str, Failpoint] = {fp.name: fp for fp in (
     RestartPostgres("restart-postgres-burst", phase_s=0.05, times=3),
     PartitionNode("partition-node-long", ttls=3.0),
 )}
+
+
+class LongRetryHistory:
+    """Jobs with a history of hundreds of failed attempts under multiplier 100 (issue 14, hole 2):
+    the retry policy must decide their next attempt on both paths without overflowing, and no node
+    may crash on them. Submitted through the API's command with run_at a few seconds ahead (so no
+    worker takes them first); their attempt counters are then set as a long history leaves them:
+
+        doomed   `doomed` handler (always fails, retryable), attempt 994 of 1000, multiplier 100:
+                 six more FailExecution calls at attempts 995..1000, then `dead`
+        stalled  a `tick` job shown as running on a vanished worker at attempt 600 of 1000,
+                 multiplier 100, past its 1 s timeout: the reaper retries it (the old SQL
+                 backoff overflowed float8 here and took the partition owner down, then the next
+                 owner), a worker runs it, it `succeeded`
+
+    The record's details carry `expected` (execution id -> terminal state) for the checker
+    (`chaos.checker.check_long_retry_history`); waits (bounded) for both to get there."""
+
+    name = "long-retry-history"
+    POLICY = {"initial_s": 0.05, "multiplier": 100.0, "max_s": 0.3, "max_attempts": 1000}
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return bool(cluster.workers)
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        import asyncio
+        from datetime import timedelta
+
+        from cronwheel.clock import SystemClock
+        from cronwheel.cluster.commands.runs import JobSpec, submit_job
+        from cronwheel.cluster.commands.values import RetryPolicy
+        from cronwheel.storage import PgStore, StoreConfig
+
+        t0 = time.time()
+        tag = f"{int(t0 * 1000)}-{rng.randrange(10**6)}"
+        policy = RetryPolicy(**self.POLICY)  # type: ignore[arg-type]
+
+        async def submit() -> list[str]:
+            store = PgStore(StoreConfig(dsn=cluster.pc.dsn, min_connections=1, max_connections=1))
+            await store.open()
+            try:
+                ids = []
+                for kind, job_type in (("doomed", "doomed"), ("stalled", "tick")):
+                    now = SystemClock().now()
+                    row, _ = await submit_job(store, JobSpec(
+                        tenant="chaos-a", type=job_type, payload={"failpoint": self.name, "kind": kind},
+                        run_at=now + timedelta(seconds=3), retry=policy, idempotency_key=f"{self.name}-{kind}-{tag}"),
+                        now, cluster.spec.partitions)
+                    ids.append(str(row["id"]))
+                return ids
+            finally:
+                await store.close()
+
+        doomed, stalled = asyncio.run(submit())
+        # The history a long run of failures leaves (set before the jobs are due, so no worker saw them).
+        marked = cluster.pc.sql(
+            "UPDATE executions SET attempt = 994, fencing_token = 994 WHERE id = %s AND state = 'scheduled'"
+            " RETURNING id", doomed)
+        marked += cluster.pc.sql(
+            "UPDATE executions SET state = 'running', attempt = 600, fencing_token = 600, timeout_s = 1,"
+            " lease_owner = 'vanished-worker', lease_expires = now() + interval '1 hour',"
+            " started_at = now() - interval '1 minute', heartbeat_at = now() - interval '1 minute'"
+            " WHERE id = %s AND state = 'scheduled' RETURNING id", stalled)
+        if len(marked) != 2:
+            return _record(self.name, "dispatch", t0, {"doomed": doomed, "stalled": stalled},
+                           f"could not give the jobs their history ({len(marked)} of 2 rows still scheduled)")
+        expected = {doomed: "dead", stalled: "succeeded"}
+        reached: dict[str, str] = {}
+        while time.time() - t0 < 40:
+            rows = cluster.pc.sql("SELECT id::text, state, attempt FROM executions WHERE id = ANY(%s::uuid[])",
+                                  list(expected))
+            reached = {str(r[0]): f"{r[1]}@{r[2]}" for r in rows}
+            if all(reached.get(i, "").split("@")[0] == s for i, s in expected.items()):
+                break
+            time.sleep(0.2)
+        dead_nodes = [n for n in cluster.roster if not cluster.pc.nodes[n].alive()]
+        err = None
+        if dead_nodes:
+            err = f"nodes crashed: {dead_nodes}"
+        elif any(reached.get(i, "").split("@")[0] != s for i, s in expected.items()):
+            err = f"jobs did not reach {expected} within 40 s: {reached}"
+        return _record(self.name, "dispatch", t0, {"expected": expected, "reached": reached}, err)
+
+
+FAILPOINTS[LongRetryHistory.name] = LongRetryHistory()

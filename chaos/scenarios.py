@@ -19,7 +19,7 @@ from chaos.cluster import ClusterSpec
 
 ALL_FAILPOINTS = (
     "kill-node", "pause-node", "deploy-node", "scale-out", "scale-in", "kill-etcd-leader", "restart-postgres",
-    "kill-worker", "pause-worker", "skew-node-clock", "partition-node",
+    "kill-worker", "pause-worker", "skew-node-clock", "partition-node", "long-retry-history",
 )
 
 
@@ -97,6 +97,16 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                         "fires nothing for ~7 s, then its ticks fire late or are recorded as misfire skips "
                         "(found by `chaos run --scenario postgres-restart-crashes-nodes --seed 4`: partition 11 "
                         "of n2 silent from 11:18:05 to 11:18:12.4 after restarts ending 11:18:06.2)"),
+    Scenario("long-retry-history",
+             "jobs with hundreds of failed attempts under multiplier 100 fail and time out: they must reach "
+             "their terminal state and no node may crash",
+             ("long-retry-history",),
+             regression="policy.backoff_s(156, 30, 100.0, ...) raised OverflowError (FailExecution answered "
+                        "INTERNAL), and the reaper's reap_timed_out recomputed the backoff in SQL with an "
+                        "unbounded power(), which overflows float8 from attempt 156 (multiplier 100) or 513 "
+                        "(multiplier 4): the error escaped Reaper.run, the owner's task group died, and each "
+                        "next owner of the partition met the same row (issue 14, hole 2; fixed by one Python "
+                        "retry policy for both paths, the reaper only applying its decisions)"),
 )}
 
 

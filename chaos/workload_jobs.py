@@ -10,6 +10,7 @@ names it in its message, so the checker can prove no stale token's completion la
 
     tick    cron runs and plain one-off jobs: record and succeed
     flaky   fail (retryable) on the first attempt, succeed on the next
+    doomed  always fail (retryable): the long-retry-history failpoint's job, run to `dead`
     long    count payload["steps"] steps of payload["step_s"], checkpointing each; a later
             attempt resumes from the checkpoint (its `start` line says from_step)
 """
@@ -64,6 +65,13 @@ async def flaky(ctx: JobContext) -> dict[str, object]:
         raise RuntimeError(f"planned failure of the first attempt (token={ctx.fencing_token})")
     record(ctx, "end", outcome="ok")
     return result(ctx)
+
+
+@worker.job("doomed")
+async def doomed(ctx: JobContext) -> dict[str, object]:
+    record(ctx, "start")
+    record(ctx, "end", outcome="error")
+    raise RuntimeError(f"planned failure of every attempt (token={ctx.fencing_token})")
 
 
 @worker.job("long")

@@ -15,6 +15,9 @@ depth, executions by state, stuck runs, raised dead man's switches) are refreshe
     cronwheel_failures_total{type}        counter    failed attempts by error type
     cronwheel_retries_total               counter    attempts scheduled for retry
     cronwheel_dead_letters_total          counter    executions that ran out of attempts
+    cronwheel_reap_failures_total         counter    reaped rows (or whole rounds) that failed to
+                                                     process (logged as reap_row_failed /
+                                                     reap_failed; retried next round)
     cronwheel_stuck_executions            gauge      running past their lease + grace
     cronwheel_success_alerts              gauge      schedules whose dead man's switch is raised
     cronwheel_partitions_owned            gauge      partitions this node acts for
@@ -25,20 +28,24 @@ depth, executions by state, stuck runs, raised dead man's switches) are refreshe
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import logging
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable
-from typing import Any
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from cronwheel.clock import Clock
+from cronwheel.cluster.dispatch.policy import PRIORITIES
 from cronwheel.errors import Unavailable
 from cronwheel.storage import PgStore
+from cronwheel.storage.dispatch import DispatchPort
 
 log = logging.getLogger("cronwheel.cluster.metrics")
 
+# A run still `running` this long past its lease counts as stuck (the reaper should have taken it).
+STUCK_GRACE_S = 30.0
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -78,6 +85,8 @@ class Metrics:
         self.failures = Counter("cronwheel_failures", "Failed attempts by error type", ["type"], registry=r)
         self.retries = Counter("cronwheel_retries", "Attempts scheduled for retry", registry=r)
         self.dead_letters = Counter("cronwheel_dead_letters", "Executions out of attempts", registry=r)
+        self.reap_failures = Counter("cronwheel_reap_failures", "Reaped rows (or rounds) that failed; retried",
+                                     registry=r)
         self.stuck = Gauge("cronwheel_stuck_executions", "Running past lease + grace", registry=r)
         self.success_alerts = Gauge("cronwheel_success_alerts", "Schedules whose dead man's switch is raised",
                                     registry=r)
@@ -109,9 +118,9 @@ class Metrics:
             self.dead_letters.inc()
 
     async def refresh_loop(self, store: PgStore, owned: Callable[[], dict[int, int]], wheel_size: Callable[[], int],
-                           trust_left: Callable[[], float], refresh_s: float = 5.0) -> None:
+                           trust_left: Callable[[], float], *, clock: Clock, refresh_s: float = 5.0) -> None:
         seen: set[int] = set()
-        await asyncio.sleep(min(1.0, refresh_s))  # let the node acquire its partitions first
+        await clock.sleep(min(1.0, refresh_s))  # let the node acquire its partitions first
         while True:
             epochs = owned()
             self.partitions_owned.set(len(epochs))
@@ -123,21 +132,20 @@ class Metrics:
             self.wheel_size.set(wheel_size())
             self.lease_trust.set(max(-1.0, trust_left()))
             try:
-                await self._refresh_db(store)
+                await self.refresh_db(store.dispatch, clock.now())
             except Unavailable as exc:
                 log.info("metrics refresh skipped", extra={"event": "metrics_skipped", "error": str(exc)})
-            await asyncio.sleep(refresh_s)
+            await clock.sleep(refresh_s)
 
-    async def _refresh_db(self, store: PgStore) -> None:
-        depth: dict[str, Any] = {p: 0 for p in ("critical", "default", "bulk")}
-        for r in await store.fetch_all("queue_depths", {}):
-            depth[r["priority"]] = r["count"]
+    async def refresh_db(self, port: DispatchPort, now: datetime) -> None:
+        """The gauges read from the database, as of `now` (node time)."""
+        depth = dict.fromkeys(PRIORITIES, 0)
+        for d in await port.queue_depths():
+            depth[d.priority] = d.queued
         for p, n in depth.items():
             self.queue_depth.labels(p).set(n)
-        for r in await store.fetch_all("executions_by_state", {}):
-            self.by_state.labels(r["state"]).set(r["n"])
+        for state, n in (await port.executions_by_state()).items():
+            self.by_state.labels(state).set(n)
         self.by_state.labels("queued").set(sum(depth.values()))  # counted once, by queue_depths
-        row = await store.fetch_one("stuck_executions", {"grace_s": 30.0})
-        self.stuck.set(row["count"] if row else 0)
-        row = await store.fetch_one("overdue_success_alerts", {})
-        self.success_alerts.set(row["count"] if row else 0)
+        self.stuck.set(await port.stuck_executions(STUCK_GRACE_S, now))
+        self.success_alerts.set(await port.overdue_success_alerts())

@@ -168,6 +168,7 @@ class Node:
             metrics=self.metrics,
         )
         reaper = Reaper(self.store, lambda: self.coordinator.owned.snapshot().items(), self.dispatcher.wake,
+                        clock=self.clock,
                         retention_days=self.config.retention_days, metrics=self.metrics)
         self.listeners.subscribers.append(self.firer)
         changes = ChangeListener(self.config.dsn, self._on_change, self._after_reconnect, self.dispatcher.wake)
@@ -186,7 +187,7 @@ class Node:
                 reap = tg.create_task(reaper.run(), name="reaper")
                 metrics = tg.create_task(self.metrics.refresh_loop(
                     self.store, self.coordinator.owned.snapshot, self.wheel_size,
-                    self.coordinator.lease_deadline_s, refresh_s=15.0), name="metrics")
+                    self.coordinator.lease_deadline_s, clock=self.clock, refresh_s=15.0), name="metrics")
                 await self._stop.wait()
                 log.info("node stopping", extra={"event": "node_stopping"})
                 await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)

@@ -25,17 +25,19 @@ from psycopg.types.json import Jsonb
 
 from cronwheel.errors import Unavailable
 from cronwheel.storage.db import Database, Row, StoreConfig
+from cronwheel.storage.dispatch import DispatchPort
 from cronwheel.storage.firing import FireBatchParams, FireBatchResult, FiringPort, PlainTicks
 from cronwheel.storage.queries import q
 
 
 class PgStore(Database):
     """PostgreSQL via psycopg 3 and psycopg_pool. See storage/db.py for fencing. Composes the
-    domain ports: `self.firing` (storage/firing.py)."""
+    domain ports: `firing` (storage/firing.py), `dispatch` (storage/dispatch.py)."""
 
     def __init__(self, config: StoreConfig) -> None:
         super().__init__(config)
         self.firing = FiringPort(self)
+        self.dispatch = DispatchPort(self)
 
     # ------------------------------------------------------------------ partitions & fencing
 

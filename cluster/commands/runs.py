@@ -290,7 +290,7 @@ async def cancel_execution(store: PgStore, execution_id: uuid.UUID, now: datetim
             await _due(conn, row)  # the owner drops it from its wheel
         if new["state"] == "cancelled" and row["schedule_id"] is not None and row["state_reason"] != "buffered":
             # It was a run ahead of a buffered one (overlap buffer_*): that one may start now.
-            cur = await conn.execute(q("release_buffered"), {"schedule_id": row["schedule_id"]})
+            cur = await conn.execute(q("release_buffered"), {"schedule_id": row["schedule_id"], "now": now})
             if await cur.fetchone() is not None:
                 await conn.execute(q("notify_queued"), {"payload": "buffered"})
     return new

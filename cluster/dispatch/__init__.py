@@ -1,6 +1,11 @@
 """Dispatch: workers lease runs, heartbeat, checkpoint and finish them with a fencing token.
 
-`Dispatcher` (claims and outcomes through the storage port), `service` (the DispatchService
-servicer), `reaper` (lapsed leases, timeouts, retries, the dead man's switch), `policy` (pure:
-the one retry policy and the priority order, used by the worker path and the reaper alike).
+`Dispatcher` (claims and outcomes), `service` (the DispatchService servicer), `reaper` (lapsed
+leases, timeouts, retries, the dead man's switch), `policy` (pure: the one retry policy and the
+priority order, used by the worker path and the reaper alike: the SQL only applies its
+decisions).
+
+Everything here reaches PostgreSQL through `storage.dispatch.DispatchPort` (`store.dispatch`):
+no psycopg, no query by name. Time is the injected `Clock`'s: the dispatcher and the reaper pass
+`now` into every query that decides by time, and their loops wait on `clock.sleep`/`clock.wait`.
 """

@@ -24,21 +24,28 @@ import json
 import random
 import uuid
 from dataclasses import dataclass
-from typing import Any, NamedTuple
-
-from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
+from datetime import datetime, timedelta
+from typing import Any
 
 from cronwheel.clock import Clock
-from cronwheel.cluster.dispatch.policy import PriorityWeights, decide_failure, priority_order
+from cronwheel.cluster.dispatch.policy import TERMINAL_STATES, PriorityWeights, decide_failure, priority_order
 from cronwheel.cluster.metrics import Metrics
 from cronwheel.errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken
 from cronwheel.storage import PgStore
-from cronwheel.storage.queries import q
+from cronwheel.storage.dispatch import (
+    ClaimParams,
+    Completion,
+    Conn,
+    FinishParams,
+    Leased,
+    RunOutcome,
+    TokenCall,
+)
+
+__all__ = ["DispatchConfig", "Dispatcher", "Leased", "Outcome"]
 
 MAX_CHECKPOINT_BYTES = 1024 * 1024
 MAX_RESULT_BYTES = 256 * 1024
-TERMINAL = ("succeeded", "failed", "dead", "cancelled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,33 +62,16 @@ class DispatchConfig:
         return self
 
 
-class Leased(NamedTuple):
-    """One leased run as `claim` returns it: ids, JSON as text, times as epoch seconds."""
-
-    id: str
-    schedule_id: str | None
-    tenant: str
-    type: str
-    payload: str
-    scheduled_for: float
-    run_at: float
-    attempt: int
-    max_attempts: int
-    fencing_token: int
-    checkpoint: str | None
-    lease_expires: float
-    timeout_s: float | None
-    priority: str
-    trigger: str
-    started_at: float
-
-
 @dataclass(frozen=True, slots=True)
 class Outcome:
     state: str
-    run_at: Any
+    run_at: datetime | None
     attempt: int
     max_attempts: int
+
+    @classmethod
+    def of(cls, r: RunOutcome) -> Outcome:
+        return cls(r.state, r.run_at, r.attempt, r.max_attempts)
 
 
 def _json_size(field: str, value: str, limit: int) -> Any:
@@ -96,10 +86,14 @@ def _json_size(field: str, value: str, limit: int) -> Any:
 
 
 class Dispatcher:
+    """Task-safe. Reads time only from `clock`: every lease deadline, start, heartbeat, finish
+    and retry time it writes is the clock's `now()`."""
+
     def __init__(self, store: PgStore, clock: Clock, config: DispatchConfig | None = None,
                  rng: random.Random | None = None, metrics: Metrics | None = None) -> None:
         self.metrics = metrics
         self.store = store
+        self.port = store.dispatch
         self.clock = clock
         self.config = (config or DispatchConfig()).validate()
         self.rng = rng or random.Random()
@@ -136,63 +130,55 @@ class Dispatcher:
             left = deadline - self.clock.monotonic()
             if rows or left <= 0:
                 return rows
-            try:
-                await asyncio.wait_for(waiter.wait(), min(left, self.config.fallback_poll_s))
-            except TimeoutError:
-                pass
+            await self.clock.wait(waiter, min(left, self.config.fallback_poll_s))
 
     async def _claim_once(self, worker: str, types: list[str] | None, max_count: int,
                           lease_s: float, tenant: str | None) -> list[Leased]:
         order = priority_order(self.config.weights, self.rng.random())
         async with self._claiming, self.store.transaction() as conn:
-            await conn.execute(q("claim_lock_tenants"), {"tenant": tenant})  # caps hold across nodes
-            cur = await conn.execute(q("claim"), {"priorities": list(order), "types": types, "limit": max_count,
-                                                  "tenant": tenant, "worker": worker, "lease_s": lease_s})
-            out = [Leased._make(r) for r in await cur.fetchall()]
+            await self.port.lock_claim_tenants(conn, tenant)  # caps hold across nodes
+            out = await self.port.claim(conn, ClaimParams(
+                worker=worker, priorities=order, types=types, limit=max_count, lease_s=lease_s, tenant=tenant,
+                now=self.clock.now()))
         if self.metrics is not None:
             for r in out:
                 self.metrics.start_lag.observe(r.started_at - r.run_at)
         return out
 
-    async def _explain_mismatch(self, conn: Any, ident: uuid.UUID, token: int, worker: str,
-                                tenant: str | None) -> Exception:
-        cur = await conn.execute(q("execution_token_state"), {"id": ident, "tenant": tenant})
-        row = await cur.fetchone()
-        if row is None:
-            return NotFound("execution", ident)
-        current, owner, state = int(row[0]), row[1], row[2]
-        if current != token:
-            return StaleFencingToken(ident, token, current)
-        if state != "running":
-            return _not_running(ident, state)
-        return _not_running(ident, f"leased by another worker ({owner})")
+    async def _explain_mismatch(self, conn: Conn, call: TokenCall) -> Exception:
+        st = await self.port.execution_token_state(conn, call.id, call.tenant)
+        if st is None:
+            return NotFound("execution", call.id)
+        if st.fencing_token != call.token:
+            return StaleFencingToken(call.id, call.token, st.fencing_token)
+        if st.state != "running":
+            return _not_running(call.id, st.state)
+        return _not_running(call.id, f"leased by another worker ({st.lease_owner})")
 
     async def heartbeat(self, ident: uuid.UUID, token: int, worker: str, lease_s: float,
-                        tenant: str | None = None) -> tuple[Any, bool]:
+                        tenant: str | None = None) -> tuple[datetime, bool]:
         self.check_lease(lease_s, "lease_extension")
+        call = TokenCall(ident, token, worker, tenant)
         async with self.store.transaction() as conn:
-            cur = await conn.execute(q("heartbeat"), {"id": ident, "token": token, "worker": worker,
-                                                      "lease_s": lease_s, "tenant": tenant})
-            row = await cur.fetchone()
-            if row is None:
-                raise await self._explain_mismatch(conn, ident, token, worker, tenant)
-            return row[0], bool(row[1])
+            got = await self.port.heartbeat(conn, call, lease_s, self.clock.now())
+            if got is None:
+                raise await self._explain_mismatch(conn, call)
+            return got
 
     async def checkpoint(self, ident: uuid.UUID, token: int, worker: str, checkpoint_json: str,
                          tenant: str | None = None) -> bool:
         value = _json_size("checkpoint_json", checkpoint_json, MAX_CHECKPOINT_BYTES)
+        call = TokenCall(ident, token, worker, tenant)
         async with self.store.transaction() as conn:
-            cur = await conn.execute(q("checkpoint"), {"id": ident, "token": token, "worker": worker,
-                                                       "checkpoint": Jsonb(value), "tenant": tenant})
-            row = await cur.fetchone()
-            if row is None:
-                raise await self._explain_mismatch(conn, ident, token, worker, tenant)
-            return bool(row[0])
+            cancel = await self.port.checkpoint(conn, call, value, self.clock.now())
+            if cancel is None:
+                raise await self._explain_mismatch(conn, call)
+            return cancel
 
     async def complete(self, ident: uuid.UUID, token: int, worker: str, result_json: str,
                        tenant: str | None = None) -> Outcome:
         result = _json_size("result_json", result_json, MAX_RESULT_BYTES)
-        return await self._finish(ident, token, worker, tenant, succeeded=True, result=result)
+        return await self._finish(TokenCall(ident, token, worker, tenant), succeeded=True, result=result)
 
     async def complete_many(self, worker: str, items: list[tuple[uuid.UUID, int, str]],
                             tenant: str | None = None) -> list[Outcome | Exception]:
@@ -200,27 +186,22 @@ class Dispatcher:
         if not 1 <= len(items) <= 1000:
             raise InvalidArgument("items", f"must hold 1..1000 completions, got {len(items)}")
         results: list[Any] = []
-        ok_items: list[tuple[uuid.UUID, int, Any]] = []
+        ok_items: list[Completion] = []
         for ident, token, result_json in items:
             try:
-                ok_items.append((ident, token, _json_size("result_json", result_json, MAX_RESULT_BYTES)))
+                ok_items.append(Completion(ident, token, _json_size("result_json", result_json, MAX_RESULT_BYTES)))
                 results.append(None)
             except InvalidArgument as exc:
                 results.append(exc)
         done: set[uuid.UUID] = set()
         if ok_items:
+            now = self.clock.now()
             async with self.store.transaction() as conn:
-                cur = await conn.execute(q("complete_batch"), {
-                    "worker": worker, "tenant": tenant, "ids": [i for i, _, _ in ok_items],
-                    "tokens": [t for _, t, _ in ok_items],
-                    "results": [Jsonb(r) if r is not None else None for _, _, r in ok_items]})
-                rows = await cur.fetchall()
-                done = {r[0] for r in rows}
-                sids = list({r[1] for r in rows if r[1] is not None})
-                if sids:
-                    cur = await conn.execute(q("release_buffered_many"), {"schedule_ids": sids})
-                    if await cur.fetchone() is not None:
-                        await conn.execute(q("notify_queued"), {"payload": "buffered"})
+                rows = await self.port.complete_batch(conn, worker, tenant, ok_items, now)
+                done = {r.id for r in rows}
+                sids = list({r.schedule_id for r in rows if r.schedule_id is not None})
+                if sids and await self.port.release_buffered_many(conn, sids, now):
+                    await self.port.notify_queued(conn, "buffered")
         out: list[Outcome | Exception] = []
         for (ident, token, result_json), pre in zip(items, results, strict=True):
             if pre is not None:
@@ -241,65 +222,59 @@ class Dispatcher:
         error = error.encode()[:16 * 1024].decode(errors="ignore")  # kept truncated, not refused
         if len(error_type) > 200:
             raise InvalidArgument("error_type", f"must be at most 200 characters, got {len(error_type)}")
-        return await self._finish(ident, token, worker, tenant, succeeded=False, error=error, retryable=retryable,
-                                  error_type=error_type)
+        return await self._finish(TokenCall(ident, token, worker, tenant), succeeded=False, error=error,
+                                  retryable=retryable, error_type=error_type)
 
-    async def _finish(self, ident: uuid.UUID, token: int, worker: str, tenant: str | None, *, succeeded: bool,
-                      result: Any = None, error: str = "", retryable: bool = True,
-                      error_type: str = "") -> Outcome:
+    async def _finish(self, call: TokenCall, *, succeeded: bool, result: Any = None, error: str = "",
+                      retryable: bool = True, error_type: str = "") -> Outcome:
         async with self.store.transaction() as conn:
-            async with conn.cursor(row_factory=dict_row) as c:
-                await c.execute(q("lock_running"), {"id": ident, "token": token, "worker": worker, "tenant": tenant})
-                run = await c.fetchone()
+            run = await self.port.lock_running(conn, call)
             if run is None:
-                same = await self._repeat_of_finished(conn, ident, token, succeeded, tenant)
+                same = await self._repeat_of_finished(conn, call, succeeded)
                 if same is not None:
                     return same
-                raise await self._explain_mismatch(conn, ident, token, worker, tenant)
+                raise await self._explain_mismatch(conn, call)
             if succeeded:
                 state, delay, reason = "succeeded", 0.0, None
             else:
                 d = decide_failure(
-                    attempt=run["attempt"], max_attempts=run["max_attempts"], retryable=retryable,
-                    cancel_requested=run["cancel_requested"], error_type=error_type,
-                    initial_s=run["retry_initial_s"], multiplier=run["retry_multiplier"],
-                    max_s=run["retry_max_s"], rand=self.rng.random())
+                    attempt=run.attempt, max_attempts=run.max_attempts, retryable=retryable,
+                    cancel_requested=run.cancel_requested, error_type=error_type,
+                    initial_s=run.retry_initial_s, multiplier=run.retry_multiplier,
+                    max_s=run.retry_max_s, rand=self.rng.random())
                 state, delay, reason = d.state, d.delay_s, d.reason
-            cur = await conn.execute(q("finish"), {
-                "id": ident, "state": state, "reason": reason, "result": Jsonb(result) if result is not None else None,
-                "error": error or None, "error_type": error_type or None, "terminal": state in TERMINAL,
-                "delay_s": delay,
-            })
-            row = await cur.fetchone()
-            assert row is not None
-            if state == "succeeded" and run["schedule_id"] is not None:
-                await conn.execute(q("mark_success"), {"schedule_id": run["schedule_id"]})
-            if state in TERMINAL and run["schedule_id"] is not None:
-                cur = await conn.execute(q("release_buffered"), {"schedule_id": run["schedule_id"]})
-                if await cur.fetchone() is not None:
-                    await conn.execute(q("notify_queued"), {"payload": "buffered"})
+            now = self.clock.now()
+            terminal = state in TERMINAL_STATES
+            out = await self.port.finish(conn, FinishParams(
+                id=call.id, state=state, reason=reason, result=result, error=error or None,
+                error_type=error_type or None,
+                run_at=now + timedelta(seconds=delay) if state == "retry_scheduled" else None,
+                finished_at=now if terminal else None, now=now))
+            if state == "succeeded" and run.schedule_id is not None:
+                await self.port.mark_success(conn, run.schedule_id, now)
+            if terminal and run.schedule_id is not None and await self.port.release_buffered(
+                    conn, run.schedule_id, now):
+                await self.port.notify_queued(conn, "buffered")
             if state == "dead":
-                await self.store.insert_event("dead_letter", tenant=run["tenant"], schedule_id=run["schedule_id"],
-                                              execution_id=ident, partition=run["partition"], actor=worker,
-                                              alert=True, data={"error": error[:2000], "attempts": run["attempt"]},
+                await self.store.insert_event("dead_letter", tenant=run.tenant, schedule_id=run.schedule_id,
+                                              execution_id=call.id, partition=run.partition, actor=call.worker,
+                                              alert=True, data={"error": error[:2000], "attempts": run.attempt},
                                               conn=conn)
             if state == "queued":
-                await conn.execute(q("notify_queued"), {"payload": "requeued"})
+                await self.port.notify_queued(conn, "requeued")
         if self.metrics is not None:
-            self.metrics.record_outcome(row[0], error_type)
-        return Outcome(row[0], row[1], int(row[2]), int(row[3]))
+            self.metrics.record_outcome(out.state, error_type)
+        return Outcome.of(out)
 
-    async def _repeat_of_finished(self, conn: Any, ident: uuid.UUID, token: int, succeeded: bool,
-                                  tenant: str | None) -> Outcome | None:
+    async def _repeat_of_finished(self, conn: Conn, call: TokenCall, succeeded: bool) -> Outcome | None:
         """A retried Complete/Fail with the same token after it landed answers the same."""
-        cur = await conn.execute(q("finished_outcome"), {"id": ident, "tenant": tenant})
-        row = await cur.fetchone()
-        if row is None or int(row[0]) != token:
+        rec = await self.port.finished_outcome(conn, call.id, call.tenant)
+        if rec is None or rec.fencing_token != call.token:
             return None
-        if succeeded and row[1] == "succeeded":
-            return Outcome(row[1], row[2], int(row[3]), int(row[4]))
-        if not succeeded and row[1] in ("failed", "dead", "retry_scheduled", "cancelled"):
-            return Outcome(row[1], row[2], int(row[3]), int(row[4]))
+        if succeeded and rec.state == "succeeded":
+            return Outcome.of(rec)
+        if not succeeded and rec.state in ("failed", "dead", "retry_scheduled", "cancelled"):
+            return Outcome.of(rec)
         return None
 
 

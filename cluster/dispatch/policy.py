@@ -1,10 +1,19 @@
-"""Pure dispatch decisions: retry backoff and the weighted order in which priorities are polled.
-No I/O, no clock, no randomness of their own: the caller passes a uniform random number in
-[0, 1), so every decision is reproducible and testable.
+"""Pure dispatch decisions: the one retry policy and the weighted order in which priorities are
+polled. No I/O, no clock, no randomness of their own: the caller passes a uniform random number
+in [0, 1), so every decision is reproducible and testable.
+
+The retry policy is called by both paths that end an attempt: the worker's FailExecution
+(`decide_failure`) and the reaper (`decide_timeout`, `decide_lapsed_lease`); the SQL only
+applies the decided state and run_at (River's rescuer calls the client's retry policy the same
+way). It is total over every value the API accepts (multiplier 1..100, up to 1,000 attempts,
+initial 0..86,400 s, max up to 604,800 s): the exponential is compared with the cap in log
+space, so `multiplier ** (attempt - 1)` is only computed when it is below the cap and can
+neither overflow a float nor build a huge int.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 PRIORITIES = ("critical", "default", "bulk")
@@ -40,26 +49,50 @@ def priority_order(weights: PriorityWeights, rand: float) -> tuple[str, ...]:
 
 @dataclass(frozen=True, slots=True)
 class RetryDecision:
+    """What an ended attempt becomes. `delay_s` is the wait before a `retry_scheduled` run is
+    claimable again (0 for every other state)."""
+
     state: str  # "retry_scheduled" | "failed" | "dead" | "cancelled" | "queued"
     delay_s: float
     reason: str
 
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({"succeeded", "failed", "dead", "cancelled"})
+
+
+def backoff_ceiling_s(attempt: int, initial_s: float, multiplier: float, max_s: float) -> float:
+    """min(max_s, initial_s * multiplier^(attempt-1)), computed without overflow for any attempt."""
+    if attempt < 1:
+        raise ValueError(f"attempt must be >= 1, got {attempt}")
+    for name, v in (("initial_s", initial_s), ("multiplier", multiplier), ("max_s", max_s)):
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"{name} must be finite and >= 0, got {v}")
+    if initial_s == 0.0 or max_s == 0.0:
+        return 0.0
+    if multiplier <= 1.0 or attempt == 1:
+        return min(max_s, initial_s)
+    # Compare in log space: initial * m^n >= max  <=>  log(initial) + n * log(m) >= log(max).
+    n = attempt - 1
+    if math.log(initial_s) + n * math.log(multiplier) >= math.log(max_s):
+        return max_s
+    return min(max_s, initial_s * multiplier ** n)  # below max_s here, so no overflow
+
 
 def backoff_s(attempt: int, initial_s: float, multiplier: float, max_s: float, rand: float) -> float:
     """Full jitter (AWS): uniform in [0, min(max, initial * multiplier^(attempt-1))]."""
-    if attempt < 1:
-        raise ValueError(f"attempt must be >= 1, got {attempt}")
     if not 0.0 <= rand < 1.0:
         raise ValueError(f"rand must be in [0, 1), got {rand}")
-    exp = min(attempt - 1, 200)  # multiplier^200 overflows nothing we keep: capped below
-    ceiling = min(max_s, initial_s * (multiplier ** exp)) if multiplier > 1 else min(max_s, initial_s)
-    return ceiling * rand
+    return backoff_ceiling_s(attempt, initial_s, multiplier, max_s) * rand
 
 
 def decide_failure(*, attempt: int, max_attempts: int, retryable: bool, cancel_requested: bool,
                    error_type: str, initial_s: float, multiplier: float, max_s: float,
                    rand: float) -> RetryDecision:
-    """What a failed attempt becomes."""
+    """What a failed attempt becomes (a worker's FailExecution, or a timeout the reaper saw)."""
     if cancel_requested:
         return RetryDecision("cancelled", 0.0, "cancelled while running")
     if error_type == "worker_shutdown":
@@ -70,3 +103,22 @@ def decide_failure(*, attempt: int, max_attempts: int, retryable: bool, cancel_r
         return RetryDecision("dead", 0.0, f"{error_type or 'error'} on the last of {max_attempts} attempts")
     delay = backoff_s(attempt, initial_s, multiplier, max_s, rand)
     return RetryDecision("retry_scheduled", delay, f"{error_type or 'error'}; attempt {attempt} of {max_attempts}")
+
+
+def decide_timeout(*, attempt: int, max_attempts: int, cancel_requested: bool, timeout_s: float,
+                   initial_s: float, multiplier: float, max_s: float, rand: float) -> RetryDecision:
+    """A run past its per-job timeout: a retryable failure of type `timeout`."""
+    d = decide_failure(attempt=attempt, max_attempts=max_attempts, retryable=True,
+                       cancel_requested=cancel_requested, error_type="timeout", initial_s=initial_s,
+                       multiplier=multiplier, max_s=max_s, rand=rand)
+    return RetryDecision(d.state, d.delay_s, f"timed out after {timeout_s:g} s")
+
+
+def decide_lapsed_lease(*, attempt: int, max_attempts: int, cancel_requested: bool) -> RetryDecision:
+    """A run whose worker stopped heartbeating: back to the queue at once (the worker may have
+    died mid-run; at-least-once), or ended when cancelled or out of attempts."""
+    if cancel_requested:
+        return RetryDecision("cancelled", 0.0, "lease expired without heartbeat")
+    if attempt >= max_attempts:
+        return RetryDecision("dead", 0.0, "lease expired without heartbeat")
+    return RetryDecision("queued", 0.0, "lease expired without heartbeat")

@@ -1,7 +1,7 @@
 """DispatchService: workers lease executions, heartbeat, checkpoint, complete or fail them.
 
-A thin edge over cluster.dispatcher: converts messages, nothing else. Errors are raised as
-domain errors and mapped to status codes by cluster.grpc_errors. A worker with a tenant's token
+A thin edge over cluster.dispatch.dispatcher: converts messages, nothing else. Errors are raised
+as domain errors and mapped to status codes by cluster.api.grpc_errors. A worker with a tenant's token
 leases and reports only that tenant's runs (another tenant's run is NOT_FOUND); an admin token
 (or dev mode) serves every tenant.
 """

@@ -34,7 +34,7 @@ WITH room AS MATERIALIZED (  -- counted once per tenant (inlined, the count ran 
      CROSS JOIN LATERAL (
           SELECT e.id, e.run_at FROM executions e
            WHERE e.tenant = room.tenant AND e.state = 'queued' AND e.priority = p.priority
-             AND e.run_at <= now()
+             AND e.run_at <= %(now)s
              AND (%(types)s::text[] IS NULL OR e.type = ANY(%(types)s::text[]))
            ORDER BY e.run_at
            LIMIT LEAST(room.free, %(limit)s)
@@ -46,8 +46,8 @@ WITH room AS MATERIALIZED (  -- counted once per tenant (inlined, the count ran 
 )
 UPDATE executions e
    SET state = 'running', attempt = e.attempt + 1, fencing_token = e.fencing_token + 1,
-       lease_owner = %(worker)s, lease_expires = now() + make_interval(secs => %(lease_s)s),
-       started_at = now(), heartbeat_at = now(), error = NULL, error_type = NULL
+       lease_owner = %(worker)s, lease_expires = %(now)s + make_interval(secs => %(lease_s)s),
+       started_at = %(now)s, heartbeat_at = %(now)s, error = NULL, error_type = NULL
   FROM picked
  WHERE e.id = picked.id
 RETURNING e.id::text, e.schedule_id::text, e.tenant, e.type, e.payload::text,
@@ -58,7 +58,7 @@ RETURNING e.id::text, e.schedule_id::text, e.tenant, e.type, e.payload::text,
 -- name: heartbeat
 -- Extend a lease held with the current token; answers whether cancellation was requested.
 UPDATE executions
-   SET lease_expires = now() + make_interval(secs => %(lease_s)s), heartbeat_at = now()
+   SET lease_expires = %(now)s + make_interval(secs => %(lease_s)s), heartbeat_at = %(now)s
  WHERE id = %(id)s AND fencing_token = %(token)s AND lease_owner = %(worker)s AND state = 'running'
    AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 RETURNING lease_expires, cancel_requested;
@@ -66,7 +66,7 @@ RETURNING lease_expires, cancel_requested;
 -- name: checkpoint
 -- Save progress of a run held with the current token.
 UPDATE executions
-   SET checkpoint = %(checkpoint)s, heartbeat_at = now()
+   SET checkpoint = %(checkpoint)s, heartbeat_at = %(now)s
  WHERE id = %(id)s AND fencing_token = %(token)s AND lease_owner = %(worker)s AND state = 'running'
    AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 RETURNING cancel_requested;
@@ -81,14 +81,15 @@ SELECT id, schedule_id, tenant, partition, attempt, max_attempts, retry_initial_
    FOR UPDATE;
 
 -- name: finish
--- Record the outcome of a run (succeeded, failed, dead, cancelled, retry_scheduled, queued).
+-- Record the outcome of a run (succeeded, failed, dead, cancelled, retry_scheduled, queued) as
+-- the caller's retry policy decided it: `finished_at` (NULL unless terminal) and the retry's
+-- `run_at` (NULL unless retry_scheduled) are computed by the caller.
 UPDATE executions
    SET state = %(state)s, state_reason = %(reason)s, result = %(result)s, error = %(error)s,
-       error_type = %(error_type)s, finished_at = CASE WHEN %(terminal)s THEN now() END,
-       run_at = CASE WHEN %(state)s = 'retry_scheduled' THEN now() + make_interval(secs => %(delay_s)s)
-                     ELSE run_at END,
+       error_type = %(error_type)s, finished_at = %(finished_at)s,
+       run_at = coalesce(%(run_at)s, run_at),
        attempt = CASE WHEN %(state)s = 'queued' THEN attempt - 1 ELSE attempt END,
-       queued_at = CASE WHEN %(state)s = 'queued' THEN now() ELSE queued_at END,
+       queued_at = CASE WHEN %(state)s = 'queued' THEN %(now)s ELSE queued_at END,
        lease_owner = NULL, lease_expires = NULL
  WHERE id = %(id)s
 RETURNING state, run_at, attempt, max_attempts;
@@ -101,56 +102,61 @@ SELECT fencing_token, lease_owner, state, result, error FROM executions
 
 -- name: mark_success
 -- A schedule's dead man's switch is fed by its runs' successes.
-UPDATE schedules SET last_success_at = now(), success_alert_at = NULL WHERE id = %(schedule_id)s;
+UPDATE schedules SET last_success_at = %(now)s, success_alert_at = NULL WHERE id = %(schedule_id)s;
 
 -- name: release_buffered
 -- Overlap buffer_*: the run ahead finished, queue the oldest buffered run of the schedule.
 UPDATE executions
-   SET state = 'queued', state_reason = NULL, queued_at = now()
+   SET state = 'queued', state_reason = NULL, queued_at = %(now)s
  WHERE id = (SELECT id FROM executions
               WHERE schedule_id = %(schedule_id)s AND state = 'scheduled' AND state_reason = 'buffered'
               ORDER BY scheduled_for LIMIT 1 FOR UPDATE SKIP LOCKED)
 RETURNING id, priority;
 
 -- name: queue_depths
--- Queued work per priority, for status and metrics.
-SELECT priority, count(*) AS count, min(run_at) AS oldest FROM executions WHERE state = 'queued' GROUP BY priority;
+-- Queued executions per priority and the oldest run_at among them (metrics and ClusterStatus).
+SELECT priority, count(*) AS queued, min(run_at) AS oldest_run_at
+  FROM executions
+ WHERE state = 'queued'
+ GROUP BY priority;
 
--- name: reap_expired
--- Fenced: runs of the partition whose lease lapsed without heartbeat go back to the queue
--- (at-least-once: they may run twice), or end when out of attempts or cancelled.
-UPDATE executions
-   SET state = CASE WHEN cancel_requested THEN 'cancelled'
-                    WHEN attempt >= max_attempts THEN 'dead'
-                    ELSE 'queued' END,
-       state_reason = 'lease expired without heartbeat',
-       error = 'lease expired', error_type = 'lease_expired',
-       queued_at = now(), lease_owner = NULL, lease_expires = NULL,
-       finished_at = CASE WHEN cancel_requested OR attempt >= max_attempts THEN now() END
- WHERE partition = %(partition)s AND state = 'running' AND lease_expires < now()
+-- name: reap_candidates
+-- Fenced: the partition's running executions whose lease lapsed without heartbeat ('expired')
+-- or that ran past their per-job timeout ('timed_out'), locked for the reaper to decide each
+-- one's next state with the retry policy (in Python; `reap_apply` writes it). A run a worker is
+-- finishing right now is skipped (SKIP LOCKED): its outcome wins. Lapsed leases come first
+-- (a lapsed lease is requeued without backoff, as it always was). Bounded per round.
+SELECT e.id, CASE WHEN e.lease_expires < %(now)s THEN 'expired' ELSE 'timed_out' END AS kind,
+       e.attempt, e.max_attempts, e.cancel_requested, e.timeout_s, e.retry_initial_s, e.retry_multiplier,
+       e.retry_max_s, e.schedule_id, e.tenant
+  FROM executions e
+ WHERE e.partition = %(partition)s AND e.state = 'running'
+   AND (e.lease_expires < %(now)s
+        OR (e.timeout_s IS NOT NULL AND e.started_at + make_interval(secs => e.timeout_s) < %(now)s))
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
-RETURNING id, state, schedule_id, tenant, priority;
+ ORDER BY e.lease_expires
+ LIMIT %(limit)s
+   FOR UPDATE OF e SKIP LOCKED;
 
--- name: reap_timed_out
--- Fenced: runs past their per-job timeout fail as `timeout` (retried if attempts remain).
+-- name: reap_apply
+-- Fenced: write the state the retry policy decided for one reaped run (still running, still in
+-- the partition). Times come from the caller: `queued_at` only when it goes back to the queue,
+-- `finished_at` only when terminal, `run_at` only for a retry.
 UPDATE executions
-   SET state = CASE WHEN cancel_requested THEN 'cancelled'
-                    WHEN attempt >= max_attempts THEN 'dead'
-                    ELSE 'retry_scheduled' END,
-       state_reason = 'timed out after ' || timeout_s || ' s',
-       error = 'timeout', error_type = 'timeout', lease_owner = NULL, lease_expires = NULL,
-       run_at = now() + make_interval(secs => least(retry_max_s, retry_initial_s * power(retry_multiplier, attempt - 1)) * random()),
-       finished_at = CASE WHEN cancel_requested OR attempt >= max_attempts THEN now() END
- WHERE partition = %(partition)s AND state = 'running' AND timeout_s IS NOT NULL
-   AND started_at + make_interval(secs => timeout_s) < now()
+   SET state = %(state)s, state_reason = %(reason)s, error = %(error)s, error_type = %(error_type)s,
+       lease_owner = NULL, lease_expires = NULL,
+       run_at = coalesce(%(run_at)s, run_at),
+       queued_at = coalesce(%(queued_at)s, queued_at),
+       finished_at = %(finished_at)s
+ WHERE id = %(id)s AND partition = %(partition)s AND state = 'running'
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
 RETURNING id, state, schedule_id, tenant, priority;
 
 -- name: requeue_retries
 -- Fenced: retries whose backoff has passed become claimable.
 UPDATE executions
-   SET state = 'queued', queued_at = now()
- WHERE partition = %(partition)s AND state = 'retry_scheduled' AND run_at <= now()
+   SET state = 'queued', queued_at = %(now)s
+ WHERE partition = %(partition)s AND state = 'retry_scheduled' AND run_at <= %(now)s
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
 RETURNING id, priority;
 
@@ -163,10 +169,10 @@ SELECT fencing_token, state, run_at, attempt, max_attempts FROM executions
 -- Fenced: schedules of the partition with no success within their alert window raise the
 -- alert once (until the next success clears it).
 UPDATE schedules
-   SET success_alert_at = now()
+   SET success_alert_at = %(now)s
  WHERE partition = %(partition)s AND alert_if_no_success_within_s IS NOT NULL
    AND success_alert_at IS NULL AND deleted_at IS NULL AND NOT paused
-   AND coalesce(last_success_at, created_at) + make_interval(secs => alert_if_no_success_within_s) < now()
+   AND coalesce(last_success_at, created_at) + make_interval(secs => alert_if_no_success_within_s) < %(now)s
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
 RETURNING id, tenant, last_success_at, alert_if_no_success_within_s;
 
@@ -187,7 +193,7 @@ UNION ALL SELECT 'retry_scheduled', count(*) FROM executions WHERE state = 'retr
 -- name: stuck_executions
 -- Runs still `running` past their lease plus a grace: the reaper should have taken them.
 SELECT count(*) FROM executions
- WHERE state = 'running' AND lease_expires < now() - make_interval(secs => %(grace_s)s);
+ WHERE state = 'running' AND lease_expires < %(now)s - make_interval(secs => %(grace_s)s);
 
 -- name: complete_batch
 -- Succeed every listed run still held by the worker with its token, feed the schedules' dead
@@ -197,13 +203,13 @@ WITH v AS (
 ), done AS (
     UPDATE executions AS e
        SET state = 'succeeded', state_reason = NULL, result = v.result, error = NULL, error_type = NULL,
-           finished_at = now(), lease_owner = NULL, lease_expires = NULL
+           finished_at = %(now)s, lease_owner = NULL, lease_expires = NULL
       FROM v
      WHERE e.id = v.id AND e.fencing_token = v.token AND e.lease_owner = %(worker)s AND e.state = 'running'
        AND (%(tenant)s::text IS NULL OR e.tenant = %(tenant)s)
     RETURNING e.id, e.schedule_id
 ), fed AS (
-    UPDATE schedules SET last_success_at = now(), success_alert_at = NULL
+    UPDATE schedules SET last_success_at = %(now)s, success_alert_at = NULL
      WHERE id IN (SELECT schedule_id FROM done WHERE schedule_id IS NOT NULL)
     RETURNING 1
 )
@@ -213,7 +219,7 @@ SELECT id, schedule_id, (SELECT count(*) FROM fed) AS fed FROM done;
 -- Overlap buffer_*: for each listed schedule whose run ahead finished, queue its oldest
 -- buffered run.
 UPDATE executions
-   SET state = 'queued', state_reason = NULL, queued_at = now()
+   SET state = 'queued', state_reason = NULL, queued_at = %(now)s
  WHERE id IN (SELECT DISTINCT ON (schedule_id) id FROM executions
                WHERE schedule_id = ANY(%(schedule_ids)s::uuid[]) AND state = 'scheduled'
                  AND state_reason = 'buffered'

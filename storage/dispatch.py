@@ -1,0 +1,354 @@
+"""DispatchPort: the dispatch domain's queries (storage/sql/queries/dispatch.sql), one typed
+method each.
+
+Workers' calls (claim, heartbeat, checkpoint, finish) and the reaper's rounds run as
+multi-statement transactions that the caller opens (`Database.transaction()` or
+`Database.fenced()`), so the methods that belong in one take its connection first; the read-only
+metrics queries borrow their own. Every time a query decides by (`run_at <= now`, lease
+deadlines, `started_at`, `finished_at`, reap cut-offs, the dead man's switch) is `now`, passed by
+the caller from its `Clock`: node time everywhere, and pinned in tests. The retry policy is
+never computed here: the caller decides state and `run_at`, the SQL applies them.
+
+Concurrency: task-safe (it holds only the Database).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from cronwheel.storage.db import Database
+from cronwheel.storage.errors import map_error
+from cronwheel.storage.queries import q
+
+Conn = AsyncConnection[Any]
+
+
+class Leased(NamedTuple):
+    """One leased run as `claim` returns it: ids, JSON as text, times as epoch seconds (the
+    caller only forwards them)."""
+
+    id: str
+    schedule_id: str | None
+    tenant: str
+    type: str
+    payload: str
+    scheduled_for: float
+    run_at: float
+    attempt: int
+    max_attempts: int
+    fencing_token: int
+    checkpoint: str | None
+    lease_expires: float
+    timeout_s: float | None
+    priority: str
+    trigger: str
+    started_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimParams:
+    worker: str
+    priorities: Sequence[str]  # poll order, drawn by the caller
+    types: Sequence[str] | None  # None: any type
+    limit: int
+    lease_s: float
+    tenant: str | None  # None: any tenant
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCall:
+    """A worker call on one run, checked against its current token, owner and state."""
+
+    id: uuid.UUID
+    token: int
+    worker: str
+    tenant: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunningRun:
+    """A running run locked before finishing it (`lock_running`)."""
+
+    id: uuid.UUID
+    schedule_id: uuid.UUID | None
+    tenant: str
+    partition: int
+    attempt: int
+    max_attempts: int
+    retry_initial_s: float
+    retry_multiplier: float
+    retry_max_s: float
+    cancel_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FinishParams:
+    id: uuid.UUID
+    state: str
+    reason: str | None
+    result: Any  # a JSON value or None
+    error: str | None
+    error_type: str | None
+    run_at: datetime | None  # the retry's time (retry_scheduled only)
+    finished_at: datetime | None  # terminal states only
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """The recorded outcome of a run (`finish`, `finished_outcome`)."""
+
+    state: str
+    run_at: datetime | None
+    attempt: int
+    max_attempts: int
+    fencing_token: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TokenState:
+    fencing_token: int
+    lease_owner: str | None
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    id: uuid.UUID
+    token: int
+    result: Any  # a JSON value or None
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    id: uuid.UUID
+    schedule_id: uuid.UUID | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReapCandidate:
+    """A running run past its lease ('expired') or its timeout ('timed_out'), locked."""
+
+    id: uuid.UUID
+    kind: str
+    attempt: int
+    max_attempts: int
+    cancel_requested: bool
+    timeout_s: float | None
+    retry_initial_s: float
+    retry_multiplier: float
+    retry_max_s: float
+    schedule_id: uuid.UUID | None
+    tenant: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReapApply:
+    """The state the retry policy decided for one reaped run."""
+
+    id: uuid.UUID
+    partition: int
+    epoch: int
+    state: str
+    reason: str
+    error: str
+    error_type: str
+    run_at: datetime | None
+    queued_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    id: uuid.UUID
+    state: str
+    schedule_id: uuid.UUID | None
+    tenant: str
+    priority: str
+
+
+@dataclass(frozen=True, slots=True)
+class SuccessAlert:
+    schedule_id: uuid.UUID
+    tenant: str
+    last_success_at: datetime | None
+    within_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    priority: str
+    queued: int
+    oldest_run_at: datetime | None
+
+
+def _jsonb(value: Any) -> Jsonb | None:
+    return Jsonb(value) if value is not None else None
+
+
+class DispatchPort:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # ------------------------------------------------------------------ worker calls
+
+    async def lock_claim_tenants(self, conn: Conn, tenant: str | None) -> None:
+        """First statement of a claim's transaction (`claim_lock_tenants`)."""
+        await conn.execute(q("claim_lock_tenants"), {"tenant": tenant})
+
+    async def claim(self, conn: Conn, p: ClaimParams) -> list[Leased]:
+        cur = await conn.execute(q("claim"), {
+            "priorities": list(p.priorities), "types": list(p.types) if p.types else None, "limit": p.limit,
+            "tenant": p.tenant, "worker": p.worker, "lease_s": p.lease_s, "now": p.now})
+        return [Leased._make(r) for r in await cur.fetchall()]
+
+    async def heartbeat(self, conn: Conn, call: TokenCall, lease_s: float,
+                        now: datetime) -> tuple[datetime, bool] | None:
+        """(new lease deadline, cancel requested), or None if the token does not hold the run."""
+        cur = await conn.execute(q("heartbeat"), {"id": call.id, "token": call.token, "worker": call.worker,
+                                                  "lease_s": lease_s, "tenant": call.tenant, "now": now})
+        row = await cur.fetchone()
+        return None if row is None else (row[0], bool(row[1]))
+
+    async def checkpoint(self, conn: Conn, call: TokenCall, checkpoint: Any, now: datetime) -> bool | None:
+        """Cancel requested, or None if the token does not hold the run."""
+        cur = await conn.execute(q("checkpoint"), {"id": call.id, "token": call.token, "worker": call.worker,
+                                                   "checkpoint": Jsonb(checkpoint), "tenant": call.tenant,
+                                                   "now": now})
+        row = await cur.fetchone()
+        return None if row is None else bool(row[0])
+
+    async def lock_running(self, conn: Conn, call: TokenCall) -> RunningRun | None:
+        async with conn.cursor(row_factory=dict_row) as c:
+            await c.execute(q("lock_running"), {"id": call.id, "token": call.token, "worker": call.worker,
+                                                "tenant": call.tenant})
+            r = await c.fetchone()
+        if r is None:
+            return None
+        return RunningRun(r["id"], r["schedule_id"], r["tenant"], int(r["partition"]), int(r["attempt"]),
+                          int(r["max_attempts"]), float(r["retry_initial_s"]), float(r["retry_multiplier"]),
+                          float(r["retry_max_s"]), bool(r["cancel_requested"]))
+
+    async def finish(self, conn: Conn, p: FinishParams) -> RunOutcome:
+        cur = await conn.execute(q("finish"), {
+            "id": p.id, "state": p.state, "reason": p.reason, "result": _jsonb(p.result), "error": p.error,
+            "error_type": p.error_type, "run_at": p.run_at, "finished_at": p.finished_at, "now": p.now})
+        row = await cur.fetchone()
+        if row is None:
+            raise LookupError(f"execution {p.id} vanished under its lock")
+        return RunOutcome(row[0], row[1], int(row[2]), int(row[3]))
+
+    async def complete_batch(self, conn: Conn, worker: str, tenant: str | None, items: Sequence[Completion],
+                             now: datetime) -> list[Completed]:
+        cur = await conn.execute(q("complete_batch"), {
+            "worker": worker, "tenant": tenant, "ids": [i.id for i in items], "tokens": [i.token for i in items],
+            "results": [_jsonb(i.result) for i in items], "now": now})
+        return [Completed(r[0], r[1]) for r in await cur.fetchall()]
+
+    async def release_buffered(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> bool:
+        """Overlap buffer_*: queue the schedule's oldest buffered run; True if there was one."""
+        cur = await conn.execute(q("release_buffered"), {"schedule_id": schedule_id, "now": now})
+        return await cur.fetchone() is not None
+
+    async def release_buffered_many(self, conn: Conn, schedule_ids: Sequence[uuid.UUID], now: datetime) -> bool:
+        cur = await conn.execute(q("release_buffered_many"), {"schedule_ids": list(schedule_ids), "now": now})
+        return await cur.fetchone() is not None
+
+    async def mark_success(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> None:
+        await conn.execute(q("mark_success"), {"schedule_id": schedule_id, "now": now})
+
+    async def finished_outcome(self, conn: Conn, ident: uuid.UUID, tenant: str | None) -> RunOutcome | None:
+        cur = await conn.execute(q("finished_outcome"), {"id": ident, "tenant": tenant})
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        return RunOutcome(row[1], row[2], int(row[3]), int(row[4]), fencing_token=int(row[0]))
+
+    async def execution_token_state(self, conn: Conn, ident: uuid.UUID, tenant: str | None) -> TokenState | None:
+        cur = await conn.execute(q("execution_token_state"), {"id": ident, "tenant": tenant})
+        row = await cur.fetchone()
+        return None if row is None else TokenState(int(row[0]), row[1], row[2])
+
+    async def notify_queued(self, conn: Conn, payload: str) -> None:
+        """Wake every node's waiting workers at commit (`notify_queued`, executions.sql)."""
+        await conn.execute(q("notify_queued"), {"payload": payload})
+
+    # ------------------------------------------------------------------ the reaper (fenced)
+
+    async def reap_candidates(self, conn: Conn, partition: int, epoch: int, now: datetime,
+                              limit: int = 1000) -> list[ReapCandidate]:
+        cur = await conn.execute(q("reap_candidates"), {"partition": partition, "epoch": epoch, "now": now,
+                                                        "limit": limit})
+        return [ReapCandidate(r[0], r[1], int(r[2]), int(r[3]), bool(r[4]), None if r[5] is None else float(r[5]),
+                              float(r[6]), float(r[7]), float(r[8]), r[9], r[10]) for r in await cur.fetchall()]
+
+    @asynccontextmanager
+    async def savepoint(self, conn: Conn) -> AsyncIterator[None]:
+        """A savepoint in the caller's transaction: a failure inside undoes only what was done
+        inside and leaves the transaction usable (the error leaves as a cronwheel error where
+        one fits, `storage.errors.map_error`)."""
+        try:
+            async with conn.transaction():
+                yield
+        except psycopg.Error as exc:
+            raise map_error(exc) from exc
+
+    async def reap_apply(self, conn: Conn, a: ReapApply) -> Reaped | None:
+        """Write one decision; None if the run is no longer running in the partition."""
+        cur = await conn.execute(q("reap_apply"), {
+            "id": a.id, "partition": a.partition, "epoch": a.epoch, "state": a.state, "reason": a.reason,
+            "error": a.error, "error_type": a.error_type, "run_at": a.run_at, "queued_at": a.queued_at,
+            "finished_at": a.finished_at})
+        row = await cur.fetchone()
+        return None if row is None else Reaped(row[0], row[1], row[2], row[3], row[4])
+
+    async def requeue_retries(self, conn: Conn, partition: int, epoch: int, now: datetime) -> int:
+        """Retries whose backoff has passed become claimable; how many."""
+        cur = await conn.execute(q("requeue_retries"), {"partition": partition, "epoch": epoch, "now": now})
+        return len(await cur.fetchall())
+
+    async def dead_mans_switch(self, conn: Conn, partition: int, epoch: int, now: datetime) -> list[SuccessAlert]:
+        cur = await conn.execute(q("dead_mans_switch"), {"partition": partition, "epoch": epoch, "now": now})
+        return [SuccessAlert(r[0], r[1], r[2], float(r[3])) for r in await cur.fetchall()]
+
+    async def prune_history(self, days: int) -> tuple[int, int]:
+        """Retention of events and ownership history (`prune_history`, explain.sql): rows dropped."""
+        async with self.db.connection() as conn:
+            cur = await conn.execute(q("prune_history"), {"days": days})
+            row = await cur.fetchone()
+        return (0, 0) if row is None else (int(row[0]), int(row[1]))
+
+    # ------------------------------------------------------------------ metrics and status
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        async with self.db.connection() as conn:
+            cur = await conn.execute(q("queue_depths"))
+            return [QueueDepth(r[0], int(r[1]), r[2]) for r in await cur.fetchall()]
+
+    async def executions_by_state(self) -> dict[str, int]:
+        async with self.db.connection() as conn:
+            cur = await conn.execute(q("executions_by_state"))
+            return {r[0]: int(r[1]) for r in await cur.fetchall()}
+
+    async def stuck_executions(self, grace_s: float, now: datetime) -> int:
+        async with self.db.connection() as conn:
+            cur = await conn.execute(q("stuck_executions"), {"grace_s": grace_s, "now": now})
+            row = await cur.fetchone()
+        return 0 if row is None else int(row[0])
+
+    async def overdue_success_alerts(self) -> int:
+        async with self.db.connection() as conn:
+            cur = await conn.execute(q("overdue_success_alerts"))
+            row = await cur.fetchone()
+        return 0 if row is None else int(row[0])
