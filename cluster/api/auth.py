@@ -41,6 +41,7 @@ from typing import Any
 import grpc
 
 from cronwheel import errors as e
+from cronwheel.cluster.api import requests
 from cronwheel.cluster.api.grpc_errors import status_of
 from cronwheel.cluster.commands.values import text
 from cronwheel.errors import InvalidArgument
@@ -176,6 +177,13 @@ async def _fail(context: grpc.aio.ServicerContext[Any, Any], exc: Exception, met
     await context.abort(grpc.StatusCode.INTERNAL, "internal error (logged on the server)")
 
 
+async def _checked(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """A request stream whose undecodable messages raise InvalidArgument."""
+    async for item in stream:
+        requests.check(item)
+        yield item
+
+
 Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
 
 
@@ -201,6 +209,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             token = None
             try:
                 token = _CALLER.set(self._authorize(context, method))
+                if hasattr(request, "__aiter__"):  # a request stream
+                    return await inner(_checked(request), context)
+                requests.check(request)
                 return await inner(request, context)
             except grpc.aio.AbortError:
                 raise
@@ -217,6 +228,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             token = None
             try:
                 token = _CALLER.set(self._authorize(context, method))
+                if hasattr(request, "__aiter__"):
+                    request = _checked(request)
+                else:
+                    requests.check(request)
                 result = inner(request, context)
                 if hasattr(result, "__aiter__"):
                     async for item in result:
@@ -242,7 +257,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         method = details.method
         if handler is None or not method.startswith(PROTECTED_PREFIX):
             return handler  # health, reflection, unknown methods (UNIMPLEMENTED)
-        ser = {"request_deserializer": handler.request_deserializer,
+        ser = {"request_deserializer": requests.tolerant(handler.request_deserializer),
                "response_serializer": handler.response_serializer}
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(self._unary(handler.unary_unary, method), **ser)
