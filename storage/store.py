@@ -26,9 +26,12 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from cronwheel.errors import Unavailable
-from cronwheel.storage.db import Database, Row, stale_epoch
+from cronwheel.storage.api import Event, EventsPort, ExplainPort
+from cronwheel.storage.db import Database, Row, StoreConfig, stale_epoch
+from cronwheel.storage.executions import ExecutionsPort
 from cronwheel.storage.ids import new_execution_id
 from cronwheel.storage.queries import q
+from cronwheel.storage.schedules import SchedulesPort
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +136,16 @@ async def _fire_ticks(conn: AsyncConnection[Any], partition: int, epoch: int,
 
 
 class PgStore(Database):
-    """PostgreSQL via psycopg 3 and psycopg_pool. See storage/db.py for fencing."""
+    """PostgreSQL via psycopg 3 and psycopg_pool. See storage/db.py for fencing. The API's
+    ports: `schedules`, `executions`, `events`, `explain` (storage/schedules.py, executions.py,
+    api.py)."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        super().__init__(config)
+        self.schedules = SchedulesPort(self)
+        self.executions = ExecutionsPort(self)
+        self.events = EventsPort(self)
+        self.explain = ExplainPort(self)
 
     # ------------------------------------------------------------------ partitions & fencing
 
@@ -308,13 +320,6 @@ class PgStore(Database):
         data: dict[str, Any] | None = None,
         conn: AsyncConnection[Any] | None = None,
     ) -> None:
-        params = {
-            "tenant": tenant, "kind": kind, "schedule_id": schedule_id,
-            "execution_id": execution_id, "partition": partition, "actor": actor,
-            "alert": alert, "data": Jsonb(data or {}),
-        }
-        if conn is not None:
-            await conn.execute(q("insert_event"), params)
-            return
-        async with self.connection() as c:
-            await c.execute(q("insert_event"), params)
+        """`events.insert` for the dispatch path's callers (kept until they use the port)."""
+        await self.events.insert(Event(kind, tenant, schedule_id, execution_id, partition, actor, alert, data),
+                                 conn=conn)

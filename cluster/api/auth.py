@@ -170,7 +170,7 @@ def abort_args(exc: e.CronwheelError) -> tuple[grpc.StatusCode, str]:
 
 
 async def _fail(context: grpc.aio.ServicerContext[Any, Any], exc: Exception, method: str) -> None:
-    if isinstance(exc, e.CronwheelError):
+    if isinstance(exc, e.CronwheelError) and not isinstance(exc, e.Internal):
         code, message = abort_args(exc)
         await context.abort(code, message)
     log.exception("unexpected error in RPC", extra={"event": "rpc_internal_error", "method": method})

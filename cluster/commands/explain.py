@@ -307,11 +307,11 @@ def _misfire_reason(reason: str, t: datetime, ownership: list[dict[str, Any]]) -
 
 async def load_facts(store: PgStore, schedule_id: uuid.UUID, tenant: str | None, start: datetime,
                      end: datetime, with_executions: bool = True) -> Facts:
-    sched = await store.fetch_one("get_schedule_any", {"id": schedule_id, "tenant": tenant})
+    sched = await store.explain.schedule(schedule_id, tenant)
     if sched is None:
         raise NotFound("schedule", schedule_id)
-    events = await store.fetch_all("explain_events", {"schedule_id": schedule_id})
-    own = await store.fetch_all("explain_ownership", {"partition": sched["partition"], "end": end})
+    events = await store.explain.events(schedule_id)
+    own = await store.explain.ownership(sched["partition"], end)
     f = Facts(sched, [], events, own)
     if with_executions:
         await load_executions(store, f, start, end)
@@ -319,8 +319,9 @@ async def load_facts(store: PgStore, schedule_id: uuid.UUID, tenant: str | None,
 
 
 async def load_executions(store: PgStore, f: Facts, start: datetime, end: datetime) -> None:
-    f.executions = await store.fetch_all("explain_executions", {"schedule_id": f.schedule["id"], "start": start,
-                                                                "end": end})
+    """The executions of [start, end], and those that ran in place of its coalesced ticks."""
+    f.executions = await store.explain.executions(f.schedule["id"], start, end,
+                                                  also_at=coalesced_targets(f, start, end))
 
 
 def page_end(f: Facts, start: datetime, end: datetime, limit: int) -> datetime:
