@@ -1,5 +1,5 @@
 """`cronwheel schedule create|update|list|get|pause|resume|trigger|backfill|delete|preview`
-(registered into cronwheel.cli by importing this module; see cli_api for the common flags)."""
+(listed in `cronwheel.cli.commands()`; see cli_api for the common flags)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from cronwheel.cli import command
+from cronwheel.cli import Command
 from cronwheel.cli_api_base import (
     DST_GAP,
     DST_REPEATED,
@@ -253,5 +253,5 @@ def _configure_schedule(p: argparse.ArgumentParser) -> None:
     pv.add_argument("--after", type=instant_arg, help="ticks strictly after this time (default now)")
 
 
-command("schedule", "manage schedules: create, update, list, get, pause, resume, trigger, backfill, delete, "
-        "preview", _configure_schedule)(dispatch)
+SCHEDULE = Command("schedule", "manage schedules: create, update, list, get, pause, resume, trigger, backfill, "
+                   "delete, preview", _configure_schedule, dispatch)
