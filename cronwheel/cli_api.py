@@ -27,6 +27,7 @@ from cronwheel.cli_api_base import (
     PRIORITIES,
     STATES,
     Api,
+    all_pages,
     api_command,
     connection_flags,
     dispatch,
@@ -106,12 +107,7 @@ def _exec_list(api: Api, args: argparse.Namespace) -> int:
     req = scheduler_pb2.ListExecutionsRequest(tenant=args.tenant, schedule_id=args.schedule, type=args.type,
                                               states=args.state or [], page_size=args.page_size,
                                               page_token=args.page_token)
-    resp = api(api.scheduler.ListExecutions, req)
-    while args.all and resp.next_page_token:
-        req.page_token = resp.next_page_token
-        more = api(api.scheduler.ListExecutions, req)
-        resp.executions.extend(more.executions)
-        resp.next_page_token = more.next_page_token
+    resp = all_pages(api, api.scheduler.ListExecutions, req, "executions", args.all)
     return show(args, resp, lambda: print_executions(resp))
 
 

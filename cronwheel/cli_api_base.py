@@ -122,6 +122,18 @@ class Api:
         return method(request, metadata=self.metadata, timeout=self.timeout)
 
 
+def all_pages(api: Api, rpc: Any, req: Any, field: str, everything: bool) -> Any:
+    """Call a List RPC; with `everything`, follow next_page_token and gather every page's
+    `field` into the first response."""
+    resp = api(rpc, req)
+    while everything and resp.next_page_token:
+        req.page_token = resp.next_page_token
+        more = api(rpc, req)
+        getattr(resp, field).extend(getattr(more, field))
+        resp.next_page_token = more.next_page_token
+    return resp
+
+
 def api_command(func: Callable[[Api, argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Run `func` with an Api; gRPC refusals become one line and an exit code."""
 

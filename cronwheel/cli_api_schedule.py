@@ -15,6 +15,7 @@ from cronwheel.cli_api_base import (
     OVERLAP,
     PRIORITIES,
     Api,
+    all_pages,
     api_command,
     dispatch,
     duration_arg,
@@ -109,12 +110,7 @@ def _schedule_list(api: Api, args: argparse.Namespace) -> int:
                                              page_token=args.page_token)
     if args.paused is not None:
         req.paused = args.paused
-    resp = api(api.scheduler.ListSchedules, req)
-    while args.all and resp.next_page_token:
-        req.page_token = resp.next_page_token
-        more = api(api.scheduler.ListSchedules, req)
-        resp.schedules.extend(more.schedules)
-        resp.next_page_token = more.next_page_token
+    resp = all_pages(api, api.scheduler.ListSchedules, req, "schedules", args.all)
     return show(args, resp, lambda: print_schedules(resp))
 
 

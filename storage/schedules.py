@@ -97,16 +97,13 @@ class SchedulesPort:
         assert r is not None
         return r
 
-    async def update(self, conn: Conn, fields: ScheduleFields, next_run_at: datetime | None,
-                     now: datetime) -> Row | None:
-        """Write every settable field, bump the version, set the next tick (None if gone)."""
-        return await row(conn, "api_update_schedule", {**fields.params(), "next_run_at": next_run_at, "now": now})
-
-    async def set_state(self, conn: Conn, schedule_id: uuid.UUID, *, paused: bool | None, deleted: bool,
-                        next_run_at: datetime | None, now: datetime) -> Row | None:
-        """Pause/resume (`paused` given) or soft-delete; bump the version; set the next tick."""
-        return await row(conn, "api_set_schedule_state", {"id": schedule_id, "paused": paused, "deleted": deleted,
-                                                          "next_run_at": next_run_at, "now": now})
+    async def write(self, conn: Conn, fields: ScheduleFields, next_run_at: datetime | None, now: datetime,
+                    deleted: bool = False) -> Row | None:
+        """Write every settable field and the paused flag (soft-delete when `deleted`), bump the
+        version, set the next tick. None if the schedule is gone; AlreadyExists (map_error) for a
+        live name taken."""
+        return await row(conn, "api_write_schedule", {**fields.params(), "next_run_at": next_run_at, "now": now,
+                                                      "deleted": deleted})
 
     async def list(self, f: ScheduleFilter) -> list[Row]:
         """A page of live schedules by (created_at, id) after the cursor."""

@@ -34,6 +34,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,8 +178,16 @@ async def _fail(context: grpc.aio.ServicerContext[Any, Any], exc: Exception, met
     await context.abort(grpc.StatusCode.INTERNAL, "internal error (logged on the server)")
 
 
-async def _checked(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    """A request stream whose undecodable messages raise InvalidArgument."""
+def _checked(request: Any) -> Any:
+    """The request, refused (InvalidArgument) if it did not decode; a request stream is wrapped
+    so each of its messages is checked as it arrives."""
+    if hasattr(request, "__aiter__"):
+        return _checked_stream(request)
+    requests.check(request)
+    return request
+
+
+async def _checked_stream(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
     async for item in stream:
         requests.check(item)
         yield item
@@ -204,47 +213,37 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             raise e.PermissionDenied(f"{method.rsplit('/', 1)[-1]} is admin-only")
         return caller
 
+    @asynccontextmanager
+    async def _call(self, context: grpc.aio.ServicerContext[Any, Any], method: str) -> AsyncIterator[None]:
+        """Around one call: the caller set for it, every error mapped (the one place)."""
+        token = None
+        try:
+            token = _CALLER.set(self._authorize(context, method))
+            yield
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _fail(context, exc, method)
+        finally:
+            if token is not None:
+                _CALLER.reset(token)
+
     def _unary(self, inner: Behavior, method: str) -> Callable[..., Awaitable[Any]]:
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            token = None
-            try:
-                token = _CALLER.set(self._authorize(context, method))
-                if hasattr(request, "__aiter__"):  # a request stream
-                    return await inner(_checked(request), context)
-                requests.check(request)
-                return await inner(request, context)
-            except grpc.aio.AbortError:
-                raise
-            except Exception as exc:
-                await _fail(context, exc, method)
-            finally:
-                if token is not None:
-                    _CALLER.reset(token)
+            async with self._call(context, method):
+                return await inner(_checked(request), context)
 
         return behavior
 
     def _streaming(self, inner: Behavior, method: str) -> Callable[..., AsyncIterator[Any]]:
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-            token = None
-            try:
-                token = _CALLER.set(self._authorize(context, method))
-                if hasattr(request, "__aiter__"):
-                    request = _checked(request)
-                else:
-                    requests.check(request)
-                result = inner(request, context)
+            async with self._call(context, method):
+                result = inner(_checked(request), context)
                 if hasattr(result, "__aiter__"):
                     async for item in result:
                         yield item
                 else:
                     await result
-            except grpc.aio.AbortError:
-                raise
-            except Exception as exc:
-                await _fail(context, exc, method)
-            finally:
-                if token is not None:
-                    _CALLER.reset(token)
 
         return behavior
 

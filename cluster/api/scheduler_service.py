@@ -95,12 +95,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         after_at, after_id = pages.time_id_cursor(pages.decode(request.page_token, "schedules", filters))
         rows = await self.store.schedules.list(ScheduleFilter(**filters, after_created_at=after_at,
                                                               after_id=after_id, limit=size + 1))
-        resp = scheduler_pb2.ListSchedulesResponse(schedules=[cv.schedule_out(r) for r in rows[:size]])
-        if len(rows) > size:
-            last = rows[size - 1]
-            resp.next_page_token = pages.encode("schedules", filters,
-                                                [pages.micros(last["created_at"]), str(last["id"])])
-        return resp
+        page, token = pages.time_id_page(rows, size, "schedules", filters, "created_at")
+        return scheduler_pb2.ListSchedulesResponse(schedules=[cv.schedule_out(r) for r in page], next_page_token=token)
 
     async def DeleteSchedule(self, request: scheduler_pb2.DeleteScheduleRequest,  # noqa: N802
                              context: Ctx) -> scheduler_pb2.DeleteScheduleResponse:
@@ -238,12 +234,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         rows = await self.store.executions.list(ExecutionFilter(
             tenant=tenant, schedule_id=sid, states=states or None, type=filters["type"], scheduled_from=start,
             scheduled_until=end, before_scheduled_for=before_at, before_id=before_id, limit=size + 1))
-        resp = scheduler_pb2.ListExecutionsResponse(executions=[cv.execution_out(r) for r in rows[:size]])
-        if len(rows) > size:
-            last = rows[size - 1]
-            resp.next_page_token = pages.encode("executions", filters,
-                                                [pages.micros(last["scheduled_for"]), str(last["id"])])
-        return resp
+        page, token = pages.time_id_page(rows, size, "executions", filters, "scheduled_for")
+        return scheduler_pb2.ListExecutionsResponse(executions=[cv.execution_out(r) for r in page],
+                                                    next_page_token=token)
 
     async def CancelExecution(self, request: scheduler_pb2.CancelExecutionRequest,  # noqa: N802
                               context: Ctx) -> scheduler_pb2.CancelExecutionResponse:

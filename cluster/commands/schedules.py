@@ -248,7 +248,7 @@ async def update_schedule(store: PgStore, schedule_id: uuid.UUID, changes: Mappi
         next_run_at = row["next_run_at"]
         if any(k in changed for k in TIMING_FIELDS):
             next_run_at = None if row["paused"] else cron.next_after(now)
-        upd = await store.schedules.update(conn, _fields(new), next_run_at, now)  # AlreadyExists: name taken
+        upd = await store.schedules.write(conn, _fields(new), next_run_at, now)  # AlreadyExists: name taken
         assert upd is not None
         await store.events.insert(Event(
             "schedule_updated", row["tenant"], schedule_id, None, row["partition"], actor, at=now,
@@ -270,8 +270,8 @@ async def set_paused(store: PgStore, schedule_id: uuid.UUID, paused: bool, now: 
         if row["paused"] == paused:
             return row
         cron = validate_cron(spec_of(row), schedule_id)
-        new = await store.schedules.set_state(conn, schedule_id, paused=paused, deleted=False,
-                                              next_run_at=None if paused else cron.next_after(now), now=now)
+        new = await store.schedules.write(conn, _fields(replace(spec_of(row), paused=paused)),
+                                          None if paused else cron.next_after(now), now)
         assert new is not None
         await store.events.insert(Event("schedule_paused" if paused else "schedule_resumed", row["tenant"],
                                         schedule_id, None, row["partition"], actor, at=now,
@@ -288,8 +288,7 @@ async def delete_schedule(store: PgStore, schedule_id: uuid.UUID, now: datetime,
     reason = reason_text(reason)
     async with store.transaction() as conn:
         row = await lock_schedule(store, conn, schedule_id, tenant, expected_version)
-        deleted = await store.schedules.set_state(conn, schedule_id, paused=None, deleted=True, next_run_at=None,
-                                                  now=now)
+        deleted = await store.schedules.write(conn, _fields(spec_of(row)), None, now, deleted=True)
         assert deleted is not None
         cancelled = 0
         if cancel_pending:

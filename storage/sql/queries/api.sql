@@ -20,8 +20,10 @@ SELECT s.*, d.next_run_at, d.last_scheduled_for
 -- A tenant's quotas, row-locked so that concurrent creations count one after another.
 SELECT max_schedules, max_executions_per_day FROM tenants WHERE id = %(tenant)s FOR UPDATE;
 
--- name: api_update_schedule
--- Write every settable field of a live schedule, bump its version, set its next tick.
+-- name: api_write_schedule
+-- Write every settable field of a live schedule, its paused flag, and soft-delete it when
+-- `deleted` (kept for explain and history, its name free again); bump its version and set its
+-- next tick (`next_run_at`: NULL when paused or deleted). Update, pause, resume and delete.
 WITH s AS (
     UPDATE schedules
        SET name = %(name)s, cron = %(cron)s, timezone = %(timezone)s, dst_gap = %(dst_gap)s,
@@ -31,23 +33,7 @@ WITH s AS (
            max_attempts = %(max_attempts)s, timeout_s = %(timeout_s)s,
            misfire_policy = %(misfire_policy)s, max_catch_up = %(max_catch_up)s,
            overlap_policy = %(overlap_policy)s, jitter_s = %(jitter_s)s,
-           alert_if_no_success_within_s = %(alert_if_no_success_within_s)s,
-           version = version + 1, updated_at = %(now)s
-     WHERE id = %(id)s AND deleted_at IS NULL
-    RETURNING *
-), d AS (
-    UPDATE schedule_due SET next_run_at = %(next_run_at)s WHERE schedule_id IN (SELECT id FROM s)
-    RETURNING *
-)
-SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
-
--- name: api_set_schedule_state
--- Pause or resume a live schedule (`paused` given) or soft-delete it (`deleted` true: kept for
--- explain and history, its name free again); bump its version and set its next tick
--- (`next_run_at`: NULL when paused or deleted).
-WITH s AS (
-    UPDATE schedules
-       SET paused = coalesce(%(paused)s::boolean, paused),
+           alert_if_no_success_within_s = %(alert_if_no_success_within_s)s, paused = %(paused)s,
            deleted_at = CASE WHEN %(deleted)s::boolean THEN %(now)s::timestamptz ELSE deleted_at END,
            version = version + 1, updated_at = %(now)s
      WHERE id = %(id)s AND deleted_at IS NULL
