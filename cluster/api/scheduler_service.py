@@ -28,7 +28,7 @@ from cronwheel.cluster.api.auth import current_caller
 from cronwheel.cluster.api.explain_service import DEFAULT_RETENTION, explain_schedule
 from cronwheel.cluster.commands import runs
 from cronwheel.cluster.commands import schedules as sch
-from cronwheel.cluster.commands.values import parse_json, reason_text, text
+from cronwheel.cluster.commands.values import parse_json, text
 from cronwheel.cron import jitter_offset_s
 from cronwheel.errors import InvalidArgument
 from cronwheel.storage import PgStore
@@ -186,11 +186,6 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
 
     async def ExplainSchedule(self, request: scheduler_pb2.ExplainScheduleRequest,  # noqa: N802
                               context: Ctx) -> scheduler_pb2.ExplainScheduleResponse:
-        cv.req_uuid(request.schedule_id, "schedule_id")  # canonical form, like every other id
-        if request.HasField("range"):  # in range (0001..9999) before explain converts them
-            cv.opt_dt(request.range, "start_time", "range.start_time")
-            cv.opt_dt(request.range, "end_time", "range.end_time")
-        cv.page_size(request.page_size)
         return await explain_schedule(self.store, self.clock.now(), request, current_caller().scope(),
                                       retention=self.retention)
 
@@ -243,16 +238,14 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         caller = current_caller()
         eid = cv.req_uuid(request.execution_id, "execution_id")
         row = await runs.cancel_execution(self.store, eid, self.clock.now(), caller.scope(), actor=caller.name,
-                                          reason=reason_text(request.reason))
+                                          reason=request.reason)
         return scheduler_pb2.CancelExecutionResponse(execution=cv.execution_out(row))
 
     async def RetryExecution(self, request: scheduler_pb2.RetryExecutionRequest,  # noqa: N802
                              context: Ctx) -> scheduler_pb2.RetryExecutionResponse:
         caller = current_caller()
         eid = cv.req_uuid(request.execution_id, "execution_id")
-        extra = request.additional_attempts or 1
-        if not 1 <= extra <= 1000:
-            raise InvalidArgument("additional_attempts", f"must be 0 (default 1) or 1..1000, got {extra}")
+        extra = request.additional_attempts or 1  # 0: the default; the command checks the range
         row = await runs.retry_execution(self.store, eid, self.clock.now(), caller.scope(), actor=caller.name,
                                          additional_attempts=extra, run_at=cv.opt_dt(request, "run_at", "run_at"),
                                          reason=request.reason)
