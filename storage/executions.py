@@ -126,14 +126,16 @@ class ExecutionsPort:
         return sorted(((r["id"], r["scheduled_for"]) for r in got), key=lambda r: r[1])
 
     async def cancel(self, conn: Conn, execution_id: uuid.UUID, reason: str, now: datetime) -> Row | None:
-        """Cancel an unstarted execution, or ask a running one to stop."""
-        return await row(conn, "api_cancel_execution", {"id": execution_id, "now": now, "reason": reason})
+        """Cancel an unstarted execution, or ask a running one to stop; None if it is finished
+        (or already asked to stop): the caller decides that under the row lock first."""
+        return await row(conn, "api_cancel_executions", {"id": execution_id, "schedule_id": None, "now": now,
+                                                          "reason": reason})
 
     async def cancel_pending_of_schedule(self, conn: Conn, schedule_id: uuid.UUID, reason: str,
                                          now: datetime) -> int:
         """Cancel a schedule's unfinished executions (running ones: cancel_requested); how many."""
-        return len(await rows(conn, "api_cancel_pending_of_schedule",
-                              {"schedule_id": schedule_id, "reason": reason, "now": now}))
+        return len(await rows(conn, "api_cancel_executions",
+                              {"id": None, "schedule_id": schedule_id, "reason": reason, "now": now}))
 
     async def retry(self, conn: Conn, r: Retry) -> Row | None:
         return await row(conn, "api_retry_execution", {

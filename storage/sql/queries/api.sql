@@ -44,18 +44,6 @@ WITH s AS (
 )
 SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
 
--- name: api_cancel_pending_of_schedule
--- Cancel a schedule's unfinished executions; running ones get cancel_requested instead.
-UPDATE executions
-   SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
-       cancel_requested = CASE WHEN state = 'running' THEN true ELSE cancel_requested END,
-       finished_at = CASE WHEN state = 'running' THEN finished_at ELSE %(now)s END,
-       state_reason = %(reason)s
- WHERE schedule_id = %(schedule_id)s
-   AND (state IN ('scheduled', 'queued', 'retry_scheduled', 'failed')
-        OR (state = 'running' AND NOT cancel_requested))
-RETURNING id;
-
 -- name: api_list_schedules
 -- A page of live schedules by (created_at, id), after the cursor, with optional filters.
 SELECT s.*, d.next_run_at, d.last_scheduled_for
@@ -119,14 +107,17 @@ SELECT * FROM executions WHERE id = %(id)s FOR UPDATE;
 -- The execution a tenant's idempotency key names, if any.
 SELECT * FROM executions WHERE tenant = %(tenant)s AND idempotency_key = %(idempotency_key)s;
 
--- name: api_cancel_execution
--- Cancel an unstarted execution now, or ask a running one to stop.
+-- name: api_cancel_executions
+-- Cancel unstarted executions now and ask running ones to stop: the execution `id`, or every
+-- unfinished execution of `schedule_id` (the other one NULL). Finished ones are left alone.
 UPDATE executions
    SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
        cancel_requested = CASE WHEN state = 'running' THEN true ELSE cancel_requested END,
        finished_at = CASE WHEN state = 'running' THEN finished_at ELSE %(now)s END,
        state_reason = %(reason)s
- WHERE id = %(id)s
+ WHERE (id = %(id)s OR schedule_id = %(schedule_id)s)
+   AND (state IN ('scheduled', 'queued', 'retry_scheduled', 'failed')
+        OR (state = 'running' AND NOT cancel_requested))
 RETURNING *;
 
 -- name: api_retry_execution
