@@ -74,7 +74,7 @@ def rpc_explain(address: str, sid: uuid.UUID, start: datetime, end: datetime) ->
 async def in_process(dsn: str, sid: uuid.UUID, start: datetime, end: datetime) -> tuple[float, float, int]:
     async with PgStore(StoreConfig(dsn=dsn, max_connections=2)) as store:
         t0 = time.perf_counter()
-        rows = await store.fetch_all("explain_executions", {"schedule_id": sid, "start": start, "end": end})
+        rows = await store.explain.executions(sid, start, end)
         base = time.perf_counter() - t0
         facts = await load_facts(store, sid, None, start, end)
         t0 = time.perf_counter()

@@ -61,11 +61,21 @@ __all__ = [
     "validate_jitter_s",
     "MAX_CATCH_UP_LIMIT",
     "MAX_JITTER_S",
+    "Priority",
 ]
 
 MAX_CATCH_UP_LIMIT = 1000
-MAX_JITTER_S = 86_400.0
+# The contract's limit (common.proto Schedule.jitter, docs/semantics.md "Jitter"): 0 .. 1 h.
+MAX_JITTER_S = 3_600.0
 DEFAULT_RECORD_LIMIT = 1000
+
+
+class Priority(StrEnum):
+    """An execution's priority queue, most urgent first (the dispatcher's order)."""
+
+    CRITICAL = "critical"
+    DEFAULT = "default"
+    BULK = "bulk"
 
 
 class MisfirePolicy(StrEnum):

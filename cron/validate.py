@@ -74,7 +74,7 @@ def validate_schedule_spec(cron: str, timezone: str,
     """Validate every timing field of a schedule and return its CronSchedule.
 
     `misfire_policy` is required. `max_catch_up` (1..1000) is required for catch_up and, when
-    given, checked for every policy. `jitter_s` is 0..86400. `schedule_id` seeds `H` fields
+    given, checked for every policy. `jitter_s` is 0..MAX_JITTER_S (1 h). `schedule_id` seeds `H` fields
     (required when the expression has any). The normalised policy values are available from
     `parse_misfire_policy`, `validate_max_catch_up` and `validate_jitter_s`.
     """

@@ -17,6 +17,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NoReturn
 
 from cronwheel.errors import CronwheelError, InvalidArgument, Unavailable
@@ -36,32 +37,45 @@ class _Parser(argparse.ArgumentParser):
 
 
 Handler = Callable[[argparse.Namespace], int]
-_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Handler]] = {}
-
-
 Configure = Callable[[argparse.ArgumentParser], None]
 
 
-def command(name: str, help_: str, configure: Configure) -> Callable[[Handler], Handler]:
-    """Register a subcommand: `@command("migrate", "help", configure_fn)` on its handler."""
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One subcommand: its name, help line, flags (`configure`) and handler."""
 
-    def register(handler: Handler) -> Handler:
-        _COMMANDS[name] = (help_, configure, handler)
-        return handler
+    name: str
+    help: str
+    configure: Configure
+    handler: Handler
 
-    return register
+
+def commands() -> list[Command]:
+    """Every subcommand, in `--help` order: the one table. Each module defines its commands as
+    plain `Command` values; nothing registers itself on import. (The modules are imported here,
+    not at the top, so `cronwheel --version` stays fast and cli_* can import this module.)"""
+    from cronwheel import cli_api, cli_api_schedule, cli_commands, cli_explain
+
+    return [
+        cli_api_schedule.SCHEDULE,
+        cli_api.STATUS,
+        cli_api.JOB,
+        cli_api.EXEC,
+        cli_api.TOKEN,
+        cli_commands.MIGRATE,
+        cli_commands.DEV,
+        cli_commands.NODE,
+        cli_commands.WORKER,
+        cli_explain.EXPLAIN,
+    ]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    # Import the modules that register commands (kept out of module import for fast --help).
-    from cronwheel import cli_api, cli_commands, cli_explain  # noqa: F401
-
+def build_parser(table: Sequence[Command] | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="cronwheel", description="cronwheel: a distributed job scheduler")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
-    for name, (help_, configure, _handler) in _COMMANDS.items():
-        p = sub.add_parser(name, help=help_, description=help_)
-        configure(p)
+    for c in commands() if table is None else table:
+        c.configure(sub.add_parser(c.name, help=c.help, description=c.help))
     return parser
 
 
@@ -73,7 +87,8 @@ def fail(message: str, code: int = EXIT_FAILED) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        parser = build_parser()
+        table = commands()
+        parser = build_parser(table)
         args = parser.parse_args(argv)
         if args.version:
             from cronwheel import __version__
@@ -83,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.command:
             parser.print_help()
             return EXIT_USAGE
-        return _COMMANDS[args.command][2](args)
+        return next(c.handler for c in table if c.name == args.command)(args)
     except UsageError as exc:
         return fail(f"{exc} (see `cronwheel --help`)", EXIT_USAGE)
     except InvalidArgument as exc:

@@ -1,4 +1,4 @@
-"""The API subcommands of `cronwheel` (registered into cronwheel.cli): talk gRPC to a node.
+"""The API subcommands of `cronwheel` (listed in `cronwheel.cli.commands()`): talk gRPC to a node.
 
     cronwheel status
     cronwheel schedule create|update|list|get|pause|resume|trigger|backfill|delete|preview
@@ -22,12 +22,12 @@ import argparse
 import json
 from typing import Any
 
-from cronwheel import cli_api_schedule  # noqa: F401 - registers `cronwheel schedule`
-from cronwheel.cli import command
+from cronwheel.cli import Command
 from cronwheel.cli_api_base import (
     PRIORITIES,
     STATES,
     Api,
+    all_pages,
     api_command,
     connection_flags,
     dispatch,
@@ -57,8 +57,8 @@ def _configure_status(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_status)
 
 
-command("status", "show the cluster: members, partition owners and epochs, queue depths (admin)",
-        _configure_status)(dispatch)
+STATUS = Command("status", "show the cluster: members, partition owners and epochs, queue depths (admin)",
+                 _configure_status, dispatch)
 
 
 # ---------------------------------------------------------------------------------- jobs and executions
@@ -97,7 +97,7 @@ def _configure_job(p: argparse.ArgumentParser) -> None:
     s.add_argument("--attempt-timeout", dest="job_timeout", type=duration_arg, help="per-attempt time limit (1s..7d)")
 
 
-command("job", "one-off jobs: submit", _configure_job)(dispatch)
+JOB = Command("job", "one-off jobs: submit", _configure_job, dispatch)
 
 
 @api_command
@@ -107,12 +107,7 @@ def _exec_list(api: Api, args: argparse.Namespace) -> int:
     req = scheduler_pb2.ListExecutionsRequest(tenant=args.tenant, schedule_id=args.schedule, type=args.type,
                                               states=args.state or [], page_size=args.page_size,
                                               page_token=args.page_token)
-    resp = api(api.scheduler.ListExecutions, req)
-    while args.all and resp.next_page_token:
-        req.page_token = resp.next_page_token
-        more = api(api.scheduler.ListExecutions, req)
-        resp.executions.extend(more.executions)
-        resp.next_page_token = more.next_page_token
+    resp = all_pages(api, api.scheduler.ListExecutions, req, "executions", args.all)
     return show(args, resp, lambda: print_executions(resp))
 
 
@@ -166,7 +161,7 @@ def _configure_exec(p: argparse.ArgumentParser) -> None:
     c.add_argument("--reason", default="")
 
 
-command("exec", "executions: list, get, retry, cancel", _configure_exec)(dispatch)
+EXEC = Command("exec", "executions: list, get, retry, cancel", _configure_exec, dispatch)
 
 
 # ---------------------------------------------------------------------------------- tokens
@@ -203,4 +198,4 @@ def _configure_token(p: argparse.ArgumentParser) -> None:
     n.set_defaults(func=_token_new)
 
 
-command("token", "bearer tokens for --auth-file: new", _configure_token)(dispatch)
+TOKEN = Command("token", "bearer tokens for --auth-file: new", _configure_token, dispatch)

@@ -14,15 +14,16 @@ from typing import Any
 
 from cronwheel.cli import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, fail
 from cronwheel.errors import InvalidArgument
+from cronwheel.v1 import enums
 
 DEFAULT_ADDRESS = "127.0.0.1:7070"
-PRIORITIES = {"critical": 1, "default": 2, "bulk": 3}
-MISFIRE = {"skip": 1, "run_once": 2, "catch_up": 3}
-OVERLAP = {"forbid": 1, "allow": 2, "replace": 3, "buffer_one": 4, "buffer_all": 5}
-DST_GAP = {"shift": 1, "skip": 2}
-DST_REPEATED = {"first": 1, "last": 2, "both": 3}
-STATES = {"scheduled": 1, "queued": 2, "running": 3, "succeeded": 4, "failed": 5, "retry_scheduled": 6,
-          "dead": 7, "cancelled": 8, "skipped": 9}
+# flag word -> proto enum number, derived from the generated stubs (cronwheel.v1.enums)
+PRIORITIES = enums.by_name(enums.PRIORITY)
+MISFIRE = enums.by_name(enums.MISFIRE)
+OVERLAP = enums.by_name(enums.OVERLAP)
+DST_GAP = enums.by_name(enums.DST_GAP)
+DST_REPEATED = enums.by_name(enums.DST_REPEATED)
+STATES = enums.by_name(enums.STATE)
 _DUR = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
@@ -119,6 +120,18 @@ class Api:
 
     def __call__(self, method: Callable[..., Any], request: Any) -> Any:
         return method(request, metadata=self.metadata, timeout=self.timeout)
+
+
+def all_pages(api: Api, rpc: Any, req: Any, field: str, everything: bool) -> Any:
+    """Call a List RPC; with `everything`, follow next_page_token and gather every page's
+    `field` into the first response."""
+    resp = api(rpc, req)
+    while everything and resp.next_page_token:
+        req.page_token = resp.next_page_token
+        more = api(rpc, req)
+        getattr(resp, field).extend(getattr(more, field))
+        resp.next_page_token = more.next_page_token
+    return resp
 
 
 def api_command(func: Callable[[Api, argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

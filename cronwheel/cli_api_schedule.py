@@ -1,5 +1,5 @@
 """`cronwheel schedule create|update|list|get|pause|resume|trigger|backfill|delete|preview`
-(registered into cronwheel.cli by importing this module; see cli_api for the common flags)."""
+(listed in `cronwheel.cli.commands()`; see cli_api for the common flags)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from cronwheel.cli import command
+from cronwheel.cli import Command
 from cronwheel.cli_api_base import (
     DST_GAP,
     DST_REPEATED,
@@ -15,6 +15,7 @@ from cronwheel.cli_api_base import (
     OVERLAP,
     PRIORITIES,
     Api,
+    all_pages,
     api_command,
     dispatch,
     duration_arg,
@@ -109,12 +110,7 @@ def _schedule_list(api: Api, args: argparse.Namespace) -> int:
                                              page_token=args.page_token)
     if args.paused is not None:
         req.paused = args.paused
-    resp = api(api.scheduler.ListSchedules, req)
-    while args.all and resp.next_page_token:
-        req.page_token = resp.next_page_token
-        more = api(api.scheduler.ListSchedules, req)
-        resp.schedules.extend(more.schedules)
-        resp.next_page_token = more.next_page_token
+    resp = all_pages(api, api.scheduler.ListSchedules, req, "schedules", args.all)
     return show(args, resp, lambda: print_schedules(resp))
 
 
@@ -253,5 +249,5 @@ def _configure_schedule(p: argparse.ArgumentParser) -> None:
     pv.add_argument("--after", type=instant_arg, help="ticks strictly after this time (default now)")
 
 
-command("schedule", "manage schedules: create, update, list, get, pause, resume, trigger, backfill, delete, "
-        "preview", _configure_schedule)(dispatch)
+SCHEDULE = Command("schedule", "manage schedules: create, update, list, get, pause, resume, trigger, backfill, "
+                   "delete, preview", _configure_schedule, dispatch)

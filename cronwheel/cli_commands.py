@@ -1,11 +1,12 @@
-"""The subcommands of `cronwheel` (registered into cronwheel.cli)."""
+"""The server-side subcommands of `cronwheel`: migrate, dev, node, worker (listed in
+`cronwheel.cli.commands()`, the one table)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from cronwheel.cli import command
+from cronwheel.cli import Command
 from cronwheel.errors import InvalidArgument
 
 
@@ -36,7 +37,6 @@ def _configure_migrate(p: argparse.ArgumentParser) -> None:
                    help="partition count, fixed when the cluster is created (default 64)")
 
 
-@command("migrate", "apply database migrations (idempotent, safe from several nodes at once)", _configure_migrate)
 def cmd_migrate(args: argparse.Namespace) -> int:
     from cronwheel.storage.migrate import migrate
 
@@ -53,7 +53,6 @@ def _configure_dev(p: argparse.ArgumentParser) -> None:
                    help="partitions of the dev cluster (default 16)")
 
 
-@command("dev", "start a local cluster on embedded etcd and PostgreSQL; Ctrl-C stops it all", _configure_dev)
 def cmd_dev(args: argparse.Namespace) -> int:
     from cronwheel.dev import run_dev
 
@@ -87,7 +86,6 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
     p.add_argument("--unsafe-ignore-local-trust", action="store_true", help=argparse.SUPPRESS)
 
 
-@command("node", "run a scheduler node (SIGTERM hands its partitions over and exits)", _configure_node)
 def cmd_node(args: argparse.Namespace) -> int:
     import asyncio
     import socket
@@ -136,8 +134,6 @@ def _configure_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
-@command("worker", "run a worker: a module's handlers, leasing from a node (SIGTERM: finish or hand back, exit)",
-         _configure_worker)
 def cmd_worker(args: argparse.Namespace) -> int:
     import sys
 
@@ -163,3 +159,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     print(f"worker {worker.worker_id} serving {sorted(worker.handlers)} from {worker.address}", flush=True)
     worker.run()
     return 0
+
+
+MIGRATE = Command("migrate", "apply database migrations (idempotent, safe from several nodes at once)",
+                  _configure_migrate, cmd_migrate)
+DEV = Command("dev", "start a local cluster on embedded etcd and PostgreSQL; Ctrl-C stops it all",
+              _configure_dev, cmd_dev)
+NODE = Command("node", "run a scheduler node (SIGTERM hands its partitions over and exits)", _configure_node, cmd_node)
+WORKER = Command("worker",
+                 "run a worker: a module's handlers, leasing from a node (SIGTERM: finish or hand back, exit)",
+                 _configure_worker, cmd_worker)

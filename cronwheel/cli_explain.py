@@ -10,7 +10,7 @@ import argparse
 import json
 from datetime import timedelta
 
-from cronwheel.cli import command
+from cronwheel.cli import Command
 from cronwheel.cli_api_base import Api, api_command, connection_flags, dispatch, instant_arg
 from cronwheel.cli_api_format import as_dict, table
 from cronwheel.clock import SystemClock
@@ -56,4 +56,5 @@ def _configure_explain(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_explain)
 
 
-command("explain", "why did or didn't a schedule fire: one line per tick in a window", _configure_explain)(dispatch)
+EXPLAIN = Command("explain", "why did or didn't a schedule fire: one line per tick in a window", _configure_explain,
+                  dispatch)

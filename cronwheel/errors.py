@@ -11,7 +11,8 @@
     ├── ResourceExhausted               a tenant quota is used up
     ├── Unauthenticated                 no or unknown credentials
     ├── PermissionDenied                the caller may not do this
-    └── Unavailable(what)               a dependency (PostgreSQL, etcd) cannot be reached
+    ├── Unavailable(what)               a dependency (PostgreSQL, etcd) cannot be reached
+    └── Internal(what)                  a bug or a broken dependency (an unexpected database error)
 
 Storage maps driver errors into this tree once; the gRPC edge maps this tree to status codes
 once (one table, one interceptor). The root class's docstring is its default message.
@@ -116,3 +117,11 @@ class Unavailable(CronwheelError):
     def __init__(self, what: str, message: str | None = None) -> None:
         self.what = what
         super().__init__(f"{what} unavailable" + (f": {message}" if message else ""))
+
+
+class Internal(CronwheelError):
+    """An internal error (a bug, or a dependency in a state cronwheel does not expect)."""
+
+    def __init__(self, what: str, message: str | None = None) -> None:
+        self.what = what
+        super().__init__(f"internal error in {what}" + (f": {message}" if message else ""))

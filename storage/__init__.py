@@ -2,8 +2,11 @@
 
 What lives here: the schema (`sql/schema.sql`, built by `sql/migrations/NNNN_*.sql`), every query
 (`sql/queries/<table>.sql`, loaded by name), and `PgStore`, the one implementation of the storage
-port, composed of one port per domain (`PgStore.firing`: `FiringPort`, storage/firing.py).
-Nothing above this package writes SQL.
+port. Nothing above this package writes SQL. The port is split by domain, one typed method per
+query: `db.Database` (pool, transactions, the fence), and on a PgStore `store.firing`
+(firing.py), `store.dispatch` (dispatch.py), `store.schedules`, `store.executions` (the API's
+commands), `store.events`, `store.explain` (schedules.py, executions.py, api.py; `api.rows` is
+their one row decoder).
 
 Invariants kept here, whoever calls:
 
@@ -19,8 +22,10 @@ Invariants kept here, whoever calls:
   schedule (the fire guard, storage/firing.py).
 - **Submit once.** `UNIQUE (tenant, idempotency_key)`.
 
-How it fails: driver errors are mapped once, here: unique violations become `AlreadyExists`, lost
-connections `Unavailable`; fencing failures are `StaleEpoch`. Callers never see psycopg errors.
+How it fails: driver errors are mapped once (`errors.map_error`): unique violations become
+`AlreadyExists` naming the object and key (constraint name -> kind), lost connections
+`Unavailable`, anything unexpected `Internal`; fencing failures are `StaleEpoch`. Callers never
+see psycopg errors.
 """
 
 from cronwheel.storage.db import Database, StoreConfig

@@ -121,6 +121,23 @@ class Database:
                 raise await stale_epoch(conn, partition, epoch)
             yield conn
 
+    async def at_current_epoch(self, conn: AsyncConnection[Any], partition: int) -> int:
+        """See the module function `at_current_epoch`."""
+        return await at_current_epoch(conn, partition)
+
+
+async def at_current_epoch(conn: AsyncConnection[Any], partition: int) -> int:
+    """Inside a transaction: the partition's current epoch, share-locked until commit as
+    `fenced()` locks it, so the transaction may run fenced queries under that epoch (an
+    acquisition waits for it to commit). For writes made on behalf of a user (the API's manual
+    trigger) that must use the firing path's fenced statements. Take it before row-locking the
+    partition's schedules or executions: the fire path takes the partition lock first too."""
+    cur = await conn.execute(q("api_partition_epoch"), {"partition": partition})
+    row = await cur.fetchone()
+    if row is None:
+        raise Unavailable("postgres", f"partition {partition} has no row (run migrate)")
+    return int(row[0])
+
 
 def psycopg_pool_errors() -> tuple[type[Exception], ...]:
     import psycopg_pool

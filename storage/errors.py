@@ -1,22 +1,53 @@
 """The one place where psycopg errors become cronwheel errors (River's `interpretError`).
 
 Every borrow of a connection (`Database.connection()`, hence `transaction()` and `fenced()`)
-passes driver errors through `map_error`, so no caller above storage sees a psycopg exception.
+passes driver errors through `map_error`, so no caller above storage sees a psycopg exception:
+
+    unique violation        AlreadyExists(kind, key), kind and wording from UNIQUE_KEYS
+                            (constraint name -> which object and which key)
+    connection / operational Unavailable("postgres")
+    undefined table         Unavailable("postgres", "database is not migrated ...")
+    anything else           Internal("postgres", SQLSTATE and class): a bug or a broken database,
+                            never passed through raw
+
+The key of an AlreadyExists is PostgreSQL's own description of the clash ("(tenant, name)=(acme,
+nightly)"), so the message names the value without this module parsing user data.
 """
 
 from __future__ import annotations
 
+import re
+
 import psycopg
 
-from cronwheel.errors import AlreadyExists, Unavailable
+from cronwheel.errors import AlreadyExists, CronwheelError, Internal, Unavailable
+
+# constraint or unique index name (storage/sql/schema.sql) -> (kind, what the key is)
+UNIQUE_KEYS: dict[str, tuple[str, str]] = {
+    "schedules_pkey": ("schedule", "schedule id"),
+    "schedule_due_pkey": ("schedule", "schedule id"),
+    "schedules_tenant_name": ("schedule", "schedule name (unique per tenant among live schedules)"),
+    "executions_pkey": ("execution", "execution id"),
+    "executions_schedule_tick": ("execution", "execution of this schedule tick"),
+    "executions_idempotency": ("execution", "idempotency key (unique per tenant)"),
+}
+_KEY = re.compile(r"Key (.*) already exists\.?$")
 
 
-def map_error(exc: psycopg.Error) -> Exception:
+def _already_exists(exc: psycopg.errors.UniqueViolation) -> AlreadyExists:
+    constraint = exc.diag.constraint_name or "unique key"
+    kind, what = UNIQUE_KEYS.get(constraint, ("row", f"unique key {constraint}"))
+    m = _KEY.match(exc.diag.message_detail or "")
+    key = m.group(1) if m else constraint
+    return AlreadyExists(kind, key, f"{what} already exists: {key} ({constraint})")
+
+
+def map_error(exc: psycopg.Error) -> CronwheelError:
     if isinstance(exc, psycopg.errors.UniqueViolation):
-        diag = exc.diag.constraint_name or "unique key"
-        return AlreadyExists("row", diag, f"already exists ({diag})")
+        return _already_exists(exc)
+    if isinstance(exc, psycopg.errors.UndefinedTable):
+        return Unavailable("postgres", "database is not migrated (run `cronwheel migrate`)")
     if isinstance(exc, psycopg.OperationalError):
         return Unavailable("postgres", str(exc).strip().splitlines()[0] if str(exc) else None)
-    return exc
-
-
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return Internal("postgres", f"{exc.sqlstate or '-'} {type(exc).__name__}: {first}")

@@ -21,23 +21,30 @@ from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 
 from cronwheel.errors import Unavailable
+from cronwheel.storage.api import Event, EventsPort, ExplainPort
 from cronwheel.storage.db import Database, Row, StoreConfig
 from cronwheel.storage.dispatch import DispatchPort
+from cronwheel.storage.executions import ExecutionsPort
 from cronwheel.storage.firing import FireBatchParams, FireBatchResult, FiringPort, PlainTicks
 from cronwheel.storage.queries import q
+from cronwheel.storage.schedules import SchedulesPort
 
 
 class PgStore(Database):
     """PostgreSQL via psycopg 3 and psycopg_pool. See storage/db.py for fencing. Composes the
-    domain ports: `firing` (storage/firing.py), `dispatch` (storage/dispatch.py)."""
+    domain ports: `firing` (storage/firing.py), `dispatch` (storage/dispatch.py), and the API's
+    `schedules`, `executions`, `events`, `explain` (storage/schedules.py, executions.py, api.py)."""
 
     def __init__(self, config: StoreConfig) -> None:
         super().__init__(config)
         self.firing = FiringPort(self)
         self.dispatch = DispatchPort(self)
+        self.schedules = SchedulesPort(self)
+        self.executions = ExecutionsPort(self)
+        self.events = EventsPort(self)
+        self.explain = ExplainPort(self)
 
     # ------------------------------------------------------------------ partitions & fencing
 
@@ -131,13 +138,6 @@ class PgStore(Database):
         data: dict[str, Any] | None = None,
         conn: AsyncConnection[Any] | None = None,
     ) -> None:
-        params = {
-            "tenant": tenant, "kind": kind, "schedule_id": schedule_id,
-            "execution_id": execution_id, "partition": partition, "actor": actor,
-            "alert": alert, "data": Jsonb(data or {}),
-        }
-        if conn is not None:
-            await conn.execute(q("insert_event"), params)
-            return
-        async with self.connection() as c:
-            await c.execute(q("insert_event"), params)
+        """`events.insert` for the dispatch path's callers (kept until they use the port)."""
+        await self.events.insert(Event(kind, tenant, schedule_id, execution_id, partition, actor, alert, data),
+                                 conn=conn)

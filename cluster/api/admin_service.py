@@ -14,20 +14,22 @@ tenant's events (cluster events have no tenant and are admin-only).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from cronwheel.clock import Clock
 from cronwheel.cluster.api import convert as cv
 from cronwheel.cluster.api import pages
 from cronwheel.cluster.api.auth import current_caller, peer_channel
-from cronwheel.cluster.commands.values import fetch, text
+from cronwheel.cluster.api.status import StatusProvider
+from cronwheel.cluster.commands.values import text
 from cronwheel.errors import InvalidArgument
-from cronwheel.v1 import admin_pb2, admin_pb2_grpc, common_pb2
-
-if TYPE_CHECKING:
-    from cronwheel.cluster.node import Node
+from cronwheel.storage import PgStore
+from cronwheel.storage.api import EventFilter
+from cronwheel.v1 import admin_pb2, admin_pb2_grpc
+from cronwheel.v1.enums import PRIORITY
 
 LOCAL_ONLY = "x-cronwheel-local-only"
 
@@ -39,69 +41,65 @@ def ts(seconds: float) -> Timestamp:
 
 
 class AdminService(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    """Depends on the store (fencing records, queue depths, events), the clock and a
+    `StatusProvider` (this node's and its coordinator's view), nothing else of the node."""
+
+    def __init__(self, store: PgStore, clock: Clock, status: StatusProvider) -> None:
+        self.store = store
+        self.clock = clock
+        self.status = status
 
     def self_member(self) -> admin_pb2.Member:
-        n = self.node
-        now = n.clock.now_ts()
-        m = admin_pb2.Member(
-            node_id=n.config.node_id,
-            address=n.advertise,
-            partitions=sorted(n.coordinator.owned.epochs),
-            wheel_size=n.wheel_size(),
-            version=n.version,
-        )
-        m.lease_deadline.CopyFrom(ts(now + n.coordinator.lease_deadline_s()))
+        me = self.status.self_view()
+        now = self.clock.now_ts()
+        m = admin_pb2.Member(node_id=me.node_id, address=me.address, partitions=list(me.partitions),
+                             wheel_size=me.wheel_size, version=me.version)
+        m.lease_deadline.CopyFrom(ts(now + me.lease_deadline_in_s))
         m.stats_at.CopyFrom(ts(now))
-        m.started_at.CopyFrom(ts(n.started_at))
-        pct = n.firer.lag_percentiles() if hasattr(n, "firer") else None
-        if pct is not None:
-            m.fire_lag_p50.FromNanoseconds(int(max(0.0, pct[0]) * 1e9))
-            m.fire_lag_p99.FromNanoseconds(int(max(0.0, pct[1]) * 1e9))
+        m.started_at.CopyFrom(ts(me.started_at))
+        if me.fire_lag_s is not None:
+            m.fire_lag_p50.FromNanoseconds(int(max(0.0, me.fire_lag_s[0]) * 1e9))
+            m.fire_lag_p99.FromNanoseconds(int(max(0.0, me.fire_lag_s[1]) * 1e9))
         return m
 
     async def ClusterStatus(  # noqa: N802 - gRPC method name
         self, request: admin_pb2.ClusterStatusRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> admin_pb2.ClusterStatusResponse:
-        n = self.node
+        st = self.status
         md = dict(context.invocation_metadata() or ())
-        resp = admin_pb2.ClusterStatusResponse(
-            cluster_name=n.config.lease.cluster,
-            partition_count=n.partitions,
-            answered_by=n.config.node_id,
-        )
-        resp.observed_at.CopyFrom(ts(n.clock.now_ts()))
+        resp = admin_pb2.ClusterStatusResponse(cluster_name=st.cluster_name, partition_count=st.partitions,
+                                               answered_by=st.node_id)
+        resp.observed_at.CopyFrom(ts(self.clock.now_ts()))
         if md.get(LOCAL_ONLY):
             resp.members.append(self.self_member())
             return resp
-        view = n.coordinator.view
-        peers = [m for m in view.members.values() if m.node != n.config.node_id]
+        view = st.cluster_view()
+        peers = [(node, address) for node, address in view.members.items() if node != st.node_id]
         auth = tuple((k, v) for k, v in md.items() if k == "authorization")
-        answers = await asyncio.gather(*(self._peer(m.address, auth) for m in peers))
+        answers = await asyncio.gather(*(self._peer(address, auth) for _, address in peers))
         resp.members.append(self.self_member())
-        for m, got in zip(peers, answers, strict=True):
-            resp.members.append(got if got is not None else admin_pb2.Member(node_id=m.node, address=m.address))
-        fenced = {r["id"]: r for r in await n.store.list_partitions()}
-        for p in range(n.partitions):
-            kv = view.partition_keys.get(p)
+        for (node, address), got in zip(peers, answers, strict=True):
+            resp.members.append(got if got is not None else admin_pb2.Member(node_id=node, address=address))
+        fenced = {r["id"]: r for r in await self.store.list_partitions()}
+        for p in range(st.partitions):
+            key = view.partition_keys.get(p)
             row = fenced.get(p, {})
             ps = admin_pb2.PartitionStatus(
                 id=p,
-                owner=kv.value.decode(errors="replace") if kv else "",
-                epoch=kv.create_revision if kv else 0,
+                owner=key.owner if key else "",
+                epoch=key.epoch if key else 0,
                 fenced_owner=row.get("owner") or "",
                 fenced_epoch=int(row.get("epoch") or 0),
             )
             if row.get("acquired_at"):
                 ps.acquired_at.CopyFrom(ts(row["acquired_at"].timestamp()))
             resp.partitions.append(ps)
-        depths = {r["priority"]: r for r in await fetch(n.store, "api_queue_depths", {})}
-        for name, prio in (("critical", common_pb2.PRIORITY_CRITICAL), ("default", common_pb2.PRIORITY_DEFAULT),
-                           ("bulk", common_pb2.PRIORITY_BULK)):
-            d = admin_pb2.QueueDepth(priority=prio, queued=int(depths[name]["queued"]) if name in depths else 0)
-            if name in depths and depths[name]["oldest_run_at"] is not None:
-                d.oldest_run_at.CopyFrom(cv.ts(depths[name]["oldest_run_at"]))
+        depths = await self.store.executions.queue_depths()
+        for number, name in PRIORITY.items():
+            queued, oldest = depths.get(name, (0, None))
+            d = admin_pb2.QueueDepth(priority=number, queued=queued)  # type: ignore[arg-type]
+            if oldest is not None:
+                d.oldest_run_at.CopyFrom(cv.ts(oldest))
             resp.queue_depths.append(d)
         return resp
 
@@ -119,7 +117,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         }
         cursor = pages.decode(request.page_token, "events", {**filters, "after_id": request.after_id})
         after = pages.id_cursor(cursor) if cursor is not None else request.after_id
-        rows = await fetch(self.node.store, "api_list_events", {**filters, "after_id": after, "limit": size + 1})
+        rows = await self.store.events.list(EventFilter(**filters, after_id=after, limit=size + 1))
         resp = admin_pb2.ListEventsResponse(events=[cv.event_out(r) for r in rows[:size]])
         if len(rows) > size:
             resp.next_page_token = pages.encode("events", {**filters, "after_id": request.after_id},
@@ -128,7 +126,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     async def _peer(self, address: str, auth: tuple[tuple[str, str], ...]) -> admin_pb2.Member | None:
         try:
-            async with peer_channel(address, self.node.config.tls_cert) as ch:
+            async with peer_channel(address, self.status.tls_cert) as ch:
                 stub = admin_pb2_grpc.AdminServiceStub(ch)
                 r = await stub.ClusterStatus(
                     admin_pb2.ClusterStatusRequest(), timeout=0.5, metadata=((LOCAL_ONLY, "1"), *auth)

@@ -34,6 +34,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from typing import Any
 import grpc
 
 from cronwheel import errors as e
+from cronwheel.cluster.api import requests
 from cronwheel.cluster.api.grpc_errors import status_of
 from cronwheel.cluster.commands.values import text
 from cronwheel.errors import InvalidArgument
@@ -169,11 +171,26 @@ def abort_args(exc: e.CronwheelError) -> tuple[grpc.StatusCode, str]:
 
 
 async def _fail(context: grpc.aio.ServicerContext[Any, Any], exc: Exception, method: str) -> None:
-    if isinstance(exc, e.CronwheelError):
+    if isinstance(exc, e.CronwheelError) and not isinstance(exc, e.Internal):
         code, message = abort_args(exc)
         await context.abort(code, message)
     log.exception("unexpected error in RPC", extra={"event": "rpc_internal_error", "method": method})
     await context.abort(grpc.StatusCode.INTERNAL, "internal error (logged on the server)")
+
+
+def _checked(request: Any) -> Any:
+    """The request, refused (InvalidArgument) if it did not decode; a request stream is wrapped
+    so each of its messages is checked as it arrives."""
+    if hasattr(request, "__aiter__"):
+        return _checked_stream(request)
+    requests.check(request)
+    return request
+
+
+async def _checked_stream(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for item in stream:
+        requests.check(item)
+        yield item
 
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
@@ -196,40 +213,37 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             raise e.PermissionDenied(f"{method.rsplit('/', 1)[-1]} is admin-only")
         return caller
 
+    @asynccontextmanager
+    async def _call(self, context: grpc.aio.ServicerContext[Any, Any], method: str) -> AsyncIterator[None]:
+        """Around one call: the caller set for it, every error mapped (the one place)."""
+        token = None
+        try:
+            token = _CALLER.set(self._authorize(context, method))
+            yield
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _fail(context, exc, method)
+        finally:
+            if token is not None:
+                _CALLER.reset(token)
+
     def _unary(self, inner: Behavior, method: str) -> Callable[..., Awaitable[Any]]:
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            token = None
-            try:
-                token = _CALLER.set(self._authorize(context, method))
-                return await inner(request, context)
-            except grpc.aio.AbortError:
-                raise
-            except Exception as exc:
-                await _fail(context, exc, method)
-            finally:
-                if token is not None:
-                    _CALLER.reset(token)
+            async with self._call(context, method):
+                return await inner(_checked(request), context)
 
         return behavior
 
     def _streaming(self, inner: Behavior, method: str) -> Callable[..., AsyncIterator[Any]]:
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-            token = None
-            try:
-                token = _CALLER.set(self._authorize(context, method))
-                result = inner(request, context)
+            async with self._call(context, method):
+                result = inner(_checked(request), context)
                 if hasattr(result, "__aiter__"):
                     async for item in result:
                         yield item
                 else:
                     await result
-            except grpc.aio.AbortError:
-                raise
-            except Exception as exc:
-                await _fail(context, exc, method)
-            finally:
-                if token is not None:
-                    _CALLER.reset(token)
 
         return behavior
 
@@ -242,7 +256,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         method = details.method
         if handler is None or not method.startswith(PROTECTED_PREFIX):
             return handler  # health, reflection, unknown methods (UNIMPLEMENTED)
-        ser = {"request_deserializer": handler.request_deserializer,
+        ser = {"request_deserializer": requests.tolerant(handler.request_deserializer),
                "response_serializer": handler.response_serializer}
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(self._unary(handler.unary_unary, method), **ser)

@@ -24,7 +24,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from cronwheel.cluster.commands.schedules import ScheduleSpec
 from cronwheel.cluster.commands.values import JsonText, RetryPolicy, parse_json
 from cronwheel.errors import InvalidArgument
-from cronwheel.v1 import admin_pb2, common_pb2
+from cronwheel.v1 import admin_pb2, common_pb2, enums
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MIN_TS = -62135596800  # 0001-01-01T00:00:00Z
@@ -32,18 +32,12 @@ MAX_TS = 253402300799  # 9999-12-31T23:59:59Z
 MAX_DURATION_S = 315_576_000_000
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
-PRIORITY = {1: "critical", 2: "default", 3: "bulk"}
-MISFIRE = {1: "skip", 2: "run_once", 3: "catch_up"}
-OVERLAP = {1: "forbid", 2: "allow", 3: "replace", 4: "buffer_one", 5: "buffer_all"}
-DST_GAP = {1: "shift", 2: "skip"}
-DST_REPEATED = {1: "first", 2: "last", 3: "both"}
-STATE = {1: "scheduled", 2: "queued", 3: "running", 4: "succeeded", 5: "failed", 6: "retry_scheduled",
-         7: "dead", 8: "cancelled", 9: "skipped"}
-TRIGGER = {1: "cron", 2: "manual", 3: "backfill", 4: "submit", 5: "catch_up"}
+# The contract's enums, from the generated stubs (cronwheel.v1.enums): number -> domain word.
+PRIORITY, MISFIRE, OVERLAP = enums.PRIORITY, enums.MISFIRE, enums.OVERLAP
+DST_GAP, DST_REPEATED, STATE, TRIGGER = enums.DST_GAP, enums.DST_REPEATED, enums.STATE, enums.TRIGGER
 
 
-def _rev(m: Mapping[int, str]) -> dict[str, int]:
-    return {v: k for k, v in m.items()}
+_rev = enums.by_name
 
 
 @contextmanager

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import base64
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from datetime import datetime, timedelta
 
+from cronwheel.cluster.api import convert as cv
 from cronwheel.cluster.commands.explain import Explained, alerts, explain, load_executions, load_facts, page_end
 from cronwheel.errors import InvalidArgument
-from cronwheel.v1 import common_pb2, scheduler_pb2
-
-if TYPE_CHECKING:
-    from cronwheel.cluster.node import Node
+from cronwheel.storage import PgStore
+from cronwheel.v1 import enums, scheduler_pb2
+from cronwheel.v1.enums import by_name
 
 OUTCOME = {name.removeprefix("TICK_OUTCOME_"): v for name, v in scheduler_pb2.TickOutcome.items()}
-STATE = {name.removeprefix("EXECUTION_STATE_").lower(): v for name, v in common_pb2.ExecutionState.items()}
+STATE = by_name(enums.STATE)
 DEFAULT_RETENTION = timedelta(days=30)
 
 
@@ -47,19 +46,14 @@ def _tick(e: Explained) -> scheduler_pb2.ExplainedTick:
     return m
 
 
-async def explain_schedule(node: Node, request: scheduler_pb2.ExplainScheduleRequest, scope: str | None,
+async def explain_schedule(store: PgStore, now: datetime, request: scheduler_pb2.ExplainScheduleRequest,
+                           scope: str | None,
                            retention: timedelta = DEFAULT_RETENTION) -> scheduler_pb2.ExplainScheduleResponse:
-    import uuid
-
-    try:
-        sid = uuid.UUID(request.schedule_id)
-    except ValueError:
-        raise InvalidArgument("schedule_id", f"must be a UUID, got {request.schedule_id[:64]!r}") from None
-    now = node.clock.now()
-    if not request.range.HasField("start_time"):
+    sid = cv.req_uuid(request.schedule_id, "schedule_id")  # canonical form, like every other id
+    start = cv.opt_dt(request.range, "start_time", "range.start_time")  # in range (0001..9999)
+    if start is None:
         raise InvalidArgument("range.start_time", "is required")
-    start = request.range.start_time.ToDatetime(tzinfo=UTC)
-    end = request.range.end_time.ToDatetime(tzinfo=UTC) if request.range.HasField("end_time") else now
+    end = cv.opt_dt(request.range, "end_time", "range.end_time") or now
     if end <= start:
         raise InvalidArgument("range", f"end_time ({end.isoformat()}) must be after start_time ({start.isoformat()})")
     if end - start > retention:
@@ -68,13 +62,11 @@ async def explain_schedule(node: Node, request: scheduler_pb2.ExplainScheduleReq
     if start < now - retention:
         raise InvalidArgument("range.start_time", f"is before the retention of records ({retention.days} days): "
                                                   f"nothing older than {(now - retention).isoformat()} is kept")
-    size = request.page_size or 100
-    if not 1 <= size <= 1000:
-        raise InvalidArgument("page_size", f"must be 0 (default 100) or 1..1000, got {request.page_size}")
+    size = cv.page_size(request.page_size)
     at = _page(request.page_token, start, end)
-    facts = await load_facts(node.store, sid, scope, at, end, with_executions=False)
+    facts = await load_facts(store, sid, scope, at, end, with_executions=False)
     hi = page_end(facts, at, end, size)  # compute and read only this page's ticks
-    await load_executions(node.store, facts, at, hi)
+    await load_executions(store, facts, at, hi)
     lines = explain(facts, at, hi, now)
     resp = scheduler_pb2.ExplainScheduleResponse(ticks=[_tick(e) for e in lines])
     if hi < end:

@@ -3,8 +3,8 @@
 Servicers raise cronwheel.errors exceptions and nothing else; the one server interceptor
 (cluster.auth.AuthInterceptor, in front of every cronwheel.v1 service) aborts the call with the
 mapped code and the error's message (which names the field for InvalidArgument). Anything
-unexpected is logged with its traceback and returned as INTERNAL with a generic message, never a
-stack trace to the client.
+unexpected (including `errors.Internal`, e.g. an unmapped database error) is logged with its
+traceback and returned as INTERNAL with a generic message, never a stack trace to the client.
 """
 
 from __future__ import annotations

@@ -39,6 +39,16 @@ def encode(kind: str, filters: dict[str, Any], cursor: list[Any]) -> str:
     return base64.urlsafe_b64encode(body).decode().rstrip("=")
 
 
+def time_id_page(rows: list[dict[str, Any]], size: int, kind: str, filters: dict[str, Any],
+                 time_key: str) -> tuple[list[dict[str, Any]], str]:
+    """The first `size` of `rows` (fetched with limit size + 1) and the token of the next page
+    ("" when there is none), keyed on (rows[time_key], id)."""
+    if len(rows) <= size:
+        return rows, ""
+    last = rows[size - 1]
+    return rows[:size], encode(kind, filters, [micros(last[time_key]), str(last["id"])])
+
+
 def decode(token: str, kind: str, filters: dict[str, Any]) -> list[Any] | None:
     """The cursor of a token (None for the first page)."""
     if not token:

@@ -7,29 +7,34 @@ codes happen in front of it (auth.AuthInterceptor); another tenant's object is N
 the commands look objects up within the caller's scope. ExplainSchedule is computed by
 `explain_api` (after the id, range and page size are checked here).
 
+Dependencies: the store (its API ports), the clock (every `now`), the partition count (read per
+call) and the retention of records; never the whole Node (`services.grpc_services` builds it).
+
 Concurrency: stateless; every call borrows connections from the node's pool.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
 import grpc
 
+from cronwheel.clock import Clock
 from cronwheel.cluster.api import convert as cv
 from cronwheel.cluster.api import pages
 from cronwheel.cluster.api.auth import current_caller
-from cronwheel.cluster.api.explain_service import explain_schedule
+from cronwheel.cluster.api.explain_service import DEFAULT_RETENTION, explain_schedule
 from cronwheel.cluster.commands import runs
 from cronwheel.cluster.commands import schedules as sch
-from cronwheel.cluster.commands.values import MAX_JITTER_S, fetch, parse_json, reason_text, text
-from cronwheel.cron import jitter_offset_s, parse_dst_policy, parse_schedule
+from cronwheel.cluster.commands.values import parse_json, text
+from cronwheel.cron import jitter_offset_s
 from cronwheel.errors import InvalidArgument
+from cronwheel.storage import PgStore
+from cronwheel.storage.executions import ExecutionFilter
+from cronwheel.storage.schedules import ScheduleFilter
 from cronwheel.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-
-if TYPE_CHECKING:
-    from cronwheel.cluster.node import Node
 
 Ctx: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 NIL_UUID = "00000000-0000-0000-0000-000000000000"
@@ -43,12 +48,12 @@ def _filter_text(value: str, field: str) -> str | None:
 
 
 class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
-    def __init__(self, node: Node) -> None:
-        self.node = node
-
-    @property
-    def store(self) -> Any:
-        return self.node.store
+    def __init__(self, store: PgStore, clock: Clock, partitions: Callable[[], int],
+                 retention: timedelta = DEFAULT_RETENTION) -> None:
+        self.store = store
+        self.clock = clock
+        self.partitions = partitions  # read per call: known once the node has read the database
+        self.retention = retention
 
     # ------------------------------------------------------------------------------ schedules
 
@@ -59,7 +64,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         tenant = caller.owner(s.tenant, "schedule.tenant")
         with cv.fields_under("schedule"):
             spec = cv.spec_from(s, tenant)
-            row = await sch.create_schedule(self.store, spec, self.node.clock.now(), self.node.partitions,
+            row = await sch.create_schedule(self.store, spec, self.clock.now(), self.partitions(),
                                             actor=caller.name)
         return scheduler_pb2.CreateScheduleResponse(schedule=cv.schedule_out(row))
 
@@ -71,7 +76,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         paths = cv.mask_paths(list(request.update_mask.paths))
         with cv.fields_under("schedule"):
             changes = cv.changes_from(request.schedule, paths)
-            row = await sch.update_schedule(self.store, sid, changes, self.node.clock.now(), caller.scope(),
+            row = await sch.update_schedule(self.store, sid, changes, self.clock.now(), caller.scope(),
                                             actor=caller.name, expected_version=version)
         return scheduler_pb2.UpdateScheduleResponse(schedule=cv.schedule_out(row))
 
@@ -88,21 +93,17 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         filters = {"tenant": tenant, "job_type": _filter_text(request.job_type, "job_type"),
                    "paused": request.paused if request.HasField("paused") else None}
         after_at, after_id = pages.time_id_cursor(pages.decode(request.page_token, "schedules", filters))
-        rows = await fetch(self.store, "api_list_schedules", {
-            **filters, "after_created_at": after_at, "after_id": after_id, "limit": size + 1})
-        resp = scheduler_pb2.ListSchedulesResponse(schedules=[cv.schedule_out(r) for r in rows[:size]])
-        if len(rows) > size:
-            last = rows[size - 1]
-            resp.next_page_token = pages.encode("schedules", filters,
-                                                [pages.micros(last["created_at"]), str(last["id"])])
-        return resp
+        rows = await self.store.schedules.list(ScheduleFilter(**filters, after_created_at=after_at,
+                                                              after_id=after_id, limit=size + 1))
+        page, token = pages.time_id_page(rows, size, "schedules", filters, "created_at")
+        return scheduler_pb2.ListSchedulesResponse(schedules=[cv.schedule_out(r) for r in page], next_page_token=token)
 
     async def DeleteSchedule(self, request: scheduler_pb2.DeleteScheduleRequest,  # noqa: N802
                              context: Ctx) -> scheduler_pb2.DeleteScheduleResponse:
         caller = current_caller()
         sid = cv.req_uuid(request.schedule_id, "schedule_id")
         version = cv.expected_version(request.expected_version)
-        _, cancelled = await sch.delete_schedule(self.store, sid, caller.scope(), actor=caller.name,
+        _, cancelled = await sch.delete_schedule(self.store, sid, self.clock.now(), caller.scope(), actor=caller.name,
                                                  expected_version=version, cancel_pending=request.cancel_pending,
                                                  reason=request.reason)
         return scheduler_pb2.DeleteScheduleResponse(cancelled_count=cancelled)
@@ -111,7 +112,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         caller = current_caller()
         sid = cv.req_uuid(request.schedule_id, "schedule_id")
         version = cv.expected_version(request.expected_version)
-        row = await sch.set_paused(self.store, sid, paused, self.node.clock.now(), caller.scope(), actor=caller.name,
+        row = await sch.set_paused(self.store, sid, paused, self.clock.now(), caller.scope(), actor=caller.name,
                                    reason=request.reason, expected_version=version)
         return cv.schedule_out(row)
 
@@ -130,7 +131,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         payload = parse_json("payload_json", request.payload_json) if request.payload_json else None
         overlap = cv.enum(cv.OVERLAP, request.overlap_policy, "overlap_policy")
         row, dedup = await runs.trigger_schedule(
-            self.store, sid, self.node.clock.now(), caller.scope(), actor=caller.name, payload=payload,
+            self.store, sid, self.clock.now(), caller.scope(), actor=caller.name, payload=payload,
             overlap_policy=overlap, idempotency_key=request.idempotency_key, reason=request.reason)
         return scheduler_pb2.TriggerScheduleResponse(execution=cv.execution_out(row), deduplicated=dedup)
 
@@ -142,7 +143,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
             raise InvalidArgument("range", "required: start_time and end_time")
         start = cv.opt_dt(request.range, "start_time", "range.start_time")
         end = cv.opt_dt(request.range, "end_time", "range.end_time")
-        res = await runs.backfill_schedule(self.store, sid, start, end, self.node.clock.now(), caller.scope(),
+        res = await runs.backfill_schedule(self.store, sid, start, end, self.clock.now(), caller.scope(),
                                            actor=caller.name, reason=request.reason)
         return scheduler_pb2.BackfillScheduleResponse(
             created_count=len(res.created), existing_count=res.existing_count,
@@ -156,7 +157,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         count = request.count or 10
         if not 1 <= count <= 1000:
             raise InvalidArgument("count", f"must be 0 (default 10) or 1..1000, got {request.count}")
-        after = cv.opt_dt(request, "start_time", "start_time") or self.node.clock.now()
+        after = cv.opt_dt(request, "start_time", "start_time") or self.clock.now()
         if which == "schedule_id":
             sid = cv.req_uuid(request.schedule_id, "schedule_id")
             row = await sch.get_schedule(self.store, sid, current_caller().scope())
@@ -166,16 +167,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
             spec = request.spec
             seed = str(cv.uuid_of(spec.schedule_id, "spec.schedule_id", required=False) or NIL_UUID)
             jitter = cv.opt_s(spec, "jitter", "spec.jitter") or 0.0
-            if not 0 <= jitter <= MAX_JITTER_S:
-                raise InvalidArgument("spec.jitter", f"must be in 0..{MAX_JITTER_S:g} seconds, got {jitter}")
-            for name in ("cron", "timezone"):
-                if len(getattr(spec, name)) > 200:
-                    raise InvalidArgument(f"spec.{name}", "must be at most 200 characters")
             with cv.fields_under("spec"):
                 gap = cv.enum(cv.DST_GAP, spec.dst_policy.gap, "dst_policy.gap")
                 repeated = cv.enum(cv.DST_REPEATED, spec.dst_policy.repeated_hour, "dst_policy.repeated_hour")
-                dst = parse_dst_policy({"gap": gap, "repeated": repeated})
-                cron = parse_schedule(spec.cron.strip(), spec.timezone, dst_policy=dst, schedule_id=seed)
+                cron = sch.preview_cron(spec.cron, spec.timezone, gap, repeated, jitter, seed)
         resp = scheduler_pb2.PreviewScheduleResponse()
         tick = after
         for _ in range(count):
@@ -191,13 +186,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
 
     async def ExplainSchedule(self, request: scheduler_pb2.ExplainScheduleRequest,  # noqa: N802
                               context: Ctx) -> scheduler_pb2.ExplainScheduleResponse:
-        cv.req_uuid(request.schedule_id, "schedule_id")  # canonical form, like every other id
-        if request.HasField("range"):  # in range (0001..9999) before explain converts them
-            cv.opt_dt(request.range, "start_time", "range.start_time")
-            cv.opt_dt(request.range, "end_time", "range.end_time")
-        cv.page_size(request.page_size)
-        return await explain_schedule(self.node, request, current_caller().scope(),
-                                      retention=timedelta(days=self.node.config.retention_days))
+        return await explain_schedule(self.store, self.clock.now(), request, current_caller().scope(),
+                                      retention=self.retention)
 
     # ------------------------------------------------------------------------------ executions
 
@@ -211,7 +201,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
             priority=cv.enum(cv.PRIORITY, request.priority, "priority", "default") or "default",
             retry=cv.retry_from(request.retry_policy, request.HasField("retry_policy")),
             timeout_s=cv.opt_s(request, "timeout", "timeout"), idempotency_key=request.idempotency_key or None)
-        row, dedup = await runs.submit_job(self.store, job, self.node.clock.now(), self.node.partitions,
+        row, dedup = await runs.submit_job(self.store, job, self.clock.now(), self.partitions(),
                                            actor=caller.name)
         return scheduler_pb2.SubmitJobResponse(execution=cv.execution_out(row), deduplicated=dedup)
 
@@ -236,31 +226,27 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         filters = {"tenant": tenant, "schedule_id": sid, "states": states or None,
                    "type": _filter_text(request.type, "type"), "from": start, "until": end}
         before_at, before_id = pages.time_id_cursor(pages.decode(request.page_token, "executions", filters))
-        rows = await fetch(self.store, "api_list_executions", {
-            **filters, "before_scheduled_for": before_at, "before_id": before_id, "limit": size + 1})
-        resp = scheduler_pb2.ListExecutionsResponse(executions=[cv.execution_out(r) for r in rows[:size]])
-        if len(rows) > size:
-            last = rows[size - 1]
-            resp.next_page_token = pages.encode("executions", filters,
-                                                [pages.micros(last["scheduled_for"]), str(last["id"])])
-        return resp
+        rows = await self.store.executions.list(ExecutionFilter(
+            tenant=tenant, schedule_id=sid, states=states or None, type=filters["type"], scheduled_from=start,
+            scheduled_until=end, before_scheduled_for=before_at, before_id=before_id, limit=size + 1))
+        page, token = pages.time_id_page(rows, size, "executions", filters, "scheduled_for")
+        return scheduler_pb2.ListExecutionsResponse(executions=[cv.execution_out(r) for r in page],
+                                                    next_page_token=token)
 
     async def CancelExecution(self, request: scheduler_pb2.CancelExecutionRequest,  # noqa: N802
                               context: Ctx) -> scheduler_pb2.CancelExecutionResponse:
         caller = current_caller()
         eid = cv.req_uuid(request.execution_id, "execution_id")
-        row = await runs.cancel_execution(self.store, eid, self.node.clock.now(), caller.scope(), actor=caller.name,
-                                          reason=reason_text(request.reason))
+        row = await runs.cancel_execution(self.store, eid, self.clock.now(), caller.scope(), actor=caller.name,
+                                          reason=request.reason)
         return scheduler_pb2.CancelExecutionResponse(execution=cv.execution_out(row))
 
     async def RetryExecution(self, request: scheduler_pb2.RetryExecutionRequest,  # noqa: N802
                              context: Ctx) -> scheduler_pb2.RetryExecutionResponse:
         caller = current_caller()
         eid = cv.req_uuid(request.execution_id, "execution_id")
-        extra = request.additional_attempts or 1
-        if not 1 <= extra <= 1000:
-            raise InvalidArgument("additional_attempts", f"must be 0 (default 1) or 1..1000, got {extra}")
-        row = await runs.retry_execution(self.store, eid, self.node.clock.now(), caller.scope(), actor=caller.name,
+        extra = request.additional_attempts or 1  # 0: the default; the command checks the range
+        row = await runs.retry_execution(self.store, eid, self.clock.now(), caller.scope(), actor=caller.name,
                                          additional_attempts=extra, run_at=cv.opt_dt(request, "run_at", "run_at"),
                                          reason=request.reason)
         return scheduler_pb2.RetryExecutionResponse(execution=cv.execution_out(row))

@@ -8,6 +8,7 @@ and maps domain errors to status codes. Health and reflection are served without
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -15,6 +16,7 @@ import grpc
 from cronwheel.cluster.api.admin_service import AdminService
 from cronwheel.cluster.api.auth import AuthInterceptor, load_auth, server_credentials
 from cronwheel.cluster.api.scheduler_service import SchedulerService
+from cronwheel.cluster.api.status import NodeStatus
 from cronwheel.v1 import admin_pb2, admin_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
 if TYPE_CHECKING:
@@ -24,16 +26,18 @@ Registrar = Callable[[Any, grpc.aio.Server], None]
 
 
 def grpc_services(node: Node) -> list[tuple[Registrar, Any, str]]:
-    """(add_XServicer_to_server, servicer, full service name) for every service of a node."""
+    """(add_XServicer_to_server, servicer, full service name) for every service of a node. The
+    one place that knows the Node: each servicer gets only what it uses."""
+    retention = timedelta(days=node.config.retention_days)
     return [
         (
             admin_pb2_grpc.add_AdminServiceServicer_to_server,
-            AdminService(node),
+            AdminService(node.store, node.clock, NodeStatus(node)),
             admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
         ),
         (
             scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server,
-            SchedulerService(node),
+            SchedulerService(node.store, node.clock, lambda: node.partitions, retention),
             scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name,
         ),
     ]

@@ -215,6 +215,8 @@ def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]]
         if ex["state"] == "skipped" and reason.startswith("overlap"):
             return Explained(t, "SKIPPED_OVERLAP", reason, **common)
         if ex["state"] == "skipped" and reason.startswith("misfire"):
+            if reason == "misfire:run_once":
+                return _coalesced(t, by_tick, misfires, ownership, reason)
             return Explained(t, "SKIPPED_MISFIRE", _misfire_reason(reason, t, ownership), **common)
         how = {"catch_up": "caught up after a misfire", "backfill": "backfilled", "manual": "triggered by hand"}.get(
             ex["trigger"], "fired")
@@ -235,8 +237,10 @@ def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]]
                                                         f"{d.get('max_catch_up')}: not replayed (alert raised at "
                                                         f"{ev['at'].isoformat()}; BackfillSchedule can run it)")
             policy = d.get("policy")
-            kind = "COALESCED_MISFIRE" if policy == "run_once" else "SKIPPED_MISFIRE"
-            return Explained(t, kind, f"missed; misfire policy {policy}" + _misfire_reason("", t, ownership))
+            if policy == "run_once":
+                return _coalesced(t, by_tick, misfires, ownership, "missed; misfire policy run_once")
+            return Explained(t, "SKIPPED_MISFIRE",
+                             f"missed; misfire policy {policy}" + _misfire_reason("", t, ownership))
     for since, until, ev in pauses:
         if since <= t and (until is None or t < until):
             return Explained(t, "PAUSED", f"paused since {since.isoformat()} by {ev.get('actor') or 'unknown'}"
@@ -250,6 +254,50 @@ def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]]
     return Explained(t, "MISSED", "no execution and no record explains it (worth a BackfillSchedule and a bug report)")
 
 
+def _covering(t: datetime, misfires: list[dict[str, Any]], policy: str) -> datetime | None:
+    """The latest missed tick of the `policy` misfire event whose missed range holds t."""
+    for ev in misfires:
+        d = ev["data"] or {}
+        first, latest = d.get("first_missed"), d.get("latest_missed")
+        if d.get("policy") == policy and first and latest:
+            lo, hi = datetime.fromisoformat(first), datetime.fromisoformat(latest)
+            if lo <= t <= hi:
+                return hi
+    return None
+
+
+def coalesced_targets(f: Facts, start: datetime, end: datetime) -> list[datetime]:
+    """The ticks whose executions ran in place of run_once-coalesced ticks in [start, end]
+    (the latest missed tick of each run_once misfire event overlapping the window): `explain`
+    needs those rows even when they lie past the page."""
+    out = []
+    for ev in f.events:
+        d = ev["data"] or {}
+        if ev["kind"] == "misfire_skipped" and d.get("policy") == "run_once" and d.get("first_missed") \
+                and d.get("latest_missed"):
+            lo, hi = datetime.fromisoformat(d["first_missed"]), datetime.fromisoformat(d["latest_missed"])
+            if lo <= end and hi >= start:
+                out.append(hi)
+    return out
+
+
+def _coalesced(t: datetime, by_tick: dict[datetime, dict[str, Any]], misfires: list[dict[str, Any]],
+               ownership: list[dict[str, Any]], reason: str) -> Explained:
+    """A tick that run_once folded into the latest missed tick (scheduler.proto: execution_id
+    names the execution that ran in its place). The replacement is found from the misfire
+    event's latest missed tick, else as the first catch-up execution after t."""
+    latest = _covering(t, misfires, "run_once")
+    ran = by_tick.get(latest) if latest is not None else None
+    if ran is None:
+        ran = min((e for e in by_tick.values() if e["trigger"] == "catch_up" and e["scheduled_for"] > t),
+                  key=lambda e: e["scheduled_for"], default=None)
+    why = reason + _misfire_reason("", t, ownership)
+    if ran is None:
+        return Explained(t, "COALESCED_MISFIRE", why)
+    return Explained(t, "COALESCED_MISFIRE", f"{why}; ran once as the tick of {ran['scheduled_for'].isoformat()}",
+                     execution_id=ran["id"], execution_state=ran["state"])
+
+
 def _misfire_reason(reason: str, t: datetime, ownership: list[dict[str, Any]]) -> str:
     gap = _unowned(ownership, t)
     if gap is None:
@@ -259,11 +307,11 @@ def _misfire_reason(reason: str, t: datetime, ownership: list[dict[str, Any]]) -
 
 async def load_facts(store: PgStore, schedule_id: uuid.UUID, tenant: str | None, start: datetime,
                      end: datetime, with_executions: bool = True) -> Facts:
-    sched = await store.fetch_one("get_schedule_any", {"id": schedule_id, "tenant": tenant})
+    sched = await store.explain.schedule(schedule_id, tenant)
     if sched is None:
         raise NotFound("schedule", schedule_id)
-    events = await store.fetch_all("explain_events", {"schedule_id": schedule_id})
-    own = await store.fetch_all("explain_ownership", {"partition": sched["partition"], "end": end})
+    events = await store.explain.events(schedule_id)
+    own = await store.explain.ownership(sched["partition"], end)
     f = Facts(sched, [], events, own)
     if with_executions:
         await load_executions(store, f, start, end)
@@ -271,8 +319,9 @@ async def load_facts(store: PgStore, schedule_id: uuid.UUID, tenant: str | None,
 
 
 async def load_executions(store: PgStore, f: Facts, start: datetime, end: datetime) -> None:
-    f.executions = await store.fetch_all("explain_executions", {"schedule_id": f.schedule["id"], "start": start,
-                                                                "end": end})
+    """The executions of [start, end], and those that ran in place of its coalesced ticks."""
+    f.executions = await store.explain.executions(f.schedule["id"], start, end,
+                                                  also_at=coalesced_targets(f, start, end))
 
 
 def page_end(f: Facts, start: datetime, end: datetime, limit: int) -> datetime:

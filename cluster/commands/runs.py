@@ -1,12 +1,15 @@
 """Commands that create or change executions: manual triggers, backfills, one-off jobs,
 cancellation and retry.
 
-Same rules as `scheduling`: validation first (errors name the field), then one transaction that
-writes the rows and an audit event, and a notification: `pg_notify('cronwheel_queued',
-<priority>)` for work queued at once (dispatchers wake), `pg_notify('cronwheel_due',
-'<partition>:o:<id>')` for a one-off job whose due time changed (its partition owner reloads
-it). `tenant` is None for an admin caller, else the caller's tenant; another tenant's object is
-NotFound. Rows carry JSON columns as text.
+Same rules as `schedules`: validation first (errors name the field), then one transaction that
+writes the rows and an audit event, and a notification: `executions.notify_queued(<priority>)`
+for work queued at once (dispatchers wake), `executions.notify_due` for a one-off job whose due
+time changed (its partition owner reloads it). `tenant` is None for an admin caller, else the
+caller's tenant; another tenant's object is NotFound. Rows carry JSON columns as text.
+
+A manual trigger decides overlap with the firing path's own fenced statements (`active_counts`,
+`replace_active`) under the partition's current epoch, share-locked for the transaction
+(`Database.at_current_epoch`), so a trigger and a fire of the same schedule see one rule.
 
 Execution states: scheduled -> queued -> running -> succeeded | failed -> retry_scheduled | dead,
 plus cancelled and skipped. Cancel takes scheduled, queued, retry_scheduled (and the transient
@@ -22,19 +25,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from psycopg import AsyncConnection
-
-from cronwheel.cluster.commands.schedules import lock_schedule, spec_of, validate_cron
+from cronwheel.cluster.commands.schedules import get_schedule, lock_schedule, spec_of, validate_cron
 from cronwheel.cluster.commands.values import (
     MAX_RUN_AT_AHEAD,
     JsonText,
     QuotaExceeded,
     RetryPolicy,
-    one,
     partition_of,
     payload_json,
     priority,
-    raw_jsonb,
     reason_text,
     text,
     timeout,
@@ -42,21 +41,14 @@ from cronwheel.cluster.commands.values import (
 from cronwheel.cron import CronSchedule, OverlapAction, decide_overlap, parse_overlap_policy
 from cronwheel.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from cronwheel.storage import PgStore
+from cronwheel.storage.api import Conn, Event, Row
+from cronwheel.storage.executions import Backfill, ManualRun, Retry, SubmittedJob
 from cronwheel.storage.ids import new_execution_id
-from cronwheel.storage.queries import q
 
 MAX_BACKFILL_TICKS = 10_000
 CANCELLABLE = ("scheduled", "queued", "retry_scheduled", "failed")
 RETRYABLE = ("dead", "cancelled", "skipped", "failed")
 _MICRO = timedelta(microseconds=1)
-
-
-async def _queued(conn: AsyncConnection[Any], prio: str) -> None:
-    await conn.execute(q("notify_queued"), {"payload": prio})
-
-
-async def _due(conn: AsyncConnection[Any], row: dict[str, Any]) -> None:
-    await conn.execute(q("notify_due"), {"payload": f"{row['partition']}:o:{row['id']}"})
 
 
 def _key(value: str | None) -> str | None:
@@ -66,16 +58,12 @@ def _key(value: str | None) -> str | None:
     return text("idempotency_key", value, required=False) or None
 
 
-async def _by_key(conn: AsyncConnection[Any], tenant: str, key: str) -> dict[str, Any] | None:
-    return await one(conn, "api_by_idempotency_key", {"tenant": tenant, "idempotency_key": key})
-
-
 # ---------------------------------------------------------------------------------- triggers
 
 
 async def trigger_schedule(store: PgStore, schedule_id: uuid.UUID, now: datetime, tenant: str | None,
                            actor: str = "api", payload: str | None = None, overlap_policy: str | None = None,
-                           idempotency_key: str | None = None, reason: str = "") -> tuple[dict[str, Any], bool]:
+                           idempotency_key: str | None = None, reason: str = "") -> tuple[Row, bool]:
     """Run a schedule now (paused or not): an execution with trigger 'manual', scheduled_for =
     run_at = now, queued unless the overlap policy (the schedule's, or the one given) skips or
     buffers it. Returns (execution, deduplicated)."""
@@ -83,37 +71,37 @@ async def trigger_schedule(store: PgStore, schedule_id: uuid.UUID, now: datetime
     key = _key(idempotency_key)
     doc = payload_json("payload_json", JsonText(payload)) if payload else None
     pol = parse_overlap_policy(overlap_policy).value if overlap_policy else None
+    partition = (await get_schedule(store, schedule_id, tenant))["partition"]  # never changes
+    ex = store.executions
     async with store.transaction() as conn:
-        sched = await lock_schedule(conn, schedule_id, tenant)  # serialises triggers of one schedule
-        if key is not None and (existing := await _by_key(conn, sched["tenant"], key)) is not None:
+        epoch = await store.at_current_epoch(conn, partition)  # before the schedule: the fire path's order
+        sched = await lock_schedule(store, conn, schedule_id, tenant)  # serialises triggers of one schedule
+        if key is not None and (existing := await ex.by_idempotency_key(conn, sched["tenant"], key)) is not None:
             return existing, True
-        counts = await one(conn, "api_active_counts", {"schedule_id": schedule_id})
-        assert counts is not None
-        decision = decide_overlap(pol or sched["overlap_policy"], int(counts["running"]), int(counts["buffered"]))
+        running, buffered = await ex.active_counts(conn, partition, epoch, schedule_id)
+        decision = decide_overlap(pol or sched["overlap_policy"], running, buffered)
         state, why = "queued", f"triggered by {actor}" + (f": {reason}" if reason else "")
         if decision.action is OverlapAction.SKIP:
             state, why = "skipped", f"overlap: {decision.reason}"
         elif decision.action is OverlapAction.BUFFER:
             state, why = "scheduled", "buffered"
         elif decision.action is OverlapAction.CANCEL_RUNNING_THEN_START:
-            await conn.execute(q("api_replace_active"), {"schedule_id": schedule_id})
+            await ex.replace_active(conn, partition, epoch, schedule_id, now)
         row = None
         for i in range(8):  # scheduled_for is unique per schedule: step a microsecond on a clash
-            row = await one(conn, "api_insert_run", {
-                "id": new_execution_id(), "schedule_id": schedule_id, "payload": raw_jsonb(doc) if doc else None,
-                "scheduled_for": now + i * _MICRO, "state": state, "state_reason": why, "trigger": "manual",
-                "idempotency_key": key})
+            row = await ex.insert_run(conn, ManualRun(new_execution_id(), schedule_id, str(doc) if doc else None,
+                                                      now + i * _MICRO, state, why, key), now)
             if row is not None:
                 break
-            if key is not None and (existing := await _by_key(conn, sched["tenant"], key)) is not None:
+            if key is not None and (existing := await ex.by_idempotency_key(conn, sched["tenant"], key)) is not None:
                 return existing, True  # a concurrent call with the same key won
         if row is None:
             raise AlreadyExists("execution", f"{schedule_id}@{now.isoformat()}")
-        await store.insert_event("schedule_triggered", tenant=sched["tenant"], schedule_id=schedule_id,
-                                 execution_id=row["id"], partition=sched["partition"], actor=actor,
-                                 data={"reason": reason, "state": state, "overlap": decision.reason}, conn=conn)
+        await store.events.insert(Event("schedule_triggered", sched["tenant"], schedule_id, row["id"], partition,
+                                        actor, at=now,
+                                        data={"reason": reason, "state": state, "overlap": decision.reason}), conn)
         if state == "queued":
-            await _queued(conn, row["priority"])
+            await ex.notify_queued(conn, row["priority"])
     return row, False
 
 
@@ -161,22 +149,21 @@ async def backfill_schedule(store: PgStore, schedule_id: uuid.UUID, start: datet
     start, end = check_range(start, end, now)
     reason = reason_text(reason)
     async with store.transaction() as conn:
-        sched = await lock_schedule(conn, schedule_id, tenant)
+        sched = await lock_schedule(store, conn, schedule_id, tenant)
         cron = validate_cron(spec_of(sched), schedule_id)
         ticks = await asyncio.to_thread(backfill_ticks, cron, start, end)
         n = len(ticks)
         created: list[tuple[uuid.UUID, datetime]] = []
         if ticks:
-            cur = await conn.execute(q("api_backfill_executions"), {
-                "schedule_id": schedule_id, "now": now, "ids": [new_execution_id() for _ in ticks],
-                "scheduled_fors": ticks, "run_ats": [now - (n - 1 - i) * _MICRO for i in range(n)]})
-            created = sorted(((r[0], r[1]) for r in await cur.fetchall()), key=lambda r: r[1])
-        await store.insert_event("schedule_backfilled", tenant=sched["tenant"], schedule_id=schedule_id,
-                                 partition=sched["partition"], actor=actor, conn=conn,
-                                 data={"reason": reason, "start": start.isoformat(), "end": end.isoformat(),
-                                       "created": len(created), "existing": n - len(created)})
+            created = await store.executions.backfill(conn, Backfill(
+                schedule_id, [new_execution_id() for _ in ticks], ticks,
+                [now - (n - 1 - i) * _MICRO for i in range(n)], now))
+        await store.events.insert(Event("schedule_backfilled", sched["tenant"], schedule_id, None,
+                                        sched["partition"], actor, at=now,
+                                        data={"reason": reason, "start": start.isoformat(), "end": end.isoformat(),
+                                              "created": len(created), "existing": n - len(created)}), conn)
         if created:
-            await _queued(conn, sched["priority"])
+            await store.executions.notify_queued(conn, sched["priority"])
     return BackfillResult(created, n - len(created))
 
 
@@ -201,7 +188,7 @@ def _day_start(now: datetime) -> datetime:
 
 
 async def submit_job(store: PgStore, job: JobSpec, now: datetime, partitions: int,
-                     actor: str = "api") -> tuple[dict[str, Any], bool]:
+                     actor: str = "api") -> tuple[Row, bool]:
     """Returns (execution row, deduplicated). A repeated idempotency key returns the existing
     execution of that tenant and stores nothing. Queued at once unless run_at is in the future
     (then scheduled, and the partition owner is told)."""
@@ -219,60 +206,59 @@ async def submit_job(store: PgStore, job: JobSpec, now: datetime, partitions: in
     eid = new_execution_id()
     p = partition_of(eid, partitions)
     state = "queued" if run_at <= now else "scheduled"
-    params = {
-        "id": eid, "tenant": tenant, "type": jtype, "payload": raw_jsonb(payload), "partition": p,
-        "scheduled_for": run_at, "run_at": run_at, "priority": priority(job.priority), "state": state,
-        "max_attempts": retry.max_attempts, "retry_initial_s": retry.initial_s,
-        "retry_multiplier": retry.multiplier, "retry_max_s": retry.max_s,
-        "timeout_s": timeout("timeout", job.timeout_s), "idempotency_key": key,
-    }
+    sub = SubmittedJob(
+        id=eid, tenant=tenant, type=jtype, payload=str(payload), partition=p, run_at=run_at,
+        priority=priority(job.priority), state=state, max_attempts=retry.max_attempts,
+        retry_initial_s=retry.initial_s, retry_multiplier=retry.multiplier, retry_max_s=retry.max_s,
+        timeout_s=timeout("timeout", job.timeout_s), idempotency_key=key,
+    )
+    ex = store.executions
     async with store.transaction() as conn:
-        if key is not None and (existing := await _by_key(conn, tenant, key)) is not None:
+        if key is not None and (existing := await ex.by_idempotency_key(conn, tenant, key)) is not None:
             return existing, True
-        quota = await one(conn, "api_lock_tenant", {"tenant": tenant})
-        if quota is not None and quota["max_executions_per_day"] is not None:
-            used = await one(conn, "api_count_executions_since", {"tenant": tenant, "since": _day_start(now)})
-            if used is not None and used["count"] >= quota["max_executions_per_day"]:
-                raise QuotaExceeded(f"tenant {tenant} has used its quota of {quota['max_executions_per_day']} "
+        quota = await store.schedules.lock_tenant(conn, tenant)
+        if quota is not None and quota.max_executions_per_day is not None:
+            used = await ex.count_since(conn, tenant, _day_start(now))
+            if used >= quota.max_executions_per_day:
+                raise QuotaExceeded(f"tenant {tenant} has used its quota of {quota.max_executions_per_day} "
                                     f"executions today (UTC)")
-        row = await one(conn, "insert_submitted", params)
+        row = await ex.insert_submitted(conn, sub, now)
         if row is None:
-            existing = await _by_key(conn, tenant, key) if key else None
+            existing = await ex.by_idempotency_key(conn, tenant, key) if key else None
             if existing is None:
                 raise AlreadyExists("execution", key)
             return existing, True
         if state == "scheduled":
-            await _due(conn, row)
+            await ex.notify_due(conn, p, eid)
         else:
-            await _queued(conn, row["priority"])
+            await ex.notify_queued(conn, row["priority"])
     return row, False
 
 
 # ---------------------------------------------------------------------------------- executions
 
 
-async def get_execution(store: PgStore, execution_id: uuid.UUID, tenant: str | None) -> dict[str, Any]:
-    async with store.connection() as conn:
-        row = await one(conn, "api_get_execution", {"id": execution_id})
+async def get_execution(store: PgStore, execution_id: uuid.UUID, tenant: str | None) -> Row:
+    row = await store.executions.get(execution_id)
     if row is None or (tenant is not None and row["tenant"] != tenant):
         raise NotFound("execution", execution_id)
     return row
 
 
-async def _lock_execution(conn: AsyncConnection[Any], execution_id: uuid.UUID, tenant: str | None) -> dict[str, Any]:
-    row = await one(conn, "api_lock_execution", {"id": execution_id})
+async def _lock_execution(store: PgStore, conn: Conn, execution_id: uuid.UUID, tenant: str | None) -> Row:
+    row = await store.executions.lock(conn, execution_id)
     if row is None or (tenant is not None and row["tenant"] != tenant):
         raise NotFound("execution", execution_id)
     return row
 
 
 async def cancel_execution(store: PgStore, execution_id: uuid.UUID, now: datetime, tenant: str | None,
-                           actor: str = "api", reason: str = "") -> dict[str, Any]:
+                           actor: str = "api", reason: str = "") -> Row:
     """scheduled/queued/retry_scheduled -> cancelled; running -> cancel_requested. Cancelling a
     cancelled execution, or asking a running one again, returns it unchanged."""
     reason = reason_text(reason)
     async with store.transaction() as conn:
-        row = await _lock_execution(conn, execution_id, tenant)
+        row = await _lock_execution(store, conn, execution_id, tenant)
         state = row["state"]
         if state == "cancelled" or (state == "running" and row["cancel_requested"]):
             return row
@@ -281,24 +267,23 @@ async def cancel_execution(store: PgStore, execution_id: uuid.UUID, now: datetim
                                      f"retry_scheduled and running executions can be cancelled")
         why = (f"cancel requested by {actor}" if state == "running" else f"cancelled by {actor}") + (
             f": {reason}" if reason else "")
-        new = await one(conn, "api_cancel_execution", {"id": execution_id, "now": now, "reason": why})
+        new = await store.executions.cancel(conn, execution_id, why, now)
         assert new is not None
-        await store.insert_event("execution_cancelled", tenant=row["tenant"], schedule_id=row["schedule_id"],
-                                 execution_id=execution_id, partition=row["partition"], actor=actor,
-                                 data={"reason": reason, "from_state": state}, conn=conn)
+        await store.events.insert(Event("execution_cancelled", row["tenant"], row["schedule_id"], execution_id,
+                                        row["partition"], actor, at=now,
+                                        data={"reason": reason, "from_state": state}), conn)
         if state in ("scheduled", "retry_scheduled"):
-            await _due(conn, row)  # the owner drops it from its wheel
+            await store.executions.notify_due(conn, row["partition"], execution_id)  # the owner drops it
         if new["state"] == "cancelled" and row["schedule_id"] is not None and row["state_reason"] != "buffered":
             # It was a run ahead of a buffered one (overlap buffer_*): that one may start now.
-            cur = await conn.execute(q("release_buffered"), {"schedule_id": row["schedule_id"], "now": now})
-            if await cur.fetchone() is not None:
-                await conn.execute(q("notify_queued"), {"payload": "buffered"})
+            if await store.executions.release_buffered(conn, row["schedule_id"], now):
+                await store.executions.notify_queued(conn, "buffered")
     return new
 
 
 async def retry_execution(store: PgStore, execution_id: uuid.UUID, now: datetime, tenant: str | None,
                           actor: str = "api", additional_attempts: int = 1, run_at: datetime | None = None,
-                          reason: str = "") -> dict[str, Any]:
+                          reason: str = "") -> Row:
     """dead/cancelled/skipped -> queued (or retry_scheduled when run_at is in the future), with
     max_attempts = max(max_attempts, attempt + additional_attempts)."""
     reason = reason_text(reason)
@@ -309,20 +294,19 @@ async def retry_execution(store: PgStore, execution_id: uuid.UUID, now: datetime
     at = now if run_at is None or run_at <= now else run_at
     state = "queued" if at <= now else "retry_scheduled"
     async with store.transaction() as conn:
-        row = await _lock_execution(conn, execution_id, tenant)
+        row = await _lock_execution(store, conn, execution_id, tenant)
         if row["state"] not in RETRYABLE:
             raise FailedPrecondition(f"execution {execution_id} is {row['state']}: only dead, cancelled and "
                                      f"skipped executions can be retried")
         why = f"retried by {actor}" + (f": {reason}" if reason else "")
-        new = await one(conn, "api_retry_execution", {"id": execution_id, "state": state, "run_at": at, "now": now,
-                                                      "additional": additional_attempts, "reason": why})
+        new = await store.executions.retry(conn, Retry(execution_id, state, at, additional_attempts, why, now))
         assert new is not None
-        await store.insert_event("execution_retried", tenant=row["tenant"], schedule_id=row["schedule_id"],
-                                 execution_id=execution_id, partition=row["partition"], actor=actor,
-                                 data={"reason": reason, "from_state": row["state"], "run_at": at.isoformat(),
-                                       "max_attempts": new["max_attempts"]}, conn=conn)
+        await store.events.insert(Event("execution_retried", row["tenant"], row["schedule_id"], execution_id,
+                                        row["partition"], actor, at=now,
+                                        data={"reason": reason, "from_state": row["state"], "run_at": at.isoformat(),
+                                              "max_attempts": new["max_attempts"]}), conn)
         if state == "queued":
-            await _queued(conn, new["priority"])
+            await store.executions.notify_queued(conn, new["priority"])
         else:
-            await _due(conn, new)
+            await store.executions.notify_due(conn, new["partition"], execution_id)
     return new

@@ -12,44 +12,47 @@ caller's tenant. Another tenant's object is reported exactly like a missing one 
 Rows returned carry JSON columns (payload, checkpoint, result) as JSON *text*, exactly as
 PostgreSQL renders them, so large and precise numbers survive the round trip.
 
-Every change of a schedule ends with `pg_notify('cronwheel_due', '<partition>:s:<id>')` in the
-same transaction, so the owner of the partition reloads it once the change is visible.
+Every change of a schedule ends with a change notification (`store.schedules.notify_changed`,
+`pg_notify('cronwheel_due', '<partition>:s:<id>')`) in the same transaction, so the owner of
+the partition reloads it once the change is visible.
 `next_run_at` stores the next TICK (scheduled_for), never tick + jitter.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from psycopg import AsyncConnection
-from psycopg.errors import UniqueViolation
-
 from cronwheel.cluster.commands.values import (
-    MAX_JITTER_S,
     MAX_NAME,
     OVERLAP_POLICIES,
     JsonText,
     QuotaExceeded,
     RetryPolicy,
-    cursor,
     duration,
-    one,
     partition_of,
     payload_json,
     priority,
-    raw_jsonb,
     reason_text,
     text,
     timeout,
 )
-from cronwheel.cron import CronSchedule, parse_misfire_policy, validate_schedule_spec
-from cronwheel.errors import AlreadyExists, InvalidArgument, NotFound, VersionConflict
+from cronwheel.cron import (
+    CronSchedule,
+    parse_dst_policy,
+    parse_misfire_policy,
+    parse_schedule,
+    validate_jitter_s,
+    validate_schedule_spec,
+)
+from cronwheel.errors import InvalidArgument, NotFound, VersionConflict
 from cronwheel.storage import PgStore
-from cronwheel.storage.queries import q
+from cronwheel.storage.api import Conn, Event, Row
+from cronwheel.storage.schedules import ScheduleFields
 
 __all__ = ["JsonText", "QuotaExceeded", "RetryPolicy", "ScheduleSpec", "create_schedule", "delete_schedule",
            "get_schedule", "partition_of", "set_paused", "update_schedule"]
@@ -87,9 +90,7 @@ class ScheduleSpec:
         """Every field checked (in API field order), defaults filled, the cron parsed."""
         sid = self.id or uuid.uuid4()
         spec = replace(self, id=sid, tenant=text("tenant", self.tenant), name=text("name", self.name))
-        cron = validate_cron(spec, sid)
-        if not 0 <= self.jitter_s <= MAX_JITTER_S:
-            raise InvalidArgument("jitter", f"must be in 0..{MAX_JITTER_S:g} seconds, got {self.jitter_s}")
+        cron = validate_cron(spec, sid)  # timing fields, jitter included
         if self.overlap_policy not in OVERLAP_POLICIES:
             raise InvalidArgument("overlap_policy", f"unknown policy {self.overlap_policy!r}")
         dst = cron.dst_policy
@@ -110,21 +111,44 @@ class ScheduleSpec:
         return spec, cron
 
 
-def validate_cron(spec: ScheduleSpec, sid: uuid.UUID) -> CronSchedule:
-    if not isinstance(spec.cron, str) or len(spec.cron) > MAX_NAME:
+def _check_lengths(cron: object, timezone: object) -> None:
+    if not isinstance(cron, str) or len(cron) > MAX_NAME:
         raise InvalidArgument("cron", f"must be at most {MAX_NAME} characters")
-    if not isinstance(spec.timezone, str) or len(spec.timezone) > MAX_NAME:
+    if not isinstance(timezone, str) or len(timezone) > MAX_NAME:
         raise InvalidArgument("timezone", f"must be at most {MAX_NAME} characters")
+
+
+@contextmanager
+def _api_fields() -> Iterator[None]:
+    """The cron module's field names -> the API's ("jitter_s" -> "jitter")."""
     try:
-        return validate_schedule_spec(
-            spec.cron.strip(), spec.timezone, {"gap": spec.dst_gap, "repeated": spec.dst_repeated},
-            spec.misfire_policy, spec.max_catch_up, spec.jitter_s, str(sid),
-        )
+        yield
     except InvalidArgument as exc:
         name = {"jitter_s": "jitter", "dst_policy.repeated": "dst_policy.repeated_hour"}.get(exc.field)
         if name is None:
             raise
         raise InvalidArgument(name, exc.message.split(": ", 1)[-1]) from None
+
+
+def validate_cron(spec: ScheduleSpec, sid: uuid.UUID) -> CronSchedule:
+    """Every timing field of a spec checked (the cron module's rules), the cron parsed."""
+    _check_lengths(spec.cron, spec.timezone)
+    with _api_fields():
+        return validate_schedule_spec(
+            spec.cron.strip(), spec.timezone, {"gap": spec.dst_gap, "repeated": spec.dst_repeated},
+            spec.misfire_policy, spec.max_catch_up, spec.jitter_s, str(sid),
+        )
+
+
+def preview_cron(cron: str, timezone: str, dst_gap: str | None, dst_repeated: str | None, jitter_s: float,
+                 seed: str) -> CronSchedule:
+    """The timing fields of an unsaved spec (PreviewSchedule: no misfire policy needed), checked
+    by the same rules as `validate_cron`."""
+    _check_lengths(cron, timezone)
+    with _api_fields():
+        validate_jitter_s(jitter_s)
+        dst = parse_dst_policy({"gap": dst_gap, "repeated": dst_repeated})
+        return parse_schedule(cron.strip(), timezone, dst_policy=dst, schedule_id=seed)
 
 
 def spec_of(row: Mapping[str, Any]) -> ScheduleSpec:
@@ -140,24 +164,23 @@ def spec_of(row: Mapping[str, Any]) -> ScheduleSpec:
     )
 
 
-def _row_params(spec: ScheduleSpec) -> dict[str, Any]:
-    return {
-        "id": spec.id, "tenant": spec.tenant, "name": spec.name, "cron": spec.cron,
-        "timezone": spec.timezone, "dst_gap": spec.dst_gap, "dst_repeated": spec.dst_repeated,
-        "job_type": spec.job_type, "payload": raw_jsonb(spec.payload), "priority": spec.priority,
-        "retry_initial_s": spec.retry.initial_s, "retry_multiplier": spec.retry.multiplier,
-        "retry_max_s": spec.retry.max_s, "max_attempts": spec.retry.max_attempts,
-        "timeout_s": spec.timeout_s, "misfire_policy": str(spec.misfire_policy),
-        "max_catch_up": spec.max_catch_up, "overlap_policy": spec.overlap_policy,
-        "jitter_s": spec.jitter_s, "paused": spec.paused,
-        "alert_if_no_success_within_s": spec.alert_if_no_success_within_s,
-    }
+def _fields(spec: ScheduleSpec) -> ScheduleFields:
+    assert spec.id is not None
+    return ScheduleFields(
+        id=spec.id, tenant=spec.tenant, name=spec.name, cron=spec.cron, timezone=spec.timezone,
+        dst_gap=spec.dst_gap, dst_repeated=spec.dst_repeated, job_type=spec.job_type, payload=str(spec.payload),
+        priority=spec.priority, retry_initial_s=spec.retry.initial_s, retry_multiplier=spec.retry.multiplier,
+        retry_max_s=spec.retry.max_s, max_attempts=spec.retry.max_attempts, timeout_s=spec.timeout_s,
+        misfire_policy=str(spec.misfire_policy), max_catch_up=spec.max_catch_up,
+        overlap_policy=spec.overlap_policy, jitter_s=spec.jitter_s, paused=spec.paused,
+        alert_if_no_success_within_s=spec.alert_if_no_success_within_s,
+    )
 
 
-async def lock_schedule(conn: AsyncConnection[Any], schedule_id: uuid.UUID, tenant: str | None,
-                        expected_version: int | None = None) -> dict[str, Any]:
+async def lock_schedule(store: PgStore, conn: Conn, schedule_id: uuid.UUID, tenant: str | None,
+                        expected_version: int | None = None) -> Row:
     """The live schedule, row-locked for this transaction; NotFound across tenants."""
-    row = await one(conn, "api_lock_schedule", {"id": schedule_id})
+    row = await store.schedules.lock(conn, schedule_id)
     if row is None or (tenant is not None and row["tenant"] != tenant):
         raise NotFound("schedule", schedule_id)
     if expected_version is not None and row["version"] != expected_version:
@@ -165,45 +188,32 @@ async def lock_schedule(conn: AsyncConnection[Any], schedule_id: uuid.UUID, tena
     return row
 
 
-async def get_schedule(store: PgStore, schedule_id: uuid.UUID, tenant: str | None) -> dict[str, Any]:
-    async with store.connection() as conn:
-        row = await one(conn, "api_get_schedule", {"id": schedule_id})
+async def get_schedule(store: PgStore, schedule_id: uuid.UUID, tenant: str | None) -> Row:
+    row = await store.schedules.get(schedule_id)
     if row is None or (tenant is not None and row["tenant"] != tenant):
         raise NotFound("schedule", schedule_id)
     return row
 
 
-async def _notify(conn: AsyncConnection[Any], row: Mapping[str, Any]) -> None:
-    await conn.execute(q("notify_due"), {"payload": f"{row['partition']}:s:{row['id']}"})
-
-
 async def create_schedule(store: PgStore, spec: ScheduleSpec, now: datetime, partitions: int,
-                          actor: str = "api") -> dict[str, Any]:
+                          actor: str = "api") -> Row:
     """Insert a schedule (version 1, next_run_at = first tick after now unless paused).
-    AlreadyExists for a taken id or live name; QuotaExceeded past tenants.max_schedules."""
+    AlreadyExists for a taken id or live name (storage.errors names which);
+    QuotaExceeded past tenants.max_schedules."""
     spec, cron = spec.validated()
     assert spec.id is not None
     p = partition_of(spec.id, partitions)
-    params = {**_row_params(spec), "partition": p, "next_run_at": None if spec.paused else cron.next_after(now)}
-    try:
-        async with store.transaction() as conn:
-            quota = await one(conn, "api_lock_tenant", {"tenant": spec.tenant})
-            if quota is not None and quota["max_schedules"] is not None:
-                live = await one(conn, "count_live_schedules", {"tenant": spec.tenant})
-                if live is not None and live["count"] >= quota["max_schedules"]:
-                    raise QuotaExceeded(f"tenant {spec.tenant} has {live['count']} schedules, "
-                                        f"its quota is {quota['max_schedules']}")
-            row = await one(conn, "insert_schedule", params)
-            assert row is not None
-            await store.insert_event("schedule_created", tenant=spec.tenant, schedule_id=spec.id, partition=p,
-                                     actor=actor, data={"name": spec.name, "cron": spec.cron,
-                                                        "timezone": spec.timezone, "paused": spec.paused}, conn=conn)
-            await _notify(conn, row)
-    except AlreadyExists as exc:
-        what = "id" if "pkey" in str(exc.key) else "name"
-        raise AlreadyExists("schedule", spec.name if what == "name" else spec.id,
-                            f"schedule {what} already exists for tenant {spec.tenant}"
-                            if what == "name" else f"schedule id {spec.id} already exists") from exc
+    async with store.transaction() as conn:
+        quota = await store.schedules.lock_tenant(conn, spec.tenant)
+        if quota is not None and quota.max_schedules is not None:
+            live = await store.schedules.count_live(conn, spec.tenant)
+            if live >= quota.max_schedules:
+                raise QuotaExceeded(f"tenant {spec.tenant} has {live} schedules, its quota is {quota.max_schedules}")
+        row = await store.schedules.insert(conn, _fields(spec), p, None if spec.paused else cron.next_after(now), now)
+        await store.events.insert(Event("schedule_created", spec.tenant, spec.id, None, p, actor, at=now,
+                                        data={"name": spec.name, "cron": spec.cron, "timezone": spec.timezone,
+                                              "paused": spec.paused}), conn)
+        await store.schedules.notify_changed(conn, p, spec.id)
     return row
 
 
@@ -226,74 +236,65 @@ def _jsonable(v: Any) -> Any:
 
 async def update_schedule(store: PgStore, schedule_id: uuid.UUID, changes: Mapping[str, Any], now: datetime,
                           tenant: str | None, actor: str = "api",
-                          expected_version: int | None = None) -> dict[str, Any]:
+                          expected_version: int | None = None) -> Row:
     """Change the fields named in `changes` (ScheduleSpec field names; `retry.<field>` for one
     retry setting), bump the version, and recompute next_run_at (the first tick strictly after
     now) when a timing field changed. Records the changed fields in "schedule_updated"."""
     async with store.transaction() as conn:
-        row = await lock_schedule(conn, schedule_id, tenant, expected_version)
+        row = await lock_schedule(store, conn, schedule_id, tenant, expected_version)
         old = spec_of(row)
         new, cron = _apply(old, changes).validated()
         changed = sorted(k for k in ScheduleSpec.__dataclass_fields__ if getattr(old, k) != getattr(new, k))
         next_run_at = row["next_run_at"]
         if any(k in changed for k in TIMING_FIELDS):
             next_run_at = None if row["paused"] else cron.next_after(now)
-        try:
-            upd = await one(conn, "api_update_schedule", {**_row_params(new), "next_run_at": next_run_at})
-        except UniqueViolation:
-            raise AlreadyExists("schedule", new.name, f"schedule name already exists for tenant {new.tenant}") from None
+        upd = await store.schedules.write(conn, _fields(new), next_run_at, now)  # AlreadyExists: name taken
         assert upd is not None
-        await store.insert_event(
-            "schedule_updated", tenant=row["tenant"], schedule_id=schedule_id, partition=row["partition"], actor=actor,
+        await store.events.insert(Event(
+            "schedule_updated", row["tenant"], schedule_id, None, row["partition"], actor, at=now,
             data={"fields": [API_NAMES.get(k, k) for k in changed], "version": upd["version"],
                   "changes": {API_NAMES.get(k, k): [_jsonable(getattr(old, k)), _jsonable(getattr(new, k))]
-                              for k in changed if k != "payload"}},
-            conn=conn)
-        await _notify(conn, row)
+                              for k in changed if k != "payload"}}), conn)
+        await store.schedules.notify_changed(conn, row["partition"], schedule_id)
     return upd
 
 
 async def set_paused(store: PgStore, schedule_id: uuid.UUID, paused: bool, now: datetime,
                      tenant: str | None, actor: str = "api", reason: str = "",
-                     expected_version: int | None = None) -> dict[str, Any]:
+                     expected_version: int | None = None) -> Row:
     """Pause (next_run_at cleared) or resume (next_run_at = first tick after now). A schedule
     already in that state is returned unchanged: no version bump, no event."""
     reason = reason_text(reason)
     async with store.transaction() as conn:
-        row = await lock_schedule(conn, schedule_id, tenant, expected_version)
+        row = await lock_schedule(store, conn, schedule_id, tenant, expected_version)
         if row["paused"] == paused:
             return row
         cron = validate_cron(spec_of(row), schedule_id)
-        new = await one(conn, "api_set_schedule_state", {
-            "id": schedule_id, "paused": paused, "deleted": False,
-            "next_run_at": None if paused else cron.next_after(now)})
+        new = await store.schedules.write(conn, _fields(replace(spec_of(row), paused=paused)),
+                                          None if paused else cron.next_after(now), now)
         assert new is not None
-        await store.insert_event("schedule_paused" if paused else "schedule_resumed", tenant=row["tenant"],
-                                 schedule_id=schedule_id, partition=row["partition"], actor=actor,
-                                 data={"reason": reason, "version": new["version"]}, conn=conn)
-        await _notify(conn, row)
+        await store.events.insert(Event("schedule_paused" if paused else "schedule_resumed", row["tenant"],
+                                        schedule_id, None, row["partition"], actor, at=now,
+                                        data={"reason": reason, "version": new["version"]}), conn)
+        await store.schedules.notify_changed(conn, row["partition"], schedule_id)
     return new
 
 
-async def delete_schedule(store: PgStore, schedule_id: uuid.UUID, tenant: str | None, actor: str = "api",
-                          expected_version: int | None = None, cancel_pending: bool = False,
-                          reason: str = "") -> tuple[dict[str, Any], int]:
+async def delete_schedule(store: PgStore, schedule_id: uuid.UUID, now: datetime, tenant: str | None,
+                          actor: str = "api", expected_version: int | None = None, cancel_pending: bool = False,
+                          reason: str = "") -> tuple[Row, int]:
     """Soft-delete; with cancel_pending, cancel its unfinished executions (running ones get
     cancel_requested). Returns (the deleted row, executions cancelled)."""
     reason = reason_text(reason)
     async with store.transaction() as conn:
-        row = await lock_schedule(conn, schedule_id, tenant, expected_version)
-        deleted = await one(conn, "api_set_schedule_state", {"id": schedule_id, "paused": None, "deleted": True,
-                                                             "next_run_at": None})
+        row = await lock_schedule(store, conn, schedule_id, tenant, expected_version)
+        deleted = await store.schedules.write(conn, _fields(spec_of(row)), None, now, deleted=True)
         assert deleted is not None
         cancelled = 0
         if cancel_pending:
             why = f"schedule deleted by {actor}" + (f": {reason}" if reason else "")
-            async with cursor(conn) as cur:
-                await cur.execute(q("api_cancel_pending_of_schedule"), {"schedule_id": schedule_id, "reason": why})
-                cancelled = len(await cur.fetchall())
-        await store.insert_event("schedule_deleted", tenant=row["tenant"], schedule_id=schedule_id,
-                                 partition=row["partition"], actor=actor,
-                                 data={"reason": reason, "cancelled": cancelled}, conn=conn)
-        await _notify(conn, row)
+            cancelled = await store.executions.cancel_pending_of_schedule(conn, schedule_id, why, now)
+        await store.events.insert(Event("schedule_deleted", row["tenant"], schedule_id, None, row["partition"],
+                                        actor, at=now, data={"reason": reason, "cancelled": cancelled}), conn)
+        await store.schedules.notify_changed(conn, row["partition"], schedule_id)
     return deleted, cancelled

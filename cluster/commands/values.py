@@ -1,6 +1,8 @@
-"""Values and checks shared by the schedule and execution commands (`scheduling`,
-`scheduling_runs`): limits, the retry policy, name-like and free-text strings, JSON documents,
-durations, the partition hash, and the cursor that reads JSON columns as text.
+"""Values and checks shared by the schedule and execution commands (`schedules`, `runs`):
+limits, the retry policy, name-like and free-text strings, JSON documents, durations, the
+partition hash. Limits and enums defined lower down are imported, never restated: the jitter
+limit and the policy enums come from `cronwheel.cron` (the contract's 0 .. 1 h), priorities from
+`cron.Priority`.
 
 Every check raises `InvalidArgument(field, ...)` naming the field in the API's terms. JSON
 documents are checked here for everything PostgreSQL's jsonb would refuse (NUL, unpaired
@@ -13,29 +15,21 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from psycopg import AsyncConnection, AsyncCursor
-from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
-from psycopg.types.string import TextLoader
-
+from cronwheel.cron import OverlapPolicy, Priority
 from cronwheel.errors import InvalidArgument, ResourceExhausted
-from cronwheel.storage import PgStore
-from cronwheel.storage.queries import q
 
 MAX_NAME = 200
 MAX_REASON = 1000
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_JSON_DEPTH = 100
 MAX_RUN_AT_AHEAD = timedelta(days=3653)
-MAX_JITTER_S = 3600.0
-PRIORITIES = ("critical", "default", "bulk")
-OVERLAP_POLICIES = ("forbid", "allow", "replace", "buffer_one", "buffer_all")
+PRIORITIES = tuple(p.value for p in Priority)
+OVERLAP_POLICIES = tuple(p.value for p in OverlapPolicy)
 
 
 class QuotaExceeded(ResourceExhausted):
@@ -171,28 +165,3 @@ def duration(fieldname: str, value: float | None, lo: float, hi: float) -> float
 
 def timeout(fieldname: str, value: float | None) -> float | None:
     return duration(fieldname, value, 1.0, 7 * 86400.0)
-
-
-def raw_jsonb(doc: str) -> Jsonb:
-    """Hand checked JSON text to PostgreSQL as is (it parses, dedupes keys, keeps numbers)."""
-    return Jsonb(doc, dumps=lambda s: str(s))
-
-
-def cursor(conn: AsyncConnection[Any]) -> AsyncCursor[dict[str, Any]]:
-    """A dict-row cursor that reads json/jsonb columns as their text."""
-    cur = conn.cursor(row_factory=dict_row)
-    cur.adapters.register_loader("jsonb", TextLoader)
-    cur.adapters.register_loader("json", TextLoader)
-    return cur
-
-
-async def one(conn: AsyncConnection[Any], query: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
-    async with cursor(conn) as cur:
-        await cur.execute(q(query), params)
-        return await cur.fetchone()
-
-
-async def fetch(store: PgStore, query: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-    async with store.connection() as conn, cursor(conn) as cur:
-        await cur.execute(q(query), params)
-        return list(await cur.fetchall())

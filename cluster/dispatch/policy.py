@@ -16,7 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-PRIORITIES = ("critical", "default", "bulk")
+from cronwheel.cron import Priority
+
+PRIORITIES = tuple(p.value for p in Priority)  # most urgent first: the one list (cron.Priority)
 
 
 @dataclass(frozen=True, slots=True)

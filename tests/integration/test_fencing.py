@@ -30,6 +30,7 @@ async def make_schedule(store: PgStore, partition: int) -> uuid.UUID:
                 "timeout_s": None, "misfire_policy": "skip", "max_catch_up": 10,
                 "overlap_policy": "allow", "jitter_s": 0, "paused": False,
                 "partition": partition, "next_run_at": T0, "alert_if_no_success_within_s": None,
+                "now": T0,
             },
         )
     return sid
@@ -43,7 +44,7 @@ async def test_stale_epoch_write_is_rejected(store: PgStore) -> None:
     with pytest.raises(StaleEpoch) as ei:
         await store.fire_batch(FireBatchParams(partition=3, epoch=100, ticks=[tick]))
     assert ei.value.current == 200
-    rows = await store.fetch_all("get_execution", {"id": sid})
+    rows = await store.fetch_all("api_get_execution", {"id": sid})
     assert rows == []
     async with store.connection() as conn:
         cur = await conn.execute("SELECT count(*) FROM executions")
@@ -135,7 +136,7 @@ async def test_fire_batch_after_loss_changes_nothing(store: PgStore) -> None:
             partition=4, epoch=7, ticks=[Tick(sid, t1, t1)],
             advances=[ScheduleAdvance(sid, t1 + timedelta(minutes=1), t1)],
         ))
-    row = await store.fetch_one("get_schedule", {"id": sid})
+    row = await store.fetch_one("api_get_schedule", {"id": sid})
     assert row is not None and row["next_run_at"] == T0 and row["last_scheduled_for"] is None
 
 
@@ -147,14 +148,14 @@ def _plain(sid: uuid.UUID, tick: datetime, version: int = 1) -> PlainTicks:
 async def test_fire_plain_is_fenced_in_its_one_statement(store: PgStore) -> None:
     """The hot path's single-statement transaction refuses a stale epoch and writes nothing."""
     sid = await make_schedule(store, 6)
-    row = await store.fetch_one("get_schedule", {"id": sid})
+    row = await store.fetch_one("api_get_schedule", {"id": sid})
     assert row is not None
     assert await store.record_epoch(6, 30, "a")
     assert await store.record_epoch(6, 31, "b")
     with pytest.raises(StaleEpoch) as ei:
         await store.fire_plain(6, 30, _plain(sid, T0, row["version"]))
     assert ei.value.current == 31
-    after = await store.fetch_one("get_schedule", {"id": sid})
+    after = await store.fetch_one("api_get_schedule", {"id": sid})
     assert after is not None and after["next_run_at"] == T0 and after["last_scheduled_for"] is None
     async with store.connection() as conn:
         cur = await conn.execute("SELECT count(*) FROM executions WHERE schedule_id = %s", (sid,))
@@ -171,7 +172,7 @@ async def test_fire_plain_queued_behind_an_epoch_bump_is_refused(store: PgStore,
     import psycopg
 
     sid = await make_schedule(store, 7)
-    row = await store.fetch_one("get_schedule", {"id": sid})
+    row = await store.fetch_one("api_get_schedule", {"id": sid})
     assert row is not None
     assert await store.record_epoch(7, 40, "old")
     async with await psycopg.AsyncConnection.connect(dsn) as bumper:
@@ -201,7 +202,7 @@ async def test_fired_executions_get_time_ordered_v7_ids(store: PgStore) -> None:
     """The fire statement's ids come from cronwheel_uuid7(): version 7, the RFC variant, and
     the database clock's milliseconds first (so the primary key is appended to, not split)."""
     sid = await make_schedule(store, 7)
-    row = await store.fetch_one("get_schedule", {"id": sid})
+    row = await store.fetch_one("api_get_schedule", {"id": sid})
     assert row is not None and await store.record_epoch(7, 5, "a")
     await store.fire_plain(7, 5, _plain(sid, T0, row["version"]))
     async with store.connection() as conn:

@@ -110,7 +110,7 @@ async def test_names_are_unique_per_tenant_among_live_schedules(store: PgStore) 
     with pytest.raises(AlreadyExists):
         await sch.create_schedule(store, spec(), NOW, P)
     await sch.create_schedule(store, spec(tenant="other"), NOW, P)
-    await sch.delete_schedule(store, row["id"], "acme")
+    await sch.delete_schedule(store, row["id"], NOW, "acme")
     await sch.create_schedule(store, spec(), NOW, P)  # the name is free again
 
 
@@ -159,7 +159,7 @@ async def test_another_tenants_schedule_is_not_found_and_untouched(store: PgStor
         sch.get_schedule(store, row["id"], "evil"),
         sch.update_schedule(store, row["id"], {"name": "x"}, NOW, "evil"),
         sch.set_paused(store, row["id"], True, NOW, "evil"),
-        sch.delete_schedule(store, row["id"], "evil"),
+        sch.delete_schedule(store, row["id"], NOW, "evil"),
         runs.trigger_schedule(store, row["id"], NOW, "evil"),
         runs.backfill_schedule(store, row["id"], NOW - timedelta(days=2), NOW, NOW, "evil"),
     ]
@@ -313,7 +313,7 @@ async def test_delete_with_cancel_pending_cancels_its_unfinished_executions(stor
     a, _ = await runs.trigger_schedule(store, row["id"], NOW, "acme")
     b, _ = await runs.trigger_schedule(store, row["id"], NOW + timedelta(seconds=1), "acme")
     await set_state(store, b["id"], "running", 1)
-    deleted, n = await sch.delete_schedule(store, row["id"], "acme", cancel_pending=True, reason="retired")
+    deleted, n = await sch.delete_schedule(store, row["id"], NOW, "acme", cancel_pending=True, reason="retired")
     assert n == 2 and deleted["deleted_at"] is not None and deleted["next_run_at"] is None
     got = dict(await rows(store, "SELECT id, state FROM executions"))
     assert got == {a["id"]: "cancelled", b["id"]: "running"}

@@ -10,6 +10,7 @@ import pytest
 
 from cronwheel.errors import AlreadyExists
 from cronwheel.storage import FireBatchParams, PgStore, Tick
+from cronwheel.storage.executions import SubmittedJob
 from cronwheel.storage.queries import q
 
 from .test_fencing import T0, make_schedule
@@ -43,31 +44,34 @@ async def test_unique_schedule_tick_rejects_a_raw_duplicate(store: PgStore) -> N
             await conn.execute(insert, (uuid.uuid4(), sid, T0, T0))
 
 
-def submitted(key: str | None, tenant: str = "t1") -> dict[str, object]:
-    now = datetime(2026, 1, 1, tzinfo=UTC)
-    return {
-        "id": uuid.uuid4(), "tenant": tenant, "type": "x", "payload": "{}", "partition": 0,
-        "scheduled_for": now, "run_at": now, "priority": "default", "state": "queued",
-        "max_attempts": 5, "retry_initial_s": 30, "retry_multiplier": 4, "retry_max_s": 21600,
-        "timeout_s": None, "idempotency_key": key,
-    }
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def submitted(key: str | None, tenant: str = "t1") -> SubmittedJob:
+    return SubmittedJob(id=uuid.uuid4(), tenant=tenant, type="x", payload="{}", partition=0, run_at=NOW,
+                        priority="default", state="queued", max_attempts=5, retry_initial_s=30,
+                        retry_multiplier=4, retry_max_s=21600, timeout_s=None, idempotency_key=key)
 
 
 async def test_idempotency_key_dedupes_per_tenant(store: PgStore) -> None:
-    a = await store.fetch_one("insert_submitted", submitted("k1"))
-    again = await store.fetch_one("insert_submitted", submitted("k1"))
-    other_tenant = await store.fetch_one("insert_submitted", submitted("k1", tenant="t2"))
-    assert a is not None and again is None and other_tenant is not None
-    existing = await store.fetch_one("get_by_idempotency_key", {"tenant": "t1", "idempotency_key": "k1"})
-    assert existing is not None and existing["id"] == a["id"]
-    # Without a key there is no dedupe.
-    assert await store.fetch_one("insert_submitted", submitted(None)) is not None
-    assert await store.fetch_one("insert_submitted", submitted(None)) is not None
+    ex = store.executions
+    async with store.connection() as conn:
+        a = await ex.insert_submitted(conn, submitted("k1"), NOW)
+        again = await ex.insert_submitted(conn, submitted("k1"), NOW)
+        other_tenant = await ex.insert_submitted(conn, submitted("k1", tenant="t2"), NOW)
+        assert a is not None and again is None and other_tenant is not None
+        existing = await ex.by_idempotency_key(conn, "t1", "k1")
+        assert existing is not None and existing["id"] == a["id"]
+        # Without a key there is no dedupe.
+        assert await ex.insert_submitted(conn, submitted(None), NOW) is not None
+        assert await ex.insert_submitted(conn, submitted(None), NOW) is not None
 
 
 async def test_raw_duplicate_idempotency_key_is_rejected_by_the_database(dsn: str) -> None:
     with psycopg.connect(dsn) as c:
-        c.execute(q("insert_submitted"), submitted("dup"))
+        job = submitted("dup")
+        c.execute(q("insert_submitted"), {**{k: getattr(job, k) for k in job.__dataclass_fields__},
+                                          "scheduled_for": NOW, "now": NOW})
         c.commit()
         with pytest.raises(psycopg.errors.UniqueViolation):
             c.execute(

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cronwheel.cron import (
+    MAX_JITTER_S,
     CronSchedule,
     DstPolicy,
     GapPolicy,
@@ -224,14 +225,14 @@ def test_jitter_spreads_uniformly() -> None:
 
 @settings(max_examples=200)
 @given(st.text(max_size=20), st.integers(0, 10**10),
-       st.floats(min_value=0, max_value=86_400, allow_nan=False))
+       st.floats(min_value=0, max_value=MAX_JITTER_S, allow_nan=False))
 def test_jitter_is_always_in_zero_to_window(schedule_id: str, ts: int, window: float) -> None:
     tick = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=ts)
     value = jitter_offset_s(schedule_id, tick, window)
     assert value == 0.0 if window == 0 else 0 <= value < window
 
 
-@pytest.mark.parametrize("bad", [-1, math.nan, math.inf, 86_401, "5", True])
+@pytest.mark.parametrize("bad", [-1, math.nan, math.inf, MAX_JITTER_S + 1, 86_400, "5", True])
 def test_jitter_window_out_of_range_is_refused(bad: object) -> None:
     with pytest.raises(InvalidArgument) as info:
         jitter_offset_s("s1", at("12:00"), bad)  # type: ignore[arg-type]

@@ -20,8 +20,10 @@ SELECT s.*, d.next_run_at, d.last_scheduled_for
 -- A tenant's quotas, row-locked so that concurrent creations count one after another.
 SELECT max_schedules, max_executions_per_day FROM tenants WHERE id = %(tenant)s FOR UPDATE;
 
--- name: api_update_schedule
--- Write every settable field of a live schedule, bump its version, set its next tick.
+-- name: api_write_schedule
+-- Write every settable field of a live schedule, its paused flag, and soft-delete it when
+-- `deleted` (kept for explain and history, its name free again); bump its version and set its
+-- next tick (`next_run_at`: NULL when paused or deleted). Update, pause, resume and delete.
 WITH s AS (
     UPDATE schedules
        SET name = %(name)s, cron = %(cron)s, timezone = %(timezone)s, dst_gap = %(dst_gap)s,
@@ -31,8 +33,9 @@ WITH s AS (
            max_attempts = %(max_attempts)s, timeout_s = %(timeout_s)s,
            misfire_policy = %(misfire_policy)s, max_catch_up = %(max_catch_up)s,
            overlap_policy = %(overlap_policy)s, jitter_s = %(jitter_s)s,
-           alert_if_no_success_within_s = %(alert_if_no_success_within_s)s,
-           version = version + 1, updated_at = now()
+           alert_if_no_success_within_s = %(alert_if_no_success_within_s)s, paused = %(paused)s,
+           deleted_at = CASE WHEN %(deleted)s::boolean THEN %(now)s::timestamptz ELSE deleted_at END,
+           version = version + 1, updated_at = %(now)s
      WHERE id = %(id)s AND deleted_at IS NULL
     RETURNING *
 ), d AS (
@@ -40,35 +43,6 @@ WITH s AS (
     RETURNING *
 )
 SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
-
--- name: api_set_schedule_state
--- Pause or resume a live schedule (`paused` given) or soft-delete it (`deleted` true: kept for
--- explain and history, its name free again); bump its version and set its next tick
--- (`next_run_at`: NULL when paused or deleted).
-WITH s AS (
-    UPDATE schedules
-       SET paused = coalesce(%(paused)s::boolean, paused),
-           deleted_at = CASE WHEN %(deleted)s::boolean THEN now() ELSE deleted_at END,
-           version = version + 1, updated_at = now()
-     WHERE id = %(id)s AND deleted_at IS NULL
-    RETURNING *
-), d AS (
-    UPDATE schedule_due SET next_run_at = %(next_run_at)s WHERE schedule_id IN (SELECT id FROM s)
-    RETURNING *
-)
-SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
-
--- name: api_cancel_pending_of_schedule
--- Cancel a schedule's unfinished executions; running ones get cancel_requested instead.
-UPDATE executions
-   SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
-       cancel_requested = CASE WHEN state = 'running' THEN true ELSE cancel_requested END,
-       finished_at = CASE WHEN state = 'running' THEN finished_at ELSE now() END,
-       state_reason = %(reason)s
- WHERE schedule_id = %(schedule_id)s
-   AND (state IN ('scheduled', 'queued', 'retry_scheduled', 'failed')
-        OR (state = 'running' AND NOT cancel_requested))
-RETURNING id;
 
 -- name: api_list_schedules
 -- A page of live schedules by (created_at, id), after the cursor, with optional filters.
@@ -83,36 +57,19 @@ SELECT s.*, d.next_run_at, d.last_scheduled_for
  ORDER BY s.created_at, s.id
  LIMIT %(limit)s;
 
--- name: api_active_counts
--- One schedule's runs in flight and buffered (overlap decisions of a manual trigger).
-SELECT count(*) FILTER (WHERE state IN ('queued', 'running', 'retry_scheduled')) AS running,
-       count(*) FILTER (WHERE state = 'scheduled' AND state_reason = 'buffered') AS buffered
-  FROM executions
- WHERE schedule_id = %(schedule_id)s AND state IN ('queued', 'running', 'retry_scheduled', 'scheduled');
-
--- name: api_replace_active
--- Overlap `replace` for a manual trigger: cancel the schedule's queued runs, ask running ones to stop.
-UPDATE executions
-   SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
-       state_reason = CASE WHEN state = 'running' THEN state_reason ELSE 'replaced by a newer run' END,
-       finished_at = CASE WHEN state = 'running' THEN finished_at ELSE now() END,
-       cancel_requested = true
- WHERE schedule_id = %(schedule_id)s AND state IN ('queued', 'running', 'retry_scheduled')
-RETURNING id;
-
 -- name: api_insert_run
 -- One execution of a schedule made by the API (manual trigger); nothing if the tick or the
 -- idempotency key is taken.
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, state_reason, trigger, max_attempts, retry_initial_s,
                         retry_multiplier, retry_max_s, timeout_s, idempotency_key, fired_at,
-                        queued_at, finished_at)
+                        queued_at, finished_at, created_at)
 SELECT %(id)s, s.id, s.tenant, s.job_type, coalesce(%(payload)s::jsonb, s.payload), s.partition,
        %(scheduled_for)s, %(scheduled_for)s, s.priority, %(state)s, %(state_reason)s, %(trigger)s,
        s.max_attempts, s.retry_initial_s, s.retry_multiplier, s.retry_max_s, s.timeout_s,
        %(idempotency_key)s, %(scheduled_for)s,
        CASE WHEN %(state)s = 'queued' THEN %(scheduled_for)s END,
-       CASE WHEN %(state)s = 'skipped' THEN %(scheduled_for)s END
+       CASE WHEN %(state)s = 'skipped' THEN %(scheduled_for)s END, %(now)s
   FROM schedules AS s
  WHERE s.id = %(schedule_id)s
 ON CONFLICT DO NOTHING
@@ -123,10 +80,10 @@ RETURNING *;
 -- execution are left alone.
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, trigger, max_attempts, retry_initial_s, retry_multiplier,
-                        retry_max_s, timeout_s, fired_at, queued_at)
+                        retry_max_s, timeout_s, fired_at, queued_at, created_at)
 SELECT v.id, s.id, s.tenant, s.job_type, s.payload, s.partition, v.scheduled_for, v.run_at,
        s.priority, 'queued', 'backfill', s.max_attempts, s.retry_initial_s, s.retry_multiplier,
-       s.retry_max_s, s.timeout_s, %(now)s, %(now)s
+       s.retry_max_s, s.timeout_s, %(now)s, %(now)s, %(now)s
   FROM unnest(%(ids)s::uuid[], %(scheduled_fors)s::timestamptz[], %(run_ats)s::timestamptz[])
        AS v(id, scheduled_for, run_at)
   JOIN schedules AS s ON s.id = %(schedule_id)s
@@ -150,14 +107,17 @@ SELECT * FROM executions WHERE id = %(id)s FOR UPDATE;
 -- The execution a tenant's idempotency key names, if any.
 SELECT * FROM executions WHERE tenant = %(tenant)s AND idempotency_key = %(idempotency_key)s;
 
--- name: api_cancel_execution
--- Cancel an unstarted execution now, or ask a running one to stop.
+-- name: api_cancel_executions
+-- Cancel unstarted executions now and ask running ones to stop: the execution `id`, or every
+-- unfinished execution of `schedule_id` (the other one NULL). Finished ones are left alone.
 UPDATE executions
    SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
        cancel_requested = CASE WHEN state = 'running' THEN true ELSE cancel_requested END,
        finished_at = CASE WHEN state = 'running' THEN finished_at ELSE %(now)s END,
        state_reason = %(reason)s
- WHERE id = %(id)s
+ WHERE (id = %(id)s OR schedule_id = %(schedule_id)s)
+   AND (state IN ('scheduled', 'queued', 'retry_scheduled', 'failed')
+        OR (state = 'running' AND NOT cancel_requested))
 RETURNING *;
 
 -- name: api_retry_execution
@@ -202,3 +162,8 @@ SELECT priority, count(*) AS queued, min(run_at) AS oldest_run_at
   FROM executions
  WHERE state = 'queued'
  GROUP BY priority;
+
+-- name: api_partition_epoch
+-- Inside a transaction: the partition's current epoch, share-locked until commit exactly as
+-- check_fence locks it (an acquisition waits; fenced queries can then run under this epoch).
+SELECT epoch FROM partitions WHERE id = %(partition)s FOR SHARE;

@@ -1,8 +1,8 @@
 -- name: insert_event
--- Append one audit or alert event.
-INSERT INTO events (tenant, kind, schedule_id, execution_id, partition, actor, alert, data)
+-- Append one audit or alert event (`at`: the caller's now, NULL for the database's time).
+INSERT INTO events (tenant, kind, schedule_id, execution_id, partition, actor, alert, data, at)
 VALUES (%(tenant)s, %(kind)s, %(schedule_id)s, %(execution_id)s, %(partition)s, %(actor)s,
-        %(alert)s, %(data)s)
+        %(alert)s, %(data)s, coalesce(%(at)s::timestamptz, now()))
 RETURNING id, at;
 
 -- name: insert_partition_event

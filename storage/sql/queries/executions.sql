@@ -2,21 +2,13 @@
 -- A one-off job from SubmitJob; deduplicated by (tenant, idempotency_key).
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, trigger, max_attempts, retry_initial_s,
-                        retry_multiplier, retry_max_s, timeout_s, idempotency_key, queued_at)
+                        retry_multiplier, retry_max_s, timeout_s, idempotency_key, queued_at, created_at)
 VALUES (%(id)s, NULL, %(tenant)s, %(type)s, %(payload)s, %(partition)s, %(scheduled_for)s,
         %(run_at)s, %(priority)s, %(state)s, 'submit', %(max_attempts)s, %(retry_initial_s)s,
         %(retry_multiplier)s, %(retry_max_s)s, %(timeout_s)s, %(idempotency_key)s,
-        CASE WHEN %(state)s = 'queued' THEN now() END)
+        CASE WHEN %(state)s = 'queued' THEN %(now)s::timestamptz END, %(now)s)
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
-
--- name: get_by_idempotency_key
--- The execution an idempotency key already names.
-SELECT * FROM executions WHERE tenant = %(tenant)s AND idempotency_key = %(idempotency_key)s;
-
--- name: get_execution
--- One execution by id.
-SELECT * FROM executions WHERE id = %(id)s;
 
 -- name: due_oneoffs
 -- The one-off half of the due index for one partition: run_at in (after, horizon].

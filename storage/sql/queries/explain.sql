@@ -1,8 +1,11 @@
 -- name: explain_executions
--- The executions of a schedule whose tick lies in [start, end].
+-- The executions of a schedule whose tick lies in [start, end] or is one of `also_at` (the
+-- runs that replaced run_once-coalesced ticks of the window).
 SELECT id, scheduled_for, run_at, state, state_reason, trigger, attempt, fired_at, fired_epoch
   FROM executions
- WHERE schedule_id = %(schedule_id)s AND scheduled_for >= %(start)s AND scheduled_for <= %(end)s;
+ WHERE schedule_id = %(schedule_id)s
+   AND ((scheduled_for >= %(start)s AND scheduled_for <= %(end)s)
+        OR scheduled_for = ANY(%(also_at)s::timestamptz[]));
 
 -- name: explain_events
 -- Every recorded change and alert of a schedule (pause, resume, update, misfire, ...).

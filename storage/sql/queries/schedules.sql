@@ -5,12 +5,12 @@ WITH s AS (
     INSERT INTO schedules (id, tenant, name, cron, timezone, dst_gap, dst_repeated, job_type, payload,
                            priority, retry_initial_s, retry_multiplier, retry_max_s, max_attempts,
                            timeout_s, misfire_policy, max_catch_up, overlap_policy, jitter_s, paused,
-                           partition, alert_if_no_success_within_s)
+                           partition, alert_if_no_success_within_s, created_at, updated_at)
     VALUES (%(id)s, %(tenant)s, %(name)s, %(cron)s, %(timezone)s, %(dst_gap)s, %(dst_repeated)s,
             %(job_type)s, %(payload)s, %(priority)s, %(retry_initial_s)s, %(retry_multiplier)s,
             %(retry_max_s)s, %(max_attempts)s, %(timeout_s)s, %(misfire_policy)s, %(max_catch_up)s,
             %(overlap_policy)s, %(jitter_s)s, %(paused)s, %(partition)s,
-            %(alert_if_no_success_within_s)s)
+            %(alert_if_no_success_within_s)s, %(now)s, %(now)s)
     RETURNING *
 ), d AS (
     INSERT INTO schedule_due (schedule_id, partition, next_run_at)
@@ -18,12 +18,6 @@ WITH s AS (
     RETURNING *
 )
 SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
-
--- name: get_schedule
--- One live schedule by id.
-SELECT s.*, d.next_run_at, d.last_scheduled_for
-  FROM schedules s JOIN schedule_due d ON d.schedule_id = s.id
- WHERE s.id = %(id)s AND s.deleted_at IS NULL;
 
 -- name: due_schedules
 -- The cron half of the due index for one partition: next ticks in (after, horizon].
@@ -64,23 +58,6 @@ RETURNING d.schedule_id;
 -- name: notify_due
 -- Tell the partition's owner that a due-index entry changed (delivered at commit).
 SELECT pg_notify('cronwheel_due', %(payload)s);
-
--- name: set_paused
--- Pause or resume a live schedule of a tenant (NULL tenant: admin); resume sets the next tick.
-WITH s AS (
-    UPDATE schedules
-       SET paused = %(paused)s, version = version + 1, updated_at = now()
-     WHERE id = %(id)s AND deleted_at IS NULL
-       AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-       AND (%(expected_version)s::bigint IS NULL OR version = %(expected_version)s)
-    RETURNING *
-), d AS (
-    UPDATE schedule_due
-       SET next_run_at = CASE WHEN %(paused)s THEN next_run_at ELSE %(next_run_at)s END
-     WHERE schedule_id IN (SELECT id FROM s)
-    RETURNING *
-)
-SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
 
 -- name: get_schedule_any
 -- A schedule by id, live or deleted, optionally of one tenant.

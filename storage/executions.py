@@ -1,0 +1,180 @@
+"""The API's queries on executions (api.sql, executions.sql): one typed method per query.
+
+Rows are decoded by `storage.api.rows` (dicts, JSON as text). Writes take `now` from the caller.
+The overlap reads and writes of a manual trigger are the firing path's own statements
+(`active_counts`, `replace_active`, fenced), run under the partition's current epoch
+(`Database.at_current_epoch`), so a trigger and a fire decide overlap by the same rule.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from cronwheel.storage.api import Conn, Row, json_text, notify_due, notify_queued, row, rows
+from cronwheel.storage.db import Database
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedJob:
+    """A one-off job from SubmitJob, validated (payload: JSON text)."""
+
+    id: uuid.UUID
+    tenant: str
+    type: str
+    payload: str
+    partition: int
+    run_at: datetime
+    priority: str
+    state: str  # queued or scheduled
+    max_attempts: int
+    retry_initial_s: float
+    retry_multiplier: float
+    retry_max_s: float
+    timeout_s: float | None
+    idempotency_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ManualRun:
+    """One execution of a schedule made by hand (TriggerSchedule)."""
+
+    id: uuid.UUID
+    schedule_id: uuid.UUID
+    payload: str | None  # None: the schedule's
+    scheduled_for: datetime
+    state: str
+    state_reason: str
+    idempotency_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Backfill:
+    schedule_id: uuid.UUID
+    ids: Sequence[uuid.UUID]
+    scheduled_fors: Sequence[datetime]
+    run_ats: Sequence[datetime]
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    id: uuid.UUID
+    state: str  # queued or retry_scheduled
+    run_at: datetime
+    additional_attempts: int
+    reason: str
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionFilter:
+    tenant: str | None
+    schedule_id: uuid.UUID | None
+    states: Sequence[str] | None
+    type: str | None
+    scheduled_from: datetime | None
+    scheduled_until: datetime | None
+    before_scheduled_for: datetime | None
+    before_id: uuid.UUID | None
+    limit: int
+
+
+class ExecutionsPort:
+    """Executions as the API reads and writes them. Task-safe (stateless over the pool)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def get(self, execution_id: uuid.UUID) -> Row | None:
+        """One execution of any tenant (the caller checks the tenant)."""
+        async with self.db.connection() as conn:
+            return await row(conn, "api_get_execution", {"id": execution_id})
+
+    async def lock(self, conn: Conn, execution_id: uuid.UUID) -> Row | None:
+        return await row(conn, "api_lock_execution", {"id": execution_id})
+
+    async def by_idempotency_key(self, conn: Conn, tenant: str, key: str) -> Row | None:
+        return await row(conn, "api_by_idempotency_key", {"tenant": tenant, "idempotency_key": key})
+
+    async def count_since(self, conn: Conn, tenant: str, since: datetime) -> int:
+        """A tenant's executions created since an instant (daily quota)."""
+        r = await row(conn, "api_count_executions_since", {"tenant": tenant, "since": since})
+        return int(r["count"]) if r else 0
+
+    async def insert_submitted(self, conn: Conn, job: SubmittedJob, now: datetime) -> Row | None:
+        """None when the tenant's idempotency key is already taken."""
+        params = {name: getattr(job, name) for name in job.__dataclass_fields__}
+        return await row(conn, "insert_submitted", {**params, "payload": json_text(job.payload),
+                                                    "scheduled_for": job.run_at, "now": now})
+
+    async def insert_run(self, conn: Conn, run: ManualRun, now: datetime) -> Row | None:
+        """None when the tick or the idempotency key is taken."""
+        return await row(conn, "api_insert_run", {
+            "id": run.id, "schedule_id": run.schedule_id,
+            "payload": json_text(run.payload) if run.payload is not None else None,
+            "scheduled_for": run.scheduled_for, "state": run.state, "state_reason": run.state_reason,
+            "trigger": "manual", "idempotency_key": run.idempotency_key, "now": now})
+
+    async def backfill(self, conn: Conn, b: Backfill) -> list[tuple[uuid.UUID, datetime]]:
+        """(id, tick) of the executions created, in tick order; taken ticks are left alone."""
+        got = await rows(conn, "api_backfill_executions", {
+            "schedule_id": b.schedule_id, "now": b.now, "ids": list(b.ids),
+            "scheduled_fors": list(b.scheduled_fors), "run_ats": list(b.run_ats)})
+        return sorted(((r["id"], r["scheduled_for"]) for r in got), key=lambda r: r[1])
+
+    async def cancel(self, conn: Conn, execution_id: uuid.UUID, reason: str, now: datetime) -> Row | None:
+        """Cancel an unstarted execution, or ask a running one to stop; None if it is finished
+        (or already asked to stop): the caller decides that under the row lock first."""
+        return await row(conn, "api_cancel_executions", {"id": execution_id, "schedule_id": None, "now": now,
+                                                          "reason": reason})
+
+    async def cancel_pending_of_schedule(self, conn: Conn, schedule_id: uuid.UUID, reason: str,
+                                         now: datetime) -> int:
+        """Cancel a schedule's unfinished executions (running ones: cancel_requested); how many."""
+        return len(await rows(conn, "api_cancel_executions",
+                              {"id": None, "schedule_id": schedule_id, "reason": reason, "now": now}))
+
+    async def retry(self, conn: Conn, r: Retry) -> Row | None:
+        return await row(conn, "api_retry_execution", {
+            "id": r.id, "state": r.state, "run_at": r.run_at, "now": r.now, "additional": r.additional_attempts,
+            "reason": r.reason})
+
+    async def list(self, f: ExecutionFilter) -> list[Row]:
+        """A page by (scheduled_for, id) descending, before the cursor."""
+        async with self.db.connection() as conn:
+            return await rows(conn, "api_list_executions", {
+                "tenant": f.tenant, "schedule_id": f.schedule_id, "states": list(f.states) if f.states else None,
+                "type": f.type, "from": f.scheduled_from, "until": f.scheduled_until,
+                "before_scheduled_for": f.before_scheduled_for, "before_id": f.before_id, "limit": f.limit})
+
+    async def active_counts(self, conn: Conn, partition: int, epoch: int, schedule_id: uuid.UUID) -> tuple[int, int]:
+        """(runs in flight, runs buffered) of one schedule: the firing path's `active_counts`,
+        under `epoch` (from `Database.at_current_epoch` in the same transaction)."""
+        r = await row(conn, "active_counts", {"partition": partition, "epoch": epoch, "ids": [schedule_id]})
+        return (int(r["running"]), int(r["buffered"])) if r else (0, 0)
+
+    async def replace_active(self, conn: Conn, partition: int, epoch: int, schedule_id: uuid.UUID,
+                             now: datetime) -> int:
+        """Overlap `replace`: the firing path's `replace_active` for one schedule; how many runs."""
+        return len(await rows(conn, "replace_active", {"partition": partition, "epoch": epoch,
+                                                       "ids": [schedule_id], "now": now}))
+
+    async def release_buffered(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> bool:
+        """Queue the oldest buffered run of the schedule (the run ahead of it ended); whether any."""
+        return await row(conn, "release_buffered", {"schedule_id": schedule_id, "now": now}) is not None
+
+    async def queue_depths(self) -> dict[str, tuple[int, datetime | None]]:
+        """priority -> (queued executions, oldest run_at among them) (ClusterStatus)."""
+        async with self.db.connection() as conn:
+            got = await rows(conn, "api_queue_depths", {})
+        return {r["priority"]: (int(r["queued"]), r["oldest_run_at"]) for r in got}
+
+    async def notify_queued(self, conn: Conn, priority: str) -> None:
+        await notify_queued(conn, priority)
+
+    async def notify_due(self, conn: Conn, partition: int, execution_id: uuid.UUID) -> None:
+        """At commit, the partition's owner reloads the one-off execution."""
+        await notify_due(conn, partition, "o", execution_id)
