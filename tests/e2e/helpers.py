@@ -31,7 +31,7 @@ def run_cli(*args: str, timeout: float = 60, env: dict[str, str] | None = None) 
     )
 
 
-def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, *, interval_s: float = 0.05,
+def wait_until(predicate: Callable[[], T | None], timeout_s: float, what: str, *, interval_s: float = 0.05,
                detail: Callable[[], object] | None = None) -> T:
     """Poll `predicate` every `interval_s` until it returns something truthy, and return that.
     After `timeout_s`, fail with "timed out after Ns waiting for <what>" (and `detail()`, the state
@@ -47,7 +47,7 @@ def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, *, inter
         time.sleep(interval_s)
 
 
-async def wait_until_async(predicate: Callable[[], Awaitable[T]], timeout_s: float, what: str, *,
+async def wait_until_async(predicate: Callable[[], Awaitable[T | None]], timeout_s: float, what: str, *,
                            interval_s: float = 0.05) -> T:
     """`wait_until` for in-process tests: `predicate` is awaited, the loop keeps running between polls."""
     deadline = time.monotonic() + timeout_s
