@@ -84,6 +84,12 @@ def cursors_past(c: SqlRunner, schedule_ids: Sequence[object], t: datetime) -> b
     return int(n) == len(set(schedule_ids))
 
 
+def proc_state(pid: int) -> str:
+    """The kernel's one-letter state of a live process: 'T' while SIGSTOPped, 'Z' once a zombie."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(") ", 1)[1][0]
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -91,8 +97,7 @@ def pid_alive(pid: int) -> bool:
         return False
     # A zombie is dead for our purposes; read its state.
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
+        return proc_state(pid) != "Z"
     except OSError:
         return False
 

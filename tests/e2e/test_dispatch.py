@@ -20,7 +20,7 @@ from cronwheel.cluster.commands.runs import JobSpec
 from cronwheel.cluster.commands.values import RetryPolicy
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
-from .helpers import observe_for, wait_until
+from .helpers import observe_for, proc_state, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -58,12 +58,6 @@ def wait_checkpoint(c: ProcessCluster, eid: uuid.UUID, step: int, timeout: float
 
     return wait_until(at, timeout, f"execution {eid} to checkpoint step {step}",
                       detail=lambda: c.sql("SELECT state, checkpoint FROM executions WHERE id = %s", eid))
-
-
-def proc_state(pid: int) -> str:
-    """The kernel's one-letter state of a process ('T' while SIGSTOPped)."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split(") ", 1)[1][0]
 
 
 def stub(c: ProcessCluster) -> tuple[grpc.Channel, dispatch_pb2_grpc.DispatchServiceStub]:
