@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from chaos.history import (
     history_to_json,
 )
 from chaos.scenarios import KNOWN_BUGS, SCENARIOS, KnownBug, plan, without_known_bugs
+from tests.e2e.helpers import wait_until
 
 T0 = 1_800_000_000.0  # a whole second
 SID = "00000000-0000-4000-8000-000000000001"
@@ -448,16 +448,26 @@ def test_a_zombie_that_ignores_its_lease_against_an_unfenced_database_fails_the_
         ends = c.etcd.endpoints
         c.start_node("n1", "--etcd", ",".join(ends[:2]))
         c.start_node("z", "--etcd", ends[2], "--unsafe-ignore-local-trust")
-        wait_for(lambda: len(c.owners()) == parts and {o for o, _ in c.owners().values()} == {"n1", "z"}, 20)
-        create_schedules(c.dsn, parts, [
+        wait_until(lambda: len(c.owners()) == parts and {o for o, _ in c.owners().values()} == {"n1", "z"}, 20,
+                   "n1 and z to share the partitions", interval_s=0.1)
+        rows = create_schedules(c.dsn, parts, [
             ScheduleSpec(tenant="t", name=f"s{i}", cron="* * * * * *", timezone="UTC", job_type="tick",
                          misfire_policy="skip") for i in range(16)])
         window_start = time.time()
-        time.sleep(2)
+        with_schedules = {r["partition"] for r in rows}
+        wait_until(lambda: with_schedules <= {p for (p,) in c.sql("SELECT DISTINCT partition FROM executions")}, 15,
+                   "both owners to fire on every partition that holds a schedule", interval_s=0.1)
         t_cut = time.time()
         c.etcd.kill_member(2)  # z's only etcd member: z hears nothing more, and ignores its lease
-        wait_for(lambda: len(c.owners()) == parts and all(o == "n1" for o, _ in c.owners().values()), ttl + 8)
-        time.sleep(4)  # both fire every tick now: n1 with the new epochs, z with the old ones
+        wait_until(lambda: len(c.owners()) == parts and all(o == "n1" for o, _ in c.owners().values()), ttl + 8,
+                   "n1 to take every partition over from the cut-off z", interval_s=0.1)
+        # Both fire every tick now: n1 with the new epochs, z with the old ones. Wait for what the
+        # checker must catch: a row of z's old epoch committed after n1's epoch was (commit timestamps,
+        # as the checker bounds the epochs; the acquisition and its history row are one transaction).
+        wait_until(lambda: c.sql(
+            "SELECT count(*) FROM executions e JOIN partitions_real p ON p.id = e.partition"
+            " WHERE e.fired_epoch < p.epoch AND e.fired_at > pg_xact_commit_timestamp(p.xmin)")[0][0], 15,
+            "a write of z's old epoch to land after n1 took its partition", interval_s=0.1)
         window_end = time.time() - 2
         meta = RunMeta(scenario="unfenced-zombie", seed=0, partitions=parts, lease_ttl_s=ttl, misfire_grace_s=10,
                        worker_lease_s=60, window_start=window_start, window_end=window_end,
@@ -482,12 +492,3 @@ def test_a_zombie_that_ignores_its_lease_against_an_unfenced_database_fails_the_
                      partitions_table="partitions_real")
     dup = result(h2, "no_duplicate_tick")
     assert not dup.ok and dup.counts["violations.rows"] == 1, dup
-
-
-def wait_for(cond: Callable[[], bool], timeout_s: float) -> None:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"condition not met within {timeout_s}s")

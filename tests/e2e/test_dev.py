@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from .helpers import CRONWHEEL, LineReader, pid_alive, ready_info, run_cli
+from .helpers import CRONWHEEL, LineReader, pid_alive, ready_info, run_cli, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -58,8 +58,6 @@ def test_dev_runs_a_cluster_that_fires_and_sigint_leaves_no_process_or_dir() -> 
 def test_a_sigkilled_dev_leaves_no_server_node_or_worker_running() -> None:
     """Even without its cleanup, every child dies with `cronwheel dev` (parent-death signals;
     PostgreSQL gets a fast shutdown, so orphaned clients cannot keep it up)."""
-    import time
-
     proc = subprocess.Popen([*CRONWHEEL, "dev"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         info = ready_info(LineReader(proc).wait_for("ready ", timeout=120))
@@ -67,10 +65,9 @@ def test_a_sigkilled_dev_leaves_no_server_node_or_worker_running() -> None:
                 *(w["pid"] for w in info["workers"])]
         proc.kill()
         proc.wait()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
-            time.sleep(0.2)
-        assert [p for p in pids if pid_alive(p)] == []
+        alive = lambda: [p for p in pids if pid_alive(p)]  # noqa: E731
+        wait_until(lambda: not alive(), 30, "every server, node and worker of the killed dev to die",
+                   interval_s=0.2, detail=alive)
     finally:
         if proc.poll() is None:
             proc.kill()

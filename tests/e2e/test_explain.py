@@ -9,7 +9,6 @@ list every tick the cron module defines for the window, each exactly once.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -22,7 +21,7 @@ from chaos.harness import ProcessCluster, create_schedules
 from cronwheel.cluster.commands.schedules import ScheduleSpec
 from cronwheel.cron import parse_dst_policy, parse_schedule
 
-from .helpers import run_cli
+from .helpers import cursors_past, observe_for, run_cli, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -74,6 +73,12 @@ def sec(name: str, **kw: Any) -> ScheduleSpec:
                         misfire_policy=kw.pop("misfire_policy", "skip"), id=uuid.uuid4(), **kw)
 
 
+def fire_until(c: ProcessCluster, rows: list[dict[str, Any]], t: datetime, what: str) -> None:
+    """Until every schedule in `rows` had its ticks up to `t` fired (its cursor is past `t`)."""
+    left = (t - datetime.now(UTC)).total_seconds()
+    wait_until(lambda: cursors_past(c, [r["id"] for r in rows], t), max(left, 0) + 30, what, interval_s=0.1)
+
+
 def test_explain_names_every_outcome_produced_on_purpose(cluster: ProcessCluster, tmp_path: Path) -> None:
     c = cluster
     c.start_worker("w1", "tests.e2e.jobs_module", env={"CRONWHEEL_TEST_LOG": str(tmp_path / "h.jsonl")})
@@ -87,11 +92,12 @@ def test_explain_names_every_outcome_produced_on_purpose(cluster: ProcessCluster
                      job_type="x", misfire_policy="skip", id=uuid.uuid4()),
     ])}
     sid = {k: str(v["id"]) for k, v in rows.items()}
-    time.sleep(2)
-    # PAUSED: paused for 3 s by a user.
+    plain = [rows[k] for k in ("pause", "kill", "bounded")]
+    fire_until(c, plain, datetime.now(UTC) + timedelta(seconds=1), "the first ticks to fire")
+    # PAUSED: paused for 3 s by a user, while the cluster fires its other schedules.
     cli(c, "schedule", "pause", sid["pause"], "--reason", "maintenance")
     paused_at = datetime.now(UTC)
-    time.sleep(3)
+    fire_until(c, [rows["kill"]], paused_at + timedelta(seconds=3), "3 s of ticks to come due while paused")
     cli(c, "schedule", "resume", sid["pause"])
     resumed_at = datetime.now(UTC)
     # Owner of "kill" killed past its lease: the ticks it would have fired get its misfire policy.
@@ -106,27 +112,36 @@ def test_explain_names_every_outcome_produced_on_purpose(cluster: ProcessCluster
     down_at = datetime.now(UTC)
     for n in ("n1", "n2"):
         c.stop_node(n)
-    time.sleep(5)
+    rows_when_down = c.sql("SELECT count(*) FROM executions")
+
+    def nothing_fires() -> None:
+        assert c.sql("SELECT count(*) FROM executions") == rows_when_down, "a row was written with every node down"
+
+    observe_for(5, nothing_fires, interval_s=0.5)  # the outage's own length: 5 ticks of "bounded" come due
     up_at = datetime.now(UTC)
     for n in ("n1", "n2"):
         c.start_node(n, *NODE_ARGS)
     c.wait_converged(["n1", "n2"])
     owned_again = datetime.now(UTC)
-    time.sleep(2)
     # A lost write (a row gone without a trace): MISSED, with nothing to explain it.
     # (a tick whose owner provably went on firing after it, so no ownership change explains it)
-    lost = c.sql("SELECT e.scheduled_for FROM executions e WHERE e.schedule_id = %s AND e.state <> 'skipped'"
-                 " AND e.scheduled_for > %s AND EXISTS (SELECT 1 FROM executions l WHERE l.schedule_id ="
-                 " e.schedule_id AND l.fired_epoch = e.fired_epoch AND l.scheduled_for > e.scheduled_for)"
-                 " ORDER BY e.scheduled_for LIMIT 1", rows["pause"]["id"], owned_again)[0][0]
+
+    def a_tick_to_lose() -> datetime | None:
+        found = c.sql("SELECT e.scheduled_for FROM executions e WHERE e.schedule_id = %s AND e.state <> 'skipped'"
+                      " AND e.scheduled_for > %s AND EXISTS (SELECT 1 FROM executions l WHERE l.schedule_id ="
+                      " e.schedule_id AND l.fired_epoch = e.fired_epoch AND l.scheduled_for > e.scheduled_for)"
+                      " ORDER BY e.scheduled_for LIMIT 1", rows["pause"]["id"], owned_again)
+        return found[0][0] if found else None
+
+    lost = wait_until(a_tick_to_lose, 30, "a tick of 'pause' fired after the restart, with a later one in its epoch")
     c.sql("DELETE FROM executions WHERE schedule_id = %s AND scheduled_for = %s RETURNING 1", rows["pause"]["id"], lost)
     # DST: backfill the spring and autumn days of 2026 in New York.
     for name, start, end in (("dst-spring", "2026-03-07", "2026-03-10"), ("dst-autumn", "2026-10-31", "2026-11-03")):
         cli(c, "schedule", "backfill", sid[name], "--start", f"{start}T00:00:00Z", "--end", f"{end}T00:00:00Z")
-    time.sleep(1)
+    fire_until(c, [rows["pause"]], datetime.now(UTC) + timedelta(seconds=1), "'pause' to fire on until deleted")
     cli(c, "schedule", "delete", sid["pause"])
     deleted_at = datetime.now(UTC)
-    time.sleep(2)
+    fire_until(c, [rows["kill"]], deleted_at + timedelta(seconds=2), "ticks to come due after the delete")
     now = datetime.now(UTC)
     since, until = t_created - timedelta(seconds=5), now + timedelta(seconds=5)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -15,6 +14,8 @@ import pytest
 from chaos.harness import ProcessCluster, create_schedules
 from cronwheel.cluster.commands.schedules import ScheduleSpec
 from cronwheel.cron import parse_schedule
+
+from .helpers import cursors_past, observe_for, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -38,6 +39,14 @@ def expected_ticks(row: dict[str, object], until: datetime) -> list[datetime]:
     return [first, *cron.ticks_between(first, until)] if first <= until else []
 
 
+def fire_until(cluster: ProcessCluster, rows: list[dict[str, object]], t: datetime, what: str) -> None:
+    """The workload's own duration, counted in ticks: until every schedule in `rows` had its
+    ticks up to `t` fired (its cursor is past `t`). Fails if the cluster stops firing."""
+    left = (t - datetime.now(UTC)).total_seconds()
+    wait_until(lambda: cursors_past(cluster, [r["id"] for r in rows], t), max(left, 0) + 30, what,
+               interval_s=0.25)
+
+
 def test_every_tick_fires_exactly_once_while_a_node_dies_and_another_joins(cluster: ProcessCluster) -> None:
     for n in ("n1", "n2", "n3"):
         cluster.start_node(n)
@@ -48,13 +57,14 @@ def test_every_tick_fires_exactly_once_while_a_node_dies_and_another_joins(clust
     specs += [ScheduleSpec(tenant="t", name=f"min-{i}", cron="* * * * *", timezone="Australia/Lord_Howe",
                            job_type="x", misfire_policy="skip") for i in range(5)]
     rows = create_schedules(cluster.dsn, P, specs)
-    t0 = time.monotonic()
-    time.sleep(RUN_S / 3)
+    every_second = [r for r in rows if r["cron"] == "* * * * * *"]
+    t0 = datetime.now(UTC)
+    fire_until(cluster, every_second, t0 + timedelta(seconds=RUN_S / 3), "the first third of the run to fire")
     cluster.kill_node("n2")  # SIGKILL mid-run
-    time.sleep(RUN_S / 3)
+    fire_until(cluster, every_second, t0 + timedelta(seconds=2 * RUN_S / 3), "the second third of the run to fire")
     cluster.start_node("n4")  # scale out mid-run
-    time.sleep(RUN_S - (time.monotonic() - t0))
-    end = datetime.now(UTC) - timedelta(seconds=2)  # leave the last ticks time to land
+    end = t0 + timedelta(seconds=RUN_S)
+    fire_until(cluster, rows, end, "every tick of the run to have had its turn")
     got = cluster.sql(
         "SELECT schedule_id, scheduled_for, state, fired_at >= run_at FROM executions WHERE schedule_id IS NOT NULL"
     )
@@ -74,11 +84,22 @@ def test_every_tick_fires_exactly_once_while_a_node_dies_and_another_joins(clust
     assert total > 20 * (RUN_S - 5)
 
 
+def fired_count(cluster: ProcessCluster) -> int:
+    return int(cluster.sql("SELECT count(*) FROM executions")[0][0])
+
+
 def _outage(cluster: ProcessCluster, nodes: list[str], seconds: float) -> tuple[datetime, datetime]:
+    """The whole cluster down for `seconds` (the outage's own length: ticks come due meanwhile);
+    nothing may be written while no node runs."""
     down_at = datetime.now(UTC)
     for n in nodes:
         cluster.stop_node(n)
-    time.sleep(seconds)
+    rows_when_down = fired_count(cluster)
+
+    def nothing_fires() -> None:
+        assert fired_count(cluster) == rows_when_down, "an execution was written while every node was down"
+
+    observe_for(seconds, nothing_fires, interval_s=0.5)
     up_at = datetime.now(UTC)
     for n in nodes:
         cluster.start_node(n, "--misfire-grace", "1")
@@ -97,10 +118,10 @@ def test_misfire_policies_after_the_whole_cluster_was_down(cluster: ProcessClust
     rows = {r["name"]: r for r in create_schedules(cluster.dsn, P, [
         mk("skip", "skip"), mk("once", "run_once"), mk("catchup", "catch_up", 100), mk("bounded", "catch_up", 3),
     ])}
-    time.sleep(3)
+    fire_until(cluster, list(rows.values()), datetime.now(UTC) + timedelta(seconds=2), "ticks before the outage")
     down_at, up_at = _outage(cluster, nodes, 8)
-    time.sleep(3)
-    end = datetime.now(UTC) - timedelta(seconds=1)
+    end = datetime.now(UTC) + timedelta(seconds=2)
+    fire_until(cluster, list(rows.values()), end, "the misfire handling and the ticks after the restart")
 
     def rows_of(name: str) -> list[tuple[datetime, str, str, str | None]]:
         return [(r[0], r[1], r[2], r[3]) for r in cluster.sql(
@@ -141,20 +162,32 @@ def test_paused_zombie_writes_nothing_and_rejoins_with_new_epochs(cluster: Proce
     cluster.start_node("n2")
     cluster.start_node("z", "--unsafe-ignore-local-trust")
     cluster.wait_converged(["n1", "n2", "z"])
-    create_schedules(cluster.dsn, P, [
+    rows = create_schedules(cluster.dsn, P, [
         ScheduleSpec(tenant="t", name=f"s{i}", cron="* * * * * *", timezone="UTC", job_type="x",
                      misfire_policy="skip") for i in range(32)])
-    time.sleep(2)
+    fire_until(cluster, rows, datetime.now(UTC) + timedelta(seconds=1), "every owner, z too, to fire")
+    with_schedules = {int(r["partition"]) for r in rows}
+
+    def fired_with(epochs: dict[int, int]) -> bool:
+        """Each of these partitions that holds schedules has an execution fired with its epoch."""
+        landed = set(cluster.sql("SELECT DISTINCT partition, fired_epoch FROM executions"))
+        return all((p, e) in landed for p, e in epochs.items() if p in with_schedules)
+
     before = cluster.owners()
     zombie_parts = {p for p, (o, _) in before.items() if o == "z"}
     cluster.nodes["z"].signal(signal.SIGSTOP)
     cluster.wait_owned_without("z", timeout=TTL + 5)
-    time.sleep(1)
+    taken = cluster.owners()
+    wait_until(lambda: fired_with({p: taken[p][1] for p in zombie_parts}), 10,
+               "the new owners to fire on the zombie's partitions with their epochs")
     cluster.nodes["z"].signal(signal.SIGCONT)
     cluster.wait_converged(["n1", "n2", "z"], timeout=30)
-    time.sleep(2)
-    refused = cluster.nodes["z"].log_events("stale_epoch")
-    assert refused, "the zombie never tried to write: the test did not test the fence"
+    # The zombie had its chance: its refused writes are logged, and it now fires with new epochs
+    # (its old wheel's overdue ticks went first).
+    refused = wait_until(lambda: cluster.nodes["z"].log_events("stale_epoch"), 10,
+                         "the zombie to try to write (else the test did not test the fence)")
+    rejoined = {p: e for p, (o, e) in cluster.owners().items() if o == "z"}
+    wait_until(lambda: fired_with(rejoined), 10, "the rejoined zombie to fire with its new epochs")
     assert {e["partition"] for e in refused} <= zombie_parts
     dupes = cluster.sql("SELECT schedule_id, scheduled_for, count(*) FROM executions"
                         " GROUP BY 1, 2 HAVING count(*) > 1")
@@ -178,11 +211,16 @@ def test_nodes_ride_out_a_postgres_restart_and_fire_every_tick_once(cluster: Pro
     rows = create_schedules(cluster.dsn, P, [
         ScheduleSpec(tenant="t", name=f"s{i}", cron="* * * * * *", timezone="UTC", job_type="x",
                      misfire_policy="skip") for i in range(8)])
-    time.sleep(2)
+    fire_until(cluster, rows, datetime.now(UTC) + timedelta(seconds=1), "ticks before the restart")
     cluster.pg.restart()  # fast shutdown: every connection of every node is cut
-    time.sleep(6)
+    end = datetime.now(UTC) + timedelta(seconds=4)
+
+    def firing_on() -> bool:
+        assert all(cluster.nodes[n].alive() for n in ("n1", "n2")), "a node died with PostgreSQL"
+        return cursors_past(cluster, [r["id"] for r in rows], end)
+
+    wait_until(firing_on, 30, "the ticks through and after the restart", interval_s=0.25)
     assert all(cluster.nodes[n].alive() for n in ("n1", "n2")), "a node died with PostgreSQL"
-    end = datetime.now(UTC) - timedelta(seconds=2)
     got = Counter((r[0], r[1]) for r in cluster.sql(
         "SELECT schedule_id, scheduled_for FROM executions WHERE schedule_id IS NOT NULL"))
     assert max(got.values()) == 1

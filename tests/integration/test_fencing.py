@@ -11,6 +11,7 @@ import pytest
 from cronwheel.errors import StaleEpoch
 from cronwheel.storage import FireBatchParams, PgStore, PlainTicks, StoreConfig, Tick
 from cronwheel.storage.queries import all_queries, q
+from tests.e2e.helpers import wait_until_async
 
 pytestmark = pytest.mark.integration
 
@@ -61,6 +62,16 @@ async def test_epoch_only_moves_forward(store: PgStore) -> None:
     assert await store.current_epoch(1) == (50, "a")
 
 
+async def lock_waiters(store: PgStore, query_like: str) -> int:
+    """Backends of this database blocked on a lock while running a statement LIKE `query_like`."""
+    async with store.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND query LIKE %s", (query_like,))
+        row = await cur.fetchone()
+    return int(row[0]) if row is not None else 0
+
+
 async def test_epoch_bump_waits_for_in_flight_fenced_batch(store: PgStore) -> None:
     """The acquisition update conflicts with the fence's share lock: a new owner cannot slip
     its epoch in between the old owner's check and its writes."""
@@ -80,7 +91,9 @@ async def test_epoch_bump_waits_for_in_flight_fenced_batch(store: PgStore) -> No
     task = asyncio.create_task(old_owner_batch())
     await entered.wait()
     bump = asyncio.create_task(store.record_epoch(2, 11, "new"))
-    await asyncio.sleep(0.2)  # the bump must be blocked on the row lock, not done
+    # The bump must be blocked on the row lock, not done: wait until PostgreSQL shows it waiting.
+    await wait_until_async(lambda: lock_waiters(store, "%UPDATE partitions%"), 10,
+                           "the epoch bump to wait on the fenced batch's row lock")
     assert not bump.done()
     release.set()
     await task
@@ -178,17 +191,8 @@ async def test_fire_plain_queued_behind_an_epoch_bump_is_refused(store: PgStore,
     async with await psycopg.AsyncConnection.connect(dsn) as bumper:
         await bumper.execute("UPDATE partitions SET epoch = 41, owner = 'new' WHERE id = 7")
         fire = asyncio.create_task(store.fire_plain(7, 40, _plain(sid, T0, row["version"])))
-        waiting = False
-        for _ in range(100):  # until the batch is seen blocked on a lock (the bump's row lock)
-            await asyncio.sleep(0.05)
-            cur = await bumper.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
-                ("%fence AS (%",))
-            row_w = await cur.fetchone()
-            if row_w is not None and row_w[0] > 0:
-                waiting = True
-                break
-        assert waiting, "the batch must wait on the partition row"
+        await wait_until_async(lambda: lock_waiters(store, "%fence AS (%"), 5,
+                               "the batch to wait on the partition row (the bump's row lock)")
         assert not fire.done()
         await bumper.commit()
     with pytest.raises(StaleEpoch):
