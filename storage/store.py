@@ -25,9 +25,9 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from cronwheel.errors import Unavailable
-from cronwheel.storage.db import Database, Row, stale_epoch
+from cronwheel.storage.db import Database, Row, StoreConfig, stale_epoch
 from cronwheel.storage.ids import new_execution_id
+from cronwheel.storage.partitions import PartitionsPort
 from cronwheel.storage.queries import q
 
 
@@ -135,47 +135,9 @@ async def _fire_ticks(conn: AsyncConnection[Any], partition: int, epoch: int,
 class PgStore(Database):
     """PostgreSQL via psycopg 3 and psycopg_pool. See storage/db.py for fencing."""
 
-    # ------------------------------------------------------------------ partitions & fencing
-
-    async def record_epoch(self, partition: int, epoch: int, owner: str) -> bool:
-        """Record a new owner's epoch; False if the row already has this or a newer epoch."""
-        async with self.transaction() as conn:
-            cur = await conn.execute(
-                q("record_epoch"), {"partition": partition, "epoch": epoch, "owner": owner}
-            )
-            won = cur.rowcount == 1
-            if won:
-                await conn.execute(
-                    q("record_partition_history"),
-                    {"partition": partition, "epoch": epoch, "owner": owner, "kind": "acquired"},
-                )
-            return won
-
-    async def record_partition_change(self, partition: int, epoch: int, owner: str, kind: str) -> None:
-        async with self.connection() as conn:
-            await conn.execute(
-                q("record_partition_history"),
-                {"partition": partition, "epoch": epoch, "owner": owner, "kind": kind},
-            )
-
-    async def current_epoch(self, partition: int) -> tuple[int, str | None]:
-        async with self.connection() as conn:
-            cur = await conn.execute(q("current_epoch"), {"partition": partition})
-            row = await cur.fetchone()
-        if row is None:
-            raise Unavailable("postgres", f"partition {partition} has no row (run migrate)")
-        return int(row[0]), row[1]
-
-    async def list_partitions(self) -> list[Row]:
-        return await self.fetch_all("list_partitions", {})
-
-    async def partition_count(self) -> int:
-        async with self.connection() as conn:
-            cur = await conn.execute(q("get_meta"), {"key": "partitions"})
-            row = await cur.fetchone()
-        if row is None:
-            raise Unavailable("postgres", "database is not migrated (run `cronwheel migrate`)")
-        return int(row[0])
+    def __init__(self, config: StoreConfig) -> None:
+        super().__init__(config)
+        self.partitions = PartitionsPort(self)
 
     # ------------------------------------------------------------------ firing
 

@@ -82,19 +82,19 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         resp.members.append(self.self_member())
         for m, got in zip(peers, answers, strict=True):
             resp.members.append(got if got is not None else admin_pb2.Member(node_id=m.node, address=m.address))
-        fenced = {r["id"]: r for r in await n.store.list_partitions()}
+        fenced = {r.partition: r for r in await n.store.partitions.list_partitions()}
         for p in range(n.partitions):
             kv = view.partition_keys.get(p)
-            row = fenced.get(p, {})
+            row = fenced.get(p)
             ps = admin_pb2.PartitionStatus(
                 id=p,
                 owner=kv.value.decode(errors="replace") if kv else "",
                 epoch=kv.create_revision if kv else 0,
-                fenced_owner=row.get("owner") or "",
-                fenced_epoch=int(row.get("epoch") or 0),
+                fenced_owner=(row.owner if row else None) or "",
+                fenced_epoch=row.epoch if row else 0,
             )
-            if row.get("acquired_at"):
-                ps.acquired_at.CopyFrom(ts(row["acquired_at"].timestamp()))
+            if row is not None and row.acquired_at is not None:
+                ps.acquired_at.CopyFrom(ts(row.acquired_at.timestamp()))
             resp.partitions.append(ps)
         depths = {r["priority"]: r for r in await fetch(n.store, "api_queue_depths", {})}
         for name, prio in (("critical", common_pb2.PRIORITY_CRITICAL), ("default", common_pb2.PRIORITY_DEFAULT),
