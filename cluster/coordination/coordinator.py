@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -168,8 +169,10 @@ class Coordinator:
         self._wake.set()
 
     def lease_deadline_s(self) -> float:
-        """Seconds of trust left on this node's lease (negative: lapsed)."""
-        return self.trust.remaining(self.clock.monotonic())
+        """Seconds of trust left on this node's lease (negative: lapsed; 0.0 while it has no lease
+        yet or any more, where the window is -inf: a status call must not meet an infinity)."""
+        left = self.trust.remaining(self.clock.monotonic())
+        return left if math.isfinite(left) else 0.0
 
     def assignment(self) -> dict[int, str]:
         return assign(self.view.members, self.partitions)
