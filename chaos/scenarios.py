@@ -19,7 +19,7 @@ from chaos.cluster import ClusterSpec
 
 ALL_FAILPOINTS = (
     "kill-node", "pause-node", "deploy-node", "scale-out", "scale-in", "kill-etcd-leader", "restart-postgres",
-    "kill-worker", "pause-worker", "skew-node-clock", "partition-node",
+    "kill-worker", "pause-worker", "skew-node-clock", "partition-node", "late-keepalive",
 )
 
 
@@ -97,6 +97,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                         "fires nothing for ~7 s, then its ticks fire late or are recorded as misfire skips "
                         "(found by `chaos run --scenario postgres-restart-crashes-nodes --seed 4`: partition 11 "
                         "of n2 silent from 11:18:05 to 11:18:12.4 after restarts ending 11:18:06.2)"),
+    Scenario("late-keepalive", "answer a node's keepalive after its trust window closed, before the drop",
+             ("late-keepalive",),
+             regression="issue 14 hole 1: Firer._write answered True ('not ours') while the trust window "
+                        "was closed, the batch's wheel handles were gone, and once the late reply restored "
+                        "trust (no partition was dropped) the next fire advanced the schedule past the "
+                        "unwritten tick: a tick lost silently"),
 )}
 
 
