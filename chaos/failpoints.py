@@ -19,7 +19,7 @@ the same host clock PostgreSQL stamps history with.
     pause-worker       SIGSTOP a worker holding a lease for its lease + 1.5 s, then SIGCONT
     skew-node-clock    restart a node with its wall clock 0.3-1.0 s ahead or behind, then without
     partition-node     drop every packet to and from one node (network namespaces) for 2 x TTL
-    late-keepalive     answer one keepalive of a node 0.2-0.6 s after its trust window closed,
+    late-keepalive     answer one keepalive of a node 0.6-0.9 s after its trust window closed,
                        before the watchdog drops anything (test-only hook, coordination/faults.py)
 """
 
@@ -324,7 +324,9 @@ class LateKeepalive:
 
     def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
         victim = rng.choice(sorted(cluster.roster))
-        late = round(rng.uniform(0.2, 0.6), 2)
+        # Up to the ~0.95 s the reply's own window allows (TTL 3 s: renewed 1 s apart, 0.6 s margin),
+        # so the lapse usually spans a whole second, when the every-second schedules tick.
+        late = round(rng.uniform(0.6, 0.9), 2)
         path = cluster.keepalive_fault_file(victim)
         before = len(cluster.pc.nodes[victim].log_events("test_fault_keepalive_delayed"))
         t0 = time.time()

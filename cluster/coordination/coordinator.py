@@ -52,6 +52,8 @@ from cronwheel.storage.partitions import PartitionsPort
 
 log = logging.getLogger("cronwheel.cluster.coordination.coordinator")
 
+HISTORY_DRAIN_S = 2.0  # how long shutdown waits for queued ownership-history rows
+
 
 class OwnershipListener(Protocol):
     async def partition_gained(self, partition: int, epoch: int) -> None: ...
@@ -199,8 +201,18 @@ class Coordinator:
                 log.warning("lease revoke failed", extra={"event": "lease_revoke_failed", "error": str(exc)})
         self.trust.revoke()
         self._lease_id = 0
-        if self._history_running:
-            await self._history.join()  # the "released" rows land before the node closes its pool
+        if self._history_running:  # the "released" rows land before the node closes its pool,
+            drained = asyncio.Event()  # unless PostgreSQL is away: then exit without them
+
+            async def join() -> None:
+                await self._history.join()
+                drained.set()
+
+            joining = asyncio.ensure_future(join())
+            try:
+                await self.clock.wait(drained, HISTORY_DRAIN_S)
+            finally:
+                joining.cancel()
 
     # ------------------------------------------------------------------ lease & trust
 
