@@ -53,6 +53,7 @@ from cronwheel.storage.partitions import PartitionsPort
 log = logging.getLogger("cronwheel.cluster.coordination.coordinator")
 
 HISTORY_DRAIN_S = 2.0  # how long shutdown waits for queued ownership-history rows
+MIN_RENEW_PAUSE_S = 0.05  # keepalives never go back to back, whatever etcd answers
 
 
 class OwnershipListener(Protocol):
@@ -233,7 +234,10 @@ class Coordinator:
                         continue
                     self.trust.renewed(started, ttl_left)
                 backoff = self.config.retry_backoff_s
-                await self.clock.sleep(self.config.renew_every_s)
+                # Renew before the window runs out: after a slow reply (anchored at the attempt's
+                # start) less than renew_every_s may be left. Normally half the window is longer.
+                left = self.trust.remaining(self.clock.monotonic())
+                await self.clock.sleep(min(self.config.renew_every_s, max(left / 2, MIN_RENEW_PAUSE_S)))
             except Unavailable as exc:
                 log.warning("etcd unavailable", extra={"event": "etcd_unavailable", "error": str(exc)})
                 await self.clock.sleep(backoff)
