@@ -14,6 +14,8 @@ Invariants kept here, whoever calls:
 - **Fire once.** `UNIQUE (schedule_id, scheduled_for)`: a tick has at most one execution, even if
   two owners somehow fired it. Fire batches insert `ON CONFLICT DO NOTHING` and report duplicates.
 - **Submit once.** `UNIQUE (tenant, idempotency_key)`.
+- **One cluster per database.** `cluster_meta.cluster`, recorded by `migrate` (or the first node),
+  is checked by every node at start (`PartitionsPort.claim_cluster`).
 
 How it fails: driver errors are mapped once, here: unique violations become `AlreadyExists`, lost
 connections `Unavailable`; fencing failures are `StaleEpoch`. Callers never see psycopg errors.
@@ -21,6 +23,7 @@ connections `Unavailable`; fencing failures are `StaleEpoch`. Callers never see 
 
 from cronwheel.storage.db import Database, StoreConfig
 from cronwheel.storage.migrate import MigrateResult, migrate
+from cronwheel.storage.partitions import FencingRecord, NotMigrated, PartitionsPort
 from cronwheel.storage.store import (
     FireBatchParams,
     FireBatchResult,
@@ -34,11 +37,14 @@ from cronwheel.storage.store import (
 
 __all__ = [
     "Database",
+    "FencingRecord",
     "FireBatchParams",
     "FireBatchResult",
     "Fired",
     "PartitionEvent",
     "MigrateResult",
+    "NotMigrated",
+    "PartitionsPort",
     "PgStore",
     "PlainTicks",
     "ScheduleAdvance",
