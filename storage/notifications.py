@@ -20,6 +20,7 @@ from typing import Any, Self
 import psycopg
 
 from cronwheel.storage.errors import map_error
+from cronwheel.storage.queries import q
 
 DUE_CHANNEL = "cronwheel_due"
 QUEUED_CHANNEL = "cronwheel_queued"
@@ -39,8 +40,8 @@ class Listener:
     async def __aenter__(self) -> Self:
         try:
             self._conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
-            await self._conn.execute("LISTEN cronwheel_due")
-            await self._conn.execute("LISTEN cronwheel_queued")
+            await self._conn.execute(q("listen_due"))
+            await self._conn.execute(q("listen_queued"))
         except psycopg.Error as exc:
             await self.__aexit__()
             raise map_error(exc) from exc
