@@ -143,21 +143,12 @@ class Node:
         if isinstance(ident, uuid.UUID):
             await self.firer.reload(partition, kind, ident)
 
-    def _build_server(self) -> None:
-        """The gRPC server with every service registered and its port bound, not yet serving.
+    def _bind(self) -> None:
+        """The gRPC server with its port bound, nothing registered or served yet.
         `grpc.so_reuseport` is off: with gRPC's default a second node on the same port would
         start and the kernel would share the connections between the two (issue 14, hole 4)."""
         _refuse_busy_port(self.config.listen)
         self.server = grpc.aio.server(interceptors=services.interceptors(self), options=[("grpc.so_reuseport", 0)])
-        names = [health.SERVICE_NAME, reflection.SERVICE_NAME]
-        dispatch_pb2_grpc.add_DispatchServiceServicer_to_server(DispatchService(self.dispatcher), self.server)
-        names.append(dispatch_pb2.DESCRIPTOR.services_by_name["DispatchService"].full_name)
-        for register, servicer, name in services.grpc_services(self):
-            register(servicer, self.server)
-            names.append(name)
-        self.health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(names, self.server)
         creds = services.credentials(self)
         cause: RuntimeError | None = None
         try:
@@ -168,6 +159,19 @@ class Node:
         if self.port == 0:
             raise InvalidArgument("--listen", f"cannot listen on {self.config.listen} (address already in use "
                                   "or not available)") from cause
+
+    def _register_services(self) -> None:
+        """Every service, once every component exists (servicers may take them at construction)."""
+        assert self.server is not None
+        names = [health.SERVICE_NAME, reflection.SERVICE_NAME]
+        dispatch_pb2_grpc.add_DispatchServiceServicer_to_server(DispatchService(self.dispatcher), self.server)
+        names.append(dispatch_pb2.DESCRIPTOR.services_by_name["DispatchService"].full_name)
+        for register, servicer, name in services.grpc_services(self):
+            register(servicer, self.server)
+            names.append(name)
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(names, self.server)
 
     def _build(self) -> None:
         """Every component, wired, before anything serves (a call must never meet a half-built
@@ -198,8 +202,9 @@ class Node:
             await self.store.open()
             self.partitions = await self.store.partitions.partition_count()
             await self.store.partitions.claim_cluster(self.config.lease.cluster)
-            self._build_server()
+            self._bind()  # first: the advertised address names the bound port
             self._build()
+            self._register_services()
             assert self.server is not None
             await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
             await self.server.start()
@@ -210,7 +215,8 @@ class Node:
             await self.etcd.close()
             await self.store.close()
             self.metrics.close()
-            log.info("node stopped", extra={"event": "node_stopped"})
+            if self.server is not None and self.port:
+                log.info("node stopped", extra={"event": "node_stopped"})
 
     async def _run_tasks(self) -> None:
         log.info("node started", extra={"event": "node_started", "address": self.advertise,
