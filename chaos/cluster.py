@@ -31,6 +31,7 @@ import psycopg
 from chaos import netns
 from chaos.harness import NodeProc, ProcessCluster
 from chaos.history import HealthSample
+from cronwheel.cluster.coordination.faults import KEEPALIVE_FAULTS_ENV
 from cronwheel.localservers import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -170,11 +171,16 @@ class ChaosCluster:
         module, margs = ("chaos.skewed", (repr(skew_s),)) if skew_s else ("cronwheel", ())
         if skew_s:
             self.max_skew[name] = max(self.max_skew.get(name, 0.0), abs(skew_s))
+        env = {**_env(), KEEPALIVE_FAULTS_ENV: str(self.keepalive_fault_file(name))}  # test-only hook, idle
         proc = self.pc.start_node_with(name, *extra, launcher=launcher, module=module, module_args=margs,
-                                       env=_env())
+                                       env=env)
         if name not in self.roster:
             self.roster.append(name)
         return proc
+
+    def keepalive_fault_file(self, name: str) -> Path:
+        """The control file of node `name`'s test-only keepalive fault hook (absent: no fault)."""
+        return self.workdir / f"{name}.keepalive-faults.json"
 
     def stop_node(self, name: str, timeout_s: float = 15) -> int:
         """SIGTERM (a deploy): the node hands its partitions over and exits; its exit code."""

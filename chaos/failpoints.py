@@ -20,10 +20,13 @@ the same host clock PostgreSQL stamps history with.
     skew-node-clock    restart a node with its wall clock 0.3-1.0 s ahead or behind, then without
     partition-node     drop every packet to and from one node (network namespaces) for 2 x TTL
     long-retry-history jobs at attempt 600..1000 with multiplier 100 fail and time out (hole 2)
+    late-keepalive     answer one keepalive of a node 0.6-0.9 s after its trust window closed,
+                       before the watchdog drops anything (test-only hook, coordination/faults.py)
 """
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import time
@@ -308,6 +311,40 @@ class PartitionNode:
         return _record(self.name, victim, t0, {"signal_at": t0, "cut_s": hold, "takeover_polled_s": took}, err)
 
 
+class LateKeepalive:
+    """A keepalive answered after the trust window but before the drop (issue 14, hole 1): the
+    node's partitions are untrusted for `late` seconds, then trusted again without ever having
+    been dropped, so a firing path that treats "not trusted now" as "not ours" loses the ticks
+    due meanwhile. Through the node's test-only hook (cluster/coordination/faults.py): the
+    control file is consumed at the node's next keepalive (every TTL/3)."""
+
+    name = "late-keepalive"
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return bool(cluster.roster)
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        victim = rng.choice(sorted(cluster.roster))
+        # Up to the ~0.95 s the reply's own window allows (TTL 3 s: renewed 1 s apart, 0.6 s margin),
+        # so the lapse usually spans a whole second, when the every-second schedules tick.
+        late = round(rng.uniform(0.6, 0.9), 2)
+        path = cluster.keepalive_fault_file(victim)
+        before = len(cluster.pc.nodes[victim].log_events("test_fault_keepalive_delayed"))
+        t0 = time.time()
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"count": 1, "after_lapse_s": late}))
+        tmp.replace(path)  # atomic: the node never reads half a file
+        deadline = t0 + 3 * cluster.spec.lease_ttl_s
+        while path.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        consumed = not path.exists()
+        path.unlink(missing_ok=True)
+        time.sleep(cluster.spec.lease_ttl_s)  # the delayed reply lands within one TTL of its request
+        delayed = len(cluster.pc.nodes[victim].log_events("test_fault_keepalive_delayed")) - before
+        err = None if consumed and delayed == 1 else f"fault not applied (consumed={consumed}, delayed={delayed})"
+        return _record(self.name, victim, t0, {"after_lapse_s": late, "consumed": consumed}, err)
+
+
 FAILPOINTS: dict[str, Failpoint] = {fp.name: fp for fp in (
     KillNode(), PauseNode(), DeployNode(), ScaleOut(), ScaleIn(), KillEtcdLeader(), RestartPostgres(),
     KillWorker(), PauseWorker(), SkewNodeClock(), PartitionNode(),
@@ -316,6 +353,7 @@ FAILPOINTS: dict[str, Failpoint] = {fp.name: fp for fp in (
     RestartPostgres("restart-postgres-after-tick", phase_s=0.05),
     RestartPostgres("restart-postgres-burst", phase_s=0.05, times=3),
     PartitionNode("partition-node-long", ttls=3.0),
+    LateKeepalive(),
 )}
 
 

@@ -94,7 +94,7 @@ class ProcessCluster:
         self.pg.start()
         self.etcd.start()
         self.dsn = self.pg.create_database("cronwheel")
-        migrate(self.dsn, partitions=self.partitions)
+        migrate(self.dsn, partitions=self.partitions, cluster=self.cluster)  # the database is this cluster's
         return self
 
     def stop(self) -> None:

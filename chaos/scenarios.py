@@ -20,6 +20,7 @@ from chaos.cluster import ClusterSpec
 ALL_FAILPOINTS = (
     "kill-node", "pause-node", "deploy-node", "scale-out", "scale-in", "kill-etcd-leader", "restart-postgres",
     "kill-worker", "pause-worker", "skew-node-clock", "partition-node", "long-retry-history",
+    "late-keepalive",
 )
 
 
@@ -107,6 +108,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                         "(multiplier 4): the error escaped Reaper.run, the owner's task group died, and each "
                         "next owner of the partition met the same row (issue 14, hole 2; fixed by one Python "
                         "retry policy for both paths, the reaper only applying its decisions)"),
+    Scenario("late-keepalive", "answer a node's keepalive after its trust window closed, before the drop",
+             ("late-keepalive",),
+             regression="issue 14 hole 1: Firer._write answered True ('not ours') while the trust window "
+                        "was closed, the batch's wheel handles were gone, and once the late reply restored "
+                        "trust (no partition was dropped) the next fire advanced the schedule past the "
+                        "unwritten tick: a tick lost silently"),
 )}
 
 

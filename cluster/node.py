@@ -6,6 +6,12 @@
     ├── gRPC server        (AdminService; health; reflection)
     └── listeners of partition gains and losses (the firing path subscribes here)
 
+Start, in this order (`run()`): open the pool; read P and claim the database for this cluster
+(`PartitionsPort.claim_cluster`: a database serves one cluster, a node of another is refused);
+bind the port (no port reuse: a second node on a busy port fails, `--listen: ... address already
+in use`); build every component; serve with health NOT_SERVING; start the tasks; only then
+health SERVING and the `listening on` line. Nothing that a call can reach is missing meanwhile.
+
 A crashed task takes the node down (TaskGroup). SIGTERM/SIGINT: release every partition
 (in-flight batches finish first), revoke the lease, stop the server, close the pool.
 """
@@ -13,8 +19,10 @@ A crashed task takes the node down (TaskGroup). SIGTERM/SIGINT: release every pa
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 from dataclasses import dataclass, field
 
 import grpc
@@ -33,7 +41,7 @@ from cronwheel.cluster.dispatch.service import DispatchService
 from cronwheel.cluster.firing.firer import Firer, FiringConfig
 from cronwheel.cluster.metrics import Metrics
 from cronwheel.cluster.notifications import ChangeListener
-from cronwheel.errors import CronwheelError
+from cronwheel.errors import CronwheelError, InvalidArgument
 from cronwheel.storage import PgStore, StoreConfig
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
@@ -104,7 +112,12 @@ class Node:
         self.etcd = Etcd(config.etcd_endpoints, timeout_s=config.lease.etcd_timeout_s)
         self.listeners = Listeners()
         self.partitions = 0
+        # Built by run() once the database is known to be this cluster's (see _build).
         self.coordinator: Coordinator
+        self.firer: Firer
+        self.reaper: Reaper
+        self.changes: ChangeListener
+        self.health: health.aio.HealthServicer
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self.advertise = config.advertise
@@ -130,8 +143,26 @@ class Node:
         if isinstance(ident, uuid.UUID):
             await self.firer.reload(partition, kind, ident)
 
-    async def start_server(self) -> None:
-        self.server = grpc.aio.server(interceptors=services.interceptors(self))
+    def _bind(self) -> None:
+        """The gRPC server with its port bound, nothing registered or served yet.
+        `grpc.so_reuseport` is off: with gRPC's default a second node on the same port would
+        start and the kernel would share the connections between the two (issue 14, hole 4)."""
+        _refuse_busy_port(self.config.listen)
+        self.server = grpc.aio.server(interceptors=services.interceptors(self), options=[("grpc.so_reuseport", 0)])
+        creds = services.credentials(self)
+        cause: RuntimeError | None = None
+        try:
+            self.port = (self.server.add_secure_port(self.config.listen, creds) if creds is not None
+                         else self.server.add_insecure_port(self.config.listen))
+        except RuntimeError as exc:  # grpcio raises this when no address could be bound
+            self.port, cause = 0, exc
+        if self.port == 0:
+            raise InvalidArgument("--listen", f"cannot listen on {self.config.listen} (address already in use "
+                                  "or not available)") from cause
+
+    def _register_services(self) -> None:
+        """Every service, once every component exists (servicers may take them at construction)."""
+        assert self.server is not None
         names = [health.SERVICE_NAME, reflection.SERVICE_NAME]
         dispatch_pb2_grpc.add_DispatchServiceServicer_to_server(DispatchService(self.dispatcher), self.server)
         names.append(dispatch_pb2.DESCRIPTOR.services_by_name["DispatchService"].full_name)
@@ -141,23 +172,14 @@ class Node:
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(names, self.server)
-        creds = services.credentials(self)
-        self.port = (self.server.add_secure_port(self.config.listen, creds) if creds is not None
-                     else self.server.add_insecure_port(self.config.listen))
-        if self.port == 0:
-            raise OSError(f"cannot listen on {self.config.listen}")
-        await self.server.start()
-        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
 
-    async def run(self) -> None:
-        await self.store.open()
-        self.partitions = await self.store.partition_count()
-        await self.start_server()
+    def _build(self) -> None:
+        """Every component, wired, before anything serves (a call must never meet a half-built
+        node: ClusterStatus reads `coordinator`, the dispatch service the firer's signals)."""
         host = self.config.listen.rsplit(":", 1)[0]
-        advertise = self.config.advertise or f"{host}:{self.port}"
-        self.advertise = advertise
+        self.advertise = self.config.advertise or f"{host}:{self.port}"
         self.coordinator = Coordinator(
-            self.config.node_id, advertise, self.etcd, self.store, self.partitions, self.clock,
+            self.config.node_id, self.advertise, self.etcd, self.store.partitions, self.partitions, self.clock,
             self.config.lease, self.listeners, ignore_local_trust=self.config.ignore_local_trust,
         )
         self.firer = Firer(
@@ -167,32 +189,60 @@ class Node:
             on_fired=lambda fired: self.dispatcher.wake(),
             metrics=self.metrics,
         )
-        reaper = Reaper(self.store, lambda: self.coordinator.owned.snapshot().items(), self.dispatcher.wake,
-                        clock=self.clock,
-                        retention_days=self.config.retention_days, metrics=self.metrics)
+        self.reaper = Reaper(self.store, lambda: self.coordinator.owned.snapshot().items(), self.dispatcher.wake,
+                             clock=self.clock, retention_days=self.config.retention_days, metrics=self.metrics)
         self.listeners.subscribers.append(self.firer)
-        changes = ChangeListener(self.config.dsn, self._on_change, self._after_reconnect, self.dispatcher.wake)
-        log.info("node started", extra={"event": "node_started", "address": advertise,
+        self.changes = ChangeListener(self.config.dsn, self._on_change, self._after_reconnect,
+                                      self.dispatcher.wake, clock=self.clock)
+
+    async def run(self) -> None:
+        """Open the store, check the database is this cluster's, bind the port, build every
+        component, serve (health NOT_SERVING until the tasks run), run until stopped."""
+        try:
+            await self.store.open()
+            self.partitions = await self.store.partitions.partition_count()
+            await self.store.partitions.claim_cluster(self.config.lease.cluster)
+            self._bind()  # first: the advertised address names the bound port
+            self._build()
+            self._register_services()
+            assert self.server is not None
+            await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+            await self.server.start()
+            await self._run_tasks()
+        finally:
+            if self.server is not None:
+                await self.server.stop(grace=1.0)
+            await self.etcd.close()
+            await self.store.close()
+            self.metrics.close()
+            if self.server is not None and self.port:
+                log.info("node stopped", extra={"event": "node_stopped"})
+
+    async def _run_tasks(self) -> None:
+        log.info("node started", extra={"event": "node_started", "address": self.advertise,
                                         "partitions": self.partitions})
         if self.config.metrics_listen:
             port = self.metrics.serve(self.config.metrics_listen)
             host = self.config.metrics_listen.rpartition(":")[0] or "127.0.0.1"
             print(f"node {self.config.node_id} metrics on http://{host}:{port}/metrics", flush=True)
-        print(f"node {self.config.node_id} listening on {advertise}", flush=True)
         try:
             async with asyncio.TaskGroup() as tg:
-                coord = tg.create_task(self.coordinator.run(), name="coordinator")
-                firing = tg.create_task(self.firer.run(), name="firer")
-                listen = tg.create_task(changes.run(), name="change-listener")
-                reap = tg.create_task(reaper.run(), name="reaper")
-                metrics = tg.create_task(self.metrics.refresh_loop(
-                    self.store, self.coordinator.owned.snapshot, self.wheel_size,
-                    self.coordinator.lease_deadline_s, clock=self.clock, refresh_s=15.0), name="metrics")
+                tasks = [
+                    tg.create_task(self.coordinator.run(), name="coordinator"),
+                    tg.create_task(self.firer.run(), name="firer"),
+                    tg.create_task(self.changes.run(), name="change-listener"),
+                    tg.create_task(self.reaper.run(), name="reaper"),
+                    tg.create_task(self.metrics.refresh_loop(
+                        self.store, self.coordinator.owned.snapshot, self.wheel_size,
+                        self.coordinator.lease_deadline_s, clock=self.clock, refresh_s=15.0), name="metrics"),
+                ]
+                await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+                print(f"node {self.config.node_id} listening on {self.advertise}", flush=True)
                 await self._stop.wait()
                 log.info("node stopping", extra={"event": "node_stopping"})
                 await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
                 await self.coordinator.shutdown()
-                for t in (coord, firing, listen, reap, metrics):
+                for t in tasks:
                     t.cancel()
         except* Exception as eg:
             # A crashed task takes the node down (by design); say which and why, with tracebacks
@@ -201,13 +251,30 @@ class Node:
                 log.error("node task crashed", exc_info=exc, extra={"event": "node_crashed"})
             first = eg.exceptions[0]
             raise NodeCrashed(f"node crashed: {type(first).__name__}: {first}") from first
-        finally:
-            if self.server is not None:
-                await self.server.stop(grace=1.0)
-            await self.etcd.close()
-            await self.store.close()
-            self.metrics.close()
-            log.info("node stopped", extra={"event": "node_stopped"})
+
+
+def _refuse_busy_port(listen: str) -> None:
+    """Name the port's problem in one line before gRPC tries it (gRPC's own refusal is a bare
+    "Failed to bind" plus a C-level log line on stderr). Best effort: gRPC's bind, without port
+    reuse, is what actually refuses a second node; this only words it."""
+    host, _, port_text = listen.rpartition(":")
+    host = host.strip("[]")
+    if not port_text.isdigit() or int(port_text) == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host or None, int(port_text), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return  # unresolvable: gRPC reports it
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does: TIME_WAIT is no conflict
+        try:
+            probe.bind(addr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise InvalidArgument("--listen", f"{listen}: address already in use "
+                                      "(is another node running on this port?)") from exc
+            raise InvalidArgument("--listen", f"{listen}: {exc.strerror or exc}") from exc
 
 
 def _with_session_limits(dsn: str) -> str:

@@ -1,12 +1,13 @@
-"""Change notifications from PostgreSQL (LISTEN cronwheel_due).
+"""Change notifications from PostgreSQL, as the node reacts to them.
 
-Work queued anywhere (`pg_notify('cronwheel_queued', ...)`) wakes this node's waiting workers.
+Work queued anywhere (`cronwheel_queued`) wakes this node's waiting workers.
 
 The API writes `pg_notify('cronwheel_due', '<partition>:<s|o>:<id>')` in the same transaction as
 a change to a schedule or a one-off job, so the notification arrives only after the change is
 visible. The owner of the partition reloads that one entry. A notification can be missed only
 while the listening connection is down; every reconnect is therefore followed by a full resync
-of the owned partitions.
+of the owned partitions. Reception (the connection, LISTEN) is storage's `Listener`; this module
+runs no SQL. Time is the injected clock's (the pause before a reconnect).
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 
-import psycopg
-
+from cronwheel.clock import Clock, SystemClock
 from cronwheel.errors import Unavailable
+from cronwheel.storage.notifications import DUE_CHANNEL, QUEUED_CHANNEL, Listener
 
 log = logging.getLogger("cronwheel.cluster.notifications")
 
-CHANNEL = "cronwheel_due"
-QUEUED_CHANNEL = "cronwheel_queued"
+CHANNEL = DUE_CHANNEL
+__all__ = ["CHANNEL", "QUEUED_CHANNEL", "ChangeListener", "parse_payload"]
 
 
 def parse_payload(payload: str) -> tuple[int, str, uuid.UUID] | None:
@@ -37,6 +38,8 @@ def parse_payload(payload: str) -> tuple[int, str, uuid.UUID] | None:
 
 
 class ChangeListener:
+    """Owns one `Listener`; run() never returns (reconnects forever). Not task-safe."""
+
     def __init__(
         self,
         dsn: str,
@@ -44,26 +47,28 @@ class ChangeListener:
         on_resync: Callable[[], Awaitable[None]],
         on_queued: Callable[[], None] | None = None,
         retry_s: float = 0.5,
+        clock: Clock | None = None,
+        listener: Callable[[str], Listener] = Listener,
     ) -> None:
         self.dsn = dsn
         self.on_queued = on_queued
         self.on_change = on_change
         self.on_resync = on_resync
         self.retry_s = retry_s
+        self.clock: Clock = clock or SystemClock()
+        self.listener = listener
         self.connected = asyncio.Event()
 
     async def run(self) -> None:
         first = True
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    await conn.execute(f"LISTEN {QUEUED_CHANNEL}")
+                async with self.listener(self.dsn) as notes:
                     if not first:
                         await self.on_resync()
                     first = False
                     self.connected.set()
-                    async for n in conn.notifies():
+                    async for n in notes:
                         if n.channel == QUEUED_CHANNEL:
                             if self.on_queued is not None:
                                 self.on_queued()
@@ -74,10 +79,10 @@ class ChangeListener:
                                                                            "payload": n.payload[:200]})
                             continue
                         await self.on_change(*parsed)
-            except (psycopg.OperationalError, Unavailable) as exc:
+            except Unavailable as exc:
                 # Lost the connection (or the resync after a reconnect failed): reconnect, and
                 # resync again once connected, since notifications may have been missed.
                 first = False
                 self.connected.clear()
                 log.warning("change listener reconnecting", extra={"event": "listen_reconnect", "error": str(exc)})
-                await asyncio.sleep(self.retry_s)
+                await self.clock.sleep(self.retry_s)

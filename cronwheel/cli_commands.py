@@ -35,14 +35,18 @@ def _configure_migrate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dsn", help="PostgreSQL DSN (default: $CRONWHEEL_DSN)")
     p.add_argument("--partitions", type=_positive_int("--partitions", 1, 4096), default=64,
                    help="partition count, fixed when the cluster is created (default 64)")
+    p.add_argument("--cluster", default="cronwheel",
+                   help="the cluster this database serves, fixed when it is created (default cronwheel, "
+                        "as `cronwheel node`)")
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     from cronwheel.storage.migrate import migrate
 
-    res = migrate(_dsn(args), partitions=args.partitions, progress=lambda m: print(m, flush=True))
+    res = migrate(_dsn(args), partitions=args.partitions, progress=lambda m: print(m, flush=True),
+                  cluster=args.cluster)
     print(f"schema at version {res.current_version}; {len(res.applied)} migration(s) applied; "
-          f"{res.partitions} partitions")
+          f"{res.partitions} partitions; cluster {res.cluster}")
     return 0
 
 

@@ -21,6 +21,8 @@ Invariants kept here, whoever calls:
   from the tick the same transaction recorded, and never for a paused, deleted or edited
   schedule (the fire guard, storage/firing.py).
 - **Submit once.** `UNIQUE (tenant, idempotency_key)`.
+- **One cluster per database.** `cluster_meta.cluster`, recorded by `migrate` (or the first node),
+  is checked by every node at start (`PartitionsPort.claim_cluster`).
 
 How it fails: driver errors are mapped once (`errors.map_error`): unique violations become
 `AlreadyExists` naming the object and key (constraint name -> kind), lost connections
@@ -42,18 +44,22 @@ from cronwheel.storage.firing import (
     Tick,
 )
 from cronwheel.storage.migrate import MigrateResult, migrate
+from cronwheel.storage.partitions import FencingRecord, NotMigrated, PartitionsPort
 from cronwheel.storage.store import PgStore
 
 __all__ = [
     "Database",
     "DueOneoff",
     "DueSchedule",
+    "FencingRecord",
     "FireBatchParams",
     "FireBatchResult",
     "Fired",
     "FiringPort",
     "PartitionEvent",
     "MigrateResult",
+    "NotMigrated",
+    "PartitionsPort",
     "PgStore",
     "PlainTicks",
     "ScheduleAdvance",

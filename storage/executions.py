@@ -166,12 +166,6 @@ class ExecutionsPort:
         """Queue the oldest buffered run of the schedule (the run ahead of it ended); whether any."""
         return await row(conn, "release_buffered", {"schedule_id": schedule_id, "now": now}) is not None
 
-    async def queue_depths(self) -> dict[str, tuple[int, datetime | None]]:
-        """priority -> (queued executions, oldest run_at among them) (ClusterStatus)."""
-        async with self.db.connection() as conn:
-            got = await rows(conn, "api_queue_depths", {})
-        return {r["priority"]: (int(r["queued"]), r["oldest_run_at"]) for r in got}
-
     async def notify_queued(self, conn: Conn, priority: str) -> None:
         await notify_queued(conn, priority)
 

@@ -15,6 +15,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from cronwheel.errors import FailedPrecondition, InvalidArgument, Unavailable
+from cronwheel.storage.partitions import DEFAULT_CLUSTER, META_CLUSTER, META_PARTITIONS, check_cluster_owner
 from cronwheel.storage.queries import q
 
 # Any constant works as long as every migrator uses the same one.
@@ -55,18 +56,24 @@ class MigrateResult:
     applied: tuple[str, ...]
     current_version: int
     partitions: int
+    cluster: str = DEFAULT_CLUSTER
 
 
 def migrate(
     dsn: str,
     partitions: int = DEFAULT_PARTITIONS,
     progress: Callable[[str], None] | None = None,
+    cluster: str = DEFAULT_CLUSTER,
 ) -> MigrateResult:
     """Bring the database to the newest schema and create the partition rows. Idempotent.
 
-    The partition count is fixed when the cluster is created: migrating an existing cluster with
-    a different count raises FailedPrecondition and changes nothing.
+    The partition count and the cluster the database serves are fixed when the cluster is
+    created: migrating an existing cluster with a different count or name raises
+    FailedPrecondition and changes nothing (the meta rows are written in one transaction, after
+    the schema migrations).
     """
+    if not cluster or "/" in cluster:
+        raise InvalidArgument("cluster", f"must be non-empty without '/', got {cluster!r}")
     if not 1 <= partitions <= MAX_PARTITIONS:
         raise InvalidArgument("partitions", f"must be between 1 and {MAX_PARTITIONS}, got {partitions}")
     applied: list[str] = []
@@ -97,7 +104,7 @@ def migrate(
                 applied.append(f"{mg.version:04d}_{mg.name}")
             with conn.transaction():
                 row = conn.execute(
-                    q("put_meta_if_absent"), {"key": "partitions", "value": Jsonb(partitions)}
+                    q("put_meta_if_absent"), {"key": META_PARTITIONS, "value": Jsonb(partitions)}
                 ).fetchone()
                 assert row is not None
                 existing = int(row[0])
@@ -106,11 +113,16 @@ def migrate(
                         f"partitions: this cluster was created with {existing} partitions, "
                         f"not {partitions} (the count is fixed at creation)"
                     )
+                owner = conn.execute(
+                    q("put_meta_if_absent"), {"key": META_CLUSTER, "value": Jsonb(cluster)}
+                ).fetchone()
+                assert owner is not None
+                check_cluster_owner(str(owner[0]), cluster)
                 conn.execute(q("ensure_partitions"), {"count": partitions})
             version = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
-    return MigrateResult(tuple(applied), int(version[0]) if version else 0, partitions)
+    return MigrateResult(tuple(applied), int(version[0]) if version else 0, partitions, cluster)
 
 
 def first_line(exc: BaseException) -> str:

@@ -22,12 +22,12 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
-from cronwheel.errors import Unavailable
 from cronwheel.storage.api import Event, EventsPort, ExplainPort
 from cronwheel.storage.db import Database, Row, StoreConfig
 from cronwheel.storage.dispatch import DispatchPort
 from cronwheel.storage.executions import ExecutionsPort
 from cronwheel.storage.firing import FireBatchParams, FireBatchResult, FiringPort, PlainTicks
+from cronwheel.storage.partitions import PartitionsPort
 from cronwheel.storage.queries import q
 from cronwheel.storage.schedules import SchedulesPort
 
@@ -35,7 +35,8 @@ from cronwheel.storage.schedules import SchedulesPort
 class PgStore(Database):
     """PostgreSQL via psycopg 3 and psycopg_pool. See storage/db.py for fencing. Composes the
     domain ports: `firing` (storage/firing.py), `dispatch` (storage/dispatch.py), and the API's
-    `schedules`, `executions`, `events`, `explain` (storage/schedules.py, executions.py, api.py)."""
+    `schedules`, `executions`, `events`, `explain` (storage/schedules.py, executions.py, api.py),
+    `partitions` (storage/partitions.py)."""
 
     def __init__(self, config: StoreConfig) -> None:
         super().__init__(config)
@@ -45,48 +46,7 @@ class PgStore(Database):
         self.executions = ExecutionsPort(self)
         self.events = EventsPort(self)
         self.explain = ExplainPort(self)
-
-    # ------------------------------------------------------------------ partitions & fencing
-
-    async def record_epoch(self, partition: int, epoch: int, owner: str) -> bool:
-        """Record a new owner's epoch; False if the row already has this or a newer epoch."""
-        async with self.transaction() as conn:
-            cur = await conn.execute(
-                q("record_epoch"), {"partition": partition, "epoch": epoch, "owner": owner}
-            )
-            won = cur.rowcount == 1
-            if won:
-                await conn.execute(
-                    q("record_partition_history"),
-                    {"partition": partition, "epoch": epoch, "owner": owner, "kind": "acquired"},
-                )
-            return won
-
-    async def record_partition_change(self, partition: int, epoch: int, owner: str, kind: str) -> None:
-        async with self.connection() as conn:
-            await conn.execute(
-                q("record_partition_history"),
-                {"partition": partition, "epoch": epoch, "owner": owner, "kind": kind},
-            )
-
-    async def current_epoch(self, partition: int) -> tuple[int, str | None]:
-        async with self.connection() as conn:
-            cur = await conn.execute(q("current_epoch"), {"partition": partition})
-            row = await cur.fetchone()
-        if row is None:
-            raise Unavailable("postgres", f"partition {partition} has no row (run migrate)")
-        return int(row[0]), row[1]
-
-    async def list_partitions(self) -> list[Row]:
-        return await self.fetch_all("list_partitions", {})
-
-    async def partition_count(self) -> int:
-        async with self.connection() as conn:
-            cur = await conn.execute(q("get_meta"), {"key": "partitions"})
-            row = await cur.fetchone()
-        if row is None:
-            raise Unavailable("postgres", "database is not migrated (run `cronwheel migrate`)")
-        return int(row[0])
+        self.partitions = PartitionsPort(self)
 
     # ------------------------------------------------------------------ firing (storage/firing.py)
 

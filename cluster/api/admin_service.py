@@ -80,21 +80,21 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         resp.members.append(self.self_member())
         for (node, address), got in zip(peers, answers, strict=True):
             resp.members.append(got if got is not None else admin_pb2.Member(node_id=node, address=address))
-        fenced = {r["id"]: r for r in await self.store.list_partitions()}
+        fenced = {r.partition: r for r in await self.store.partitions.list_partitions()}
         for p in range(st.partitions):
             key = view.partition_keys.get(p)
-            row = fenced.get(p, {})
+            row = fenced.get(p)
             ps = admin_pb2.PartitionStatus(
                 id=p,
                 owner=key.owner if key else "",
                 epoch=key.epoch if key else 0,
-                fenced_owner=row.get("owner") or "",
-                fenced_epoch=int(row.get("epoch") or 0),
+                fenced_owner=(row.owner if row else None) or "",
+                fenced_epoch=row.epoch if row else 0,
             )
-            if row.get("acquired_at"):
-                ps.acquired_at.CopyFrom(ts(row["acquired_at"].timestamp()))
+            if row is not None and row.acquired_at is not None:
+                ps.acquired_at.CopyFrom(ts(row.acquired_at.timestamp()))
             resp.partitions.append(ps)
-        depths = await self.store.executions.queue_depths()
+        depths = {d.priority: (d.queued, d.oldest_run_at) for d in await self.store.dispatch.queue_depths()}
         for number, name in PRIORITY.items():
             queued, oldest = depths.get(name, (0, None))
             d = admin_pb2.QueueDepth(priority=number, queued=queued)  # type: ignore[arg-type]

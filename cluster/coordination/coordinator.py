@@ -15,6 +15,12 @@ Tasks (one TaskGroup, see `run()`):
                 (`record_epoch`, WHERE epoch < new) and only then announce them; release
                 partitions no longer assigned (listener finishes its batch, then delete with a
                 compare on owner and create revision)
+    history     write the ownership-history rows (acquired / released / lost) queued by the
+                others, in order; PostgreSQL away skips a row (diagnostics, not a safety record)
+
+Time comes only from the injected `Clock` (`clock.sleep`, `clock.wait`, `clock.monotonic`), so a
+test on a `FakeClock` drives the trust watchdog without waiting. `faults.py` holds a test-only
+hook (off unless its environment variable is set) that delays keepalive replies.
 
 States of a partition on this node: free -> held (our key exists) -> owned (epoch recorded,
 listener told) -> released | lost. Only `owned` partitions are acted on, and only while the trust
@@ -31,19 +37,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from cronwheel.clock import Clock
 from cronwheel.cluster.coordination.assignment import assign
 from cronwheel.cluster.coordination.etcd import KV, Etcd
+from cronwheel.cluster.coordination.faults import KeepaliveFaults
 from cronwheel.cluster.coordination.partition_lease import Ownership, PartitionLeaseConfig, TrustWindow
 from cronwheel.errors import Unavailable
-from cronwheel.storage import PgStore
+from cronwheel.storage.partitions import PartitionsPort
 
 log = logging.getLogger("cronwheel.cluster.coordination.coordinator")
+
+HISTORY_DRAIN_S = 2.0  # how long shutdown waits for queued ownership-history rows
+MIN_RENEW_PAUSE_S = 0.05  # keepalives never go back to back, whatever etcd answers
 
 
 class OwnershipListener(Protocol):
@@ -102,7 +112,7 @@ class Coordinator:
         node_id: str,
         address: str,
         etcd: Etcd,
-        store: PgStore,
+        store: PartitionsPort,
         partitions: int,
         clock: Clock,
         config: PartitionLeaseConfig,
@@ -132,7 +142,11 @@ class Coordinator:
         self._wake = asyncio.Event()
         self._warned: set[tuple[str, int]] = set()
         self._stopping = False
-        self._bg: set[asyncio.Task[None]] = set()  # best-effort history writes in flight
+        # Ownership-history rows to write (diagnostics, not a safety record), in order, by the
+        # `history` task of run()'s TaskGroup; sync paths (a trust lapse) only enqueue.
+        self._history: asyncio.Queue[tuple[int, int, str]] = asyncio.Queue()
+        self._history_running = False
+        self.faults = KeepaliveFaults.from_env()
         self.stale_epoch_refusals = 0
 
     # ------------------------------------------------------------------ public view
@@ -158,8 +172,10 @@ class Coordinator:
         self._wake.set()
 
     def lease_deadline_s(self) -> float:
-        """Seconds of trust left on this node's lease (negative: lapsed)."""
-        return self.trust.remaining(self.clock.monotonic())
+        """Seconds of trust left on this node's lease (negative: lapsed; 0.0 while it has no lease
+        yet or any more, where the window is -inf: a status call must not meet an infinity)."""
+        left = self.trust.remaining(self.clock.monotonic())
+        return left if math.isfinite(left) else 0.0
 
     def assignment(self) -> dict[int, str]:
         return assign(self.view.members, self.partitions)
@@ -172,6 +188,7 @@ class Coordinator:
             tg.create_task(self._watchdog(), name=f"trust-watchdog-{self.node_id}")
             tg.create_task(self._watch_loop(), name=f"etcd-watch-{self.node_id}")
             tg.create_task(self._reconcile_loop(), name=f"reconcile-{self.node_id}")
+            tg.create_task(self._history_loop(), name=f"partition-history-{self.node_id}")
 
     async def shutdown(self) -> None:
         """Deploy: release every partition (listener finishes its batch), revoke the lease."""
@@ -185,6 +202,18 @@ class Coordinator:
                 log.warning("lease revoke failed", extra={"event": "lease_revoke_failed", "error": str(exc)})
         self.trust.revoke()
         self._lease_id = 0
+        if self._history_running:  # the "released" rows land before the node closes its pool,
+            drained = asyncio.Event()  # unless PostgreSQL is away: then exit without them
+
+            async def join() -> None:
+                await self._history.join()
+                drained.set()
+
+            joining = asyncio.ensure_future(join())
+            try:
+                await self.clock.wait(drained, HISTORY_DRAIN_S)
+            finally:
+                joining.cancel()
 
     # ------------------------------------------------------------------ lease & trust
 
@@ -197,16 +226,21 @@ class Coordinator:
                 else:
                     started = self.clock.monotonic()
                     ttl_left = await self.etcd.keepalive(self._lease_id)
+                    await self.faults.delay_reply(self.clock, self.trust.trusted_until,
+                                                  started + ttl_left - self.config.safety_margin_s)
                     if ttl_left <= 0:
                         self._drop_all("lease expired in etcd")
                         self._lease_id = 0
                         continue
                     self.trust.renewed(started, ttl_left)
                 backoff = self.config.retry_backoff_s
-                await asyncio.sleep(self.config.renew_every_s)
+                # Renew before the window runs out: after a slow reply (anchored at the attempt's
+                # start) less than renew_every_s may be left. Normally half the window is longer.
+                left = self.trust.remaining(self.clock.monotonic())
+                await self.clock.sleep(min(self.config.renew_every_s, max(left / 2, MIN_RENEW_PAUSE_S)))
             except Unavailable as exc:
                 log.warning("etcd unavailable", extra={"event": "etcd_unavailable", "error": str(exc)})
-                await asyncio.sleep(backoff)
+                await self.clock.sleep(backoff)
                 backoff = min(backoff * 2, self.config.retry_backoff_max_s)
 
     async def _register(self) -> None:
@@ -222,16 +256,19 @@ class Coordinator:
 
     async def _watchdog(self) -> None:
         while not self._stopping:
+            if self.faults.holding:  # test-only (faults.py): a late reply is due before the drop
+                await self.clock.sleep(0.01)
+                continue
             left = self.trust.remaining(self.clock.monotonic())
             if left > 0:
-                await asyncio.sleep(min(left, 1.0))
+                await self.clock.sleep(min(left, 1.0))
                 continue
             if self._lease_id and not self.ignore_local_trust:
                 # The lease may already be gone in etcd: abandon it (its keys expire with it) and
                 # come back under a new lease, with new keys and new epochs.
                 self._drop_all("lease trust window closed")
                 self._lease_id = 0
-            await asyncio.sleep(0.05)
+            await self.clock.sleep(0.05)
 
     def _drop_all(self, reason: str) -> None:
         lost = self.owned.snapshot()
@@ -242,20 +279,27 @@ class Coordinator:
             log.warning("partition lost", extra={"event": "partition_lost", "partition": p, "epoch": epoch,
                                                  "reason": reason})
             self.listener.partition_lost(p, epoch, reason)
-            self._spawn(self.store.record_partition_change(p, epoch, self.node_id, "lost"))
+            self._history.put_nowait((p, epoch, "lost"))
         if lost:
             self.signals.partition_lost.set()
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        async def best_effort() -> None:
-            try:
-                await coro
-            except Exception as exc:  # diagnostics only: the history row is not a safety record
-                log.info("history write skipped", extra={"event": "history_skipped", "error": str(exc)})
-
-        task = asyncio.get_running_loop().create_task(best_effort(), name="partition-history")
-        self._bg.add(task)
-        task.add_done_callback(self._bg.discard)
+    async def _history_loop(self) -> None:
+        """Write the queued ownership-history rows. PostgreSQL being away only skips rows (they
+        are diagnostics: the fencing record is what keeps ticks single); anything else is a bug
+        and crashes the node like any task of its TaskGroup."""
+        self._history_running = True
+        try:
+            while True:
+                p, epoch, kind = await self._history.get()
+                try:
+                    await self.store.record_partition_change(p, epoch, self.node_id, kind)
+                except Unavailable as exc:
+                    log.info("history write skipped", extra={"event": "history_skipped", "partition": p,
+                                                             "kind": kind, "error": str(exc)})
+                finally:
+                    self._history.task_done()
+        finally:
+            self._history_running = False
 
     # ------------------------------------------------------------------ view
 
@@ -272,7 +316,7 @@ class Coordinator:
                 backoff = self.config.retry_backoff_s
             except Unavailable as exc:
                 log.info("watch restarting", extra={"event": "watch_restart", "error": str(exc)})
-                await asyncio.sleep(backoff)
+                await self.clock.sleep(backoff)
                 backoff = min(backoff * 2, self.config.retry_backoff_max_s)
 
     def _rebuild_view(self, kvs: list[KV], rev: int) -> None:
@@ -325,10 +369,7 @@ class Coordinator:
 
     async def _reconcile_loop(self) -> None:
         while not self._stopping:
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.config.resync_every_s)
-            except TimeoutError:
-                pass
+            await self.clock.wait(self._wake, self.config.resync_every_s)
             self._wake.clear()
             if self._stopping:
                 return
@@ -336,7 +377,7 @@ class Coordinator:
                 await self._reconcile()
             except Unavailable as exc:
                 log.warning("reconcile deferred", extra={"event": "reconcile_deferred", "error": str(exc)})
-                await asyncio.sleep(self.config.retry_backoff_s)
+                await self.clock.sleep(self.config.retry_backoff_s)
 
     async def _reconcile(self) -> None:
         if not self._lease_id or not self.trust.trusted(self.clock.monotonic()):
@@ -409,7 +450,16 @@ class Coordinator:
                 log.info("partition acquired", extra={"event": "partition_acquired", "partition": p, "epoch": epoch})
                 await self.listener.partition_gained(p, epoch)
 
-        await asyncio.gather(*(one(p) for p in pending))
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for p in pending:
+                    tg.create_task(one(p), name=f"record-epoch-{p}")
+        except ExceptionGroup as eg:
+            # PostgreSQL away: the reconcile loop retries (it expects Unavailable); others are bugs.
+            first = eg.exceptions[0]
+            if all(isinstance(e, Unavailable) for e in eg.exceptions) and isinstance(first, Unavailable):
+                raise first from None
+            raise
 
     def _lose(self, p: int, reason: str) -> None:
         epoch = self._held.pop(p, None)
@@ -418,7 +468,7 @@ class Coordinator:
                                                  "reason": reason})
             self.listener.partition_lost(p, epoch, reason)
             self.signals.partition_lost.set()
-            self._spawn(self.store.record_partition_change(p, epoch, self.node_id, "lost"))
+            self._history.put_nowait((p, epoch, "lost"))
 
     async def _release(self, p: int, epoch: int, reason: str) -> None:
         if p in self.owned.epochs:
@@ -432,5 +482,5 @@ class Coordinator:
         finally:
             log.info("partition released", extra={"event": "partition_released", "partition": p, "epoch": epoch,
                                                    "reason": reason})
-            self._spawn(self.store.record_partition_change(p, epoch, self.node_id, "released"))
+            self._history.put_nowait((p, epoch, "released"))
 

@@ -78,10 +78,12 @@ def backoff_ceiling_s(attempt: int, initial_s: float, multiplier: float, max_s: 
     if multiplier <= 1.0 or attempt == 1:
         return min(max_s, initial_s)
     # Compare in log space: initial * m^n >= max  <=>  log(initial) + n * log(m) >= log(max).
-    n = attempt - 1
-    if math.log(initial_s) + n * math.log(multiplier) >= math.log(max_s):
+    # The power alone may overflow even when the product is small (initial_s = 5e-324 and
+    # 14^283, found by hypothesis), so the product is formed in log space too.
+    log_ceiling = math.log(initial_s) + (attempt - 1) * math.log(multiplier)
+    if log_ceiling >= math.log(max_s):
         return max_s
-    return min(max_s, initial_s * multiplier ** n)  # below max_s here, so no overflow
+    return min(max_s, math.exp(log_ceiling))  # exp of less than log(max_s): no overflow
 
 
 def backoff_s(attempt: int, initial_s: float, multiplier: float, max_s: float, rand: float) -> float:

@@ -19,14 +19,12 @@ from cronwheel.cluster.api.auth import current_caller
 from cronwheel.cluster.api.grpc_errors import status_of
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher, Leased
 from cronwheel.errors import InvalidArgument
-from cronwheel.v1 import common_pb2, dispatch_pb2, dispatch_pb2_grpc
+from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc, enums
 
 DEFAULT_LEASE_S = 60.0
-PRIORITY = {"critical": common_pb2.PRIORITY_CRITICAL, "default": common_pb2.PRIORITY_DEFAULT,
-            "bulk": common_pb2.PRIORITY_BULK}
-STATE = {name.removeprefix("EXECUTION_STATE_").lower(): value
-         for name, value in common_pb2.ExecutionState.items()}
-TRIGGER = {name.removeprefix("TRIGGER_").lower(): value for name, value in common_pb2.Trigger.items()}
+PRIORITY = enums.by_name(enums.PRIORITY)  # domain word -> contract number, from common_pb2
+STATE = enums.by_name(enums.STATE)
+TRIGGER = enums.by_name(enums.TRIGGER)
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 

@@ -39,8 +39,8 @@ async def make_schedule(store: PgStore, partition: int) -> uuid.UUID:
 
 async def test_stale_epoch_write_is_rejected(store: PgStore) -> None:
     sid = await make_schedule(store, 3)
-    assert await store.record_epoch(3, 100, "node-a")
-    assert await store.record_epoch(3, 200, "node-b")
+    assert await store.partitions.record_epoch(3, 100, "node-a")
+    assert await store.partitions.record_epoch(3, 200, "node-b")
     tick = Tick(sid, T0, T0)
     with pytest.raises(StaleEpoch) as ei:
         await store.fire_batch(FireBatchParams(partition=3, epoch=100, ticks=[tick]))
@@ -56,10 +56,10 @@ async def test_stale_epoch_write_is_rejected(store: PgStore) -> None:
 
 
 async def test_epoch_only_moves_forward(store: PgStore) -> None:
-    assert await store.record_epoch(1, 50, "a")
-    assert not await store.record_epoch(1, 50, "b"), "same epoch twice is refused"
-    assert not await store.record_epoch(1, 49, "b"), "an older epoch is refused"
-    assert await store.current_epoch(1) == (50, "a")
+    assert await store.partitions.record_epoch(1, 50, "a")
+    assert not await store.partitions.record_epoch(1, 50, "b"), "same epoch twice is refused"
+    assert not await store.partitions.record_epoch(1, 49, "b"), "an older epoch is refused"
+    assert await store.partitions.current_epoch(1) == (50, "a")
 
 
 async def lock_waiters(store: PgStore, query_like: str) -> int:
@@ -76,7 +76,7 @@ async def test_epoch_bump_waits_for_in_flight_fenced_batch(store: PgStore) -> No
     """The acquisition update conflicts with the fence's share lock: a new owner cannot slip
     its epoch in between the old owner's check and its writes."""
     sid = await make_schedule(store, 2)
-    assert await store.record_epoch(2, 10, "old")
+    assert await store.partitions.record_epoch(2, 10, "old")
     entered = asyncio.Event()
     release = asyncio.Event()
 
@@ -90,7 +90,7 @@ async def test_epoch_bump_waits_for_in_flight_fenced_batch(store: PgStore) -> No
 
     task = asyncio.create_task(old_owner_batch())
     await entered.wait()
-    bump = asyncio.create_task(store.record_epoch(2, 11, "new"))
+    bump = asyncio.create_task(store.partitions.record_epoch(2, 11, "new"))
     # The bump must be blocked on the row lock, not done: wait until PostgreSQL shows it waiting.
     await wait_until_async(lambda: lock_waiters(store, "%UPDATE partitions%"), 10,
                            "the epoch bump to wait on the fenced batch's row lock")
@@ -112,10 +112,10 @@ async def test_concurrent_epoch_bumps_leave_exactly_one_winner(dsn: str) -> None
         for round_ in range(50):
             epoch = 1000 + round_
             results = await asyncio.gather(
-                stores[0].record_epoch(5, epoch, "a"), stores[1].record_epoch(5, epoch, "b")
+                stores[0].partitions.record_epoch(5, epoch, "a"), stores[1].partitions.record_epoch(5, epoch, "b")
             )
             assert sorted(results) == [False, True], f"round {round_}: {results}"
-            current, owner = await stores[0].current_epoch(5)
+            current, owner = await stores[0].partitions.current_epoch(5)
             assert current == epoch
             assert owner == ("a" if results[0] else "b")
     finally:
@@ -135,12 +135,12 @@ def test_every_fenced_query_names_the_epoch() -> None:
 
 async def test_fire_batch_after_loss_changes_nothing(store: PgStore) -> None:
     sid = await make_schedule(store, 4)
-    assert await store.record_epoch(4, 7, "a")
+    assert await store.partitions.record_epoch(4, 7, "a")
     ok = await store.fire_batch(FireBatchParams(
         partition=4, epoch=7, ticks=[Tick(sid, T0, T0)],
     ))
     assert len(ok.fired) == 1
-    assert await store.record_epoch(4, 8, "b")
+    assert await store.partitions.record_epoch(4, 8, "b")
     t1 = T0 + timedelta(minutes=1)
     with pytest.raises(StaleEpoch):
         from cronwheel.storage import ScheduleAdvance
@@ -163,8 +163,8 @@ async def test_fire_plain_is_fenced_in_its_one_statement(store: PgStore) -> None
     sid = await make_schedule(store, 6)
     row = await store.fetch_one("api_get_schedule", {"id": sid})
     assert row is not None
-    assert await store.record_epoch(6, 30, "a")
-    assert await store.record_epoch(6, 31, "b")
+    assert await store.partitions.record_epoch(6, 30, "a")
+    assert await store.partitions.record_epoch(6, 31, "b")
     with pytest.raises(StaleEpoch) as ei:
         await store.fire_plain(6, 30, _plain(sid, T0, row["version"]))
     assert ei.value.current == 31
@@ -187,7 +187,7 @@ async def test_fire_plain_queued_behind_an_epoch_bump_is_refused(store: PgStore,
     sid = await make_schedule(store, 7)
     row = await store.fetch_one("api_get_schedule", {"id": sid})
     assert row is not None
-    assert await store.record_epoch(7, 40, "old")
+    assert await store.partitions.record_epoch(7, 40, "old")
     async with await psycopg.AsyncConnection.connect(dsn) as bumper:
         await bumper.execute("UPDATE partitions SET epoch = 41, owner = 'new' WHERE id = 7")
         fire = asyncio.create_task(store.fire_plain(7, 40, _plain(sid, T0, row["version"])))
@@ -207,7 +207,7 @@ async def test_fired_executions_get_time_ordered_v7_ids(store: PgStore) -> None:
     the database clock's milliseconds first (so the primary key is appended to, not split)."""
     sid = await make_schedule(store, 7)
     row = await store.fetch_one("api_get_schedule", {"id": sid})
-    assert row is not None and await store.record_epoch(7, 5, "a")
+    assert row is not None and await store.partitions.record_epoch(7, 5, "a")
     await store.fire_plain(7, 5, _plain(sid, T0, row["version"]))
     async with store.connection() as conn:
         cur = await conn.execute("SELECT id, fired_at FROM executions WHERE schedule_id = %s", (sid,))

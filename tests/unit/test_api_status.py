@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
-from typing import Any
 
 from cronwheel.clock import FakeClock
 from cronwheel.cluster.api.admin_service import AdminService
 from cronwheel.cluster.api.status import ClusterView, NodeStatus, PartitionKey, SelfView
+from cronwheel.storage.dispatch import QueueDepth
+from cronwheel.storage.partitions import FencingRecord
 from cronwheel.v1 import admin_pb2, common_pb2
 
 
@@ -24,15 +25,17 @@ class Status:
         return ClusterView({"n1": "127.0.0.1:1"}, {0: PartitionKey("n1", 11), 2: PartitionKey("n1", 12)})
 
 
+async def _partitions() -> list[FencingRecord]:
+    return [FencingRecord(0, 11, "n1", None)]
+
+
+async def _depths() -> list[QueueDepth]:
+    return [QueueDepth("bulk", 5, None)]
+
+
 class Store:
-    async def list_partitions(self) -> list[dict[str, Any]]:
-        return [{"id": 0, "owner": "n1", "epoch": 11, "acquired_at": None}]
-
-    executions = SimpleNamespace(queue_depths=lambda: _depths())
-
-
-async def _depths() -> dict[str, tuple[int, Any]]:
-    return {"bulk": (5, None)}
+    partitions = SimpleNamespace(list_partitions=_partitions)
+    dispatch = SimpleNamespace(queue_depths=_depths)
 
 
 class Context:

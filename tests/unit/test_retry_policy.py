@@ -4,6 +4,7 @@ RetryPolicy): no OverflowError, no huge ints, a delay within [0, max_s] for ever
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -53,8 +54,9 @@ def test_backoff_is_total_and_within_the_cap_for_every_accepted_policy(p: RetryP
                                                                       r: float) -> None:
     ceiling = backoff_ceiling_s(attempt, p.initial_s, p.multiplier, p.max_s)
     assert 0.0 <= ceiling <= p.max_s
-    # The same value as the naive formula, computed where it cannot overflow (exp caps at e^700).
-    naive = min(p.max_s, p.initial_s * math.exp(min((attempt - 1) * math.log(p.multiplier), 700.0)))
+    # The same value as the naive formula in exact decimal arithmetic (no float range to leave).
+    exact = Decimal(p.initial_s) * Decimal(p.multiplier) ** (attempt - 1)
+    naive = float(min(Decimal(p.max_s), exact))
     assert math.isclose(ceiling, naive, rel_tol=1e-9, abs_tol=1e-12)
     assert 0.0 <= backoff_s(attempt, p.initial_s, p.multiplier, p.max_s, r) <= p.max_s
 

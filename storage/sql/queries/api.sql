@@ -156,13 +156,6 @@ SELECT id, at, tenant, kind, schedule_id, execution_id, partition, actor, alert,
  ORDER BY id
  LIMIT %(limit)s;
 
--- name: api_queue_depths
--- Queued executions per priority and the oldest run_at among them (ClusterStatus).
-SELECT priority, count(*) AS queued, min(run_at) AS oldest_run_at
-  FROM executions
- WHERE state = 'queued'
- GROUP BY priority;
-
 -- name: api_partition_epoch
 -- Inside a transaction: the partition's current epoch, share-locked until commit exactly as
 -- check_fence locks it (an acquisition waits; fenced queries can then run under this epoch).

@@ -1,0 +1,130 @@
+"""The partitions port: fencing records, ownership history, and the cluster's meta settings.
+
+    record_epoch            take a partition's fencing record (only with a strictly greater epoch)
+    record_partition_change append acquired / released / lost to the ownership history
+    current_epoch           the recorded (epoch, owner) of one partition
+    list_partitions         every partition's fencing record
+    partition_count         P, fixed at migrate time
+    claim_cluster           which cluster this database serves (recorded once, then enforced)
+
+One database serves one cluster: `cluster_meta.cluster` is written by the first `migrate` (or, on
+a database migrated before the name was recorded, by the first node) and a node of another
+cluster is refused (`check_cluster_owner`), because two clusters would take each other's fencing
+records and both stall. A database that was never migrated is reported as such (`NotMigrated`,
+an `Unavailable`: the CLI exits 3), not as a driver error.
+
+Task-safe: shares the node's `Database` pool; holds no state of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+
+from cronwheel.errors import FailedPrecondition, Unavailable
+from cronwheel.storage.db import Database
+from cronwheel.storage.queries import q
+
+DEFAULT_CLUSTER = "cronwheel"  # the cluster name of `cronwheel migrate` and `cronwheel node` alike
+META_PARTITIONS = "partitions"
+META_CLUSTER = "cluster"
+NOT_MIGRATED = "database is not migrated (run `cronwheel migrate`)"
+
+
+class NotMigrated(Unavailable):
+    """The database has no cronwheel schema: run `cronwheel migrate` first."""
+
+    def __init__(self) -> None:
+        super().__init__("postgres", NOT_MIGRATED)
+
+
+@dataclass(frozen=True, slots=True)
+class FencingRecord:
+    """A partition's row: the epoch writes are fenced with, who recorded it, and when."""
+
+    partition: int
+    epoch: int
+    owner: str | None
+    acquired_at: datetime | None
+
+
+def check_cluster_owner(stored: str, wanted: str) -> None:
+    """The one rule for a database shared by two clusters: refuse, naming both."""
+    if stored != wanted:
+        raise FailedPrecondition(
+            f"cluster: this database belongs to cluster {stored!r}, not {wanted!r} "
+            f"(one database serves one cluster; start the node with --cluster {stored} "
+            f"or give cluster {wanted!r} its own database)"
+        )
+
+
+class PartitionsPort:
+    """One typed method per query of partitions.sql and cluster_meta.sql."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[AsyncConnection[Any]]:
+        """A connection whose missing tables mean "not migrated" (the first read of a node)."""
+        try:
+            async with self.db.connection() as conn:
+                yield conn
+        except psycopg.errors.UndefinedTable as exc:
+            raise NotMigrated() from exc
+
+    async def record_epoch(self, partition: int, epoch: int, owner: str) -> bool:
+        """Record a new owner's epoch; False if the row already has this or a newer epoch."""
+        async with self.db.transaction() as conn:
+            cur = await conn.execute(q("record_epoch"), {"partition": partition, "epoch": epoch, "owner": owner})
+            won = cur.rowcount == 1
+            if won:
+                await conn.execute(
+                    q("record_partition_history"),
+                    {"partition": partition, "epoch": epoch, "owner": owner, "kind": "acquired"},
+                )
+            return won
+
+    async def record_partition_change(self, partition: int, epoch: int, owner: str, kind: str) -> None:
+        async with self.db.connection() as conn:
+            await conn.execute(
+                q("record_partition_history"), {"partition": partition, "epoch": epoch, "owner": owner, "kind": kind}
+            )
+
+    async def current_epoch(self, partition: int) -> tuple[int, str | None]:
+        async with self.db.connection() as conn:
+            cur = await conn.execute(q("current_epoch"), {"partition": partition})
+            row = await cur.fetchone()
+        if row is None:
+            raise Unavailable("postgres", f"partition {partition} has no row (run migrate)")
+        return int(row[0]), row[1]
+
+    async def list_partitions(self) -> list[FencingRecord]:
+        async with self.db.connection() as conn:
+            cur = await conn.execute(q("list_partitions"), {})
+            return [FencingRecord(int(r[0]), int(r[1]), r[2], r[3]) for r in await cur.fetchall()]
+
+    async def partition_count(self) -> int:
+        async with self._conn() as conn:
+            cur = await conn.execute(q("get_meta"), {"key": META_PARTITIONS})
+            row = await cur.fetchone()
+        if row is None:
+            raise NotMigrated()
+        return int(row[0])
+
+    async def claim_cluster(self, cluster: str) -> None:
+        """Refuse (FailedPrecondition) unless this database serves `cluster`. A database migrated
+        before the owner was recorded is claimed by the first node that asks (atomically: of two
+        clusters starting at once, one wins and the other is refused)."""
+        async with self._conn() as conn:
+            cur = await conn.execute(q("put_meta_if_absent"), {"key": META_CLUSTER, "value": Jsonb(cluster)})
+            row = await cur.fetchone()
+        assert row is not None, "put_meta_if_absent returns the stored value"
+        check_cluster_owner(str(row[0]), cluster)

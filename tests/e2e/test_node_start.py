@@ -1,0 +1,65 @@
+"""A node refuses to start where it would share what must not be shared (issue 14, holes 4-6):
+a port with another node, a database with another cluster, a database that was never migrated.
+Each refusal is one clear line and the exit code docs/operating.md promises."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from chaos.harness import NodeProc, ProcessCluster
+from cronwheel.localservers import free_port
+
+from .helpers import run_cli
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ProcessCluster]:
+    with ProcessCluster(partitions=4, lease_ttl_s=3) as c:
+        yield c
+
+
+def exit_of(node: NodeProc, timeout_s: float = 30) -> tuple[int, str]:
+    """The exit code of a node that must refuse to start, and the last line of its stderr."""
+    code = node.proc.wait(timeout_s)
+    lines = [ln for ln in node.log_path.read_text().splitlines() if ln.strip()]
+    return code, lines[-1] if lines else ""
+
+
+def test_second_node_on_a_busy_port_exits_2_with_address_already_in_use(cluster: ProcessCluster) -> None:
+    listen = f"127.0.0.1:{free_port()}"
+    first = cluster.start_node("port-a", "--listen", listen)
+    second = cluster.start_node("port-b", "--listen", listen, wait=False)
+    code, line = exit_of(second)
+    assert code == 2, line
+    assert line.startswith("cronwheel: error: --listen: ") and "address already in use" in line, line
+    assert listen in line
+    assert first.alive(), "the node that had the port keeps it"
+    cluster.stop_node("port-a")
+
+
+def test_node_of_another_cluster_is_refused_naming_both_clusters(cluster: ProcessCluster) -> None:
+    node = cluster.start_node("other", "--cluster", "elsewhere", wait=False)
+    code, line = exit_of(node)
+    assert code == 1, line
+    assert line.startswith("cronwheel: error: ") and "'cronwheel'" in line and "'elsewhere'" in line, line
+    assert cluster.sql("SELECT count(*) FROM partition_history WHERE owner = 'other'") == [(0,)]
+
+
+def test_migrate_of_a_database_owned_by_another_cluster_is_refused(cluster: ProcessCluster) -> None:
+    r = run_cli("migrate", "--dsn", cluster.dsn, "--partitions", "4", "--cluster", "elsewhere")
+    assert r.returncode == 1, r.stderr
+    assert "'cronwheel'" in r.stderr and "'elsewhere'" in r.stderr, r.stderr
+    again = run_cli("migrate", "--dsn", cluster.dsn, "--partitions", "4")
+    assert again.returncode == 0 and "cluster cronwheel" in again.stdout, again.stderr
+
+
+def test_node_on_a_database_never_migrated_exits_3_database_is_not_migrated(cluster: ProcessCluster) -> None:
+    empty = cluster.pg.create_database("never_migrated")
+    node = cluster.start_node("fresh", "--dsn", empty, wait=False)
+    code, line = exit_of(node)
+    assert code == 3, line
+    assert line.startswith("cronwheel: error: ") and "database is not migrated" in line, line
