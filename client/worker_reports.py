@@ -70,6 +70,7 @@ class Reporter:
         self.sent = 0
         self.refused = 0
         self.given_up = 0
+        self.retries = 0  # calls (or items) that met a transient code and were tried again
 
     @property
     def pending(self) -> int:
@@ -167,6 +168,7 @@ class Reporter:
                     for r in batch:
                         await self._send_one(r)
                     return
+                self.retries += 1
                 batch = self._live(batch, attempt, exc.code().name)
                 if batch:
                     await self.clock.sleep(backoff_s(attempt, self.rng.random()))
@@ -183,6 +185,7 @@ class Reporter:
                     self._result_refused(r, out.message)
                 else:
                     self._refused(r, code.name, out.message)
+            self.retries += len(retry)
             batch = self._live(retry, attempt, "per-item transient code")
             if batch:
                 await self.clock.sleep(backoff_s(attempt, self.rng.random()))
@@ -218,6 +221,7 @@ class Reporter:
                     else:
                         self._refused(r, exc.code().name, exc.details() or "")
                     return
+                self.retries += 1
                 if not self._live([r], attempt, exc.code().name):
                     return
                 await self.clock.sleep(backoff_s(attempt, self.rng.random()))

@@ -264,8 +264,10 @@ def test_a_completion_report_during_a_node_restart_is_not_lost(tmp_path: Path) -
             assert started.wait(20)
             c.kill_node("n1")
             go.set()  # the handler returns while no node is up: its report meets UNAVAILABLE
-            wait_for(lambda: w.reporter is not None and w.reporter.pending == 0 and w.completed == 1, 10,
-                     "the handler returned")
+            wait_for(lambda: w.completed == 1, 10, "the handler returned")
+            assert w.reporter is not None and w.reporter.pending == 1, "its report waits for a node"
+            assert not w.running, "its slot is free"
+            wait_for(lambda: w.reporter is not None and w.reporter.retries >= 3, 10, "the report to meet UNAVAILABLE")
             c.start_node("n2", *auth)
             ex = wait_state(Api(listen, "acme"), eid, {E.EXECUTION_STATE_SUCCEEDED}, timeout=30)
         assert ex.attempt == 1 and runs == [1], (ex, runs)
