@@ -313,3 +313,33 @@ def test_a_worker_runs_jobs_from_a_node_that_serves_tls(tmp_path: Path) -> None:
         eid = api.submit(type="tls").id
         with serving(w):
             wait_state(api, eid, {E.EXECUTION_STATE_SUCCEEDED}, timeout=30)
+
+
+def test_overlap_replace_ends_the_old_run_cancelled_and_the_new_one_does_not_wait(
+        node: tuple[ProcessCluster, str]) -> None:
+    _, address = node
+    api = Api(address, "acme")
+    sched = api.create(name="replace-me", job_type="rep", overlap_policy=E.OVERLAP_POLICY_REPLACE)
+    w = Worker(address, token=ADMIN, worker_id="w-replace", lease_s=3.0)
+    events: list[tuple[str, str]] = []
+    first_started = threading.Event()
+
+    @w.job("rep")
+    async def handler(ctx: JobContext) -> dict[str, bool]:
+        events.append(("start", ctx.execution_id))
+        if len(events) == 1:
+            first_started.set()
+            await w.clock.wait(ctx.cancelled, 60)
+            events.append(("told", ctx.stop_reason or ""))
+        events.append(("end", ctx.execution_id))
+        return {"done": True}
+
+    with serving(w):
+        old = api.call("TriggerSchedule", S.TriggerScheduleRequest(schedule_id=sched.id)).execution.id
+        assert first_started.wait(20)
+        new = api.call("TriggerSchedule", S.TriggerScheduleRequest(schedule_id=sched.id)).execution.id
+        assert wait_state(api, old, {E.EXECUTION_STATE_CANCELLED, E.EXECUTION_STATE_SUCCEEDED}).state == \
+            E.EXECUTION_STATE_CANCELLED
+        wait_state(api, new, {E.EXECUTION_STATE_SUCCEEDED})
+    assert ("told", "cancel") in events
+    assert events.index(("start", new)) < events.index(("end", old)), f"the new run did not wait: {events}"
