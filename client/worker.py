@@ -60,14 +60,14 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
 from cronwheel.client.worker_connection import Connection, WorkerStopped, permanent, unreachable
+from cronwheel.client.worker_context import JobContext, NonRetryable, Run, Stale
 from cronwheel.client.worker_policy import (
     CodeClass,
     StopReason,
@@ -83,63 +83,20 @@ from cronwheel.clock import Clock, SystemClock
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
 log = logging.getLogger("cronwheel.client.worker")
+# Over ~400 lines on purpose: the lease loop, a handler's supervision and the heartbeats share
+# the run table; the pure rules (worker_policy), the outbox (worker_reports), the connection and
+# the context live beside it.
+__all__ = ["JobContext", "NonRetryable", "Stale", "Worker", "WorkerStopped"]
 
 Handler = Callable[["JobContext"], Any]
 DEFAULT_CONCURRENCY = 100
 DEFAULT_THREADS = 32
 
 
-class NonRetryable(Exception):
-    """Raise from a handler when another attempt cannot succeed (bad input, ...)."""
-
-
-class Stale(Exception):
-    """The execution was leased again or finished elsewhere: stop working on it."""
-
-
 def _dur(seconds: float) -> Duration:
     d = Duration()
     d.FromNanoseconds(int(seconds * 1e9))
     return d
-
-
-@dataclass
-class JobContext:
-    execution_id: str
-    schedule_id: str | None
-    type: str
-    tenant: str
-    payload: Any
-    scheduled_for: datetime
-    attempt: int
-    max_attempts: int
-    fencing_token: int
-    checkpoint_value: Any
-    deadline: datetime | None
-    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
-    stop_reason: str | None = None  # why cancelled is set: "cancel", "timeout", "shutdown", "stale"
-    _worker: Worker | None = field(default=None, repr=False)
-
-    async def checkpoint(self, value: Any) -> None:
-        """Save progress; a later attempt receives it as `checkpoint_value`."""
-        assert self._worker is not None
-        await self._worker._checkpoint(self, value)
-        self.checkpoint_value = value
-
-
-@dataclass(eq=False)
-class _Run:
-    """A leased run in this worker. Only the event loop touches it."""
-
-    ctx: JobContext
-    lease_until: float                    # monotonic, renewed by heartbeats
-    deadline: float | None                # monotonic end of the attempt's timeout: the handler is cancelled
-    warn_at: float | None                 # when ctx.cancelled is set before it (None once told)
-    timeout_s: float | None
-    task: asyncio.Task[None] | None = None
-    reason: StopReason | None = None
-    kill_at: float | None = None
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Worker:
@@ -173,7 +130,7 @@ class Worker:
         self.clock: Clock = clock or SystemClock()
         self.rng = random.Random()
         self.handlers: dict[str, Handler] = {}
-        self.running: dict[str, _Run] = {}
+        self.running: dict[str, Run] = {}
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._fatal: WorkerStopped | None = None
@@ -214,6 +171,12 @@ class Worker:
             self._fatal = err
         self.stop()
 
+    def _side_task_ended(self, task: asyncio.Task[None]) -> None:
+        """A side task (reports, heartbeats) that crashed stops the worker instead of leaving it
+        leasing work it can no longer report on or keep."""
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._stop_fatal(WorkerStopped(self.worker_id, "INTERNAL", f"{task.get_name()} crashed: {exc!r}"))
+
     def run(self) -> None:
         """Serve until SIGTERM/SIGINT; on an error no retry can fix, print one line and exit non-zero."""
         try:
@@ -224,28 +187,33 @@ class Worker:
 
     async def serve(self, install_signals: bool = False) -> None:
         """Lease and run until stop(); raises WorkerStopped on an error no retry can fix."""
-        if not self.handlers:
-            raise ValueError("no handlers registered (use @worker.job(type))")
         conn = self._connection().validate()
         if install_signals:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
+        async with conn.channel() as ch:
+            await self.serve_on(dispatch_pb2_grpc.DispatchServiceStub(ch))
+
+    async def serve_on(self, stub: Any) -> None:
+        """serve() over a DispatchService stub the caller made (its own channel, or a fake in
+        tests); what serve() does after connecting."""
+        if not self.handlers:
+            raise ValueError("no handlers registered (use @worker.job(type))")
+        self.stub = stub
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"cronwheel-{self.worker_id}")
+        self.reporter = Reporter(stub, self.worker_id, self.metadata, self.clock, self._stop_fatal)
+        reports = asyncio.create_task(self.reporter.run(), name="worker-reports")
+        hb = asyncio.create_task(self._heartbeats(), name="worker-heartbeats")
+        for side in (reports, hb):
+            side.add_done_callback(self._side_task_ended)
         try:
-            async with conn.channel() as ch:
-                self.stub = dispatch_pb2_grpc.DispatchServiceStub(ch)
-                self.reporter = Reporter(self.stub, self.worker_id, self.metadata, self.clock, self._stop_fatal)
-                reports = asyncio.create_task(self.reporter.run(), name="worker-reports")
-                hb = asyncio.create_task(self._heartbeats(), name="worker-heartbeats")
-                try:
-                    await self._lease_loop()
-                finally:
-                    await self._shutdown()
-                    hb.cancel()
-                    await self.reporter.flush(self.report_flush_s if self._fatal is None else 1.0)
-                    reports.cancel()
+            await self._lease_loop()
         finally:
+            await self._shutdown()
+            hb.cancel()
+            await self.reporter.flush(self.report_flush_s if self._fatal is None else 1.0)
+            reports.cancel()
             self._pool.shutdown(wait=False, cancel_futures=True)
         if self._fatal is not None:
             raise self._fatal
@@ -333,7 +301,7 @@ class Worker:
         deadline = None if timeout_s is None else t1 + timeout_s
         warn_at = None if deadline is None or timeout_s is None else deadline - min(self.timeout_grace_s,
                                                                                     timeout_s / 4)
-        run = _Run(ctx, lease_until=t0 + self.lease_s, deadline=deadline, warn_at=warn_at, timeout_s=timeout_s)
+        run = Run(ctx, lease_until=t0 + self.lease_s, deadline=deadline, warn_at=warn_at, timeout_s=timeout_s)
         run.task = asyncio.create_task(self._supervise(run), name=f"job-{ex.execution_id}")
         self.running[ex.execution_id] = run
 
@@ -345,7 +313,7 @@ class Worker:
 
     # ------------------------------------------------------------------ running a handler
 
-    def _tell(self, run: _Run, reason: StopReason, grace_s: float) -> None:
+    def _tell(self, run: Run, reason: StopReason, grace_s: float) -> None:
         """Tell the handler to stop (ctx.cancelled); cancel its task after `grace_s`."""
         new = stronger(run.reason, reason)
         if new is run.reason:
@@ -368,7 +336,7 @@ class Worker:
             result = await result
         return result
 
-    async def _supervise(self, run: _Run) -> None:
+    async def _supervise(self, run: Run) -> None:
         ctx = run.ctx
         call = asyncio.create_task(self._call(ctx), name=f"handler-{ctx.execution_id}")
         call.add_done_callback(lambda _t: run.changed.set())
@@ -391,7 +359,7 @@ class Worker:
             raise
         self._report(run, call)
 
-    def _report(self, run: _Run, call: asyncio.Task[Any]) -> None:
+    def _report(self, run: Run, call: asyncio.Task[Any]) -> None:
         returned, result_json, error, error_type, retryable = False, "", "", "", True
         if not call.done():
             error, error_type = "the handler did not stop when cancelled", "stuck"
@@ -433,6 +401,8 @@ class Worker:
                 checkpoint_json=json.dumps(value)), timeout=10, metadata=self.metadata)
         except grpc.aio.AioRpcError as exc:
             if classify(exc.code()) is CodeClass.STALE:
+                if (run := self.running.get(ctx.execution_id)) is not None:
+                    self._tell(run, StopReason.STALE, self.timeout_grace_s)  # its result is dropped
                 ctx.cancelled.set()
                 ctx.stop_reason = StopReason.STALE.value
                 raise Stale(exc.details()) from None
@@ -448,7 +418,7 @@ class Worker:
             if runs:
                 await asyncio.gather(*(self._heartbeat(r, limit) for r in runs))
 
-    async def _heartbeat(self, run: _Run, limit: asyncio.Semaphore) -> None:
+    async def _heartbeat(self, run: Run, limit: asyncio.Semaphore) -> None:
         async with limit:
             if run.task is None or run.task.done():
                 return
