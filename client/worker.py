@@ -306,7 +306,8 @@ class Worker:
         self.running[ex.execution_id] = run
 
         def finished(_t: asyncio.Task[None]) -> None:
-            self.running.pop(ex.execution_id, None)
+            if self.running.get(ex.execution_id) is run:  # not a later lease of the same execution
+                del self.running[ex.execution_id]
             self._wake.set()  # a slot is free: the lease loop may ask for more
 
         run.task.add_done_callback(finished)

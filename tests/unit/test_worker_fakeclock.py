@@ -120,3 +120,39 @@ async def test_no_lease_call_asks_beyond_the_nodes_limit_whatever_the_concurrenc
     assert max(stub.asked) == 100 and sorted(stub.completes) == sorted(f"e{i}" for i in range(300))
     w.stop()
     await serving
+
+
+async def test_sync_handlers_run_on_the_workers_own_bounded_thread_pool() -> None:
+    import threading
+
+    clock = FakeClock()
+    w = Worker("fake:1", worker_id="wt", concurrency=8, threads=2, clock=clock)
+    lock, running, peak, names = threading.Lock(), [0], [0], set()
+    pair = threading.Barrier(2, timeout=10)  # passes only when two handlers run at once
+
+    @w.job("job")
+    def handler(ctx: JobContext) -> None:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            names.add(threading.current_thread().name.rsplit("_", 1)[0])
+        pair.wait()
+        with lock:
+            running[0] -= 1
+
+    stub = FakeDispatch([leased(f"e{i}") for i in range(4)])
+    done = asyncio.Event()
+    complete = stub.CompleteExecutions
+
+    async def counting(req: Any, **kw: Any) -> Any:
+        out = await complete(req, **kw)
+        if len(stub.completes) == 4:
+            done.set()
+        return out
+
+    stub.CompleteExecutions = counting  # type: ignore[method-assign]
+    serving = asyncio.create_task(w.serve_on(stub))
+    await asyncio.wait_for(done.wait(), 10)
+    assert peak[0] == 2 and names == {"cronwheel-wt"}
+    w.stop()
+    await serving
