@@ -21,7 +21,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from chaos.harness import ProcessCluster
-from cronwheel.client import JobContext, Worker
+from cronwheel.client import JobContext, Worker, WorkerStopped
 from cronwheel.v1 import common_pb2, scheduler_pb2
 
 from .api_cluster import TOKENS, Api, api_cluster, write_auth_file
@@ -343,3 +343,18 @@ def test_overlap_replace_ends_the_old_run_cancelled_and_the_new_one_does_not_wai
         wait_state(api, new, {E.EXECUTION_STATE_SUCCEEDED})
     assert ("told", "cancel") in events
     assert events.index(("start", new)) < events.index(("end", old)), f"the new run did not wait: {events}"
+
+
+def test_a_worker_whose_settings_the_node_refuses_stops_with_a_typed_error(
+        node: tuple[ProcessCluster, str]) -> None:
+    _, address = node
+    w = Worker(address, token=ADMIN, worker_id="w-bad-lease", lease_s=0.5)  # the node takes 1 s .. 1 h
+
+    @w.job("never")
+    async def handler(ctx: JobContext) -> None:
+        return None
+
+    with pytest.raises(WorkerStopped) as ei, serving(w):
+        wait_for(lambda: w._stopping.is_set(), 20, "the worker to stop by itself")
+    assert ei.value.code == "INVALID_ARGUMENT" and ei.value.exit_code == 2
+    assert "lease_duration" in ei.value.message and "w-bad-lease" in ei.value.message
