@@ -1,13 +1,15 @@
 """cronwheel.client: what users import.
 
-- `Worker` (and `JobContext`, `NonRetryable`): run handlers for job types; at-least-once, with
-  heartbeats, checkpoints and fencing tokens (see cronwheel.client.worker).
+- `Worker` (and `JobContext`, `NonRetryable`, `WorkerStopped`): run handlers for job types;
+  at-least-once, with heartbeats, checkpoints and fencing tokens; reports sent in the background
+  and never dropped while the lease holds (see cronwheel.client.worker).
 - `load_worker(module)`: find the Worker a module defines (used by `cronwheel worker MODULE`).
 """
 
 from cronwheel.client.worker import JobContext, NonRetryable, Worker
+from cronwheel.client.worker_connection import WorkerStopped
 
-__all__ = ["JobContext", "NonRetryable", "Worker", "load_worker"]
+__all__ = ["JobContext", "NonRetryable", "Worker", "WorkerStopped", "load_worker"]
 
 
 def load_worker(module_name: str) -> Worker:

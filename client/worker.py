@@ -1,12 +1,12 @@
 """The Python worker SDK.
 
-    worker = Worker("127.0.0.1:7070", concurrency=8)
+    worker = Worker("127.0.0.1:7070", token="...", tls=True, ca_file="ca.pem")
 
     @worker.job("send_reminder")
     async def send_reminder(ctx: JobContext) -> dict:
         ...                                  # ctx.payload, ctx.execution_id, ctx.scheduled_for,
         await ctx.checkpoint({"sent": 10})   # ctx.attempt, ctx.fencing_token, ctx.checkpoint_value,
-        if ctx.cancelled.is_set(): ...       # ctx.deadline
+        if ctx.cancelled.is_set(): ...       # ctx.deadline, ctx.stop_reason
         return {"ok": True}                  # the result (JSON)
 
     worker.run()        # or: await worker.serve()
@@ -16,42 +16,81 @@ killed or paused past its lease is replaced); every call carries the fencing tok
 token is refused, which stops the handler (ctx.cancelled is set, its result is dropped).
 Handlers must be idempotent on (execution_id, scheduled_for).
 
-Sync handlers run in a thread. Raise `NonRetryable` for failures another attempt cannot fix.
-SIGTERM: stop leasing, set ctx.cancelled on running handlers, wait `grace_s` for them to
-checkpoint and return, hand unfinished ones back (FailExecution error_type=worker_shutdown, so
-another worker resumes them from their checkpoint at once), exit.
+Throughput. `concurrency` (default 100) handlers run at once. 100 suits async handlers, which
+mostly wait on I/O: 100 coroutines cost little, one lease call (the node's limit is 100 per
+call) fills an idle worker, and heartbeats stay at 100 * 3 / lease_s RPCs/s (5/s). Sync handlers
+run on the worker's own thread pool of `threads` (default 32) threads, never the loop's default
+executor; when more sync handlers run than threads, the rest wait for a thread (their timeout
+counts). A slot is free the moment its handler returns: reports go in the background (see
+cronwheel.client.worker_reports: batched, retried, flushed on exit). Lease calls are kept in
+flight while slots are free, each asking for min(free, 100), so an idle worker always waits in
+a long poll and is handed work as soon as a node queues it.
+
+Stopping a handler: the worker sets ctx.cancelled (and ctx.stop_reason) and, after a grace,
+cancels the handler's task (a sync handler cannot be interrupted: its thread runs on, its result
+is dropped).
+- cancel requested (heartbeat or checkpoint answered cancel_requested: CancelExecution, overlap
+  `replace`): grace `cancel_grace_s`; whatever the handler then does, the run ends CANCELLED;
+- the attempt's timeout (LeasedExecution.timeout, on the worker's monotonic clock from the
+  lease's answer): ctx.cancelled is set `timeout_grace_s` (at most a quarter of the timeout)
+  before it, the task is cancelled at it, and the run is reported as error_type "timeout"
+  (retried as the server's retry policy says), so a handler never runs past its timeout;
+- stale token: at once, nothing reported;
+- SIGTERM / stop(): stop leasing, grace `grace_s` for handlers to checkpoint and return; runs
+  left are handed back (FailExecution error_type=worker_shutdown, so another worker resumes
+  them from their checkpoint at once); reports are flushed (at most `report_flush_s`); exit.
+
+Errors no retry can fix (UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT on lease, no node
+reachable within `connect_timeout_s` of start-up) stop the worker: serve() raises WorkerStopped,
+run() prints it as one line and exits non-zero. UNAVAILABLE after the first success is retried
+for ever (a node restarting). Log lines name the worker as `worker`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import json
 import logging
+import random
 import signal
 import socket
+import sys
 import traceback
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC
 from typing import Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
+from cronwheel.client.worker_connection import Connection, WorkerStopped, permanent, unreachable
+from cronwheel.client.worker_context import JobContext, NonRetryable, Run, Stale
+from cronwheel.client.worker_policy import (
+    CodeClass,
+    StopReason,
+    backoff_s,
+    classify,
+    lease_size,
+    max_lease_calls,
+    stronger,
+    verdict,
+)
+from cronwheel.client.worker_reports import Report, Reporter
+from cronwheel.clock import Clock, SystemClock
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
 log = logging.getLogger("cronwheel.client.worker")
+# Over ~400 lines on purpose: the lease loop, a handler's supervision and the heartbeats share
+# the run table; the pure rules (worker_policy), the outbox (worker_reports), the connection and
+# the context live beside it.
+__all__ = ["JobContext", "NonRetryable", "Stale", "Worker", "WorkerStopped"]
 
 Handler = Callable[["JobContext"], Any]
-
-
-class NonRetryable(Exception):
-    """Raise from a handler when another attempt cannot succeed (bad input, ...)."""
-
-
-class Stale(Exception):
-    """The execution was leased again or finished elsewhere: stop working on it."""
+DEFAULT_CONCURRENCY = 100
+DEFAULT_THREADS = 32
 
 
 def _dur(seconds: float) -> Duration:
@@ -60,51 +99,61 @@ def _dur(seconds: float) -> Duration:
     return d
 
 
-@dataclass
-class JobContext:
-    execution_id: str
-    schedule_id: str | None
-    type: str
-    tenant: str
-    payload: Any
-    scheduled_for: datetime
-    attempt: int
-    max_attempts: int
-    fencing_token: int
-    checkpoint_value: Any
-    deadline: datetime | None
-    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
-    _worker: Worker | None = field(default=None, repr=False)
-
-    async def checkpoint(self, value: Any) -> None:
-        """Save progress; a later attempt receives it as `checkpoint_value`."""
-        assert self._worker is not None
-        await self._worker._checkpoint(self, value)
-        self.checkpoint_value = value
-
-
 class Worker:
     def __init__(self, address: str = "127.0.0.1:7070", *, worker_id: str | None = None,
-                 concurrency: int = 4, lease_s: float = 60.0, heartbeat_every_s: float | None = None,
-                 grace_s: float = 10.0, token: str | None = None, poll_wait_s: float = 10.0) -> None:
+                 concurrency: int = DEFAULT_CONCURRENCY, threads: int = DEFAULT_THREADS, lease_s: float = 60.0,
+                 heartbeat_every_s: float | None = None, grace_s: float = 10.0, token: str | None = None,
+                 poll_wait_s: float = 10.0, tls: bool = False, ca_file: str | None = None,
+                 cert_file: str | None = None, key_file: str | None = None, cancel_grace_s: float | None = None,
+                 timeout_grace_s: float = 1.0, connect_timeout_s: float = 30.0, report_flush_s: float = 30.0,
+                 interceptors: Sequence[Any] = (), clock: Clock | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
         self.address = address
+        self.tls, self.ca_file, self.cert_file, self.key_file = tls, ca_file, cert_file, key_file
+        self.interceptors = tuple(interceptors)
+        self._connection().validate()
         self.worker_id = worker_id or f"{socket.gethostname()}-{id(self):x}"
         self.concurrency = concurrency
+        self.threads = threads
         self.lease_s = lease_s
         self.heartbeat_every_s = heartbeat_every_s or lease_s / 3
         self.grace_s = grace_s
+        self.cancel_grace_s = grace_s if cancel_grace_s is None else cancel_grace_s
+        self.timeout_grace_s = timeout_grace_s
+        self.connect_timeout_s = connect_timeout_s
+        self.report_flush_s = report_flush_s
         self.poll_wait_s = poll_wait_s
-        self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
+        self.clock: Clock = clock or SystemClock()
+        self.rng = random.Random()
         self.handlers: dict[str, Handler] = {}
-        self.running: dict[str, tuple[JobContext, asyncio.Task[None]]] = {}
+        self.running: dict[str, Run] = {}
         self._stopping = asyncio.Event()
-        self._done: list[tuple[dispatch_pb2.CompleteExecutionRequest, asyncio.Future[None]]] = []
-        self._flusher: asyncio.Task[None] | None = None
-        self.coalesce_s = 0.002
+        self._wake = asyncio.Event()
+        self._fatal: WorkerStopped | None = None
+        self._connected = False
+        self._pool: ThreadPoolExecutor | None = None
+        self.reporter: Reporter | None = None
         self.completed = 0
         self.failed = 0
+
+    @property
+    def token(self) -> str | None:
+        for k, v in self.metadata:
+            if k == "authorization" and v.startswith("Bearer "):
+                return v[len("Bearer "):]
+        return None
+
+    @token.setter
+    def token(self, value: str | None) -> None:
+        self.metadata = (("authorization", f"Bearer {value}"),) if value else ()
+
+    def _connection(self) -> Connection:
+        return Connection(self.address, tls=self.tls, ca_file=self.ca_file, cert_file=self.cert_file,
+                          key_file=self.key_file, interceptors=self.interceptors)
 
     def job(self, job_type: str) -> Callable[[Handler], Handler]:
         def register(fn: Handler) -> Handler:
@@ -115,145 +164,236 @@ class Worker:
 
     def stop(self) -> None:
         self._stopping.set()
+        self._wake.set()
+
+    def _stop_fatal(self, err: WorkerStopped) -> None:
+        if self._fatal is None:
+            self._fatal = err
+        self.stop()
+
+    def _side_task_ended(self, task: asyncio.Task[None]) -> None:
+        """A side task (reports, heartbeats) that crashed stops the worker instead of leaving it
+        leasing work it can no longer report on or keep."""
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._stop_fatal(WorkerStopped(self.worker_id, "INTERNAL", f"{task.get_name()} crashed: {exc!r}"))
 
     def run(self) -> None:
-        asyncio.run(self.serve(install_signals=True))
+        """Serve until SIGTERM/SIGINT; on an error no retry can fix, print one line and exit non-zero."""
+        try:
+            asyncio.run(self.serve(install_signals=True))
+        except WorkerStopped as exc:
+            print(f"cronwheel: error: {exc.message}", file=sys.stderr, flush=True)
+            raise SystemExit(exc.exit_code) from None
 
     async def serve(self, install_signals: bool = False) -> None:
-        if not self.handlers:
-            raise ValueError("no handlers registered (use @worker.job(type))")
+        """Lease and run until stop(); raises WorkerStopped on an error no retry can fix."""
+        conn = self._connection().validate()
         if install_signals:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
-        async with grpc.aio.insecure_channel(self.address) as ch:
-            self.stub = dispatch_pb2_grpc.DispatchServiceStub(ch)
-            slots = asyncio.Semaphore(self.concurrency)
-            hb = asyncio.create_task(self._heartbeats(), name="worker-heartbeats")
-            try:
-                await self._lease_loop(slots)
-            finally:
-                await self._shutdown()
-                hb.cancel()
+        async with conn.channel() as ch:
+            await self.serve_on(dispatch_pb2_grpc.DispatchServiceStub(ch))
 
-    async def _lease_loop(self, slots: asyncio.Semaphore) -> None:
-        backoff = 0.1
-        while not self._stopping.is_set():
-            free = self.concurrency - len(self.running)
-            if free <= 0:
-                stop = asyncio.ensure_future(self._stopping.wait())
-                await asyncio.wait([t for _, t in self.running.values()] + [stop], return_when=asyncio.FIRST_COMPLETED)
-                stop.cancel()
-                continue
-            lease = asyncio.ensure_future(self._lease(free))
-            stop = asyncio.ensure_future(self._stopping.wait())
-            done, _ = await asyncio.wait([lease, stop], return_when=asyncio.FIRST_COMPLETED)
-            if stop in done and lease not in done:
-                lease.cancel()
-                break
-            stop.cancel()
-            try:
-                resp = await lease
-                backoff = 0.1
-            except grpc.aio.AioRpcError as exc:
-                log.warning("lease failed", extra={"event": "lease_failed", "code": exc.code().name})
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
-            for ex in resp.executions:
-                self._start(ex)
+    async def serve_on(self, stub: Any) -> None:
+        """serve() over a DispatchService stub the caller made (its own channel, or a fake in
+        tests); what serve() does after connecting."""
+        if not self.handlers:
+            raise ValueError("no handlers registered (use @worker.job(type))")
+        self.stub = stub
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"cronwheel-{self.worker_id}")
+        self.reporter = Reporter(stub, self.worker_id, self.metadata, self.clock, self._stop_fatal)
+        reports = asyncio.create_task(self.reporter.run(), name="worker-reports")
+        hb = asyncio.create_task(self._heartbeats(), name="worker-heartbeats")
+        for side in (reports, hb):
+            side.add_done_callback(self._side_task_ended)
+        try:
+            await self._lease_loop()
+        finally:
+            await self._shutdown()
+            hb.cancel()
+            await self.reporter.flush(self.report_flush_s if self._fatal is None else 1.0)
+            reports.cancel()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._fatal is not None:
+            raise self._fatal
 
-    async def _lease(self, free: int) -> dispatch_pb2.LeaseExecutionsResponse:
-        return await self.stub.LeaseExecutions(dispatch_pb2.LeaseExecutionsRequest(
-            worker_id=self.worker_id, job_types=sorted(self.handlers), max_count=free,
+    # ------------------------------------------------------------------ leasing
+
+    async def _lease_loop(self) -> None:
+        calls: dict[asyncio.Task[tuple[float, float, Any]], int] = {}
+        reserved = 0
+        retry_at = 0.0
+        failures = 0
+        started = self.clock.monotonic()
+        max_calls = max_lease_calls(self.concurrency)
+        try:
+            while not self._stopping.is_set():
+                now = self.clock.monotonic()
+                while now >= retry_at:
+                    n = lease_size(self.concurrency, len(self.running), reserved, len(calls), max_calls)
+                    if n == 0:
+                        break
+                    task = asyncio.create_task(self._lease(n), name="worker-lease")
+                    task.add_done_callback(lambda _t: self._wake.set())
+                    calls[task] = n
+                    reserved += n
+                await self.clock.wait(self._wake, retry_at - now if retry_at > now else 3600.0)
+                self._wake.clear()
+                for task in [t for t in calls if t.done()]:
+                    reserved -= calls.pop(task)
+                    try:
+                        t0, t1, resp = task.result()
+                    except grpc.aio.AioRpcError as exc:
+                        if classify(exc.code()) in (CodeClass.RETRY, CodeClass.STALE):
+                            failures += 1
+                            retry_at = self.clock.monotonic() + backoff_s(failures, self.rng.random(), 0.1, 5.0)
+                            self._lease_failed(exc, started)
+                        else:
+                            self._stop_fatal(permanent(self.worker_id, exc, "LeaseExecutions"))
+                        continue
+                    failures = 0
+                    self._connected = True
+                    for ex in resp.executions:
+                        self._start(ex, t0, t1)
+        finally:
+            for task in calls:
+                task.cancel()
+
+    def _lease_failed(self, exc: grpc.aio.AioRpcError, started: float) -> None:
+        detail = f"{exc.code().name}: {exc.details() or ''}"
+        if self._connected:
+            log.warning("lease failed", extra={"event": "lease_failed", "worker": self.worker_id,
+                                               "code": exc.code().name, "detail": exc.details()})
+            return
+        waited = self.clock.monotonic() - started
+        if waited >= self.connect_timeout_s:
+            self._stop_fatal(unreachable(self.worker_id, self.address, waited, detail))
+        else:  # start-up: the node may still be coming up; one line at the end if it never does
+            log.debug("waiting for a node", extra={"event": "node_wait", "worker": self.worker_id, "detail": detail})
+
+    async def _lease(self, n: int) -> tuple[float, float, Any]:
+        t0 = self.clock.monotonic()  # the lease counts from before the node's clock did: conservative
+        resp = await self.stub.LeaseExecutions(dispatch_pb2.LeaseExecutionsRequest(
+            worker_id=self.worker_id, job_types=sorted(self.handlers), max_count=n,
             lease_duration=_dur(self.lease_s), wait_timeout=_dur(self.poll_wait_s),
         ), timeout=self.poll_wait_s + 5, metadata=self.metadata)
+        return t0, self.clock.monotonic(), resp
 
-    def _start(self, ex: dispatch_pb2.LeasedExecution) -> None:
+    def _start(self, ex: dispatch_pb2.LeasedExecution, t0: float, t1: float) -> None:
+        """Run a leased execution. The lease counts from `t0` (the call was sent: the node's
+        lease began later, so this is conservative); the timeout from `t1` (the answer arrived,
+        after the node's started_at: a long poll may have waited long before the claim)."""
         ctx = JobContext(
             execution_id=ex.execution_id, schedule_id=ex.schedule_id or None, type=ex.type, tenant=ex.tenant,
             payload=json.loads(ex.payload_json) if ex.payload_json else None,
-            scheduled_for=ex.scheduled_for.ToDatetime().replace(tzinfo=_utc()), attempt=ex.attempt,
+            scheduled_for=ex.scheduled_for.ToDatetime().replace(tzinfo=UTC), attempt=ex.attempt,
             max_attempts=ex.max_attempts, fencing_token=ex.fencing_token,
             checkpoint_value=json.loads(ex.checkpoint_json) if ex.checkpoint_json else None,
-            deadline=ex.deadline.ToDatetime().replace(tzinfo=_utc()) if ex.HasField("deadline") else None,
+            deadline=ex.deadline.ToDatetime().replace(tzinfo=UTC) if ex.HasField("deadline") else None,
             _worker=self,
         )
-        task = asyncio.create_task(self._execute(ctx), name=f"job-{ex.execution_id}")
-        self.running[ex.execution_id] = (ctx, task)
-        task.add_done_callback(lambda _t: self.running.pop(ex.execution_id, None))
+        timeout_s: float | None = None
+        if ex.HasField("timeout"):
+            timeout_s = ex.timeout.ToTimedelta().total_seconds()
+        elif ex.HasField("deadline"):
+            timeout_s = max(ex.deadline.ToDatetime().replace(tzinfo=UTC).timestamp() - self.clock.now_ts(), 0.0)
+        deadline = None if timeout_s is None else t1 + timeout_s
+        warn_at = None if deadline is None or timeout_s is None else deadline - min(self.timeout_grace_s,
+                                                                                    timeout_s / 4)
+        run = Run(ctx, lease_until=t0 + self.lease_s, deadline=deadline, warn_at=warn_at, timeout_s=timeout_s)
+        run.task = asyncio.create_task(self._supervise(run), name=f"job-{ex.execution_id}")
+        self.running[ex.execution_id] = run
 
-    async def _execute(self, ctx: JobContext) -> None:
+        def finished(_t: asyncio.Task[None]) -> None:
+            if self.running.get(ex.execution_id) is run:  # not a later lease of the same execution
+                del self.running[ex.execution_id]
+            self._wake.set()  # a slot is free: the lease loop may ask for more
+
+        run.task.add_done_callback(finished)
+
+    # ------------------------------------------------------------------ running a handler
+
+    def _tell(self, run: Run, reason: StopReason, grace_s: float) -> None:
+        """Tell the handler to stop (ctx.cancelled); cancel its task after `grace_s`."""
+        new = stronger(run.reason, reason)
+        if new is run.reason:
+            return
+        run.reason = new
+        run.ctx.stop_reason = new.value
+        run.ctx.cancelled.set()
+        kill = self.clock.monotonic() + grace_s
+        run.kill_at = kill if run.kill_at is None else min(run.kill_at, kill)
+        run.changed.set()
+
+    async def _call(self, ctx: JobContext) -> Any:
         handler = self.handlers[ctx.type]
+        if inspect.iscoroutinefunction(handler):
+            return await handler(ctx)
+        assert self._pool is not None
+        result = await asyncio.get_running_loop().run_in_executor(
+            self._pool, contextvars.copy_context().run, handler, ctx)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def _supervise(self, run: Run) -> None:
+        ctx = run.ctx
+        call = asyncio.create_task(self._call(ctx), name=f"handler-{ctx.execution_id}")
+        call.add_done_callback(lambda _t: run.changed.set())
         try:
-            if inspect.iscoroutinefunction(handler):
-                result = await handler(ctx)
-            else:
-                result = await asyncio.to_thread(handler, ctx)
-                if inspect.isawaitable(result):
-                    result = await result
-        except Stale:
-            return
+            while not call.done():
+                now = self.clock.monotonic()
+                if run.warn_at is not None and run.deadline is not None and now >= run.warn_at:
+                    run.warn_at = None
+                    self._tell(run, StopReason.TIMEOUT, run.deadline - now)
+                if run.kill_at is not None and now >= run.kill_at:
+                    run.changed.clear()
+                    call.cancel()
+                    await self.clock.wait(run.changed, self.timeout_grace_s)
+                    break
+                wakes = [t for t in (run.warn_at, run.kill_at) if t is not None]
+                await self.clock.wait(run.changed, min(wakes) - now if wakes else 3600.0)
+                run.changed.clear()
         except asyncio.CancelledError:
+            call.cancel()
             raise
-        except Exception as exc:  # a handler failure is data: report it, keep serving
-            if self._stopping.is_set() and ctx.cancelled.is_set():
-                await self._report_fail(ctx, "worker shutting down", True, "worker_shutdown")
-                return
-            await self._report_fail(ctx, "".join(traceback.format_exception(exc))[-16000:],
-                                    not isinstance(exc, NonRetryable), type(exc).__name__)
+        self._report(run, call)
+
+    def _report(self, run: Run, call: asyncio.Task[Any]) -> None:
+        returned, result_json, error, error_type, retryable = False, "", "", "", True
+        if not call.done():
+            error, error_type = "the handler did not stop when cancelled", "stuck"
+        elif call.cancelled():
+            error, error_type = f"stopped by the worker ({run.reason or 'cancelled'})", "cancelled"
+        else:
+            exc = call.exception()
+            if isinstance(exc, Stale):
+                self._tell(run, StopReason.STALE, 0.0)
+            elif exc is not None:
+                error = "".join(traceback.format_exception(exc))[-16000:]
+                error_type, retryable = type(exc).__name__, not isinstance(exc, NonRetryable)
+            else:
+                try:
+                    result = call.result()
+                    result_json = json.dumps(result) if result is not None else ""
+                    returned = True
+                except (TypeError, ValueError) as jexc:
+                    error, error_type, retryable = f"the result is not JSON: {jexc}", "invalid_result", False
+        v = verdict(reason=run.reason, returned=returned, result_json=result_json, error=error,
+                    error_type=error_type, retryable=retryable, timeout_s=run.timeout_s)
+        if v.kind == "drop":
             return
-        if self._stopping.is_set() and ctx.cancelled.is_set() and result is None:
-            await self._report_fail(ctx, "worker shutting down", True, "worker_shutdown")
-            return
-        await self._complete(ctx, json.dumps(result) if result is not None else "")
-        self.completed += 1
+        if v.kind == "complete":
+            self.completed += 1
+        else:
+            self.failed += 1
+        assert self.reporter is not None
+        # Given up only once the lease has lapsed a full lease ago: the reaper has requeued it.
+        self.reporter.submit(Report(run.ctx.execution_id, run.ctx.fencing_token, v,
+                                    give_up_at=run.lease_until + self.lease_s))
 
-    async def _complete(self, ctx: JobContext, result_json: str) -> None:
-        """Completions that finish close together go as one CompleteExecutions call."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._done.append((dispatch_pb2.CompleteExecutionRequest(
-            execution_id=ctx.execution_id, fencing_token=ctx.fencing_token, worker_id=self.worker_id,
-            result_json=result_json), fut))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush_completions(), name="worker-completions")
-        await fut
-
-    async def _flush_completions(self) -> None:
-        await asyncio.sleep(self.coalesce_s)  # let handlers finishing at the same moment join
-        while self._done:
-            batch, self._done = self._done[:500], self._done[500:]
-            try:
-                resp = await self.stub.CompleteExecutions(dispatch_pb2.CompleteExecutionsRequest(
-                    items=[req for req, _ in batch]), timeout=10, metadata=self.metadata)
-                for (req, fut), out in zip(batch, resp.outcomes, strict=True):
-                    if out.code != 0:
-                        log.warning("report refused", extra={"event": "report_refused", "code": out.code,
-                                                             "execution_id": req.execution_id, "detail": out.message})
-                    if not fut.done():
-                        fut.set_result(None)
-            except grpc.aio.AioRpcError as exc:
-                log.warning("completions not reported", extra={"event": "report_failed", "code": exc.code().name,
-                                                               "count": len(batch)})
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_result(None)
-
-    async def _report_fail(self, ctx: JobContext, error: str, retryable: bool, error_type: str) -> None:
-        self.failed += 1
-        await self._report(self.stub.FailExecution(dispatch_pb2.FailExecutionRequest(
-            execution_id=ctx.execution_id, fencing_token=ctx.fencing_token, worker_id=self.worker_id,
-            error=error, retryable=retryable, error_type=error_type,
-        ), timeout=10, metadata=self.metadata), ctx)
-
-    async def _report(self, call: Awaitable[Any], ctx: JobContext) -> None:
-        try:
-            await call
-        except grpc.aio.AioRpcError as exc:
-            # FAILED_PRECONDITION: our token is stale (another attempt owns it now). Nothing to do:
-            # the execution's fate is no longer ours to decide.
-            log.warning("report refused", extra={"event": "report_refused", "execution_id": ctx.execution_id,
-                                                 "code": exc.code().name, "detail": exc.details()})
+    # ------------------------------------------------------------------ heartbeats, checkpoints
 
     async def _checkpoint(self, ctx: JobContext, value: Any) -> None:
         try:
@@ -261,44 +401,53 @@ class Worker:
                 execution_id=ctx.execution_id, fencing_token=ctx.fencing_token, worker_id=self.worker_id,
                 checkpoint_json=json.dumps(value)), timeout=10, metadata=self.metadata)
         except grpc.aio.AioRpcError as exc:
-            if exc.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+            if classify(exc.code()) is CodeClass.STALE:
+                if (run := self.running.get(ctx.execution_id)) is not None:
+                    self._tell(run, StopReason.STALE, self.timeout_grace_s)  # its result is dropped
                 ctx.cancelled.set()
+                ctx.stop_reason = StopReason.STALE.value
                 raise Stale(exc.details()) from None
             raise
-        if r.cancel_requested:
-            ctx.cancelled.set()
+        if r.cancel_requested and (run := self.running.get(ctx.execution_id)) is not None:
+            self._tell(run, StopReason.CANCEL, self.cancel_grace_s)
 
     async def _heartbeats(self) -> None:
+        limit = asyncio.Semaphore(32)  # many runs: concurrent heartbeats, never one RPC at a time
         while True:
-            await asyncio.sleep(self.heartbeat_every_s)
-            for ctx, task in list(self.running.values()):
-                try:
-                    r = await self.stub.Heartbeat(dispatch_pb2.HeartbeatRequest(
-                        execution_id=ctx.execution_id, fencing_token=ctx.fencing_token, worker_id=self.worker_id,
-                        lease_extension=_dur(self.lease_s)), timeout=5, metadata=self.metadata)
-                    if r.cancel_requested:
-                        ctx.cancelled.set()
-                except grpc.aio.AioRpcError as exc:
-                    if exc.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
-                        # Stale: someone else owns this run now. Stop the handler.
-                        ctx.cancelled.set()
-                        task.cancel()
+            await self.clock.sleep(self.heartbeat_every_s)
+            runs = list(self.running.values())
+            if runs:
+                await asyncio.gather(*(self._heartbeat(r, limit) for r in runs))
+
+    async def _heartbeat(self, run: Run, limit: asyncio.Semaphore) -> None:
+        async with limit:
+            if run.task is None or run.task.done():
+                return
+            t0 = self.clock.monotonic()
+            try:
+                r = await self.stub.Heartbeat(dispatch_pb2.HeartbeatRequest(
+                    execution_id=run.ctx.execution_id, fencing_token=run.ctx.fencing_token,
+                    worker_id=self.worker_id, lease_extension=_dur(self.lease_s)),
+                    timeout=max(1.0, min(5.0, self.heartbeat_every_s)), metadata=self.metadata)
+            except grpc.aio.AioRpcError as exc:
+                kind = classify(exc.code())
+                if kind is CodeClass.STALE:  # someone else owns this run now: stop the handler
+                    self._tell(run, StopReason.STALE, 0.0)
+                elif kind is CodeClass.FATAL:
+                    self._stop_fatal(permanent(self.worker_id, exc, "Heartbeat"))
+                else:
+                    log.warning("heartbeat failed", extra={"event": "heartbeat_failed", "worker": self.worker_id,
+                                                           "execution_id": run.ctx.execution_id,
+                                                           "code": exc.code().name})
+                return
+            run.lease_until = t0 + self.lease_s
+            if r.cancel_requested:
+                self._tell(run, StopReason.CANCEL, self.cancel_grace_s)
 
     async def _shutdown(self) -> None:
-        if not self.running:
-            return
-        for ctx, _ in self.running.values():
-            ctx.cancelled.set()
-        tasks = [t for _, t in self.running.values()]
-        done, pending = await asyncio.wait(tasks, timeout=self.grace_s)
-        for t in pending:
-            t.cancel()
-        for ctx, task in list(self.running.values()):
-            if task in pending:
-                await self._report_fail(ctx, "worker shutting down", True, "worker_shutdown")
-
-
-def _utc() -> Any:
-    from datetime import UTC
-
-    return UTC
+        runs = list(self.running.values())
+        for run in runs:
+            self._tell(run, StopReason.SHUTDOWN, self.grace_s)
+        tasks = [r.task for r in runs if r.task is not None]
+        if tasks:
+            await asyncio.wait(tasks)

@@ -1,0 +1,61 @@
+"""What a handler sees (JobContext) and what the worker keeps per leased run (Run), and the two
+exceptions handlers meet. Only the worker's event loop touches these."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from cronwheel.client.worker_policy import StopReason
+
+if TYPE_CHECKING:
+    from cronwheel.client.worker import Worker
+
+
+class NonRetryable(Exception):
+    """Raise from a handler when another attempt cannot succeed (bad input, ...)."""
+
+
+class Stale(Exception):
+    """The execution was leased again or finished elsewhere: stop working on it."""
+
+
+@dataclass
+class JobContext:
+    execution_id: str
+    schedule_id: str | None
+    type: str
+    tenant: str
+    payload: Any
+    scheduled_for: datetime
+    attempt: int
+    max_attempts: int
+    fencing_token: int
+    checkpoint_value: Any
+    deadline: datetime | None
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    stop_reason: str | None = None  # why cancelled is set: "cancel", "timeout", "shutdown", "stale"
+    _worker: Worker | None = field(default=None, repr=False)
+
+    async def checkpoint(self, value: Any) -> None:
+        """Save progress; a later attempt receives it as `checkpoint_value`."""
+        assert self._worker is not None
+        await self._worker._checkpoint(self, value)
+        self.checkpoint_value = value
+
+
+@dataclass(eq=False)
+class Run:
+    """A leased run in this worker. Only the event loop touches it."""
+
+    ctx: JobContext
+    lease_until: float                    # monotonic, renewed by heartbeats
+    deadline: float | None                # monotonic end of the attempt's timeout: the handler is cancelled
+    warn_at: float | None                 # when ctx.cancelled is set before it (None once told)
+    timeout_s: float | None
+    task: asyncio.Task[None] | None = None
+    reason: StopReason | None = None
+    kill_at: float | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)

@@ -1,0 +1,129 @@
+"""Pure decisions of the worker SDK: how much to lease, how to treat a status code, what a
+finished handler reports. No I/O, no clock, no randomness of their own (the caller passes a
+uniform number in [0, 1)), so each rule is a table test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import grpc
+
+# The node refuses a LeaseExecutions asking for more (DispatchConfig.max_count, proto: 1..100).
+MAX_LEASE_COUNT = 100
+# CompleteExecutions takes 1..1000 items (proto).
+MAX_COMPLETE_BATCH = 1000
+
+
+class StopReason(StrEnum):
+    """Why the worker told a handler to stop (ctx.cancelled), strongest first."""
+
+    STALE = "stale"          # leased again elsewhere: drop the result, report nothing
+    CANCEL = "cancel"        # a cancel request (CancelExecution, overlap `replace`)
+    TIMEOUT = "timeout"      # past the attempt's timeout
+    SHUTDOWN = "shutdown"    # the worker is stopping: hand the run back
+
+
+_RANK = {StopReason.STALE: 0, StopReason.CANCEL: 1, StopReason.TIMEOUT: 2, StopReason.SHUTDOWN: 3}
+
+
+def stronger(current: StopReason | None, new: StopReason) -> StopReason:
+    """The reason that wins when a second one arrives (a cancel outranks a timeout, ...)."""
+    if current is None or _RANK[new] < _RANK[current]:
+        return new
+    return current
+
+
+class CodeClass(StrEnum):
+    OK = "ok"
+    RETRY = "retry"          # transient: try again with backoff
+    STALE = "stale"          # the run is no longer ours: stop, report nothing more
+    FATAL = "fatal"          # the worker cannot work at all (credentials, permissions)
+    REFUSED = "refused"      # this request can never succeed (bad argument)
+
+
+_TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                        grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED,
+                        grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED})
+_FATAL = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
+_STALE = frozenset({grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND})
+_BY_VALUE = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def status_code(value: int) -> grpc.StatusCode:
+    """The StatusCode of a numeric code (CompleteExecutionOutcome.code)."""
+    return _BY_VALUE.get(value, grpc.StatusCode.UNKNOWN)
+
+
+def classify(code: grpc.StatusCode) -> CodeClass:
+    if code == grpc.StatusCode.OK:
+        return CodeClass.OK
+    if code in _TRANSIENT:
+        return CodeClass.RETRY
+    if code in _FATAL:
+        return CodeClass.FATAL
+    if code in _STALE:
+        return CodeClass.STALE
+    return CodeClass.REFUSED
+
+
+def lease_size(concurrency: int, running: int, reserved: int, calls_in_flight: int, max_calls: int) -> int:
+    """How many runs the next LeaseExecutions asks for (0: start no call now). `reserved` slots
+    are promised to calls already in flight; a call never asks beyond the node's limit."""
+    if calls_in_flight >= max_calls:
+        return 0
+    free = concurrency - running - reserved
+    return max(0, min(free, MAX_LEASE_COUNT))
+
+
+def max_lease_calls(concurrency: int) -> int:
+    """Lease calls kept in flight at once: enough to ask for every slot within the node's
+    per-call limit, plus one so slots freed while those wait are asked for too."""
+    return -(-concurrency // MAX_LEASE_COUNT) + 1
+
+
+def backoff_s(attempt: int, rand: float, initial_s: float = 0.05, max_s: float = 2.0) -> float:
+    """Retry delay of a report or lease call: full jitter over an exponential ceiling."""
+    if attempt < 1:
+        raise ValueError(f"attempt must be >= 1, got {attempt}")
+    if not 0.0 <= rand < 1.0:
+        raise ValueError(f"rand must be in [0, 1), got {rand}")
+    ceiling = min(max_s, initial_s * 2 ** min(attempt - 1, 30))
+    return ceiling / 2 + ceiling / 2 * rand
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a finished handler reports: complete (result_json) or fail, or nothing (drop)."""
+
+    kind: str  # "complete" | "fail" | "drop"
+    result_json: str = ""
+    error: str = ""
+    retryable: bool = True
+    error_type: str = ""
+
+
+def verdict(*, reason: StopReason | None, returned: bool, result_json: str, error: str,
+            error_type: str, retryable: bool, timeout_s: float | None) -> Verdict:
+    """What a handler that returned (`returned`, with `result_json`) or raised / was stopped
+    (`error`, `error_type`, `retryable`) reports, given why the worker had told it to stop.
+
+    A cancel request or a passed timeout decides the outcome whatever the handler did after it
+    was told: the server turns a failure of a run with cancel_requested into CANCELLED, and a
+    timeout failure is retried as the run's retry policy says. A handler told to stop because
+    the worker shuts down may still finish with a result; otherwise its run is handed back."""
+    if reason is StopReason.STALE:
+        return Verdict("drop")
+    if reason is StopReason.CANCEL:
+        return Verdict("fail", error="cancelled while running (the handler was told by ctx.cancelled)",
+                       retryable=False, error_type="cancelled")
+    if reason is StopReason.TIMEOUT:
+        limit = f"{timeout_s:g} s" if timeout_s is not None else "its timeout"
+        return Verdict("fail", error=f"timed out after {limit} (stopped by the worker)", retryable=True,
+                       error_type="timeout")
+    if reason is StopReason.SHUTDOWN and not (returned and result_json):
+        return Verdict("fail", error="worker shutting down", retryable=True, error_type="worker_shutdown")
+    if returned:
+        return Verdict("complete", result_json=result_json)
+    return Verdict("fail", error=error, retryable=retryable, error_type=error_type)

@@ -1,0 +1,158 @@
+"""The Worker on a fake DispatchService stub and a FakeClock: its timers (timeout, cancel grace,
+heartbeats) run on the clock it is given, and the lease calls never ask beyond the node's limit."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from google.protobuf.duration_pb2 import Duration
+
+from cronwheel.client import JobContext, Worker
+from cronwheel.clock import FakeClock
+from cronwheel.v1 import dispatch_pb2
+
+
+def leased(eid: str, timeout_s: float | None = None) -> dispatch_pb2.LeasedExecution:
+    ex = dispatch_pb2.LeasedExecution(execution_id=eid, type="job", tenant="t", payload_json="{}",
+                                      attempt=1, max_attempts=3, fencing_token=7)
+    if timeout_s is not None:
+        ex.timeout.CopyFrom(Duration(seconds=int(timeout_s)))
+    return ex
+
+
+class FakeDispatch:
+    """Hands out `queue` to the first lease calls, then long-polls until the test ends."""
+
+    def __init__(self, queue: list[dispatch_pb2.LeasedExecution], cancel_after_beats: int | None = None) -> None:
+        self.queue = queue
+        self.asked: list[int] = []
+        self.fails: list[dispatch_pb2.FailExecutionRequest] = []
+        self.completes: list[str] = []
+        self.beats = 0
+        self.cancel_after_beats = cancel_after_beats
+        self.never = asyncio.Event()
+
+    async def LeaseExecutions(self, req: Any, **_: Any) -> Any:  # noqa: N802 (the RPC's name)
+        self.asked.append(req.max_count)
+        if self.queue:
+            out, self.queue = self.queue[:req.max_count], self.queue[req.max_count:]
+            return dispatch_pb2.LeaseExecutionsResponse(executions=out)
+        await self.never.wait()
+        return dispatch_pb2.LeaseExecutionsResponse()
+
+    async def Heartbeat(self, req: Any, **_: Any) -> Any:  # noqa: N802
+        self.beats += 1
+        cancel = self.cancel_after_beats is not None and self.beats >= self.cancel_after_beats
+        return dispatch_pb2.HeartbeatResponse(cancel_requested=cancel)
+
+    async def FailExecution(self, req: Any, **_: Any) -> Any:  # noqa: N802
+        self.fails.append(req)
+        return dispatch_pb2.FailExecutionResponse()
+
+    async def CompleteExecutions(self, req: Any, **_: Any) -> Any:  # noqa: N802
+        self.completes += [i.execution_id for i in req.items]
+        return dispatch_pb2.CompleteExecutionsResponse(outcomes=[
+            dispatch_pb2.CompleteExecutionOutcome(execution_id=i.execution_id) for i in req.items])
+
+
+async def run_until(clock: FakeClock, cond: Any, steps: int = 500) -> None:
+    for _ in range(steps):
+        if cond():
+            return
+        await clock.jump_to_next()
+    raise AssertionError("condition never held")
+
+
+async def test_a_handler_past_its_timeout_is_told_then_cancelled_on_the_workers_clock() -> None:
+    clock = FakeClock()
+    w = Worker("fake:1", concurrency=2, clock=clock, timeout_grace_s=1.0)
+    seen: dict[str, Any] = {}
+
+    @w.job("job")
+    async def handler(ctx: JobContext) -> None:
+        t0 = clock.monotonic()
+        await clock.wait(ctx.cancelled, 3600)
+        seen["told_after"] = clock.monotonic() - t0
+        try:
+            await clock.sleep(3600)  # ignores the warning
+        except asyncio.CancelledError:
+            seen["cancelled_after"] = clock.monotonic() - t0
+            raise
+
+    stub = FakeDispatch([leased("a", timeout_s=8)])
+    serving = asyncio.create_task(w.serve_on(stub))
+    await run_until(clock, lambda: stub.fails)
+    assert seen == {"told_after": 7.0, "cancelled_after": 8.0}
+    assert [(f.execution_id, f.error_type, f.retryable) for f in stub.fails] == [("a", "timeout", True)]
+    w.stop()
+    await serving
+
+
+async def test_a_cancel_request_stops_a_handler_that_ignores_it_and_ends_as_a_failure() -> None:
+    clock = FakeClock()
+    w = Worker("fake:1", clock=clock, lease_s=3.0, cancel_grace_s=2.0)
+
+    @w.job("job")
+    async def handler(ctx: JobContext) -> dict[str, bool]:
+        await clock.sleep(3600)
+        return {"never": True}
+
+    stub = FakeDispatch([leased("a")], cancel_after_beats=1)
+    serving = asyncio.create_task(w.serve_on(stub))
+    await run_until(clock, lambda: stub.fails)
+    assert [(f.error_type, f.retryable) for f in stub.fails] == [("cancelled", False)] and not stub.completes
+    w.stop()
+    await serving
+
+
+async def test_no_lease_call_asks_beyond_the_nodes_limit_whatever_the_concurrency() -> None:
+    clock = FakeClock()
+    w = Worker("fake:1", concurrency=256, clock=clock)
+
+    @w.job("job")
+    async def handler(ctx: JobContext) -> None:
+        return None
+
+    stub = FakeDispatch([leased(f"e{i}") for i in range(300)])
+    serving = asyncio.create_task(w.serve_on(stub))
+    await run_until(clock, lambda: len(stub.completes) == 300)
+    assert max(stub.asked) == 100 and sorted(stub.completes) == sorted(f"e{i}" for i in range(300))
+    w.stop()
+    await serving
+
+
+async def test_sync_handlers_run_on_the_workers_own_bounded_thread_pool() -> None:
+    import threading
+
+    clock = FakeClock()
+    w = Worker("fake:1", worker_id="wt", concurrency=8, threads=2, clock=clock)
+    lock, running, peak, names = threading.Lock(), [0], [0], set()
+    pair = threading.Barrier(2, timeout=10)  # passes only when two handlers run at once
+
+    @w.job("job")
+    def handler(ctx: JobContext) -> None:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            names.add(threading.current_thread().name.rsplit("_", 1)[0])
+        pair.wait()
+        with lock:
+            running[0] -= 1
+
+    stub = FakeDispatch([leased(f"e{i}") for i in range(4)])
+    done = asyncio.Event()
+    complete = stub.CompleteExecutions
+
+    async def counting(req: Any, **kw: Any) -> Any:
+        out = await complete(req, **kw)
+        if len(stub.completes) == 4:
+            done.set()
+        return out
+
+    stub.CompleteExecutions = counting  # type: ignore[method-assign]
+    serving = asyncio.create_task(w.serve_on(stub))
+    await asyncio.wait_for(done.wait(), 10)
+    assert peak[0] == 2 and names == {"cronwheel-wt"}
+    w.stop()
+    await serving

@@ -1,0 +1,104 @@
+"""The worker SDK's pure rules: lease sizes, stop reasons, status codes, what a handler reports."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from cronwheel.client.worker_policy import (
+    MAX_LEASE_COUNT,
+    CodeClass,
+    StopReason,
+    Verdict,
+    backoff_s,
+    classify,
+    lease_size,
+    max_lease_calls,
+    status_code,
+    stronger,
+    verdict,
+)
+
+
+def test_a_worker_above_the_node_limit_asks_in_calls_of_at_most_the_limit() -> None:
+    concurrency, running, reserved, calls, asked = 256, 0, 0, 0, []
+    limit = max_lease_calls(concurrency)
+    while n := lease_size(concurrency, running, reserved, calls, limit):
+        asked.append(n)
+        reserved += n
+        calls += 1
+    assert asked == [100, 100, 56] and max(asked) <= MAX_LEASE_COUNT
+
+
+def test_slots_freed_while_calls_wait_are_asked_for_by_one_more_call() -> None:
+    assert max_lease_calls(100) == 2
+    assert lease_size(100, running=60, reserved=30, calls_in_flight=1, max_calls=2) == 10
+    assert lease_size(100, running=60, reserved=30, calls_in_flight=2, max_calls=2) == 0
+    assert lease_size(4, running=4, reserved=0, calls_in_flight=0, max_calls=2) == 0
+
+
+@pytest.mark.parametrize(("current", "new", "wins"), [
+    (None, StopReason.SHUTDOWN, StopReason.SHUTDOWN),
+    (StopReason.SHUTDOWN, StopReason.TIMEOUT, StopReason.TIMEOUT),
+    (StopReason.TIMEOUT, StopReason.CANCEL, StopReason.CANCEL),
+    (StopReason.CANCEL, StopReason.TIMEOUT, StopReason.CANCEL),
+    (StopReason.CANCEL, StopReason.STALE, StopReason.STALE),
+    (StopReason.STALE, StopReason.SHUTDOWN, StopReason.STALE),
+])
+def test_the_stronger_stop_reason_wins(current: StopReason | None, new: StopReason, wins: StopReason) -> None:
+    assert stronger(current, new) is wins
+
+
+@pytest.mark.parametrize(("code", "kind"), [
+    (grpc.StatusCode.OK, CodeClass.OK),
+    (grpc.StatusCode.UNAVAILABLE, CodeClass.RETRY),
+    (grpc.StatusCode.DEADLINE_EXCEEDED, CodeClass.RETRY),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, CodeClass.RETRY),
+    (grpc.StatusCode.UNAUTHENTICATED, CodeClass.FATAL),
+    (grpc.StatusCode.PERMISSION_DENIED, CodeClass.FATAL),
+    (grpc.StatusCode.FAILED_PRECONDITION, CodeClass.STALE),
+    (grpc.StatusCode.NOT_FOUND, CodeClass.STALE),
+    (grpc.StatusCode.INVALID_ARGUMENT, CodeClass.REFUSED),
+])
+def test_status_codes_are_classified_once(code: grpc.StatusCode, kind: CodeClass) -> None:
+    assert classify(code) is kind
+    assert status_code(code.value[0]) is code
+
+
+def v(reason: StopReason | None, returned: bool = True, result: str = '{"ok": true}') -> Verdict:
+    return verdict(reason=reason, returned=returned, result_json=result if returned else "",
+                   error="" if returned else "boom", error_type="" if returned else "RuntimeError",
+                   retryable=True, timeout_s=2.0)
+
+
+def test_a_handler_that_returns_after_a_cancel_request_ends_cancelled_not_succeeded() -> None:
+    for returned in (True, False):
+        out = v(StopReason.CANCEL, returned)
+        assert (out.kind, out.error_type, out.retryable) == ("fail", "cancelled", False)
+
+
+def test_a_handler_stopped_at_its_timeout_reports_a_retryable_timeout() -> None:
+    out = v(StopReason.TIMEOUT, returned=True)
+    assert (out.kind, out.error_type, out.retryable) == ("fail", "timeout", True)
+    assert "2 s" in out.error
+
+
+def test_a_stale_run_reports_nothing_and_a_shutdown_hands_back_unless_it_finished() -> None:
+    assert v(StopReason.STALE).kind == "drop"
+    assert v(StopReason.SHUTDOWN).kind == "complete"
+    assert v(StopReason.SHUTDOWN, result="").error_type == "worker_shutdown"
+    assert v(StopReason.SHUTDOWN, returned=False).error_type == "worker_shutdown"
+
+
+def test_an_undisturbed_handler_reports_what_it_did() -> None:
+    assert v(None) == Verdict("complete", result_json='{"ok": true}')
+    out = v(None, returned=False)
+    assert (out.kind, out.error_type, out.retryable) == ("fail", "RuntimeError", True)
+
+
+def test_backoff_grows_to_its_ceiling_with_jitter() -> None:
+    assert backoff_s(1, 0.0) == pytest.approx(0.025)
+    assert backoff_s(30, 0.999) <= 2.0
+    assert backoff_s(3, 0.5) < backoff_s(4, 0.5)
+    with pytest.raises(ValueError):
+        backoff_s(0, 0.5)
