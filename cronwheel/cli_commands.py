@@ -135,6 +135,14 @@ def _configure_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=_positive_int("--concurrency", 1, 10000), default=None,
                    help="handlers run at once (default: the Worker's own)")
     p.add_argument("--token", default=os.environ.get("CRONWHEEL_TOKEN", ""), help="bearer token ($CRONWHEEL_TOKEN)")
+    p.add_argument("--threads", type=_positive_int("--threads", 1, 1024), default=None,
+                   help="threads for sync handlers (default: the Worker's own)")
+    p.add_argument("--tls", action="store_true", help="connect with TLS (system roots unless --ca-file)")
+    p.add_argument("--ca-file", default="", help="PEM file of the CA that signed the node's certificate (implies --tls)")
+    p.add_argument("--cert-file", default="", help="client certificate PEM (mutual TLS; with --key-file)")
+    p.add_argument("--key-file", default="", help="client key PEM (with --cert-file)")
+    p.add_argument("--connect-timeout", type=float, default=None, metavar="SECONDS",
+                   help="give up when no node answers for this long at start-up (default: the Worker's own)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
@@ -158,7 +166,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.concurrency:
         worker.concurrency = args.concurrency
     if args.token:
-        worker.metadata = (("authorization", f"Bearer {args.token}"),)
+        worker.token = args.token
+    if args.threads:
+        worker.threads = args.threads
+    if args.tls or args.ca_file:
+        worker.tls = True
+    if args.ca_file:
+        worker.ca_file = args.ca_file
+    if bool(args.cert_file) != bool(args.key_file):
+        raise InvalidArgument("--cert-file" if not args.cert_file else "--key-file",
+                              "--cert-file and --key-file go together")
+    if args.cert_file:
+        worker.cert_file, worker.key_file = args.cert_file, args.key_file
+    if args.connect_timeout is not None:
+        if args.connect_timeout <= 0:
+            raise InvalidArgument("--connect-timeout", f"must be > 0, got {args.connect_timeout}")
+        worker.connect_timeout_s = args.connect_timeout
     logs.setup(node=worker.worker_id, level=args.log_level)
     print(f"worker {worker.worker_id} serving {sorted(worker.handlers)} from {worker.address}", flush=True)
     worker.run()
