@@ -138,7 +138,7 @@ def _configure_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=_positive_int("--threads", 1, 1024), default=None,
                    help="threads for sync handlers (default: the Worker's own)")
     p.add_argument("--tls", action="store_true", help="connect with TLS (system roots unless --ca-file)")
-    p.add_argument("--ca-file", default="", help="PEM file of the CA that signed the node's certificate (implies --tls)")
+    p.add_argument("--ca-file", default="", help="PEM of the CA that signed the node's certificate (implies --tls)")
     p.add_argument("--cert-file", default="", help="client certificate PEM (mutual TLS; with --key-file)")
     p.add_argument("--key-file", default="", help="client key PEM (with --cert-file)")
     p.add_argument("--connect-timeout", type=float, default=None, metavar="SECONDS",
