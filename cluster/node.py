@@ -193,7 +193,8 @@ class Node:
                              clock=self.clock, retention_days=self.config.retention_days, metrics=self.metrics)
         self.listeners.subscribers.append(self.firer)
         self.changes = ChangeListener(self.config.dsn, self._on_change, self._after_reconnect,
-                                      self.dispatcher.wake, clock=self.clock)
+                                      self.dispatcher.wake, clock=self.clock,
+                                      on_oneoffs=self.firer.add_oneoffs)
 
     async def run(self) -> None:
         """Open the store, check the database is this cluster's, bind the port, build every

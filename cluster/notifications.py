@@ -6,7 +6,10 @@ The API writes `pg_notify('cronwheel_due', '<partition>:<s|o>:<id>')` in the sam
 a change to a schedule or a one-off job, so the notification arrives only after the change is
 visible. The owner of the partition reloads that one entry. A notification can be missed only
 while the listening connection is down; every reconnect is therefore followed by a full resync
-of the owned partitions. Reception (the connection, LISTEN) is storage's `Listener`; this module
+of the owned partitions. A submit group sends its new scheduled one-off jobs as 'n:' batches
+carrying each job's partition, id and run_at (`on_oneoffs`: the owner arms them with no
+lookup); without `on_oneoffs` each entry is handled as a change of that job. Reception (the
+connection, LISTEN) is storage's `Listener`; this module
 runs no SQL. Time is the injected clock's (the pause before a reconnect).
 """
 
@@ -19,7 +22,13 @@ from collections.abc import Awaitable, Callable
 
 from cronwheel.clock import Clock, SystemClock
 from cronwheel.errors import Unavailable
-from cronwheel.storage.notifications import DUE_CHANNEL, QUEUED_CHANNEL, Listener
+from cronwheel.storage.notifications import (
+    DUE_CHANNEL,
+    ONEOFF_BATCH_PREFIX,
+    QUEUED_CHANNEL,
+    Listener,
+    parse_oneoff_batch,
+)
 
 log = logging.getLogger("cronwheel.cluster.notifications")
 
@@ -49,7 +58,9 @@ class ChangeListener:
         retry_s: float = 0.5,
         clock: Clock | None = None,
         listener: Callable[[str], Listener] = Listener,
+        on_oneoffs: Callable[[list[tuple[int, uuid.UUID, float]]], Awaitable[None]] | None = None,
     ) -> None:
+        self.on_oneoffs = on_oneoffs
         self.dsn = dsn
         self.on_queued = on_queued
         self.on_change = on_change
@@ -73,6 +84,9 @@ class ChangeListener:
                             if self.on_queued is not None:
                                 self.on_queued()
                             continue
+                        if n.payload.startswith(ONEOFF_BATCH_PREFIX):
+                            await self._oneoffs(n.payload)
+                            continue
                         parsed = parse_payload(n.payload)
                         if parsed is None:
                             log.warning("bad notification ignored", extra={"event": "bad_notification",
@@ -86,3 +100,14 @@ class ChangeListener:
                 self.connected.clear()
                 log.warning("change listener reconnecting", extra={"event": "listen_reconnect", "error": str(exc)})
                 await self.clock.sleep(self.retry_s)
+
+    async def _oneoffs(self, payload: str) -> None:
+        entries = parse_oneoff_batch(payload)
+        if entries is None:
+            log.warning("bad notification ignored", extra={"event": "bad_notification", "payload": payload[:200]})
+            return
+        if self.on_oneoffs is not None:
+            await self.on_oneoffs(entries)
+            return
+        for p, ident, _ in entries:
+            await self.on_change(p, "o", ident)

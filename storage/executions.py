@@ -15,6 +15,8 @@ from datetime import datetime
 
 from cronwheel.storage.api import Conn, Row, json_text, notify_due, notify_queued, row, rows
 from cronwheel.storage.db import Database
+from cronwheel.storage.notifications import oneoff_batch_payloads
+from cronwheel.storage.queries import q
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +111,56 @@ class ExecutionsPort:
         params = {name: getattr(job, name) for name in job.__dataclass_fields__}
         return await row(conn, "insert_submitted", {**params, "payload": json_text(job.payload),
                                                     "scheduled_for": job.run_at, "now": now})
+
+    async def insert_submitted_many(self, conn: Conn, jobs: Sequence[SubmittedJob], now: datetime) -> list[Row]:
+        """Insert every job in ONE statement (`insert_submitted_many`); the rows inserted, in no
+        particular order. A job whose (tenant, idempotency key) is taken (by a committed row, or
+        by an earlier job of `jobs`) is left out: read it back with `by_idempotency_keys`."""
+        if not jobs:
+            return []
+        return await rows(conn, "insert_submitted_many", {
+            "ids": [j.id for j in jobs], "tenants": [j.tenant for j in jobs], "types": [j.type for j in jobs],
+            "payloads": [j.payload for j in jobs], "partitions": [j.partition for j in jobs],
+            "run_ats": [j.run_at for j in jobs], "priorities": [j.priority for j in jobs],
+            "states": [j.state for j in jobs], "max_attempts": [j.max_attempts for j in jobs],
+            "retry_initial_s": [j.retry_initial_s for j in jobs],
+            "retry_multiplier": [j.retry_multiplier for j in jobs], "retry_max_s": [j.retry_max_s for j in jobs],
+            "timeout_s": [j.timeout_s for j in jobs], "idempotency_keys": [j.idempotency_key for j in jobs],
+            "now": now})
+
+    async def by_idempotency_keys(self, conn: Conn, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Row]:
+        """The executions that (tenant, idempotency key) pairs name, by pair (missing: none)."""
+        if not keys:
+            return {}
+        got = await rows(conn, "api_by_idempotency_keys", {"tenants": [t for t, _ in keys],
+                                                            "idempotency_keys": [k for _, k in keys]})
+        return {(r["tenant"], r["idempotency_key"]): r for r in got}
+
+    async def daily_quotas(self, conn: Conn, tenants: Sequence[str]) -> dict[str, int]:
+        """max_executions_per_day of those of `tenants` that have one (no lock)."""
+        got = await rows(conn, "api_daily_quotas", {"tenants": list(tenants)})
+        return {r["tenant"]: int(r["max_executions_per_day"]) for r in got}
+
+    async def lock_quotas(self, conn: Conn, tenants: Sequence[str]) -> None:
+        """Serialise these tenants' quota checks until commit (advisory locks, not row locks):
+        call before `used_since` in the same transaction."""
+        if tenants:
+            await rows(conn, "api_lock_quotas", {"tenants": list(tenants)})
+
+    async def used_since(self, conn: Conn, tenants: Sequence[str], since: datetime) -> dict[str, int]:
+        """Executions each tenant created since an instant (the daily quota's count)."""
+        got = await rows(conn, "api_used_today", {"tenants": list(tenants), "since": since})
+        return {r["tenant"]: int(r["used"]) for r in got}
+
+    async def notify_submitted(self, conn: Conn, due: Sequence[tuple[int, uuid.UUID, datetime]],
+                               priorities: Sequence[str]) -> None:
+        """At commit, coalesced: the partition owners learn of the scheduled one-offs `due`
+        (partition, id, run_at) with their run_at (no lookup per job), and dispatchers wake once
+        per queued priority. One statement per kind, whatever the number of jobs."""
+        if due:
+            await conn.execute(q("notify_due_many"), {"payloads": oneoff_batch_payloads(due)})
+        if priorities:
+            await conn.execute(q("notify_queued_many"), {"payloads": sorted(set(priorities))})
 
     async def insert_run(self, conn: Conn, run: ManualRun, now: datetime) -> Row | None:
         """None when the tick or the idempotency key is taken."""

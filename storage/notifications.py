@@ -2,7 +2,10 @@
 
 Channels (the senders are in the SQL: `pg_notify(...)` in the API's and the firing path's queries):
     cronwheel_due      '<partition>:<s|o>:<id>': a schedule or one-off job changed (sent in the
-                       changing transaction, so it arrives only once the change is visible)
+                       changing transaction, so it arrives only once the change is visible);
+                       'n:<partition>,<id>,<run_at unix s>;...': new scheduled one-off jobs of a
+                       submit group, with their run_at, so the owner needs no lookup per job
+                       (`oneoff_batch_payloads` builds them, each under NOTIFY's 8000 bytes)
     cronwheel_queued   work was queued somewhere (wakes waiting workers)
 
 `Listener(dsn)` is one dedicated autocommit connection: `async with Listener(dsn) as notes:` LISTENs
@@ -13,8 +16,10 @@ the caller needs no driver import. Not task-safe: one task owns a listener.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Self
 
 import psycopg
@@ -24,6 +29,39 @@ from cronwheel.storage.queries import q
 
 DUE_CHANNEL = "cronwheel_due"
 QUEUED_CHANNEL = "cronwheel_queued"
+ONEOFF_BATCH_PREFIX = "n:"
+_MAX_PAYLOAD = 7800  # PostgreSQL refuses payloads of 8000 bytes or more
+
+
+def oneoff_batch_payloads(due: Sequence[tuple[int, uuid.UUID, datetime]]) -> list[str]:
+    """'n:<partition>,<id>,<run_at>;...' payloads listing new scheduled one-off jobs."""
+    out: list[str] = []
+    cur: list[str] = []
+    size = len(ONEOFF_BATCH_PREFIX)
+    for p, ident, run_at in due:
+        entry = f"{p},{ident},{run_at.timestamp():.6f}"
+        if cur and size + len(entry) + 1 > _MAX_PAYLOAD:
+            out.append(ONEOFF_BATCH_PREFIX + ";".join(cur))
+            cur, size = [], len(ONEOFF_BATCH_PREFIX)
+        cur.append(entry)
+        size += len(entry) + 1
+    if cur:
+        out.append(ONEOFF_BATCH_PREFIX + ";".join(cur))
+    return out
+
+
+def parse_oneoff_batch(payload: str) -> list[tuple[int, uuid.UUID, float]] | None:
+    """The entries of an 'n:' payload (partition, id, run_at unix s); None if malformed."""
+    if not payload.startswith(ONEOFF_BATCH_PREFIX):
+        return None
+    out: list[tuple[int, uuid.UUID, float]] = []
+    try:
+        for entry in payload[len(ONEOFF_BATCH_PREFIX):].split(";"):
+            p, ident, ts = entry.split(",")
+            out.append((int(p), uuid.UUID(ident), float(ts)))
+    except ValueError:
+        return None
+    return out
 
 
 @dataclass(frozen=True, slots=True)

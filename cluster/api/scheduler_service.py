@@ -10,7 +10,9 @@ the commands look objects up within the caller's scope. ExplainSchedule is compu
 Dependencies: the store (its API ports), the clock (every `now`), the partition count (read per
 call) and the retention of records; never the whole Node (`services.grpc_services` builds it).
 
-Concurrency: stateless; every call borrows connections from the node's pool.
+Concurrency: stateless but for SubmitJob's group commit (`SubmitBatcher`, one per service, so
+one per node): concurrent SubmitJob calls share transactions; every other call borrows its own
+connection from the node's pool. SubmitJobs writes its jobs in one transaction of its own.
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ from cronwheel.cluster.api.auth import current_caller
 from cronwheel.cluster.api.explain_service import DEFAULT_RETENTION, explain_schedule
 from cronwheel.cluster.commands import runs
 from cronwheel.cluster.commands import schedules as sch
+from cronwheel.cluster.commands.submit_batcher import SubmitBatcher
 from cronwheel.cluster.commands.values import parse_json, text
 from cronwheel.cron import jitter_offset_s
 from cronwheel.errors import InvalidArgument
 from cronwheel.storage import PgStore
 from cronwheel.storage.executions import ExecutionFilter
 from cronwheel.storage.schedules import ScheduleFilter
-from cronwheel.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from cronwheel.v1 import common_pb2, enums, scheduler_pb2, scheduler_pb2_grpc
 
 Ctx: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 NIL_UUID = "00000000-0000-0000-0000-000000000000"
@@ -54,6 +57,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         self.clock = clock
         self.partitions = partitions  # read per call: known once the node has read the database
         self.retention = retention
+        self.batcher = SubmitBatcher(store, clock)
 
     # ------------------------------------------------------------------------------ schedules
 
@@ -191,19 +195,37 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
 
     # ------------------------------------------------------------------------------ executions
 
-    async def SubmitJob(self, request: scheduler_pb2.SubmitJobRequest,  # noqa: N802
-                        context: Ctx) -> scheduler_pb2.SubmitJobResponse:
-        caller = current_caller()
-        tenant = caller.owner(request.tenant, "tenant")
-        job = runs.JobSpec(
+    def _job(self, request: scheduler_pb2.SubmitJobRequest, tenant: str) -> runs.JobSpec:
+        return runs.JobSpec(
             tenant=tenant, type=request.type, payload=parse_json("payload_json", request.payload_json),
             run_at=cv.opt_dt(request, "run_at", "run_at"),
             priority=cv.enum(cv.PRIORITY, request.priority, "priority", "default") or "default",
             retry=cv.retry_from(request.retry_policy, request.HasField("retry_policy")),
             timeout_s=cv.opt_s(request, "timeout", "timeout"), idempotency_key=request.idempotency_key or None)
-        row, dedup = await runs.submit_job(self.store, job, self.clock.now(), self.partitions(),
-                                           actor=caller.name)
+
+    async def SubmitJob(self, request: scheduler_pb2.SubmitJobRequest,  # noqa: N802
+                        context: Ctx) -> scheduler_pb2.SubmitJobResponse:
+        tenant = current_caller().owner(request.tenant, "tenant")
+        job = runs.prepare_job(self._job(request, tenant), self.clock.now(), self.partitions())
+        row, dedup = await self.batcher.submit(job)  # validated first: a bad call never joins a group
         return scheduler_pb2.SubmitJobResponse(execution=cv.execution_out(row), deduplicated=dedup)
+
+    async def SubmitJobs(self, request: scheduler_pb2.SubmitJobsRequest,  # noqa: N802
+                         context: Ctx) -> scheduler_pb2.SubmitJobsResponse:
+        caller = current_caller()
+        runs.check_batch_size(len(request.jobs))
+        now, partitions = self.clock.now(), self.partitions()
+        jobs = []
+        for i, item in enumerate(request.jobs):
+            tenant = caller.owner(item.tenant, f"jobs[{i}].tenant")
+            with cv.fields_under(f"jobs[{i}]"):
+                jobs.append(runs.prepare_job(self._job(item, tenant), now, partitions))
+        got = await runs.submit_jobs(self.store, jobs, now)
+        state = enums.by_name(cv.STATE)
+        return scheduler_pb2.SubmitJobsResponse(results=[
+            scheduler_pb2.SubmittedJob(execution_id=str(r["id"]), deduplicated=dedup, state=state[r["state"]],
+                                       partition=r["partition"], run_at=cv.ts(r["run_at"]))
+            for r, dedup in got])
 
     async def GetExecution(self, request: scheduler_pb2.GetExecutionRequest,  # noqa: N802
                            context: Ctx) -> scheduler_pb2.GetExecutionResponse:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -187,11 +188,12 @@ def _day_start(now: datetime) -> datetime:
     return datetime(d.year, d.month, d.day, tzinfo=UTC)
 
 
-async def submit_job(store: PgStore, job: JobSpec, now: datetime, partitions: int,
-                     actor: str = "api") -> tuple[Row, bool]:
-    """Returns (execution row, deduplicated). A repeated idempotency key returns the existing
-    execution of that tenant and stores nothing. Queued at once unless run_at is in the future
-    (then scheduled, and the partition owner is told)."""
+MAX_SUBMIT_BATCH = 10_000  # jobs in one SubmitJobs call
+
+
+def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
+    """Validate one job (InvalidArgument naming the field) and give it its id, partition and
+    state: queued at once unless run_at is in the future (then scheduled). No I/O."""
     tenant = text("tenant", job.tenant)
     jtype = text("type", job.type)
     payload = payload_json("payload_json", job.payload)
@@ -204,35 +206,138 @@ async def submit_job(store: PgStore, job: JobSpec, now: datetime, partitions: in
     run_at = max(run_at, now)
     retry = job.retry.validate()
     eid = new_execution_id()
-    p = partition_of(eid, partitions)
     state = "queued" if run_at <= now else "scheduled"
-    sub = SubmittedJob(
-        id=eid, tenant=tenant, type=jtype, payload=str(payload), partition=p, run_at=run_at,
-        priority=priority(job.priority), state=state, max_attempts=retry.max_attempts,
+    return SubmittedJob(
+        id=eid, tenant=tenant, type=jtype, payload=str(payload), partition=partition_of(eid, partitions),
+        run_at=run_at, priority=priority(job.priority), state=state, max_attempts=retry.max_attempts,
         retry_initial_s=retry.initial_s, retry_multiplier=retry.multiplier, retry_max_s=retry.max_s,
         timeout_s=timeout("timeout", job.timeout_s), idempotency_key=key,
     )
+
+
+Submitted = tuple[Row, bool]  # (execution, deduplicated)
+
+
+def _quota_error(tenant: str, limit: int) -> QuotaExceeded:
+    return QuotaExceeded(f"tenant {tenant} has used its quota of {limit} executions today (UTC)")
+
+
+async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime,
+                     all_or_nothing: bool) -> list[Submitted | Exception]:
+    """Write prepared jobs in ONE transaction and ONE insert statement; a result per job, in
+    order: (row, deduplicated) or the job's own error. `all_or_nothing` (SubmitJobs): a job over
+    quota fails the whole call instead, and nothing is stored. Errors of the transaction itself
+    (database down) raise, for every job.
+
+    Idempotency: a (tenant, key) that exists returns that execution (deduplicated); a key
+    repeated inside `jobs` is one job (the first), the later ones return it deduplicated; a key
+    inserted concurrently by another transaction is resolved per job by the insert's
+    ON CONFLICT DO NOTHING and a read-back.
+
+    Daily quota, exact without a row lock: for each tenant with a quota (and only those), one
+    advisory transaction lock per tenant per group (`lock_quotas`), then a count of today's
+    executions taken after the lock (READ COMMITTED: a fresh snapshot that sees every group
+    that held the lock before), then at most `limit - used` new jobs. The lock is held to commit,
+    so two groups of a tenant count one after the other; tenants without a quota take no lock.
+    A job lost to a concurrent key counts as used for this group (never over, possibly one
+    refused that would have fitted)."""
+    n = len(jobs)
+    results: list[Submitted | Exception | None] = [None] * n
+    first: dict[tuple[str, str], int] = {}
+    aliases: list[tuple[int, int]] = []
+    for i, j in enumerate(jobs):
+        if j.idempotency_key is not None:
+            k = (j.tenant, j.idempotency_key)
+            if k in first:
+                aliases.append((i, first[k]))
+            else:
+                first[k] = i
+    alias_of = {i for i, _ in aliases}
     ex = store.executions
     async with store.transaction() as conn:
-        if key is not None and (existing := await ex.by_idempotency_key(conn, tenant, key)) is not None:
-            return existing, True
-        quota = await store.schedules.lock_tenant(conn, tenant)
-        if quota is not None and quota.max_executions_per_day is not None:
-            used = await ex.count_since(conn, tenant, _day_start(now))
-            if used >= quota.max_executions_per_day:
-                raise QuotaExceeded(f"tenant {tenant} has used its quota of {quota.max_executions_per_day} "
-                                    f"executions today (UTC)")
-        row = await ex.insert_submitted(conn, sub, now)
-        if row is None:
-            existing = await ex.by_idempotency_key(conn, tenant, key) if key else None
-            if existing is None:
-                raise AlreadyExists("execution", key)
-            return existing, True
-        if state == "scheduled":
-            await ex.notify_due(conn, p, eid)
-        else:
-            await ex.notify_queued(conn, row["priority"])
-    return row, False
+        existing = await ex.by_idempotency_keys(conn, list(first)) if first else {}
+        candidates: list[int] = []
+        for i, j in enumerate(jobs):
+            if i in alias_of:
+                continue
+            if j.idempotency_key is not None and (r := existing.get((j.tenant, j.idempotency_key))) is not None:
+                results[i] = (r, True)
+            else:
+                candidates.append(i)
+        quotas = await ex.daily_quotas(conn, sorted({jobs[i].tenant for i in candidates})) if candidates else {}
+        accepted = candidates
+        if quotas:
+            await ex.lock_quotas(conn, list(quotas))
+            used = await ex.used_since(conn, list(quotas), _day_start(now))
+            left = {t: limit - used.get(t, 0) for t, limit in quotas.items()}
+            accepted = []
+            for i in candidates:
+                t = jobs[i].tenant
+                if t in left:
+                    if left[t] <= 0:
+                        if all_or_nothing:
+                            raise _quota_error(t, quotas[t])
+                        results[i] = _quota_error(t, quotas[t])
+                        continue
+                    left[t] -= 1
+                accepted.append(i)
+        inserted = {r["id"]: r for r in await ex.insert_submitted_many(conn, [jobs[i] for i in accepted], now)}
+        lost = [i for i in accepted if jobs[i].id not in inserted]
+        back = await ex.by_idempotency_keys(
+            conn, [(jobs[i].tenant, jobs[i].idempotency_key or "") for i in lost]) if lost else {}
+        for i in accepted:
+            j = jobs[i]
+            if (r := inserted.get(j.id)) is not None:
+                results[i] = (r, False)
+            elif (r := back.get((j.tenant, j.idempotency_key or ""))) is not None:
+                results[i] = (r, True)  # a concurrent call with the same key won
+            else:
+                results[i] = AlreadyExists("execution", j.idempotency_key or str(j.id))
+        for i, f in aliases:
+            got = results[f]
+            results[i] = (got[0], True) if isinstance(got, tuple) else got
+        await ex.notify_submitted(
+            conn, [(r["partition"], r["id"], r["run_at"]) for r in inserted.values() if r["state"] == "scheduled"],
+            [r["priority"] for r in inserted.values() if r["state"] == "queued"])
+    out: list[Submitted | Exception] = []
+    for got in results:
+        assert got is not None
+        out.append(got)
+    return out
+
+
+def check_batch_size(n: int) -> None:
+    """SubmitJobs takes 1..MAX_SUBMIT_BATCH jobs (InvalidArgument "jobs" otherwise)."""
+    if n == 0:
+        raise InvalidArgument("jobs", f"required: 1..{MAX_SUBMIT_BATCH} jobs")
+    if n > MAX_SUBMIT_BATCH:
+        raise InvalidArgument("jobs", f"at most {MAX_SUBMIT_BATCH} jobs per call, got {n}; split it")
+
+
+async def submit_jobs(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime) -> list[Submitted]:
+    """SubmitJobs: 1..MAX_SUBMIT_BATCH jobs, each already validated by `prepare_job` (the caller
+    names the failing item, jobs[i].field, before anything is written); all or nothing: one
+    transaction, one insert statement. Per job: (execution, deduplicated)."""
+    check_batch_size(len(jobs))
+    out: list[Submitted] = []
+    for r in await write_jobs(store, jobs, now, all_or_nothing=True):
+        if isinstance(r, Exception):
+            raise r
+        out.append(r)
+    return out
+
+
+async def submit_job(store: PgStore, job: JobSpec, now: datetime, partitions: int,
+                     actor: str = "api") -> tuple[Row, bool]:
+    """One job, in a transaction of its own (the node's API goes through the group-commit
+    `SubmitBatcher` instead, which writes the same way). Returns (execution row,
+    deduplicated). A repeated idempotency key returns the existing execution of that tenant and
+    stores nothing. Queued at once unless run_at is in the future (then scheduled, and the
+    partition owner is told)."""
+    got = (await write_jobs(store, [prepare_job(job, now, partitions)], now, all_or_nothing=False))[0]
+    if isinstance(got, Exception):
+        raise got
+    return got
 
 
 # ---------------------------------------------------------------------------------- executions

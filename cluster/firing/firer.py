@@ -322,6 +322,25 @@ class Firer:
                     ts = o.run_at.timestamp()
                     self._insert(st, p, ident, ts, ts, kind="o")
 
+    async def add_oneoffs(self, entries: list[tuple[int, uuid.UUID, float]]) -> None:
+        """New scheduled one-off jobs (partition, id, run_at) from a submit group's notification:
+        armed with no lookup when this node owns the partition and run_at is within what is
+        loaded (later ones come with the horizon). A job cancelled meanwhile is refused by the
+        fire statement itself (it queues only `scheduled` rows)."""
+        by_p: dict[int, list[tuple[uuid.UUID, float]]] = {}
+        for p, ident, ts in entries:
+            by_p.setdefault(p, []).append((ident, ts))
+        for p, items in by_p.items():
+            st = self.parts.get(p)
+            if st is None:
+                continue
+            async with st.lock:
+                if self.parts.get(p) is not st:
+                    continue
+                for ident, ts in items:
+                    if ts <= st.loaded_until:
+                        self._insert(st, p, ident, ts, ts, kind="o")
+
     async def resync(self) -> None:
         """After a missed notification: reload every owned partition from scratch."""
         for p, st in list(self.parts.items()):

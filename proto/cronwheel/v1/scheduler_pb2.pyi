@@ -308,6 +308,32 @@ class SubmitJobResponse(_message.Message):
     deduplicated: bool
     def __init__(self, execution: _Optional[_Union[_common_pb2.Execution, _Mapping]] = ..., deduplicated: _Optional[bool] = ...) -> None: ...
 
+class SubmitJobsRequest(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[SubmitJobRequest]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[SubmitJobRequest, _Mapping]]] = ...) -> None: ...
+
+class SubmittedJob(_message.Message):
+    __slots__ = ("execution_id", "deduplicated", "state", "partition", "run_at")
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    RUN_AT_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    deduplicated: bool
+    state: _common_pb2.ExecutionState
+    partition: int
+    run_at: _timestamp_pb2.Timestamp
+    def __init__(self, execution_id: _Optional[str] = ..., deduplicated: _Optional[bool] = ..., state: _Optional[_Union[_common_pb2.ExecutionState, str]] = ..., partition: _Optional[int] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class SubmitJobsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SubmittedJob]
+    def __init__(self, results: _Optional[_Iterable[_Union[SubmittedJob, _Mapping]]] = ...) -> None: ...
+
 class GetExecutionRequest(_message.Message):
     __slots__ = ("execution_id",)
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]

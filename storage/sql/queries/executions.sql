@@ -127,3 +127,57 @@ WITH fence AS (
 )
 SELECT (SELECT count(*) FROM adv) AS advanced, (SELECT count(*) FROM ins) AS inserted,
        (SELECT count(*) FROM fence) AS fenced;
+
+-- name: insert_submitted_many
+-- Many one-off jobs from SubmitJobs or one SubmitJob group (parallel arrays, one row per
+-- index), ONE statement. A (tenant, idempotency_key) already taken, by a committed row or by an
+-- earlier row of the same arrays, inserts nothing for that index: the caller reads the
+-- existing row back (`api_by_idempotency_keys`). RETURNING order is not the input order.
+INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
+                        priority, state, trigger, max_attempts, retry_initial_s,
+                        retry_multiplier, retry_max_s, timeout_s, idempotency_key, queued_at, created_at)
+SELECT v.id, NULL, v.tenant, v.type, v.payload::jsonb, v.partition, v.run_at, v.run_at, v.priority, v.state,
+       'submit', v.max_attempts, v.retry_initial_s, v.retry_multiplier, v.retry_max_s, v.timeout_s,
+       v.idempotency_key, CASE WHEN v.state = 'queued' THEN %(now)s::timestamptz END, %(now)s
+  FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(types)s::text[], %(payloads)s::text[],
+              %(partitions)s::int[], %(run_ats)s::timestamptz[], %(priorities)s::text[], %(states)s::text[],
+              %(max_attempts)s::int[], %(retry_initial_s)s::float8[], %(retry_multiplier)s::float8[],
+              %(retry_max_s)s::float8[], %(timeout_s)s::float8[], %(idempotency_keys)s::text[])
+       WITH ORDINALITY AS v(id, tenant, type, payload, partition, run_at, priority, state, max_attempts,
+                            retry_initial_s, retry_multiplier, retry_max_s, timeout_s, idempotency_key, ord)
+ ORDER BY v.ord
+ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING *;
+
+-- name: api_by_idempotency_keys
+-- The executions that (tenant, idempotency_key) pairs name (parallel arrays), if any.
+SELECT e.* FROM executions e
+  JOIN unnest(%(tenants)s::text[], %(idempotency_keys)s::text[]) AS k(tenant, idempotency_key)
+    ON e.tenant = k.tenant AND e.idempotency_key = k.idempotency_key;
+
+-- name: api_daily_quotas
+-- The tenants among `tenants` that have a daily execution quota, and the quota. No lock.
+SELECT id AS tenant, max_executions_per_day FROM tenants
+ WHERE id = ANY(%(tenants)s::text[]) AND max_executions_per_day IS NOT NULL;
+
+-- name: api_lock_quotas
+-- Transaction-scoped advisory locks, one per tenant (by hash, in hash order so two groups never
+-- wait on each other in a cycle): serialises the daily-quota check of these tenants' submit
+-- groups until commit, without touching the tenants rows. Run before `api_used_today`, in its
+-- own statement, so that count's snapshot is taken after the lock (READ COMMITTED).
+SELECT pg_advisory_xact_lock(hashtext('cronwheel.quota'), h)
+  FROM (SELECT DISTINCT hashtext(t) AS h FROM unnest(%(tenants)s::text[]) AS t ORDER BY 1) AS l;
+
+-- name: api_used_today
+-- Executions each tenant created since an instant (the daily quota's count).
+SELECT t.tenant, (SELECT count(*) FROM executions e WHERE e.tenant = t.tenant AND e.created_at >= %(since)s) AS used
+  FROM unnest(%(tenants)s::text[]) AS t(tenant);
+
+-- name: notify_due_many
+-- One coalesced change notification per payload (a group's one-off jobs, see
+-- storage/notifications.py), delivered at commit.
+SELECT pg_notify('cronwheel_due', p) FROM unnest(%(payloads)s::text[]) AS p;
+
+-- name: notify_queued_many
+-- Wake dispatchers once per priority that was queued (delivered at commit).
+SELECT pg_notify('cronwheel_queued', p) FROM unnest(%(payloads)s::text[]) AS p;
