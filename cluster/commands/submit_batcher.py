@@ -1,8 +1,9 @@
 """Group commit for SubmitJob: concurrent calls on one node share one transaction.
 
 A caller hands `submit()` a job it has already validated (`runs.prepare_job`: a bad call fails
-alone, before it joins a group). The batcher collects calls for up to `window_s` (or until
-`max_batch` wait), then writes them with `runs.write_jobs`, the same single insert statement as
+alone, before it joins a group). With no group being written, a call is written at once (a lone
+caller pays no window); while groups are being written, the batcher collects calls for up to
+`window_s` (or until `max_batch` wait), then writes them with `runs.write_jobs`, the same single insert statement as
 SubmitJobs, and answers each caller with its own result or its own error (a repeated idempotency
 key is deduplicated for that caller alone, a tenant over its daily quota fails only its calls).
 An error of the transaction itself (database down) fails every call of that group, none of which
@@ -72,7 +73,7 @@ class SubmitBatcher:
     async def _run(self) -> None:
         while True:
             await self._arrived.wait()
-            if len(self._waiting) < self.max_batch and self.window_s > 0:
+            if self._groups and len(self._waiting) < self.max_batch and self.window_s > 0:
                 await self.clock.wait(self._full, self.window_s)
             await self._slots.acquire()
             group, self._waiting = self._waiting[:self.max_batch], self._waiting[self.max_batch:]
