@@ -34,7 +34,7 @@ _Waiting = tuple[SubmittedJob, "asyncio.Future[Submitted]"]
 
 class SubmitBatcher:
     def __init__(self, store: PgStore, clock: Clock, window_s: float = 0.001, max_batch: int = 512,
-                 max_in_flight: int = 4) -> None:
+                 max_in_flight: int = 2) -> None:
         if not 0 <= window_s <= 1:
             raise ValueError(f"window_s must be in 0..1, got {window_s}")
         if not 1 <= max_batch <= 10_000:
