@@ -129,3 +129,23 @@ def test_a_node_killed_mid_submit_loses_no_acknowledged_job() -> None:
             t.join(30)
         stored = {str(r[0]) for r in rows(c, "SELECT id FROM executions WHERE idempotency_key LIKE 'kill-%%'")}
         assert set(acked) <= stored, f"{len(set(acked) - stored)} acknowledged jobs are missing"
+
+
+def test_the_daily_quota_is_exact_under_concurrent_submits(cluster: tuple[ProcessCluster, str]) -> None:
+    c, address = cluster
+    with psycopg.connect(c.dsn) as conn:
+        conn.execute("INSERT INTO tenants (id, max_executions_per_day) VALUES ('globex', 13) "
+                     "ON CONFLICT (id) DO UPDATE SET max_executions_per_day = 13")
+    api = Api(address, "globex")
+
+    def one(i: int) -> object:
+        try:
+            return api.call("SubmitJob", item())
+        except grpc.RpcError as exc:
+            return exc.code()
+
+    with ThreadPoolExecutor(40) as pool:
+        got = list(pool.map(one, range(40)))
+    refused = [g for g in got if g == grpc.StatusCode.RESOURCE_EXHAUSTED]
+    assert (len(got) - len(refused), len(refused)) == (13, 27), got
+    assert rows(c, "SELECT count(*) FROM executions WHERE tenant = 'globex'") == [(13,)]
