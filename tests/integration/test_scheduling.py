@@ -265,7 +265,8 @@ async def test_submit_for_later_is_scheduled_and_tells_the_partition_owner(store
                                       NOW, P)
         got = await lis.received(1)
     assert ex["state"] == "scheduled" and ex["scheduled_for"] == NOW + timedelta(hours=1)
-    assert got == [("cronwheel_due", f"{ex['partition']}:o:{ex['id']}")]
+    # the submit path's coalesced form: partition, id and run_at, so the owner needs no lookup
+    assert got == [("cronwheel_due", f"n:{ex['partition']},{ex['id']},{ex['run_at'].timestamp():.6f}")]
     with pytest.raises(InvalidArgument) as exc:
         await runs.submit_job(store, runs.JobSpec(tenant="acme", type="t", run_at=NOW + timedelta(days=4000)), NOW, P)
     assert exc.value.field == "run_at"
