@@ -41,11 +41,17 @@ def json_text(doc: str) -> Jsonb:
     return Jsonb(doc, dumps=lambda s: str(s))
 
 
-async def rows(conn: Conn, name: str, params: Mapping[str, Any]) -> list[Row]:
-    """The one row decoder of the API ports: run query `name`, dict rows, JSON as text."""
+def decoding_cursor(conn: Conn) -> Any:
+    """A cursor with the one row decoding of the API ports: dict rows, JSON as text."""
     cur = conn.cursor(row_factory=dict_row)
     cur.adapters.register_loader("jsonb", TextLoader)
     cur.adapters.register_loader("json", TextLoader)
+    return cur
+
+
+async def rows(conn: Conn, name: str, params: Mapping[str, Any]) -> list[Row]:
+    """The one row decoder of the API ports: run query `name`, dict rows, JSON as text."""
+    cur = decoding_cursor(conn)
     async with cur:
         await cur.execute(q(name), params)
         return list(await cur.fetchall()) if cur.description is not None else []

@@ -231,16 +231,19 @@ async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime
 
     Idempotency: a (tenant, key) that exists returns that execution (deduplicated); a key
     repeated inside `jobs` is one job (the first), the later ones return it deduplicated; a key
-    inserted concurrently by another transaction is resolved per job by the insert's
-    ON CONFLICT DO NOTHING and a read-back.
+    taken by a committed or concurrent transaction is resolved per job by the insert's
+    ON CONFLICT DO NOTHING and a read-back of the existing rows.
 
-    Daily quota, exact without a row lock: for each tenant with a quota (and only those), one
-    advisory transaction lock per tenant per group (`lock_quotas`), then a count of today's
-    executions taken after the lock (READ COMMITTED: a fresh snapshot that sees every group
-    that held the lock before), then at most `limit - used` new jobs. The lock is held to commit,
-    so two groups of a tenant count one after the other; tenants without a quota take no lock.
-    A job lost to a concurrent key counts as used for this group (never over, possibly one
-    refused that would have fitted)."""
+    Two paths. When none of the jobs' tenants has a daily quota (the common case) the group is
+    one round trip to PostgreSQL (`insert_unless_quota`: quota read, guarded insert, coalesced
+    notifications and commit pipelined), plus a read-back only if a key was taken. Otherwise the
+    counted path, exact without a row lock: one advisory transaction lock per quota tenant per
+    group (`lock_quotas`), then a count of today's executions taken after the lock (READ
+    COMMITTED: a fresh snapshot that sees every group that held the lock before), then at most
+    `limit - used` new jobs; existing keys are read first so they do not count. The lock is held
+    to commit, so two groups of one tenant count one after the other. A job lost to a concurrent
+    key counts as used for its group (never over, possibly one refused that would have fitted).
+    A quota set while a group is in flight applies from the next group."""
     n = len(jobs)
     results: list[Submitted | Exception | None] = [None] * n
     first: dict[tuple[str, str], int] = {}
@@ -253,57 +256,74 @@ async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime
             else:
                 first[k] = i
     alias_of = {i for i, _ in aliases}
+    unique = [i for i in range(n) if i not in alias_of]
     ex = store.executions
-    async with store.transaction() as conn:
-        existing = await ex.by_idempotency_keys(conn, list(first)) if first else {}
-        candidates: list[int] = []
-        for i, j in enumerate(jobs):
-            if i in alias_of:
-                continue
-            if j.idempotency_key is not None and (r := existing.get((j.tenant, j.idempotency_key))) is not None:
-                results[i] = (r, True)
-            else:
-                candidates.append(i)
-        quotas = await ex.daily_quotas(conn, sorted({jobs[i].tenant for i in candidates})) if candidates else {}
-        accepted = candidates
-        if quotas:
-            await ex.lock_quotas(conn, list(quotas))
-            used = await ex.used_since(conn, list(quotas), _day_start(now))
-            left = {t: limit - used.get(t, 0) for t, limit in quotas.items()}
-            accepted = []
-            for i in candidates:
-                t = jobs[i].tenant
-                if t in left:
-                    if left[t] <= 0:
-                        if all_or_nothing:
-                            raise _quota_error(t, quotas[t])
-                        results[i] = _quota_error(t, quotas[t])
-                        continue
-                    left[t] -= 1
-                accepted.append(i)
-        inserted = {r["id"]: r for r in await ex.insert_submitted_many(conn, [jobs[i] for i in accepted], now)}
-        lost = [i for i in accepted if jobs[i].id not in inserted]
-        back = await ex.by_idempotency_keys(
-            conn, [(jobs[i].tenant, jobs[i].idempotency_key or "") for i in lost]) if lost else {}
-        for i in accepted:
-            j = jobs[i]
-            if (r := inserted.get(j.id)) is not None:
-                results[i] = (r, False)
-            elif (r := back.get((j.tenant, j.idempotency_key or ""))) is not None:
-                results[i] = (r, True)  # a concurrent call with the same key won
-            else:
-                results[i] = AlreadyExists("execution", j.idempotency_key or str(j.id))
-        for i, f in aliases:
-            got = results[f]
-            results[i] = (got[0], True) if isinstance(got, tuple) else got
-        await ex.notify_submitted(
-            conn, [(r["partition"], r["id"], r["run_at"]) for r in inserted.values() if r["state"] == "scheduled"],
-            [r["priority"] for r in inserted.values() if r["state"] == "queued"])
+    fast = await ex.insert_unless_quota([jobs[i] for i in unique], now)
+    if fast is not None:
+        inserted = {r["id"]: r for r in fast}
+        lost = [i for i in unique if jobs[i].id not in inserted]
+        back: dict[tuple[str, str], Row] = {}
+        if lost:
+            async with store.connection() as conn:
+                back = await ex.by_idempotency_keys(conn, [(jobs[i].tenant, jobs[i].idempotency_key or "")
+                                                           for i in lost])
+        _settle(jobs, unique, inserted, back, results)
+    else:
+        async with store.transaction() as conn:
+            existing = await ex.by_idempotency_keys(conn, list(first)) if first else {}
+            candidates: list[int] = []
+            for i in unique:
+                j = jobs[i]
+                if j.idempotency_key is not None and (r := existing.get((j.tenant, j.idempotency_key))) is not None:
+                    results[i] = (r, True)
+                else:
+                    candidates.append(i)
+            quotas = await ex.daily_quotas(conn, sorted({jobs[i].tenant for i in candidates})) if candidates else {}
+            accepted = candidates
+            if quotas:
+                await ex.lock_quotas(conn, list(quotas))
+                used = await ex.used_since(conn, list(quotas), _day_start(now))
+                left = {t: limit - used.get(t, 0) for t, limit in quotas.items()}
+                accepted = []
+                for i in candidates:
+                    t = jobs[i].tenant
+                    if t in left:
+                        if left[t] <= 0:
+                            if all_or_nothing:
+                                raise _quota_error(t, quotas[t])
+                            results[i] = _quota_error(t, quotas[t])
+                            continue
+                        left[t] -= 1
+                    accepted.append(i)
+            inserted = {r["id"]: r for r in await ex.insert_submitted_many(conn, [jobs[i] for i in accepted], now)}
+            lost = [i for i in accepted if jobs[i].id not in inserted]
+            back = await ex.by_idempotency_keys(
+                conn, [(jobs[i].tenant, jobs[i].idempotency_key or "") for i in lost]) if lost else {}
+            _settle(jobs, accepted, inserted, back, results)
+            await ex.notify_submitted(
+                conn, [(r["partition"], r["id"], r["run_at"]) for r in inserted.values() if r["state"] == "scheduled"],
+                [r["priority"] for r in inserted.values() if r["state"] == "queued"])
+    for i, f in aliases:
+        got = results[f]
+        results[i] = (got[0], True) if isinstance(got, tuple) else got
     out: list[Submitted | Exception] = []
     for got in results:
         assert got is not None
         out.append(got)
     return out
+
+
+def _settle(jobs: Sequence[SubmittedJob], written: Sequence[int], inserted: dict[uuid.UUID, Row],
+            back: dict[tuple[str, str], Row], results: list[Submitted | Exception | None]) -> None:
+    """The result of each job the insert was given: its row, or the row that holds its key."""
+    for i in written:
+        j = jobs[i]
+        if (r := inserted.get(j.id)) is not None:
+            results[i] = (r, False)
+        elif (r := back.get((j.tenant, j.idempotency_key or ""))) is not None:
+            results[i] = (r, True)  # the key was taken (before, or by a concurrent call)
+        else:
+            results[i] = AlreadyExists("execution", j.idempotency_key or str(j.id))
 
 
 def check_batch_size(n: int) -> None:

@@ -133,6 +133,8 @@ SELECT (SELECT count(*) FROM adv) AS advanced, (SELECT count(*) FROM ins) AS ins
 -- index), ONE statement. A (tenant, idempotency_key) already taken, by a committed row or by an
 -- earlier row of the same arrays, inserts nothing for that index: the caller reads the
 -- existing row back (`api_by_idempotency_keys`). RETURNING order is not the input order.
+-- `unless_quota`: insert nothing at all if any of the tenants has a daily quota (the caller
+-- then takes the locked, counted path instead).
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, trigger, max_attempts, retry_initial_s,
                         retry_multiplier, retry_max_s, timeout_s, idempotency_key, queued_at, created_at)
@@ -145,6 +147,8 @@ SELECT v.id, NULL, v.tenant, v.type, v.payload::jsonb, v.partition, v.run_at, v.
               %(retry_max_s)s::float8[], %(timeout_s)s::float8[], %(idempotency_keys)s::text[])
        WITH ORDINALITY AS v(id, tenant, type, payload, partition, run_at, priority, state, max_attempts,
                             retry_initial_s, retry_multiplier, retry_max_s, timeout_s, idempotency_key, ord)
+ WHERE NOT (%(unless_quota)s::boolean AND EXISTS (
+           SELECT 1 FROM tenants t WHERE t.id = ANY(%(tenants)s::text[]) AND t.max_executions_per_day IS NOT NULL))
  ORDER BY v.ord
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
