@@ -52,6 +52,7 @@ class SubmitBatcher:
         self._runner: asyncio.Task[None] | None = None
         self._groups: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._in_flight = 0  # groups being written
         self.groups_written = 0  # observability and tests: how many transactions
         self.largest_group = 0
 
@@ -73,7 +74,7 @@ class SubmitBatcher:
     async def _run(self) -> None:
         while True:
             await self._arrived.wait()
-            if self._groups and len(self._waiting) < self.max_batch and self.window_s > 0:
+            if self._in_flight and len(self._waiting) < self.max_batch and self.window_s > 0:
                 await self.clock.wait(self._full, self.window_s)
             await self._slots.acquire()
             group, self._waiting = self._waiting[:self.max_batch], self._waiting[self.max_batch:]
@@ -84,6 +85,7 @@ class SubmitBatcher:
             if not group:
                 self._slots.release()
                 continue
+            self._in_flight += 1
             task = asyncio.create_task(self._write(group), name="submit-group")
             self._groups.add(task)
             task.add_done_callback(self._groups.discard)
@@ -97,6 +99,7 @@ class SubmitBatcher:
                     fut.set_exception(exc)
             return
         finally:
+            self._in_flight -= 1  # before any caller is answered: its next call must not wait a window
             self._slots.release()
         self.groups_written += 1
         self.largest_group = max(self.largest_group, len(group))

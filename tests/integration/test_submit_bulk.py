@@ -138,3 +138,17 @@ async def test_scheduled_jobs_are_announced_with_their_run_at_in_one_notificatio
                 entries += batch
     assert {(p, i) for p, i, _ in entries} == {(r["partition"], r["id"]) for r, _ in got}
     assert {ts for _, _, ts in entries} == {later.timestamp()}
+
+
+async def test_a_lone_caller_never_waits_for_the_collection_window(store: PgStore) -> None:
+    from cronwheel.clock import FakeClock
+
+    clock = FakeClock()  # never advanced: a call that waited for the window would never be written
+    batcher = SubmitBatcher(store, clock, window_s=0.5)
+    try:
+        for i in range(20):  # one after the other: each finds the previous group done
+            row, dedup = await asyncio.wait_for(batcher.submit(prep([job(i)], clock.now())[0]), 10)
+            assert not dedup
+    finally:
+        await batcher.close()
+    assert batcher.groups_written == 20
