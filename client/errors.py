@@ -35,14 +35,14 @@ class InvalidArgument(ApiError, errors.InvalidArgument):
 class NotFound(ApiError, errors.NotFound):
     """Not found (or not visible to this caller)."""
 
-    kind: str | None = None
+    kind = ""
     ident: object = None
 
 
 class AlreadyExists(ApiError, errors.AlreadyExists):
     """Already exists."""
 
-    kind: str | None = None
+    kind = ""
     key: object = None
 
 

@@ -16,8 +16,10 @@ from typing import Any
 
 import grpc
 
+from cronwheel import errors
 from cronwheel.v1 import admin_pb2_grpc, scheduler_pb2_grpc
 
+from .errors import InvalidArgument
 from .worker_connection import Connection
 
 # What gRPC says when a channel could not reach any address: the request was never sent.
@@ -44,12 +46,13 @@ class Settings:
         addresses = (address,) if isinstance(address, str) else tuple(address)
         addresses = tuple(a for part in addresses for a in part.split(",") if a.strip())
         got = cls(addresses=tuple(a.strip() for a in addresses), **kw)
-        for conn in got.connections():
-            conn.validate()
         if not got.addresses:
-            from .errors import InvalidArgument
-
             raise InvalidArgument("INVALID_ARGUMENT", "address: at least one node address (host:port) is required")
+        try:
+            for conn in got.connections():
+                conn.validate()
+        except errors.InvalidArgument as exc:  # the domain's class: re-raised as the Client's
+            raise InvalidArgument("INVALID_ARGUMENT", str(exc)) from None
         return got
 
     def connections(self) -> list[Connection]:
