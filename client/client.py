@@ -1,7 +1,7 @@
 """`Client`: the blocking door to a cronwheel cluster for application code.
 
+    from datetime import timedelta
     from cronwheel.client import Client
-
     with Client(["node-1:7070", "node-2:7070"], token="...") as cw:
         job = cw.submit("send-email", {"to": "a@example.com"}, delay=timedelta(minutes=5))
         done = cw.wait(job.id, timeout=60)          # the final Execution: .result or .error
@@ -135,6 +135,7 @@ class Client:
             yield from pages.items(resp)
 
     def close(self) -> None:
+        """Closes the channels (a later call opens them again)."""
         with self._lock:
             for ch, _ in self._channels.values():
                 ch.close()
