@@ -226,13 +226,14 @@ class Dropped(grpc.RpcError):
         return "response dropped by the test"
 
 
-class DropFirstSubmitResponse(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    def __init__(self) -> None:
+class DropFirstResponse(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    def __init__(self, rpc: str) -> None:
+        self.rpc = rpc
         self.sent = 0
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         outcome = continuation(details, request)
-        if details.method.endswith("/SubmitJob"):
+        if details.method.endswith(f"/{self.rpc}"):
             self.sent += 1
             if self.sent == 1:
                 outcome.result()  # the server answered: the job is stored
@@ -242,11 +243,21 @@ class DropFirstSubmitResponse(grpc.UnaryUnaryClientInterceptor):  # type: ignore
 
 def test_a_submit_retried_after_a_lost_response_creates_one_execution(node: tuple[ProcessCluster, str]) -> None:
     job_type = unique("once")
-    drop = DropFirstSubmitResponse()
+    drop = DropFirstResponse("SubmitJob")
     with Client(node[1], token=ACME, interceptors=[drop], backoff_s=0.01) as cw:
         ex = cw.submit(job_type, run_at=datetime.now(UTC) + timedelta(hours=1))  # no key given
         assert drop.sent == 2 and ex.deduplicated
         assert [e.id for e in cw.list_executions(type=job_type)] == [ex.id]
+
+
+def test_a_call_unsafe_to_repeat_is_not_retried_after_it_was_sent(node: tuple[ProcessCluster, str]) -> None:
+    job_type = unique("unsafe")
+    drop = DropFirstResponse("CreateSchedule")
+    with Client(node[1], token=ACME, interceptors=[drop], backoff_s=0.01) as cw:
+        with pytest.raises(Unavailable, match="dropped"):
+            cw.create_schedule(unique("u"), YEARLY, job_type, timezone="UTC", misfire_policy="skip")
+        assert drop.sent == 1, "not sent again: the caller decides (it was created)"
+        assert len(list(cw.list_schedules(job_type=job_type))) == 1
 
 
 def test_each_typed_exception_from_a_real_server_error(node: tuple[ProcessCluster, str], acme: Client) -> None:
