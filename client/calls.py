@@ -107,7 +107,8 @@ def create_schedule(ctx: Context, name: str, cron: str, job_type: str, *, timezo
 def update_schedule(ctx: Context, schedule_id: str, *, expected_version: int = 0,
                     **changes: Any) -> Call[t.Schedule]:
     """Changes the fields given as keyword arguments (the field mask is their names; None resets a
-    field to its default, e.g. `jitter=None`), guarded by `expected_version` when non-zero
+    field to its default, e.g. `jitter=None`; a RetryPolicy or DstPolicy replaces the whole policy,
+    its None fields taking their defaults), guarded by `expected_version` when non-zero
     (FailedPrecondition on a conflict). Keywords: those of create_schedule except tenant, id and
     paused (use pause/resume)."""
     if not changes:
