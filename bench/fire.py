@@ -15,7 +15,7 @@ real etcd, one `cronwheel node` process owning every partition.
 
 Schedules (and their schedule_due rows) are inserted with COPY and then ANALYZEd (setup, not the
 subject: statistics as autovacuum would have them soon after an import); partitions are computed
-exactly as the API does (cluster.scheduling partition_of). Burst schedules are yearly with their
+exactly as the API does (cluster.commands.values partition_of). Burst schedules are yearly with their
 first tick set to T, so nothing else is due in the horizon. --burst-repeat N gives the median.
 """
 

@@ -1,15 +1,60 @@
 """cronwheel.client: what users import.
 
+- `Client` (blocking) and `AsyncClient` (asyncio), same methods: schedules, one-off jobs, waiting
+  for an execution, cluster status and events, with plain values in and out (cronwheel.client.types)
+  and typed errors (cronwheel.client.errors); fail-over between node addresses, token, TLS,
+  deadlines and retries of calls safe to repeat.
 - `Worker` (and `JobContext`, `NonRetryable`, `WorkerStopped`): run handlers for job types;
   at-least-once, with heartbeats, checkpoints and fencing tokens; reports sent in the background
   and never dropped while the lease holds (see cronwheel.client.worker).
 - `load_worker(module)`: find the Worker a module defines (used by `cronwheel worker MODULE`).
 """
 
+from cronwheel.client.async_client import AsyncClient
+from cronwheel.client.client import Client
+from cronwheel.client.errors import (
+    AlreadyExists,
+    ApiError,
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
+from cronwheel.client.types import (
+    Backfill,
+    ClusterStatus,
+    DstGapPolicy,
+    DstPolicy,
+    DstRepeatedPolicy,
+    Event,
+    Execution,
+    ExecutionState,
+    ExplainedTick,
+    Explanation,
+    MisfirePolicy,
+    OverlapPolicy,
+    PreviewedTick,
+    Priority,
+    RetryPolicy,
+    Schedule,
+    TickOutcome,
+    Trigger,
+)
 from cronwheel.client.worker import JobContext, NonRetryable, Worker
 from cronwheel.client.worker_connection import WorkerStopped
 
-__all__ = ["JobContext", "NonRetryable", "Worker", "WorkerStopped", "load_worker"]
+__all__ = [
+    "AlreadyExists", "ApiError", "AsyncClient", "Backfill", "Client", "ClusterStatus", "DeadlineExceeded",
+    "DstGapPolicy", "DstPolicy", "DstRepeatedPolicy", "Event", "Execution", "ExecutionState", "ExplainedTick",
+    "Explanation", "FailedPrecondition", "InvalidArgument", "JobContext", "MisfirePolicy", "NonRetryable",
+    "NotFound", "OverlapPolicy", "PermissionDenied", "PreviewedTick", "Priority", "ResourceExhausted",
+    "RetryPolicy", "Schedule", "TickOutcome", "Trigger", "Unauthenticated", "Unavailable", "Worker",
+    "WorkerStopped", "load_worker",
+]
 
 
 def load_worker(module_name: str) -> Worker:

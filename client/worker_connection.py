@@ -91,14 +91,28 @@ class Connection:
         except OSError as exc:
             raise InvalidArgument(name, f"cannot read {path}: {exc.strerror or exc}") from None
 
-    def channel(self) -> grpc.aio.Channel:
+    def _options(self) -> list[tuple[str, int]]:
         ms = int(self.max_reconnect_s * 1000)
-        options = [("grpc.initial_reconnect_backoff_ms", min(200, ms)), ("grpc.min_reconnect_backoff_ms", min(200, ms)),
-                   ("grpc.max_reconnect_backoff_ms", ms)]
+        return [("grpc.initial_reconnect_backoff_ms", min(200, ms)), ("grpc.min_reconnect_backoff_ms", min(200, ms)),
+                ("grpc.max_reconnect_backoff_ms", ms)]
+
+    def _credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(root_certificates=self._read("ca_file"),
+                                            private_key=self._read("key_file"),
+                                            certificate_chain=self._read("cert_file"))
+
+    def channel(self) -> grpc.aio.Channel:
+        options = self._options()
         interceptors = list(self.interceptors) or None
         if not self.secure:
             return grpc.aio.insecure_channel(self.address, options=options, interceptors=interceptors)
-        creds = grpc.ssl_channel_credentials(root_certificates=self._read("ca_file"),
-                                             private_key=self._read("key_file"),
-                                             certificate_chain=self._read("cert_file"))
-        return grpc.aio.secure_channel(self.address, creds, options=options, interceptors=interceptors)
+        return grpc.aio.secure_channel(self.address, self._credentials(), options=options, interceptors=interceptors)
+
+    def sync_channel(self) -> grpc.Channel:
+        """The same channel for blocking calls (the sync Client); `interceptors` are sync ones."""
+        options = self._options()
+        if not self.secure:
+            ch = grpc.insecure_channel(self.address, options=options)
+        else:
+            ch = grpc.secure_channel(self.address, self._credentials(), options=options)
+        return grpc.intercept_channel(ch, *self.interceptors) if self.interceptors else ch

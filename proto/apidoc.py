@@ -33,6 +33,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 PROTO_ROOT = Path(__file__).resolve().parent
 PACKAGE_DIR = PROTO_ROOT / "cronwheel" / "v1"
@@ -626,8 +627,20 @@ class _Renderer:
 
 
 def render(files: list[ProtoFile] | None = None) -> str:
-    """docs/api.md as it should be: the Markdown reference of every .proto file of the contract."""
-    return _Renderer(parse_all() if files is None else files).render()
+    """docs/api.md as it should be: the Markdown reference of every .proto file of the contract,
+    then (for the contract itself, files=None) the Python client's section (proto/clientdoc.py)."""
+    text = _Renderer(parse_all() if files is None else files).render()
+    return text if files is not None else text + "\n" + "\n".join(_clientdoc().render(escape)).rstrip() + "\n"
+
+
+def _clientdoc() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cronwheel_clientdoc", PROTO_ROOT / "clientdoc.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def iter_rpcs(files: list[ProtoFile]) -> Iterator[tuple[str, Rpc]]:

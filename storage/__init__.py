@@ -31,6 +31,7 @@ see psycopg errors.
 """
 
 from cronwheel.storage.db import Database, StoreConfig
+from cronwheel.storage.errors import NotMigrated
 from cronwheel.storage.firing import (
     DueOneoff,
     DueSchedule,
@@ -44,7 +45,7 @@ from cronwheel.storage.firing import (
     Tick,
 )
 from cronwheel.storage.migrate import MigrateResult, migrate
-from cronwheel.storage.partitions import FencingRecord, NotMigrated, PartitionsPort
+from cronwheel.storage.partitions import FencingRecord, PartitionsPort
 from cronwheel.storage.store import PgStore
 
 __all__ = [

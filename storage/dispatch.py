@@ -322,10 +322,11 @@ class DispatchPort:
         cur = await conn.execute(q("dead_mans_switch"), {"partition": partition, "epoch": epoch, "now": now})
         return [SuccessAlert(r[0], r[1], r[2], float(r[3])) for r in await cur.fetchall()]
 
-    async def prune_history(self, days: int) -> tuple[int, int]:
-        """Retention of events and ownership history (`prune_history`, explain.sql): rows dropped."""
+    async def prune_history(self, days: int, now: datetime) -> tuple[int, int]:
+        """Retention of events and ownership history older than `days` before `now`
+        (`prune_history`, explain.sql): rows dropped."""
         async with self.db.connection() as conn:
-            cur = await conn.execute(q("prune_history"), {"days": days})
+            cur = await conn.execute(q("prune_history"), {"days": days, "now": now})
             row = await cur.fetchone()
         return (0, 0) if row is None else (int(row[0]), int(row[1]))
 

@@ -34,6 +34,13 @@ UNIQUE_KEYS: dict[str, tuple[str, str]] = {
 _KEY = re.compile(r"Key (.*) already exists\.?$")
 
 
+class NotMigrated(Unavailable):
+    """The database has no cronwheel schema: run `cronwheel migrate` first (CLI exit 3)."""
+
+    def __init__(self) -> None:
+        super().__init__("postgres", "database is not migrated (run `cronwheel migrate`)")
+
+
 def _already_exists(exc: psycopg.errors.UniqueViolation) -> AlreadyExists:
     constraint = exc.diag.constraint_name or "unique key"
     kind, what = UNIQUE_KEYS.get(constraint, ("row", f"unique key {constraint}"))
@@ -46,7 +53,7 @@ def map_error(exc: psycopg.Error) -> CronwheelError:
     if isinstance(exc, psycopg.errors.UniqueViolation):
         return _already_exists(exc)
     if isinstance(exc, psycopg.errors.UndefinedTable):
-        return Unavailable("postgres", "database is not migrated (run `cronwheel migrate`)")
+        return NotMigrated()
     if isinstance(exc, psycopg.OperationalError):
         return Unavailable("postgres", str(exc).strip().splitlines()[0] if str(exc) else None)
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

@@ -264,9 +264,11 @@ class FiringPort:
         return {r[0]: (int(r[1]), int(r[2])) for r in await cur.fetchall()}
 
     async def replace_active(self, conn: AsyncConnection[Any], partition: int, epoch: int,
-                             schedule_ids: Sequence[uuid.UUID]) -> None:
-        """Inside a fenced transaction: overlap `replace` stops the schedules' active runs."""
-        await conn.execute(q("replace_active"), {"partition": partition, "epoch": epoch, "ids": list(schedule_ids)})
+                             schedule_ids: Sequence[uuid.UUID], now: datetime | None = None) -> None:
+        """Inside a fenced transaction: overlap `replace` stops the schedules' active runs
+        (`finished_at` of the cancelled ones is `now`, the firer's clock)."""
+        await conn.execute(q("replace_active"), {"partition": partition, "epoch": epoch, "ids": list(schedule_ids),
+                                                 "now": now})
 
     async def write_fire(self, conn: AsyncConnection[Any], p: FireBatchParams) -> FireBatchResult:
         """Inside `fenced(p.partition, p.epoch)`: stop replaced runs, insert tick executions (a
@@ -309,7 +311,7 @@ class FiringPort:
             dupes = len(ticks) - len(rows)
         staged = [f for f in fired if f.schedule_id in replacing and f.state == "scheduled"]
         if staged:
-            await self.replace_active(conn, p.partition, p.epoch, [f.schedule_id for f in staged])
+            await self.replace_active(conn, p.partition, p.epoch, [f.schedule_id for f in staged], p.now)
             cur = await conn.execute(q("queue_oneoffs"), {**fence, "now": p.now, "ids": [f.id for f in staged]})
             queued = {f.id: f for f in (Fired(*r) for r in await cur.fetchall())}
             fired = [queued.get(f.id, f) for f in fired]

@@ -18,31 +18,19 @@ Task-safe: shares the node's `Database` pool; holds no state of its own.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-import psycopg
-from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from cronwheel.errors import FailedPrecondition, Unavailable
 from cronwheel.storage.db import Database
+from cronwheel.storage.errors import NotMigrated
 from cronwheel.storage.queries import q
 
 DEFAULT_CLUSTER = "cronwheel"  # the cluster name of `cronwheel migrate` and `cronwheel node` alike
 META_PARTITIONS = "partitions"
 META_CLUSTER = "cluster"
-NOT_MIGRATED = "database is not migrated (run `cronwheel migrate`)"
-
-
-class NotMigrated(Unavailable):
-    """The database has no cronwheel schema: run `cronwheel migrate` first."""
-
-    def __init__(self) -> None:
-        super().__init__("postgres", NOT_MIGRATED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,15 +58,6 @@ class PartitionsPort:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-
-    @asynccontextmanager
-    async def _conn(self) -> AsyncIterator[AsyncConnection[Any]]:
-        """A connection whose missing tables mean "not migrated" (the first read of a node)."""
-        try:
-            async with self.db.connection() as conn:
-                yield conn
-        except psycopg.errors.UndefinedTable as exc:
-            raise NotMigrated() from exc
 
     async def record_epoch(self, partition: int, epoch: int, owner: str) -> bool:
         """Record a new owner's epoch; False if the row already has this or a newer epoch."""
@@ -112,7 +91,7 @@ class PartitionsPort:
             return [FencingRecord(int(r[0]), int(r[1]), r[2], r[3]) for r in await cur.fetchall()]
 
     async def partition_count(self) -> int:
-        async with self._conn() as conn:
+        async with self.db.connection() as conn:
             cur = await conn.execute(q("get_meta"), {"key": META_PARTITIONS})
             row = await cur.fetchone()
         if row is None:
@@ -123,7 +102,7 @@ class PartitionsPort:
         """Refuse (FailedPrecondition) unless this database serves `cluster`. A database migrated
         before the owner was recorded is claimed by the first node that asks (atomically: of two
         clusters starting at once, one wins and the other is refused)."""
-        async with self._conn() as conn:
+        async with self.db.connection() as conn:
             cur = await conn.execute(q("put_meta_if_absent"), {"key": META_CLUSTER, "value": Jsonb(cluster)})
             row = await cur.fetchone()
         assert row is not None, "put_meta_if_absent returns the stored value"

@@ -16,19 +16,16 @@ firing a tick twice; `UNIQUE (schedule_id, scheduled_for)` is the second wall.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 from psycopg import AsyncConnection
-from psycopg.rows import dict_row
 
 from cronwheel.storage.api import Event, EventsPort, ExplainPort
-from cronwheel.storage.db import Database, Row, StoreConfig
+from cronwheel.storage.db import Database, StoreConfig
 from cronwheel.storage.dispatch import DispatchPort
 from cronwheel.storage.executions import ExecutionsPort
-from cronwheel.storage.firing import FireBatchParams, FireBatchResult, FiringPort, PlainTicks
+from cronwheel.storage.firing import FiringPort
 from cronwheel.storage.partitions import PartitionsPort
-from cronwheel.storage.queries import q
 from cronwheel.storage.schedules import SchedulesPort
 
 
@@ -47,43 +44,6 @@ class PgStore(Database):
         self.events = EventsPort(self)
         self.explain = ExplainPort(self)
         self.partitions = PartitionsPort(self)
-
-    # ------------------------------------------------------------------ firing (storage/firing.py)
-
-    async def fire_batch(self, p: FireBatchParams) -> FireBatchResult:
-        """`self.firing.fire(p)`: kept for the storage tests that fire through the store."""
-        return await self.firing.fire(p)
-
-    async def fire_plain(self, partition: int, epoch: int, plain: PlainTicks) -> FireBatchResult:
-        """`self.firing.fire_plain(...)`: kept for the storage tests that fire through the store."""
-        return await self.firing.fire_plain(partition, epoch, plain)
-
-    # ------------------------------------------------------------------ generic helpers
-
-    async def fetch_all(self, name: str, params: dict[str, Any]) -> list[Row]:
-        async with self.connection() as conn:
-            async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(q(name), params)
-                return list(await cur.fetchall())
-
-    async def stream(self, name: str, params: dict[str, Any], chunk: int = 5000) -> AsyncIterator[list[Row]]:
-        """Rows of a query in chunks, through a server-side cursor, so a caller can yield to its
-        event loop between chunks (a node preloading a million schedules must keep renewing its
-        lease meanwhile)."""
-        async with self.transaction() as conn:
-            async with conn.cursor(name=f"cw_stream_{uuid.uuid4().hex[:12]}", row_factory=dict_row) as cur:
-                await cur.execute(q(name), params)
-                while True:
-                    rows = await cur.fetchmany(chunk)
-                    if not rows:
-                        return
-                    yield rows
-
-    async def fetch_one(self, name: str, params: dict[str, Any]) -> Row | None:
-        async with self.connection() as conn:
-            async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(q(name), params)
-                return await cur.fetchone()
 
     async def insert_event(
         self,

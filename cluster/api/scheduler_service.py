@@ -1,11 +1,11 @@
 """SchedulerService: the user-facing gRPC API (proto/cronwheel/v1/scheduler.proto is the contract).
 
 Each RPC converts and validates its request (api_convert; errors name the field), calls one
-command of `scheduling` / `scheduling_runs` with the caller's tenant scope, and converts the
+command of `commands.schedules` / `commands.runs` with the caller's tenant scope, and converts the
 rows back. Authentication, tenancy of the call itself and the mapping of domain errors to status
 codes happen in front of it (auth.AuthInterceptor); another tenant's object is NOT_FOUND because
 the commands look objects up within the caller's scope. ExplainSchedule is computed by
-`explain_api` (after the id, range and page size are checked here).
+`explain_service` (after the id, range and page size are checked here).
 
 Dependencies: the store (its API ports), the clock (every `now`), the partition count (read per
 call) and the retention of records; never the whole Node (`services.grpc_services` builds it).

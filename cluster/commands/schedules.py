@@ -2,7 +2,7 @@
 and a change notification for the partition's owner.
 
 The gRPC API, the CLI and the tests all go through these functions (and those of
-`scheduling_runs` for executions), so a rule is written once. Validation errors name the field
+`commands.runs` for executions), so a rule is written once. Validation errors name the field
 in the API's terms (`InvalidArgument("retry_policy.max_attempts", ...)`); nothing is stored when
 any check fails. `now` is an argument: the caller reads the clock.
 

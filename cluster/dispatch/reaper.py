@@ -90,7 +90,7 @@ class Reaper:
             if since_prune >= self.prune_every_s:
                 since_prune = 0.0
                 try:  # retention of the audit log and ownership history (any node may do it)
-                    await self.port.prune_history(self.retention_days)
+                    await self.port.prune_history(self.retention_days, self.clock.now())
                 except Unavailable:
                     pass
             await self.round()

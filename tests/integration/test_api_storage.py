@@ -78,7 +78,7 @@ async def test_the_api_writes_stamp_the_callers_now(store: PgStore) -> None:
 
 async def test_a_manual_trigger_decides_overlap_under_the_partitions_current_epoch(store: PgStore) -> None:
     row = await sch.create_schedule(store, spec(overlap_policy="forbid"), NOW, P)
-    await store.record_epoch(row["partition"], 7, "n1")
+    await store.partitions.record_epoch(row["partition"], 7, "n1")
     first, _ = await runs.trigger_schedule(store, row["id"], NOW, "acme")
     second, _ = await runs.trigger_schedule(store, row["id"], NOW + timedelta(seconds=1), "acme")
     assert first["state"] == "queued"
@@ -93,7 +93,7 @@ async def test_the_firing_paths_overlap_statements_refuse_a_stale_epoch(store: P
     """What makes sharing them safe: under an epoch the partition no longer has they see
     nothing and change nothing, so the trigger must (and does) read the current one."""
     row = await sch.create_schedule(store, spec(overlap_policy="replace"), NOW, P)
-    await store.record_epoch(row["partition"], 7, "n1")
+    await store.partitions.record_epoch(row["partition"], 7, "n1")
     first, _ = await runs.trigger_schedule(store, row["id"], NOW, "acme")
     async with store.transaction() as conn:
         assert await store.executions.active_counts(conn, row["partition"], 6, row["id"]) == (0, 0)

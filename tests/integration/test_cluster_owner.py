@@ -8,7 +8,7 @@ import pytest
 
 from cronwheel.errors import FailedPrecondition, Unavailable
 from cronwheel.storage import PgStore, StoreConfig, migrate
-from cronwheel.storage.partitions import NotMigrated
+from cronwheel.storage.errors import NotMigrated
 
 pytestmark = pytest.mark.integration
 

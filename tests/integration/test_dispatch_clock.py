@@ -80,3 +80,17 @@ async def test_queue_depths_give_count_and_oldest_run_at_per_priority(store: PgS
     assert m.registry.get_sample_value("cronwheel_queue_depth", {"priority": "bulk"}) == 2
     assert m.registry.get_sample_value("cronwheel_queue_depth", {"priority": "default"}) == 0
     assert m.registry.get_sample_value("cronwheel_executions", {"state": "queued"}) == 3
+
+
+async def test_history_retention_counts_days_back_from_the_node_clock(store: PgStore) -> None:
+    # Events stamped relative to a pinned node time far from the database's: retention keeps
+    # what is younger than `days` before that time and drops what is older (it used now()).
+    old, young = T0 - timedelta(days=31), T0 - timedelta(days=29)
+    async with store.connection() as conn:
+        for at in (old, young):
+            await conn.execute("INSERT INTO events (kind, actor, alert, data, at) VALUES ('x', 't', false, '{}', %s)",
+                               (at,))
+    assert await store.dispatch.prune_history(30, T0) == (1, 0)
+    async with store.connection() as conn:
+        cur = await conn.execute("SELECT at FROM events WHERE kind = 'x'")
+        assert [r[0] for r in await cur.fetchall()] == [young]

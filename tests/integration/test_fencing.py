@@ -43,15 +43,14 @@ async def test_stale_epoch_write_is_rejected(store: PgStore) -> None:
     assert await store.partitions.record_epoch(3, 200, "node-b")
     tick = Tick(sid, T0, T0)
     with pytest.raises(StaleEpoch) as ei:
-        await store.fire_batch(FireBatchParams(partition=3, epoch=100, ticks=[tick]))
+        await store.firing.fire(FireBatchParams(partition=3, epoch=100, ticks=[tick]))
     assert ei.value.current == 200
-    rows = await store.fetch_all("api_get_execution", {"id": sid})
-    assert rows == []
+    assert await store.executions.get(sid) is None
     async with store.connection() as conn:
         cur = await conn.execute("SELECT count(*) FROM executions")
         assert await cur.fetchone() == (0,)
     # The current owner's write lands.
-    res = await store.fire_batch(FireBatchParams(partition=3, epoch=200, ticks=[tick]))
+    res = await store.firing.fire(FireBatchParams(partition=3, epoch=200, ticks=[tick]))
     assert len(res.fired) == 1 and res.duplicates == 0
 
 
@@ -136,7 +135,7 @@ def test_every_fenced_query_names_the_epoch() -> None:
 async def test_fire_batch_after_loss_changes_nothing(store: PgStore) -> None:
     sid = await make_schedule(store, 4)
     assert await store.partitions.record_epoch(4, 7, "a")
-    ok = await store.fire_batch(FireBatchParams(
+    ok = await store.firing.fire(FireBatchParams(
         partition=4, epoch=7, ticks=[Tick(sid, T0, T0)],
     ))
     assert len(ok.fired) == 1
@@ -145,11 +144,11 @@ async def test_fire_batch_after_loss_changes_nothing(store: PgStore) -> None:
     with pytest.raises(StaleEpoch):
         from cronwheel.storage import ScheduleAdvance
 
-        await store.fire_batch(FireBatchParams(
+        await store.firing.fire(FireBatchParams(
             partition=4, epoch=7, ticks=[Tick(sid, t1, t1)],
             advances=[ScheduleAdvance(sid, t1 + timedelta(minutes=1), t1)],
         ))
-    row = await store.fetch_one("api_get_schedule", {"id": sid})
+    row = await store.schedules.get(sid)
     assert row is not None and row["next_run_at"] == T0 and row["last_scheduled_for"] is None
 
 
@@ -161,21 +160,21 @@ def _plain(sid: uuid.UUID, tick: datetime, version: int = 1) -> PlainTicks:
 async def test_fire_plain_is_fenced_in_its_one_statement(store: PgStore) -> None:
     """The hot path's single-statement transaction refuses a stale epoch and writes nothing."""
     sid = await make_schedule(store, 6)
-    row = await store.fetch_one("api_get_schedule", {"id": sid})
+    row = await store.schedules.get(sid)
     assert row is not None
     assert await store.partitions.record_epoch(6, 30, "a")
     assert await store.partitions.record_epoch(6, 31, "b")
     with pytest.raises(StaleEpoch) as ei:
-        await store.fire_plain(6, 30, _plain(sid, T0, row["version"]))
+        await store.firing.fire_plain(6, 30, _plain(sid, T0, row["version"]))
     assert ei.value.current == 31
-    after = await store.fetch_one("api_get_schedule", {"id": sid})
+    after = await store.schedules.get(sid)
     assert after is not None and after["next_run_at"] == T0 and after["last_scheduled_for"] is None
     async with store.connection() as conn:
         cur = await conn.execute("SELECT count(*) FROM executions WHERE schedule_id = %s", (sid,))
         assert await cur.fetchone() == (0,)
-    res = await store.fire_plain(6, 31, _plain(sid, T0, row["version"]))
+    res = await store.firing.fire_plain(6, 31, _plain(sid, T0, row["version"]))
     assert (res.plain_inserted, res.advanced, res.duplicates) == (1, 1, 0)
-    stale_version = await store.fire_plain(6, 31, _plain(sid, T0 + timedelta(minutes=1), row["version"] + 1))
+    stale_version = await store.firing.fire_plain(6, 31, _plain(sid, T0 + timedelta(minutes=1), row["version"] + 1))
     assert (stale_version.plain_inserted, stale_version.plain_stale) == (0, 1), "edited since loaded: not fired"
 
 
@@ -185,12 +184,12 @@ async def test_fire_plain_queued_behind_an_epoch_bump_is_refused(store: PgStore,
     import psycopg
 
     sid = await make_schedule(store, 7)
-    row = await store.fetch_one("api_get_schedule", {"id": sid})
+    row = await store.schedules.get(sid)
     assert row is not None
     assert await store.partitions.record_epoch(7, 40, "old")
     async with await psycopg.AsyncConnection.connect(dsn) as bumper:
         await bumper.execute("UPDATE partitions SET epoch = 41, owner = 'new' WHERE id = 7")
-        fire = asyncio.create_task(store.fire_plain(7, 40, _plain(sid, T0, row["version"])))
+        fire = asyncio.create_task(store.firing.fire_plain(7, 40, _plain(sid, T0, row["version"])))
         await wait_until_async(lambda: lock_waiters(store, "%fence AS (%"), 5,
                                "the batch to wait on the partition row (the bump's row lock)")
         assert not fire.done()
@@ -206,9 +205,9 @@ async def test_fired_executions_get_time_ordered_v7_ids(store: PgStore) -> None:
     """The fire statement's ids come from cronwheel_uuid7(): version 7, the RFC variant, and
     the database clock's milliseconds first (so the primary key is appended to, not split)."""
     sid = await make_schedule(store, 7)
-    row = await store.fetch_one("api_get_schedule", {"id": sid})
+    row = await store.schedules.get(sid)
     assert row is not None and await store.partitions.record_epoch(7, 5, "a")
-    await store.fire_plain(7, 5, _plain(sid, T0, row["version"]))
+    await store.firing.fire_plain(7, 5, _plain(sid, T0, row["version"]))
     async with store.connection() as conn:
         cur = await conn.execute("SELECT id, fired_at FROM executions WHERE schedule_id = %s", (sid,))
         eid, fired_at = await cur.fetchone()  # type: ignore[misc]

@@ -39,7 +39,7 @@ async def make_schedule(store: PgStore, partition: int, overlap: str = "allow") 
             "retry_multiplier": 4, "retry_max_s": 21600, "max_attempts": 5,
             "timeout_s": None, "misfire_policy": "catch_up", "max_catch_up": 10,
             "overlap_policy": overlap, "jitter_s": 0, "paused": False,
-            "partition": partition, "next_run_at": T0, "alert_if_no_success_within_s": None,
+            "partition": partition, "next_run_at": T0, "alert_if_no_success_within_s": None, "now": T0,
         })
     return sid
 
@@ -64,7 +64,7 @@ async def fired_ticks(store: PgStore, sid: uuid.UUID) -> list[tuple[datetime, st
 
 async def test_plain_fire_from_a_stale_expected_tick_is_refused(store: PgStore) -> None:
     sid = await make_schedule(store, 1)
-    assert await store.record_epoch(1, 10, "a")
+    assert await store.partitions.record_epoch(1, 10, "a")
     later = (T0 + MINUTE).timestamp()
     res = await store.firing.fire_plain(1, 10, PlainTicks([sid], [later], [later], [later + 60], [1]))
     assert (res.advanced, res.plain_inserted, res.plain_stale) == (0, 0, 1)
@@ -74,7 +74,7 @@ async def test_plain_fire_from_a_stale_expected_tick_is_refused(store: PgStore) 
 
 async def test_advance_from_a_stale_expected_tick_is_refused(store: PgStore) -> None:
     sid = await make_schedule(store, 1)
-    assert await store.record_epoch(1, 10, "a")
+    assert await store.partitions.record_epoch(1, 10, "a")
     t1 = T0 + MINUTE
     res = await store.firing.fire(FireBatchParams(
         1, 10, ticks=[Tick(sid, t1, t1, cursor=t1)], advances=[ScheduleAdvance(sid, t1 + MINUTE, t1, cursor=t1)]))
@@ -104,7 +104,7 @@ async def test_a_change_committed_before_the_fire_is_refused_for_every_kind_of_t
     """Only the schedules row changes (the cursor stays at T0), so each guard predicate is
     exercised alone: the database, not the firer's cache, refuses the write."""
     sid = await make_schedule(store, 2, overlap="forbid")
-    assert await store.record_epoch(2, 20, "a")
+    assert await store.partitions.record_epoch(2, 20, "a")
     async with store.connection() as conn:
         await conn.execute(CHANGES[change], (sid,))  # type: ignore[arg-type]
     t1, t2 = T0 + MINUTE, T0 + 2 * MINUTE
@@ -156,7 +156,7 @@ def replace_batch(sid: uuid.UUID) -> FireBatchParams:
 async def test_a_replace_tick_of_a_paused_schedule_leaves_its_running_run_alone(store: PgStore) -> None:
     sid = await make_schedule(store, 2, overlap="replace")
     eid = await running_run(store, sid, 2)
-    assert await store.record_epoch(2, 20, "a")
+    assert await store.partitions.record_epoch(2, 20, "a")
     async with store.connection() as conn:
         await conn.execute(CHANGES["paused"], (sid,))  # type: ignore[arg-type]
     res = await store.firing.fire(replace_batch(sid))
@@ -168,7 +168,7 @@ async def test_a_replace_tick_of_a_paused_schedule_leaves_its_running_run_alone(
 async def test_a_replace_tick_stops_the_running_run_and_queues_its_own(store: PgStore) -> None:
     sid = await make_schedule(store, 2, overlap="replace")
     eid = await running_run(store, sid, 2)
-    assert await store.record_epoch(2, 20, "a")
+    assert await store.partitions.record_epoch(2, 20, "a")
     res = await store.firing.fire(replace_batch(sid))
     assert [(f.scheduled_for, f.state) for f in res.fired] == [(T0, "queued")] and res.advanced == 1
     assert await cancel_requested(store, eid)
@@ -200,7 +200,7 @@ async def firing(store: PgStore) -> AsyncIterator[Callable[..., Any]]:
     async def start(p: int, trust: Trust, start_ts: float = T0.timestamp() - 5,
                     wait_loaded: bool = True) -> tuple[Firer, FakeClock]:
         clock = FakeClock(start_ts=start_ts)
-        assert await store.record_epoch(p, trust.epoch, "node-a")
+        assert await store.partitions.record_epoch(p, trust.epoch, "node-a")
         firer = Firer(store.firing, clock, FiringConfig(), epoch_if_trusted=trust,
                       on_stale=lambda part, epoch: None)
         tasks.append(asyncio.create_task(firer.run(), name="firer-under-test"))

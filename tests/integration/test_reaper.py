@@ -42,7 +42,7 @@ def reaper(store: PgStore, clock: FakeClock, metrics: Metrics | None = None) -> 
 
 @pytest.fixture
 async def owned(store: PgStore) -> PgStore:
-    assert await store.record_epoch(P, EPOCH, "node-a")
+    assert await store.partitions.record_epoch(P, EPOCH, "node-a")
     return store
 
 

@@ -21,9 +21,9 @@ pytestmark = pytest.mark.integration
 async def test_second_fire_of_a_tick_is_a_duplicate_not_a_row(store: PgStore) -> None:
     sid = await make_schedule(store, 0)
     await store.partitions.record_epoch(0, 1, "a")
-    first = await store.fire_batch(FireBatchParams(partition=0, epoch=1, ticks=[Tick(sid, T0, T0)]))
+    first = await store.firing.fire(FireBatchParams(partition=0, epoch=1, ticks=[Tick(sid, T0, T0)]))
     await store.partitions.record_epoch(0, 2, "b")
-    second = await store.fire_batch(FireBatchParams(partition=0, epoch=2, ticks=[Tick(sid, T0, T0)]))
+    second = await store.firing.fire(FireBatchParams(partition=0, epoch=2, ticks=[Tick(sid, T0, T0)]))
     assert len(first.fired) == 1
     assert second.fired == () and second.duplicates == 1
     async with store.connection() as conn:

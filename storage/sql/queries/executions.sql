@@ -42,7 +42,7 @@ SELECT schedule_id,
 UPDATE executions
    SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
        state_reason = CASE WHEN state = 'running' THEN state_reason ELSE 'replaced by a newer run' END,
-       finished_at = CASE WHEN state = 'running' THEN finished_at ELSE now() END,
+       finished_at = CASE WHEN state = 'running' THEN finished_at ELSE coalesce(%(now)s::timestamptz, now()) END,
        cancel_requested = true
  WHERE partition = %(partition)s AND schedule_id = ANY(%(ids)s::uuid[])
    AND state IN ('queued', 'running', 'retry_scheduled')

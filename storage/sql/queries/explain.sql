@@ -19,6 +19,6 @@ SELECT epoch, owner, kind, at FROM partition_history
 
 -- name: prune_history
 -- Retention: drop events and ownership history older than the retention period.
-WITH e AS (DELETE FROM events WHERE at < now() - make_interval(days => %(days)s) RETURNING 1),
-     h AS (DELETE FROM partition_history WHERE at < now() - make_interval(days => %(days)s) RETURNING 1)
+WITH e AS (DELETE FROM events WHERE at < %(now)s::timestamptz - make_interval(days => %(days)s) RETURNING 1),
+     h AS (DELETE FROM partition_history WHERE at < %(now)s::timestamptz - make_interval(days => %(days)s) RETURNING 1)
 SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM h);

@@ -1,0 +1,287 @@
+"""Every Client method once: its signature, its documentation, the request it sends, whether it
+is safe to repeat, and how the response becomes plain values. `Client` (sync) and `AsyncClient`
+(asyncio) wrap these plans with their own transport, so the two cannot drift apart.
+
+A plan returns one of:
+- `Call`: one RPC; `safe` says whether the transport may retry it on UNAVAILABLE (and send it to
+  another node): reads, and writes the server deduplicates or that are no-ops when repeated
+  (submit and trigger with an idempotency key, pause, resume, cancel, backfill);
+- `Pages`: a List RPC followed page by page, yielding converted items;
+- `Gather`: every page of a List RPC, folded into one value (explain).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+from google.protobuf.field_mask_pb2 import FieldMask
+
+from cronwheel.clock import Clock
+from cronwheel.v1 import admin_pb2, scheduler_pb2
+
+from . import convert as c
+from . import types as t
+
+T = TypeVar("T")
+S = scheduler_pb2
+A = admin_pb2
+SCHEDULER, ADMIN = "scheduler", "admin"
+UNSET: Any = object()  # update_schedule: a keyword argument that was not given
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What plans need besides their arguments: the clock (delay -> run_at)."""
+
+    clock: Clock
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    service: str
+    method: str
+    request: Any
+    convert: Callable[[Any], T]
+    safe: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Pages(Generic[T]):
+    service: str
+    method: str
+    request: Any  # its page_token is set by the transport, page after page
+    items: Callable[[Any], Iterable[T]]
+
+
+@dataclass(frozen=True, slots=True)
+class Gather(Generic[T]):
+    pages: Pages[Any]
+    finish: Callable[[list[Any]], T]
+
+
+def as_method(plan: Callable[..., Any], method: Any) -> Any:
+    """`method` (a Client method calling `plan`) with plan's name, documentation and signature,
+    less the Context and with `self` (what help() and IDEs show)."""
+    functools.update_wrapper(method, plan)
+    del method.__wrapped__
+    params = list(inspect.signature(plan).parameters.values())[1:]
+    self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    method.__signature__ = inspect.Signature([self, *params])
+    return method
+
+
+def _page_size(n: int) -> int:
+    if not 1 <= n <= 1000:
+        raise c.BadValue("page_size", f"expected 1..1000, got {n}")
+    return n
+
+
+# ------------------------------------------------------------------------------------ schedules
+
+
+def create_schedule(ctx: Context, name: str, cron: str, job_type: str, *, timezone: str,
+                    misfire_policy: t.MisfirePolicy | str, payload: Any = None,  # type: ignore[valid-type]
+                    priority: t.Priority | str | None = None,  # type: ignore[valid-type]
+                    retry_policy: t.RetryPolicy | None = None, attempt_timeout: timedelta | None = None,
+                    max_catch_up: int | None = None,
+                    overlap_policy: t.OverlapPolicy | str | None = None,  # type: ignore[valid-type]
+                    dst_policy: t.DstPolicy | None = None, jitter: timedelta | None = None,
+                    alert_if_no_success_within: timedelta | None = None, paused: bool = False,
+                    tenant: str | None = None, id: str | None = None) -> Call[t.Schedule]:
+    """Creates a schedule: fires `job_type` with `payload` at every tick of `cron` in `timezone`.
+    Raises AlreadyExists when the tenant has a live schedule of that name, InvalidArgument naming
+    the field for a bad value. Not retried on UNAVAILABLE unless the request never left."""
+    values = dict(locals())
+    del values["ctx"]
+    msg = c.schedule_message(values)
+    return Call(SCHEDULER, "CreateSchedule", S.CreateScheduleRequest(schedule=msg),
+                lambda r: c.schedule(r.schedule), safe=False)
+
+
+def update_schedule(ctx: Context, schedule_id: str, *, expected_version: int = 0,
+                    **changes: Any) -> Call[t.Schedule]:
+    """Changes the fields given as keyword arguments (the field mask is their names; None resets a
+    field to its default, e.g. `jitter=None`; a RetryPolicy or DstPolicy replaces the whole policy,
+    its None fields taking their defaults), guarded by `expected_version` when non-zero
+    (FailedPrecondition on a conflict). Keywords: those of create_schedule except tenant, id and
+    paused (use pause/resume)."""
+    if not changes:
+        raise c.BadValue("changes", "name at least one field to change, e.g. cron='0 3 * * *'")
+    for key in changes:
+        if key not in c.SCHEDULE_FIELDS:
+            raise c.BadValue(key, f"not an updatable field (expected one of {', '.join(c.SCHEDULE_FIELDS)})")
+    msg = c.schedule_message(changes)
+    msg.id = schedule_id
+    mask = FieldMask(paths=[c.SCHEDULE_FIELDS[k][0] for k in changes])
+    req = S.UpdateScheduleRequest(schedule=msg, expected_version=expected_version, update_mask=mask)
+    return Call(SCHEDULER, "UpdateSchedule", req, lambda r: c.schedule(r.schedule), safe=True)
+
+
+def get_schedule_by_id(ctx: Context, schedule_id: str) -> Call[t.Schedule]:
+    return Call(SCHEDULER, "GetSchedule", S.GetScheduleRequest(schedule_id=schedule_id),
+                lambda r: c.schedule(r.schedule), safe=True)
+
+
+def list_schedules(ctx: Context, *, tenant: str | None = None, job_type: str | None = None,
+                   paused: bool | None = None, page_size: int = 100) -> Pages[t.Schedule]:
+    """Every live schedule the caller sees (optionally of one tenant, job type, paused or not),
+    ordered by creation; pages are fetched as the iterator is consumed."""
+    req = S.ListSchedulesRequest(tenant=tenant or "", job_type=job_type or "", page_size=_page_size(page_size))
+    if paused is not None:
+        req.paused = paused
+    return Pages(SCHEDULER, "ListSchedules", req, lambda r: [c.schedule(s) for s in r.schedules])
+
+
+def delete(ctx: Context, schedule_id: str, *, expected_version: int = 0, cancel_pending: bool = False,
+           reason: str = "") -> Call[int]:
+    """Deletes a schedule (no tick fires after the call); with cancel_pending, also cancels its
+    unfinished executions. Returns how many were cancelled."""
+    req = S.DeleteScheduleRequest(schedule_id=schedule_id, expected_version=expected_version,
+                                  cancel_pending=cancel_pending, reason=reason)
+    return Call(SCHEDULER, "DeleteSchedule", req, lambda r: int(r.cancelled_count), safe=False)
+
+
+def pause(ctx: Context, schedule_id: str, *, reason: str = "", expected_version: int = 0) -> Call[t.Schedule]:
+    """Pauses a schedule (a no-op on a paused one); returns it."""
+    req = S.PauseScheduleRequest(schedule_id=schedule_id, reason=reason, expected_version=expected_version)
+    return Call(SCHEDULER, "PauseSchedule", req, lambda r: c.schedule(r.schedule), safe=True)
+
+
+def resume(ctx: Context, schedule_id: str, *, reason: str = "", expected_version: int = 0) -> Call[t.Schedule]:
+    """Resumes a paused schedule (a no-op on an active one); returns it."""
+    req = S.ResumeScheduleRequest(schedule_id=schedule_id, reason=reason, expected_version=expected_version)
+    return Call(SCHEDULER, "ResumeSchedule", req, lambda r: c.schedule(r.schedule), safe=True)
+
+
+def trigger(ctx: Context, schedule_id: str, *, payload: Any = UNSET,
+            overlap_policy: t.OverlapPolicy | str | None = None,  # type: ignore[valid-type]
+            idempotency_key: str | None = None, reason: str = "") -> Call[t.Execution]:
+    """Runs a schedule now, out of band (its payload unless `payload` is given); returns the
+    execution. The Client adds an idempotency key when none is given, so a retried call never
+    runs the schedule twice."""
+    req = S.TriggerScheduleRequest(
+        schedule_id=schedule_id, payload_json="" if payload is UNSET else c.json_text(payload, "payload"),
+        overlap_policy=c.enum_number(t.OverlapPolicy, overlap_policy, "overlap_policy"),
+        idempotency_key=idempotency_key or str(uuid.uuid4()), reason=reason)
+    return Call(SCHEDULER, "TriggerSchedule", req, lambda r: c.execution(r.execution, r.deduplicated), safe=True)
+
+
+def backfill(ctx: Context, schedule_id: str, start: datetime, end: datetime, *,
+             reason: str = "") -> Call[t.Backfill]:
+    """Runs the ticks start <= tick < end that have no execution yet (never a tick twice)."""
+    req = S.BackfillScheduleRequest(schedule_id=schedule_id, range=c.time_range(start, end, "range"), reason=reason)
+    return Call(SCHEDULER, "BackfillSchedule", req,
+                lambda r: t.Backfill(r.created_count, r.existing_count, tuple(r.execution_ids)), safe=True)
+
+
+def preview(ctx: Context, schedule_id: str | None = None, *, cron: str | None = None, timezone: str | None = None,
+            dst_policy: t.DstPolicy | None = None, jitter: timedelta | None = None, seed_id: str | None = None,
+            count: int = 10, after: datetime | None = None) -> Call[list[t.PreviewedTick]]:
+    """The next `count` fire times (after `after`, default now) of a saved schedule, or of an
+    unsaved one given by cron and timezone (`seed_id`: the id that seeds `H` fields and jitter)."""
+    req = S.PreviewScheduleRequest(count=count, start_time=c.timestamp(after, "after"))
+    if schedule_id is not None:
+        if cron is not None or timezone is not None:
+            raise c.BadValue("schedule_id", "give a schedule id or cron and timezone, not both")
+        req.schedule_id = schedule_id
+    else:
+        req.spec.CopyFrom(S.ScheduleSpec(cron=cron or "", timezone=timezone or "",
+                                         dst_policy=c.dst_policy(dst_policy), jitter=c.duration(jitter, "jitter"),
+                                         schedule_id=seed_id or ""))
+    return Call(SCHEDULER, "PreviewSchedule", req, lambda r: [c.previewed(x) for x in r.ticks], safe=True)
+
+
+def explain(ctx: Context, schedule_id: str, start: datetime, end: datetime | None = None, *,
+            page_size: int = 1000) -> Gather[t.Explanation]:
+    """What happened, or will happen, at every tick start <= tick < end (end: now), every page."""
+    req = S.ExplainScheduleRequest(schedule_id=schedule_id, range=c.time_range(start, end, "range"),
+                                   page_size=_page_size(page_size))
+    pages = Pages(SCHEDULER, "ExplainSchedule", req, lambda r: list(r.ticks))
+    return Gather(pages, lambda rs: t.Explanation(ticks=tuple(c.explained(x) for r in rs for x in r.ticks),
+                                                  notes=tuple(rs[0].notes) if rs else ()))
+
+
+# ------------------------------------------------------------------------------------ jobs
+
+
+def submit(ctx: Context, type: str, payload: Any = None, *, run_at: datetime | None = None,
+           delay: timedelta | None = None, idempotency_key: str | None = None,
+           priority: t.Priority | str | None = None,  # type: ignore[valid-type]
+           retry_policy: t.RetryPolicy | None = None, attempt_timeout: timedelta | None = None,
+           tenant: str | None = None) -> Call[t.Execution]:
+    """Submits a one-off job of `type` with `payload` (any JSON value), now, at `run_at` or after
+    `delay`. A second submit with the same idempotency key returns the first execution
+    (`deduplicated` true). The Client adds a key (a random UUID) when none is given, so a submit it
+    retries after UNAVAILABLE never creates two jobs."""
+    if run_at is not None and delay is not None:
+        raise c.BadValue("delay", "give run_at or delay, not both")
+    if delay is not None:
+        if not isinstance(delay, timedelta):
+            raise c.BadValue("delay", f"expected a timedelta, got {delay!r}")
+        run_at = ctx.clock.now() + delay
+    req = S.SubmitJobRequest(
+        tenant=tenant or "", type=type, payload_json="" if payload is None else c.json_text(payload, "payload"),
+        run_at=c.timestamp(run_at, "run_at"), priority=c.enum_number(t.Priority, priority, "priority"),
+        retry_policy=c.retry_policy(retry_policy), timeout=c.duration(attempt_timeout, "attempt_timeout"),
+        idempotency_key=idempotency_key or str(uuid.uuid4()))
+    return Call(SCHEDULER, "SubmitJob", req, lambda r: c.execution(r.execution, r.deduplicated), safe=True)
+
+
+def get_execution(ctx: Context, execution_id: str) -> Call[t.Execution]:
+    """One execution."""
+    return Call(SCHEDULER, "GetExecution", S.GetExecutionRequest(execution_id=execution_id),
+                lambda r: c.execution(r.execution), safe=True)
+
+
+def list_executions(ctx: Context, *, tenant: str | None = None, schedule_id: str | None = None,
+                    states: Iterable[t.ExecutionState | str] = (),  # type: ignore[valid-type]
+                    scheduled_from: datetime | None = None, scheduled_until: datetime | None = None,
+                    type: str | None = None, page_size: int = 100) -> Pages[t.Execution]:
+    """Executions matching every filter, newest scheduled_for first (scheduled_from inclusive,
+    scheduled_until exclusive); pages are fetched as the iterator is consumed."""
+    req = S.ListExecutionsRequest(
+        tenant=tenant or "", schedule_id=schedule_id or "",
+        states=[c.enum_number(t.ExecutionState, s, "states") for s in states], type=type or "",
+        page_size=_page_size(page_size))
+    if scheduled_from is not None or scheduled_until is not None:
+        req.scheduled_for.CopyFrom(c.time_range(scheduled_from, scheduled_until, "scheduled"))
+    return Pages(SCHEDULER, "ListExecutions", req, lambda r: [c.execution(e) for e in r.executions])
+
+
+def cancel(ctx: Context, execution_id: str, *, reason: str = "") -> Call[t.Execution]:
+    """Cancels an execution: CANCELLED at once unless RUNNING (then cancel_requested, and the
+    worker is told). FailedPrecondition when it already SUCCEEDED, is DEAD or SKIPPED."""
+    req = S.CancelExecutionRequest(execution_id=execution_id, reason=reason)
+    return Call(SCHEDULER, "CancelExecution", req, lambda r: c.execution(r.execution), safe=True)
+
+
+def retry(ctx: Context, execution_id: str, *, additional_attempts: int = 1, run_at: datetime | None = None,
+          reason: str = "") -> Call[t.Execution]:
+    """Brings a DEAD, FAILED, CANCELLED or SKIPPED execution back with `additional_attempts` more
+    attempts, at `run_at` (default now). FailedPrecondition in any other state."""
+    req = S.RetryExecutionRequest(execution_id=execution_id, additional_attempts=additional_attempts,
+                                  run_at=c.timestamp(run_at, "run_at"), reason=reason)
+    return Call(SCHEDULER, "RetryExecution", req, lambda r: c.execution(r.execution), safe=False)
+
+
+# ------------------------------------------------------------------------------------ cluster
+
+
+def status(ctx: Context) -> Call[t.ClusterStatus]:
+    """The cluster as the answering node sees it (admin tokens only: PermissionDenied otherwise)."""
+    return Call(ADMIN, "ClusterStatus", A.ClusterStatusRequest(), c.cluster_status, safe=True)
+
+
+def events_page(*, since: int = 0, tenant: str | None = None, schedule_id: str | None = None,
+                execution_id: str | None = None, kind: str | None = None, alerts_only: bool = False,
+                page_size: int = 1000) -> Pages[t.Event]:
+    req = A.ListEventsRequest(tenant=tenant or "", schedule_id=schedule_id or "", execution_id=execution_id or "",
+                              kind=kind or "", alerts_only=alerts_only, after_id=since,
+                              page_size=_page_size(page_size))
+    return Pages(ADMIN, "ListEvents", req, lambda r: [c.event(e) for e in r.events])

@@ -1,0 +1,245 @@
+"""Proto messages <-> the Client's values (client/types.py). Private to the client package: no
+public signature of the Client takes or returns a proto message."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from cronwheel.v1 import admin_pb2, common_pb2, enums, scheduler_pb2
+from cronwheel.v1.enums import by_name
+
+from . import types as t
+from .errors import InvalidArgument
+
+# StrEnum class -> (word -> proto number), from the same generated tables as the enums.
+_NUMBERS: dict[type, dict[str, int]] = {
+    t.Priority: by_name(enums.PRIORITY), t.MisfirePolicy: by_name(enums.MISFIRE),
+    t.OverlapPolicy: by_name(enums.OVERLAP), t.DstGapPolicy: by_name(enums.DST_GAP),
+    t.DstRepeatedPolicy: by_name(enums.DST_REPEATED), t.ExecutionState: by_name(enums.STATE),
+    t.Trigger: by_name(enums.TRIGGER),
+}
+
+
+def BadValue(field: str, message: str) -> InvalidArgument:  # noqa: N802 (raised like a class)
+    """A caller's value the Client cannot send, refused before any call; `field` names the keyword
+    argument."""
+    return InvalidArgument("INVALID_ARGUMENT", f"{field}: {message}")
+
+
+# ------------------------------------------------------------------------------- to the wire
+
+
+def enum_number(kind: type, value: Any, field: str) -> int:
+    """A StrEnum member or its word -> proto number; None -> 0 (the server's default)."""
+    if value is None:
+        return 0
+    word = str(value.value if isinstance(value, kind) else value)
+    table = _NUMBERS[kind]
+    if word not in table:
+        raise BadValue(field, f"expected one of {', '.join(table)}, got {value!r}")
+    return table[word]
+
+
+def timestamp(value: datetime | None, field: str) -> Timestamp | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise BadValue(field, f"expected an aware datetime (with tzinfo), got {value!r}")
+    ts = Timestamp()
+    ts.FromDatetime(value.astimezone(UTC))
+    return ts
+
+
+def duration(value: timedelta | float | None, field: str) -> Duration | None:
+    """A timedelta (or seconds as a number) -> Duration; None -> unset."""
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = timedelta(seconds=value)
+    if not isinstance(value, timedelta):
+        raise BadValue(field, f"expected a timedelta or seconds, got {value!r}")
+    d = Duration()
+    d.FromTimedelta(value)
+    return d
+
+
+def json_text(value: Any, field: str) -> str:
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise BadValue(field, f"not JSON-serialisable: {exc}") from None
+
+
+def retry_policy(value: t.RetryPolicy | None, field: str = "retry_policy") -> common_pb2.RetryPolicy | None:
+    if value is None:
+        return None
+    if not isinstance(value, t.RetryPolicy):
+        raise BadValue(field, f"expected a RetryPolicy, got {value!r}")
+    return common_pb2.RetryPolicy(
+        initial_backoff=duration(value.initial_backoff, f"{field}.initial_backoff"),
+        backoff_multiplier=value.backoff_multiplier or 0.0,
+        max_backoff=duration(value.max_backoff, f"{field}.max_backoff"),
+        max_attempts=value.max_attempts or 0)
+
+
+def dst_policy(value: t.DstPolicy | None, field: str = "dst_policy") -> common_pb2.DstPolicy | None:
+    if value is None:
+        return None
+    if not isinstance(value, t.DstPolicy):
+        raise BadValue(field, f"expected a DstPolicy, got {value!r}")
+    return common_pb2.DstPolicy(gap=enum_number(t.DstGapPolicy, value.gap, f"{field}.gap"),
+                                repeated_hour=enum_number(t.DstRepeatedPolicy, value.repeated_hour,
+                                                          f"{field}.repeated_hour"))
+
+
+# Settable schedule fields: keyword argument -> (proto field, to-proto function). The Client's
+# names are the proto's, except the per-attempt limit (attempt_timeout, proto `timeout`) and the
+# payload (a Python value, proto `payload_json`).
+SCHEDULE_FIELDS: dict[str, tuple[str, Any]] = {
+    "name": ("name", lambda v, f: v),
+    "cron": ("cron", lambda v, f: v),
+    "timezone": ("timezone", lambda v, f: v),
+    "job_type": ("job_type", lambda v, f: v),
+    "payload": ("payload_json", lambda v, f: "" if v is None else json_text(v, f)),
+    "priority": ("priority", lambda v, f: enum_number(t.Priority, v, f)),
+    "retry_policy": ("retry_policy", lambda v, f: retry_policy(v, f)),
+    "attempt_timeout": ("timeout", duration),
+    "misfire_policy": ("misfire_policy", lambda v, f: enum_number(t.MisfirePolicy, v, f)),
+    "max_catch_up": ("max_catch_up", lambda v, f: v or 0),
+    "overlap_policy": ("overlap_policy", lambda v, f: enum_number(t.OverlapPolicy, v, f)),
+    "dst_policy": ("dst_policy", lambda v, f: dst_policy(v, f)),
+    "jitter": ("jitter", duration),
+    "alert_if_no_success_within": ("alert_if_no_success_within", duration),
+}
+CREATE_ONLY = {"id", "tenant", "paused"}
+
+
+def schedule_message(values: dict[str, Any]) -> common_pb2.Schedule:
+    """A Schedule message from keyword arguments (None: unset)."""
+    msg = common_pb2.Schedule()
+    for key, value in values.items():
+        if key in CREATE_ONLY:
+            if value is not None:
+                setattr(msg, key, value)
+            continue
+        if key not in SCHEDULE_FIELDS:
+            raise BadValue(key, f"not a schedule field (expected one of {', '.join(SCHEDULE_FIELDS)})")
+        name, conv = SCHEDULE_FIELDS[key]
+        wire = conv(value, key)
+        if wire is None:
+            continue
+        if isinstance(wire, Duration | Timestamp | common_pb2.RetryPolicy | common_pb2.DstPolicy):
+            getattr(msg, name).CopyFrom(wire)
+        else:
+            setattr(msg, name, wire)
+    return msg
+
+
+def time_range(start: datetime | None, end: datetime | None, field: str) -> common_pb2.TimeRange:
+    return common_pb2.TimeRange(start_time=timestamp(start, f"{field}.start"), end_time=timestamp(end, f"{field}.end"))
+
+
+# ------------------------------------------------------------------------------- from the wire
+
+
+def _enum(kind: Any, number: int, table: dict[int, str]) -> Any:
+    return kind(table[number]) if number in table else None
+
+
+def _ts(msg: Any, name: str) -> datetime | None:
+    if not msg.HasField(name):
+        return None
+    return getattr(msg, name).ToDatetime(tzinfo=UTC)  # type: ignore[no-any-return]
+
+
+def _dur(msg: Any, name: str) -> timedelta | None:
+    return getattr(msg, name).ToTimedelta() if msg.HasField(name) else None  # type: ignore[no-any-return]
+
+
+def _json(text: str) -> Any:
+    return json.loads(text) if text else None
+
+
+def _retry(msg: common_pb2.RetryPolicy) -> t.RetryPolicy:
+    return t.RetryPolicy(initial_backoff=_dur(msg, "initial_backoff"),
+                         backoff_multiplier=msg.backoff_multiplier or None,
+                         max_backoff=_dur(msg, "max_backoff"), max_attempts=msg.max_attempts or None)
+
+
+def schedule(msg: common_pb2.Schedule) -> t.Schedule:
+    return t.Schedule(
+        id=msg.id, tenant=msg.tenant, name=msg.name, cron=msg.cron, timezone=msg.timezone, job_type=msg.job_type,
+        payload=_json(msg.payload_json) if msg.payload_json else {},
+        priority=_enum(t.Priority, msg.priority, enums.PRIORITY), retry_policy=_retry(msg.retry_policy),
+        attempt_timeout=_dur(msg, "timeout"),
+        misfire_policy=_enum(t.MisfirePolicy, msg.misfire_policy, enums.MISFIRE), max_catch_up=msg.max_catch_up,
+        overlap_policy=_enum(t.OverlapPolicy, msg.overlap_policy, enums.OVERLAP),
+        dst_policy=t.DstPolicy(gap=_enum(t.DstGapPolicy, msg.dst_policy.gap, enums.DST_GAP),
+                               repeated_hour=_enum(t.DstRepeatedPolicy, msg.dst_policy.repeated_hour,
+                                                   enums.DST_REPEATED)),
+        jitter=_dur(msg, "jitter"), paused=msg.paused, version=msg.version, partition=msg.partition,
+        next_run_at=_ts(msg, "next_run_at"), last_scheduled_for=_ts(msg, "last_scheduled_for"),
+        alert_if_no_success_within=_dur(msg, "alert_if_no_success_within"),
+        last_success_at=_ts(msg, "last_success_at"), created_at=_ts(msg, "created_at"),
+        updated_at=_ts(msg, "updated_at"))
+
+
+def execution(msg: common_pb2.Execution, deduplicated: bool = False) -> t.Execution:
+    return t.Execution(
+        id=msg.id, schedule_id=msg.schedule_id or None, tenant=msg.tenant, type=msg.type,
+        payload=_json(msg.payload_json) if msg.payload_json else {}, partition=msg.partition,
+        scheduled_for=_ts(msg, "scheduled_for"), run_at=_ts(msg, "run_at"),
+        priority=_enum(t.Priority, msg.priority, enums.PRIORITY),
+        state=_enum(t.ExecutionState, msg.state, enums.STATE), state_reason=msg.state_reason,
+        trigger=_enum(t.Trigger, msg.trigger, enums.TRIGGER), attempt=msg.attempt, max_attempts=msg.max_attempts,
+        retry_policy=_retry(msg.retry_policy), attempt_timeout=_dur(msg, "timeout"), lease_owner=msg.lease_owner,
+        lease_expires_at=_ts(msg, "lease_expires_at"), fencing_token=msg.fencing_token,
+        checkpoint=_json(msg.checkpoint_json), idempotency_key=msg.idempotency_key, error=msg.error,
+        error_type=msg.error_type, result=_json(msg.result_json), cancel_requested=msg.cancel_requested,
+        created_at=_ts(msg, "created_at"), fired_at=_ts(msg, "fired_at"), queued_at=_ts(msg, "queued_at"),
+        started_at=_ts(msg, "started_at"), heartbeat_at=_ts(msg, "heartbeat_at"),
+        finished_at=_ts(msg, "finished_at"), deduplicated=deduplicated)
+
+
+_OUTCOMES = enums.words(scheduler_pb2.TickOutcome, "TICK_OUTCOME_")
+
+
+def previewed(msg: scheduler_pb2.PreviewedTick) -> t.PreviewedTick:
+    return t.PreviewedTick(scheduled_for=msg.scheduled_for.ToDatetime(tzinfo=UTC),
+                           run_at=msg.run_at.ToDatetime(tzinfo=UTC), local_time=msg.local_time, note=msg.note)
+
+
+def explained(msg: scheduler_pb2.ExplainedTick) -> t.ExplainedTick:
+    return t.ExplainedTick(scheduled_for=msg.scheduled_for.ToDatetime(tzinfo=UTC),
+                           outcome=_enum(t.TickOutcome, msg.outcome, _OUTCOMES),
+                           execution_id=msg.execution_id or None,
+                           execution_state=_enum(t.ExecutionState, msg.execution_state, enums.STATE),
+                           reason=msg.reason, fire_lag=_dur(msg, "fire_lag"))
+
+
+def cluster_status(msg: admin_pb2.ClusterStatusResponse) -> t.ClusterStatus:
+    return t.ClusterStatus(
+        cluster_name=msg.cluster_name, partition_count=msg.partition_count, answered_by=msg.answered_by,
+        observed_at=_ts(msg, "observed_at"),
+        members=tuple(t.Member(node_id=m.node_id, address=m.address, lease_deadline=_ts(m, "lease_deadline"),
+                               partitions=tuple(m.partitions), wheel_size=m.wheel_size,
+                               fire_lag_p50=_dur(m, "fire_lag_p50"), fire_lag_p99=_dur(m, "fire_lag_p99"),
+                               stats_at=_ts(m, "stats_at"), version=m.version, started_at=_ts(m, "started_at"))
+                      for m in msg.members),
+        partitions=tuple(t.PartitionStatus(id=p.id, owner=p.owner or None, epoch=p.epoch,
+                                           fenced_owner=p.fenced_owner or None, fenced_epoch=p.fenced_epoch,
+                                           acquired_at=_ts(p, "acquired_at")) for p in msg.partitions),
+        queue_depths=tuple(t.QueueDepth(priority=_enum(t.Priority, q.priority, enums.PRIORITY), queued=q.queued,
+                                        oldest_run_at=_ts(q, "oldest_run_at")) for q in msg.queue_depths))
+
+
+def event(msg: admin_pb2.Event) -> t.Event:
+    return t.Event(id=msg.id, at=_ts(msg, "at"), tenant=msg.tenant or None, kind=msg.kind,
+                   schedule_id=msg.schedule_id or None, execution_id=msg.execution_id or None,
+                   partition=msg.partition if msg.HasField("partition") else None, actor=msg.actor,
+                   alert=msg.alert, data=_json(msg.data_json) or {})

@@ -1,0 +1,211 @@
+"""The Client's values: frozen dataclasses with `datetime` (aware, UTC), `timedelta`, and JSON
+documents as Python values (dicts for payloads and results); enums as `StrEnum` whose values are
+the CLI's words (`"run_once"`, `"buffer_one"`, ...).
+
+The enums are derived from the generated contract (cronwheel.v1.enums), never copied by hand:
+a value added to the .proto appears here with the next `proto/generate.py`. A field the server
+leaves unset is None (a duration, a time, an enum zero value).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from cronwheel.v1 import enums, scheduler_pb2
+
+
+def _words(name: str, table: dict[int, str]) -> Any:
+    return StrEnum(name, {word.upper(): word for word in table.values()}, module=__name__)  # type: ignore[misc]
+
+
+Priority = _words("Priority", enums.PRIORITY)  # critical, default, bulk
+MisfirePolicy = _words("MisfirePolicy", enums.MISFIRE)  # skip, run_once, catch_up
+OverlapPolicy = _words("OverlapPolicy", enums.OVERLAP)  # forbid, allow, replace, buffer_one, buffer_all
+DstGapPolicy = _words("DstGapPolicy", enums.DST_GAP)  # shift, skip
+DstRepeatedPolicy = _words("DstRepeatedPolicy", enums.DST_REPEATED)  # first, last, both
+ExecutionState = _words("ExecutionState", enums.STATE)  # scheduled, queued, running, succeeded, ...
+Trigger = _words("Trigger", enums.TRIGGER)  # cron, manual, backfill, submit, catch_up
+TickOutcome = _words("TickOutcome", enums.words(scheduler_pb2.TickOutcome, "TICK_OUTCOME_"))
+
+# States an execution does not leave by itself (RetryExecution may bring DEAD, FAILED, CANCELLED
+# and SKIPPED back): what `wait` waits for.
+FINAL_STATES = frozenset(ExecutionState(w) for w in ("succeeded", "failed", "dead", "cancelled", "skipped"))
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How failed attempts are retried; None: the server's default (30 s, x4, 6 h, 5 attempts)."""
+
+    initial_backoff: timedelta | None = None
+    backoff_multiplier: float | None = None
+    max_backoff: timedelta | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DstPolicy:
+    """Daylight-saving-time rules; None: the default rule (see common.proto DstPolicy)."""
+
+    gap: DstGapPolicy | None = None  # type: ignore[valid-type]
+    repeated_hour: DstRepeatedPolicy | None = None  # type: ignore[valid-type]
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    id: str
+    tenant: str
+    name: str
+    cron: str
+    timezone: str
+    job_type: str
+    payload: Any
+    priority: Priority  # type: ignore[valid-type]
+    retry_policy: RetryPolicy
+    attempt_timeout: timedelta | None  # the per-attempt limit (Schedule.timeout in the contract)
+    misfire_policy: MisfirePolicy  # type: ignore[valid-type]
+    max_catch_up: int
+    overlap_policy: OverlapPolicy  # type: ignore[valid-type]
+    dst_policy: DstPolicy
+    jitter: timedelta | None
+    paused: bool
+    version: int
+    partition: int
+    next_run_at: datetime | None
+    last_scheduled_for: datetime | None
+    alert_if_no_success_within: timedelta | None
+    last_success_at: datetime | None
+    created_at: datetime | None
+    updated_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    id: str
+    schedule_id: str | None  # None for a one-off job
+    tenant: str
+    type: str
+    payload: Any
+    partition: int
+    scheduled_for: datetime | None
+    run_at: datetime | None
+    priority: Priority  # type: ignore[valid-type]
+    state: ExecutionState  # type: ignore[valid-type]
+    state_reason: str
+    trigger: Trigger  # type: ignore[valid-type]
+    attempt: int
+    max_attempts: int
+    retry_policy: RetryPolicy
+    attempt_timeout: timedelta | None
+    lease_owner: str
+    lease_expires_at: datetime | None
+    fencing_token: int
+    checkpoint: Any  # None when no checkpoint was saved
+    idempotency_key: str
+    error: str
+    error_type: str
+    result: Any  # None until a worker reported a result
+    cancel_requested: bool
+    created_at: datetime | None
+    fired_at: datetime | None
+    queued_at: datetime | None
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    finished_at: datetime | None
+    # Set by submit and trigger only: an execution with the same idempotency key existed and
+    # was returned instead of a new one.
+    deduplicated: bool = False
+
+    @property
+    def final(self) -> bool:
+        """True in a state the execution does not leave by itself."""
+        return self.state in FINAL_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class Backfill:
+    created_count: int
+    existing_count: int
+    execution_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewedTick:
+    scheduled_for: datetime
+    run_at: datetime
+    local_time: str
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainedTick:
+    scheduled_for: datetime
+    outcome: TickOutcome  # type: ignore[valid-type]
+    execution_id: str | None
+    execution_state: ExecutionState | None  # type: ignore[valid-type]
+    reason: str
+    fire_lag: timedelta | None
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    ticks: tuple[ExplainedTick, ...]
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    node_id: str
+    address: str
+    lease_deadline: datetime | None
+    partitions: tuple[int, ...]
+    wheel_size: int
+    fire_lag_p50: timedelta | None
+    fire_lag_p99: timedelta | None
+    stats_at: datetime | None
+    version: str
+    started_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    id: int
+    owner: str | None
+    epoch: int
+    fenced_owner: str | None
+    fenced_epoch: int
+    acquired_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    priority: Priority  # type: ignore[valid-type]
+    queued: int
+    oldest_run_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    cluster_name: str
+    partition_count: int
+    answered_by: str
+    observed_at: datetime | None
+    members: tuple[Member, ...]
+    partitions: tuple[PartitionStatus, ...]
+    queue_depths: tuple[QueueDepth, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: int
+    at: datetime | None
+    tenant: str | None
+    kind: str
+    schedule_id: str | None
+    execution_id: str | None
+    partition: int | None
+    actor: str
+    alert: bool
+    data: dict[str, Any] = field(default_factory=dict)
