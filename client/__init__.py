@@ -1,6 +1,7 @@
 """cronwheel.client: what users import.
 
-- `Client` (blocking) and `AsyncClient` (asyncio), same methods: schedules, one-off jobs, waiting
+- `Client` (blocking) and `AsyncClient` (asyncio), same methods: schedules, one-off jobs (one by
+  one or many per call: submit_many), waiting
   for an execution, cluster status and events, with plain values in and out (cronwheel.client.types)
   and typed errors (cronwheel.client.errors); fail-over between node addresses, token, TLS,
   deadlines and retries of calls safe to repeat.
@@ -35,12 +36,14 @@ from cronwheel.client.types import (
     ExecutionState,
     ExplainedTick,
     Explanation,
+    JobSpec,
     MisfirePolicy,
     OverlapPolicy,
     PreviewedTick,
     Priority,
     RetryPolicy,
     Schedule,
+    SubmittedJob,
     TickOutcome,
     Trigger,
 )
@@ -50,9 +53,9 @@ from cronwheel.client.worker_connection import WorkerStopped
 __all__ = [
     "AlreadyExists", "ApiError", "AsyncClient", "Backfill", "Client", "ClusterStatus", "DeadlineExceeded",
     "DstGapPolicy", "DstPolicy", "DstRepeatedPolicy", "Event", "Execution", "ExecutionState", "ExplainedTick",
-    "Explanation", "FailedPrecondition", "InvalidArgument", "JobContext", "MisfirePolicy", "NonRetryable",
+    "Explanation", "FailedPrecondition", "InvalidArgument", "JobContext", "JobSpec", "MisfirePolicy", "NonRetryable",
     "NotFound", "OverlapPolicy", "PermissionDenied", "PreviewedTick", "Priority", "ResourceExhausted",
-    "RetryPolicy", "Schedule", "TickOutcome", "Trigger", "Unauthenticated", "Unavailable", "Worker",
+    "RetryPolicy", "Schedule", "SubmittedJob", "TickOutcome", "Trigger", "Unauthenticated", "Unavailable", "Worker",
     "WorkerStopped", "load_worker",
 ]
 

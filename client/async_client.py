@@ -22,7 +22,7 @@ from cronwheel.clock import Clock, SystemClock
 from . import calls
 from . import types as t
 from .client import by_name, looks_like_uuid
-from .errors import from_rpc_error
+from .errors import ApiError, from_rpc_error
 from .transport import Settings, retryable, stubs
 
 P = ParamSpec("P")
@@ -49,6 +49,21 @@ def _gather(plan: Callable[Concatenate[calls.Context, P], calls.Gather[T]]
     async def method(self: AsyncClient, *args: P.args, **kwargs: P.kwargs) -> T:
         g = plan(self._ctx, *args, **kwargs)
         return g.finish([r async for r in self._responses(g.pages)])
+
+    return calls.as_method(plan, method)
+
+
+def _many(plan: Callable[Concatenate[calls.Context, P], calls.Many[T]]
+          ) -> Callable[Concatenate[AsyncClient, P], Any]:
+    async def method(self: AsyncClient, *args: P.args, **kwargs: P.kwargs) -> list[T]:
+        many = plan(self._ctx, *args, **kwargs)  # every item checked before the first call
+        out: list[T] = []
+        for start, call in zip(many.starts, many.calls, strict=True):
+            try:
+                out.extend(await self._run(call))
+            except ApiError as exc:
+                raise calls.at_offset(exc, start, out) from None
+        return out
 
     return calls.as_method(plan, method)
 
@@ -146,6 +161,7 @@ class AsyncClient:
     # ------------------------------------------------------------------------------ jobs
 
     submit = _call(calls.submit)
+    submit_many = _many(calls.submit_many)
     get_execution = _call(calls.get_execution)
     list_executions = _pages(calls.list_executions)
     cancel = _call(calls.cancel)

@@ -7,13 +7,15 @@ A plan returns one of:
   another node): reads, and writes the server deduplicates or that are no-ops when repeated
   (submit and trigger with an idempotency key, pause, resume, cancel, backfill);
 - `Pages`: a List RPC followed page by page, yielding converted items;
-- `Gather`: every page of a List RPC, folded into one value (explain).
+- `Gather`: every page of a List RPC, folded into one value (explain);
+- `Many`: several Calls sent one after the other, their results concatenated (submit_many).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import re
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from cronwheel.v1 import admin_pb2, scheduler_pb2
 
 from . import convert as c
 from . import types as t
+from .errors import ApiError
 
 T = TypeVar("T")
 S = scheduler_pb2
@@ -63,6 +66,15 @@ class Pages(Generic[T]):
 class Gather(Generic[T]):
     pages: Pages[Any]
     finish: Callable[[list[Any]], T]
+
+
+@dataclass(frozen=True, slots=True)
+class Many(Generic[T]):
+    """Calls sent in order; `starts[k]` is the index, in the caller's list, of the first item of
+    `calls[k]` (a server error naming "jobs[i]" is re-indexed with it, see `at_offset`)."""
+
+    calls: list[Call[list[T]]]
+    starts: list[int]
 
 
 def as_method(plan: Callable[..., Any], method: Any) -> Any:
@@ -219,18 +231,117 @@ def submit(ctx: Context, type: str, payload: Any = None, *, run_at: datetime | N
     `delay`. A second submit with the same idempotency key returns the first execution
     (`deduplicated` true). The Client adds a key (a random UUID) when none is given, so a submit it
     retries after UNAVAILABLE never creates two jobs."""
-    if run_at is not None and delay is not None:
-        raise c.BadValue("delay", "give run_at or delay, not both")
-    if delay is not None:
-        if not isinstance(delay, timedelta):
-            raise c.BadValue("delay", f"expected a timedelta, got {delay!r}")
-        run_at = ctx.clock.now() + delay
-    req = S.SubmitJobRequest(
-        tenant=tenant or "", type=type, payload_json="" if payload is None else c.json_text(payload, "payload"),
-        run_at=c.timestamp(run_at, "run_at"), priority=c.enum_number(t.Priority, priority, "priority"),
-        retry_policy=c.retry_policy(retry_policy), timeout=c.duration(attempt_timeout, "attempt_timeout"),
-        idempotency_key=idempotency_key or str(uuid.uuid4()))
+    req = _job_request(ctx, "", t.JobSpec(type, payload, run_at=run_at, delay=delay, idempotency_key=idempotency_key,
+                                          priority=priority, retry_policy=retry_policy,
+                                          attempt_timeout=attempt_timeout, tenant=tenant))
     return Call(SCHEDULER, "SubmitJob", req, lambda r: c.execution(r.execution, r.deduplicated), safe=True)
+
+
+# The most jobs one SubmitJobs call takes: the server's MAX_SUBMIT_BATCH (cluster/commands/runs.py),
+# which the client may not import; tests/unit/test_client_values.py pins the two together.
+SUBMIT_MANY_JOBS = 10_000
+# The most bytes of one SubmitJobs request: the node's gRPC receive limit (gRPC's default, 4 MiB)
+# less room for framing. A list is split at whichever limit comes first.
+SUBMIT_MANY_BYTES = 4 * 1024 * 1024 - 64 * 1024
+# What the client checks before sending (the server's limits, cluster/commands/values.py, pinned
+# by the same test): a job type and an idempotency key of at most MAX_NAME characters, a payload
+# of at most MAX_PAYLOAD_BYTES as JSON.
+MAX_NAME = 200
+MAX_PAYLOAD_BYTES = 256 * 1024
+
+
+def submit_many(ctx: Context, jobs: Iterable[t.JobSpec | dict[str, Any]]) -> Many[t.SubmittedJob]:
+    """Submits one-off jobs, each a `JobSpec` (or a dict of JobSpec's fields: `{"type": "email",
+    "payload": {...}, "delay": timedelta(minutes=5)}`), with the SubmitJobs RPC: one call per
+    10,000 jobs (SUBMIT_MANY_JOBS) or 4 MiB of request, sent one after the other. Returns one
+    SubmittedJob per job, in order: the execution id, whether it was deduplicated, its state,
+    partition and run_at, and the idempotency key sent. An empty list sends nothing.
+
+    Every job without an idempotency key gets one (a random UUID), so a call retried after
+    UNAVAILABLE (like submit, on the next address) never creates a job twice: the retry returns
+    the stored executions with `deduplicated` true.
+
+    Each call is all or nothing on the server. Before sending anything the client checks every
+    job (type given and at most 200 characters, payload JSON and at most 256 KiB, idempotency key
+    at most 200 characters, enums, aware datetimes, run_at or delay, durations): a job it refuses
+    raises InvalidArgument naming it, e.g. `jobs[17777].type`, and nothing at all is stored. What
+    only the server can refuse (run_at more than 10 years ahead by its clock, a retry policy out
+    of range, another tenant, a tenant's daily quota) fails that call alone: the calls before it
+    are stored, nothing of it or of the calls after it is; the error names the job by its index
+    in `jobs` (the server's per-call index translated, e.g. `jobs[17777].run_at`), and
+    `error.submitted` holds the results of the stored jobs (jobs[0:len(error.submitted)]).
+    A call that still meets UNAVAILABLE after its retries may or may not be stored. Either way,
+    submitting again with the same keys (the caller's, or those the results and
+    `error.submitted` carry for jobs given none) stores each remaining job once."""
+    items: list[S.SubmitJobRequest] = []
+    for i, job in enumerate(jobs):
+        prefix = f"jobs[{i}]."
+        if isinstance(job, dict):
+            try:
+                job = t.JobSpec(**job)
+            except TypeError as exc:
+                raise c.BadValue(f"jobs[{i}]", f"not a JobSpec: {exc}") from None
+        if not isinstance(job, t.JobSpec):
+            raise c.BadValue(f"jobs[{i}]", f"expected a JobSpec or a dict, got {job!r}")
+        items.append(_job_request(ctx, prefix, job))
+    calls: list[Call[list[t.SubmittedJob]]] = []
+    starts: list[int] = []
+    start, size = 0, 0
+    for i, item in enumerate(items + [None]):  # type: ignore[list-item]
+        n = 0 if item is None else item.ByteSize() + 8  # the item, its tag and length
+        if i > start and (item is None or i - start == SUBMIT_MANY_JOBS or size + n > SUBMIT_MANY_BYTES):
+            chunk = items[start:i]
+            calls.append(Call(SCHEDULER, "SubmitJobs", S.SubmitJobsRequest(jobs=chunk),
+                              functools.partial(_submitted, [j.idempotency_key for j in chunk]), safe=True))
+            starts.append(start)
+            start, size = i, 0
+        size += n
+    return Many(calls, starts)
+
+
+def _submitted(keys: list[str], resp: S.SubmitJobsResponse) -> list[t.SubmittedJob]:
+    return [c.submitted(r, key) for r, key in zip(resp.results, keys, strict=True)]
+
+
+_JOB_INDEX = re.compile(r"^jobs\[(\d+)\]")
+
+
+def at_offset(exc: ApiError, start: int, submitted: list[Any]) -> ApiError:
+    """A SubmitJobs call's error as submit_many raises it: "jobs[i]..." (the call's index) becomes
+    "jobs[start + i]..." (the caller's), and `.submitted` holds the results of the earlier calls."""
+    message = _JOB_INDEX.sub(lambda m: f"jobs[{start + int(m.group(1))}]", str(exc), count=1)
+    out = type(exc)(exc.code, message)
+    out.submitted = tuple(submitted)
+    return out
+
+
+def _job_request(ctx: Context, prefix: str, job: t.JobSpec) -> S.SubmitJobRequest:
+    """One job as a SubmitJobRequest, checked as far as the client can (fields named `prefix` +
+    keyword), with an idempotency key added when it has none."""
+    if not isinstance(job.type, str) or not job.type.strip():
+        raise c.BadValue(f"{prefix}type", "required: the job type, a non-empty string")
+    if len(job.type.strip()) > MAX_NAME:
+        raise c.BadValue(f"{prefix}type", f"at most {MAX_NAME} characters, got {len(job.type.strip())}")
+    key = job.idempotency_key
+    if key is not None and (not isinstance(key, str) or len(key.strip()) > MAX_NAME):
+        raise c.BadValue(f"{prefix}idempotency_key", f"expected a string of at most {MAX_NAME} characters")
+    run_at = job.run_at
+    if run_at is not None and job.delay is not None:
+        raise c.BadValue(f"{prefix}delay", "give run_at or delay, not both")
+    if job.delay is not None:
+        if not isinstance(job.delay, timedelta):
+            raise c.BadValue(f"{prefix}delay", f"expected a timedelta, got {job.delay!r}")
+        run_at = ctx.clock.now() + job.delay
+    payload = "" if job.payload is None else c.json_text(job.payload, f"{prefix}payload")
+    if len(payload.encode()) > MAX_PAYLOAD_BYTES:
+        raise c.BadValue(f"{prefix}payload", f"at most {MAX_PAYLOAD_BYTES} bytes as JSON, got {len(payload.encode())}")
+    return S.SubmitJobRequest(
+        tenant=job.tenant or "", type=job.type, payload_json=payload,
+        run_at=c.timestamp(run_at, f"{prefix}run_at"),
+        priority=c.enum_number(t.Priority, job.priority, f"{prefix}priority"),
+        retry_policy=c.retry_policy(job.retry_policy, f"{prefix}retry_policy"),
+        timeout=c.duration(job.attempt_timeout, f"{prefix}attempt_timeout"),
+        idempotency_key=key or str(uuid.uuid4()))
 
 
 def get_execution(ctx: Context, execution_id: str) -> Call[t.Execution]:

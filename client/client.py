@@ -27,7 +27,7 @@ from cronwheel.clock import Clock, SystemClock
 
 from . import calls
 from . import types as t
-from .errors import NotFound, from_rpc_error
+from .errors import ApiError, NotFound, from_rpc_error
 from .transport import Settings, retryable, stubs
 
 P = ParamSpec("P")
@@ -53,6 +53,20 @@ def _gather(plan: Callable[Concatenate[calls.Context, P], calls.Gather[T]]) -> C
     def method(self: Client, *args: P.args, **kwargs: P.kwargs) -> T:
         g = plan(self._ctx, *args, **kwargs)
         return g.finish(list(self._responses(g.pages)))
+
+    return calls.as_method(plan, method)
+
+
+def _many(plan: Callable[Concatenate[calls.Context, P], calls.Many[T]]) -> Callable[Concatenate[Client, P], list[T]]:
+    def method(self: Client, *args: P.args, **kwargs: P.kwargs) -> list[T]:
+        many = plan(self._ctx, *args, **kwargs)  # every item checked before the first call
+        out: list[T] = []
+        for start, call in zip(many.starts, many.calls, strict=True):
+            try:
+                out.extend(self._run(call))
+            except ApiError as exc:
+                raise calls.at_offset(exc, start, out) from None
+        return out
 
     return calls.as_method(plan, method)
 
@@ -171,6 +185,7 @@ class Client:
     # ------------------------------------------------------------------------------ jobs
 
     submit = _call(calls.submit)
+    submit_many = _many(calls.submit_many)
     get_execution = _call(calls.get_execution)
     list_executions = _pages(calls.list_executions)
     cancel = _call(calls.cancel)

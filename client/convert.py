@@ -209,6 +209,12 @@ def execution(msg: common_pb2.Execution, deduplicated: bool = False) -> t.Execut
 _OUTCOMES = enums.words(scheduler_pb2.TickOutcome, "TICK_OUTCOME_")
 
 
+def submitted(msg: scheduler_pb2.SubmittedJob, idempotency_key: str) -> t.SubmittedJob:
+    return t.SubmittedJob(execution_id=msg.execution_id, deduplicated=msg.deduplicated,
+                          state=_enum(t.ExecutionState, msg.state, enums.STATE), partition=msg.partition,
+                          run_at=_ts(msg, "run_at"), idempotency_key=idempotency_key)
+
+
 def previewed(msg: scheduler_pb2.PreviewedTick) -> t.PreviewedTick:
     return t.PreviewedTick(scheduled_for=msg.scheduled_for.ToDatetime(tzinfo=UTC),
                            run_at=msg.run_at.ToDatetime(tzinfo=UTC), local_time=msg.local_time, note=msg.note)

@@ -14,9 +14,12 @@ from cronwheel import errors
 
 
 class ApiError(errors.CronwheelError):
-    """A cronwheel node refused or failed a call."""
+    """A cronwheel node refused or failed a call. From submit_many, `.submitted` holds the results
+    of the jobs the calls before the failing one stored (jobs[0:len(submitted)])."""
 
     code: str = "UNKNOWN"
+    # submit_many only: the results of the jobs stored by the calls before the one that failed.
+    submitted: tuple[object, ...] = ()
 
     def __init__(self, code: str, message: str) -> None:
         self.code = code

@@ -125,6 +125,36 @@ class Execution:
 
 
 @dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job of submit_many: the arguments of submit (run_at or delay, not both; None: the
+    server's default). The Client adds an idempotency key when it is None."""
+
+    type: str
+    payload: Any = None
+    run_at: datetime | None = None
+    delay: timedelta | None = None
+    idempotency_key: str | None = None
+    priority: Priority | str | None = None  # type: ignore[valid-type]
+    retry_policy: RetryPolicy | None = None
+    attempt_timeout: timedelta | None = None
+    tenant: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedJob:
+    """One job's result of submit_many: the execution created, or the existing one when its
+    idempotency key was already taken (`deduplicated`); `idempotency_key` is the key sent (the
+    caller's or the one the Client added). get_execution reads the whole execution."""
+
+    execution_id: str
+    deduplicated: bool
+    state: ExecutionState  # type: ignore[valid-type]
+    partition: int
+    run_at: datetime | None
+    idempotency_key: str
+
+
+@dataclass(frozen=True, slots=True)
 class Backfill:
     created_count: int
     existing_count: int

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 CLIENT = Path(__file__).resolve().parent.parent / "client"
-WRAPPERS = {"_call": "{}", "_pages": "Iterator[{}]", "_gather": "{}"}
-PLAN_TYPES = re.compile(r"^(?:calls\.)?(?:Call|Pages|Gather)\[(.*)\]$")
+WRAPPERS = {"_call": "{}", "_pages": "Iterator[{}]", "_gather": "{}", "_many": "list[{}]"}
+PLAN_TYPES = re.compile(r"^(?:calls\.)?(?:Call|Pages|Gather|Many)\[(.*)\]$")
 
 
 def _tree(name: str) -> ast.Module:
