@@ -142,6 +142,8 @@ class ProcessCluster:
         threading.Thread(target=pump, daemon=True).start()
         self.nodes[name] = p
         if wait and not ready.wait(30):
+            proc.kill()  # leave no half-started process behind for a later test to trip over
+            proc.wait()
             raise RuntimeError(f"{name} did not start: {log_path.read_text()[-2000:]}")
         return p
 
