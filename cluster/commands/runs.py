@@ -38,9 +38,10 @@ from cronwheel.cluster.commands.values import (
     reason_text,
     text,
     timeout,
+    visible,
 )
 from cronwheel.cron import CronSchedule, OverlapAction, decide_overlap, parse_overlap_policy
-from cronwheel.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from cronwheel.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Conn, Event, Row
 from cronwheel.storage.executions import Backfill, ManualRun, Retry, SubmittedJob
@@ -365,16 +366,12 @@ async def submit_job(store: PgStore, job: JobSpec, now: datetime, partitions: in
 
 async def get_execution(store: PgStore, execution_id: uuid.UUID, tenant: str | None) -> Row:
     row = await store.executions.get(execution_id)
-    if row is None or (tenant is not None and row["tenant"] != tenant):
-        raise NotFound("execution", execution_id)
-    return row
+    return visible(row, tenant, "execution", execution_id)
 
 
 async def _lock_execution(store: PgStore, conn: Conn, execution_id: uuid.UUID, tenant: str | None) -> Row:
     row = await store.executions.lock(conn, execution_id)
-    if row is None or (tenant is not None and row["tenant"] != tenant):
-        raise NotFound("execution", execution_id)
-    return row
+    return visible(row, tenant, "execution", execution_id)
 
 
 async def cancel_execution(store: PgStore, execution_id: uuid.UUID, now: datetime, tenant: str | None,

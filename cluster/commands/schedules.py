@@ -40,6 +40,7 @@ from cronwheel.cluster.commands.values import (
     reason_text,
     text,
     timeout,
+    visible,
 )
 from cronwheel.cron import (
     CronSchedule,
@@ -49,7 +50,7 @@ from cronwheel.cron import (
     validate_jitter_s,
     validate_schedule_spec,
 )
-from cronwheel.errors import InvalidArgument, NotFound, VersionConflict
+from cronwheel.errors import InvalidArgument, VersionConflict
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Conn, Event, Row
 from cronwheel.storage.schedules import ScheduleFields
@@ -181,8 +182,7 @@ async def lock_schedule(store: PgStore, conn: Conn, schedule_id: uuid.UUID, tena
                         expected_version: int | None = None) -> Row:
     """The live schedule, row-locked for this transaction; NotFound across tenants."""
     row = await store.schedules.lock(conn, schedule_id)
-    if row is None or (tenant is not None and row["tenant"] != tenant):
-        raise NotFound("schedule", schedule_id)
+    row = visible(row, tenant, "schedule", schedule_id)
     if expected_version is not None and row["version"] != expected_version:
         raise VersionConflict("schedule", schedule_id, expected_version, row["version"])
     return row
@@ -190,9 +190,7 @@ async def lock_schedule(store: PgStore, conn: Conn, schedule_id: uuid.UUID, tena
 
 async def get_schedule(store: PgStore, schedule_id: uuid.UUID, tenant: str | None) -> Row:
     row = await store.schedules.get(schedule_id)
-    if row is None or (tenant is not None and row["tenant"] != tenant):
-        raise NotFound("schedule", schedule_id)
-    return row
+    return visible(row, tenant, "schedule", schedule_id)
 
 
 async def create_schedule(store: PgStore, spec: ScheduleSpec, now: datetime, partitions: int,

@@ -21,7 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from cronwheel.cron import OverlapPolicy, Priority
-from cronwheel.errors import InvalidArgument, ResourceExhausted
+from cronwheel.errors import InvalidArgument, NotFound, ResourceExhausted
 
 MAX_NAME = 200
 MAX_REASON = 1000
@@ -38,6 +38,14 @@ class QuotaExceeded(ResourceExhausted):
 
 class JsonText(str):
     """A JSON document as text, checked by `parse_json` (PostgreSQL stores it as given)."""
+
+
+def visible(row: dict[str, Any] | None, tenant: str | None, kind: str, ident: object) -> dict[str, Any]:
+    """The tenancy rule, once: `row` as `tenant` may see it (None: an admin sees every tenant's);
+    another tenant's object is reported exactly like a missing one."""
+    if row is None or (tenant is not None and row["tenant"] != tenant):
+        raise NotFound(kind, ident)
+    return row
 
 
 def partition_of(ident: uuid.UUID, partitions: int) -> int:
