@@ -106,12 +106,6 @@ class ExecutionsPort:
         r = await row(conn, "api_count_executions_since", {"tenant": tenant, "since": since})
         return int(r["count"]) if r else 0
 
-    async def insert_submitted(self, conn: Conn, job: SubmittedJob, now: datetime) -> Row | None:
-        """None when the tenant's idempotency key is already taken."""
-        params = {name: getattr(job, name) for name in job.__dataclass_fields__}
-        return await row(conn, "insert_submitted", {**params, "payload": json_text(job.payload),
-                                                    "scheduled_for": job.run_at, "now": now})
-
     async def insert_submitted_many(self, conn: Conn, jobs: Sequence[SubmittedJob], now: datetime) -> list[Row]:
         """Insert every job in ONE statement (`insert_submitted_many`); the rows inserted, in no
         particular order. A job whose (tenant, idempotency key) is taken (by a committed row, or

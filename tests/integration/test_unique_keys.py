@@ -11,7 +11,6 @@ import pytest
 from cronwheel.errors import AlreadyExists
 from cronwheel.storage import FireBatchParams, PgStore, Tick
 from cronwheel.storage.executions import SubmittedJob
-from cronwheel.storage.queries import q
 
 from .test_fencing import T0, make_schedule
 
@@ -56,22 +55,21 @@ def submitted(key: str | None, tenant: str = "t1") -> SubmittedJob:
 async def test_idempotency_key_dedupes_per_tenant(store: PgStore) -> None:
     ex = store.executions
     async with store.connection() as conn:
-        a = await ex.insert_submitted(conn, submitted("k1"), NOW)
-        again = await ex.insert_submitted(conn, submitted("k1"), NOW)
-        other_tenant = await ex.insert_submitted(conn, submitted("k1", tenant="t2"), NOW)
-        assert a is not None and again is None and other_tenant is not None
+        [a] = await ex.insert_submitted_many(conn, [submitted("k1")], NOW)
+        again = await ex.insert_submitted_many(conn, [submitted("k1")], NOW)
+        other_tenant = await ex.insert_submitted_many(conn, [submitted("k1", tenant="t2")], NOW)
+        assert a is not None and again == [] and len(other_tenant) == 1
         existing = await ex.by_idempotency_key(conn, "t1", "k1")
         assert existing is not None and existing["id"] == a["id"]
         # Without a key there is no dedupe.
-        assert await ex.insert_submitted(conn, submitted(None), NOW) is not None
-        assert await ex.insert_submitted(conn, submitted(None), NOW) is not None
+        assert len(await ex.insert_submitted_many(conn, [submitted(None)], NOW)) == 1
+        assert len(await ex.insert_submitted_many(conn, [submitted(None)], NOW)) == 1
 
 
 async def test_raw_duplicate_idempotency_key_is_rejected_by_the_database(dsn: str) -> None:
     with psycopg.connect(dsn) as c:
-        job = submitted("dup")
-        c.execute(q("insert_submitted"), {**{k: getattr(job, k) for k in job.__dataclass_fields__},
-                                          "scheduled_for": NOW, "now": NOW})
+        c.execute("INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state,"
+                  " idempotency_key) VALUES (%s, 't1', 'x', 0, now(), now(), 'queued', 'dup')", (uuid.uuid4(),))
         c.commit()
         with pytest.raises(psycopg.errors.UniqueViolation):
             c.execute(
