@@ -2,9 +2,11 @@
 
 What the firer reads: the due index of a partition (`due_schedules`, `due_oneoffs`, streamed in
 chunks), one schedule or job after a change (`schedule_for_fire`, `oneoff_for_fire`). What it
-writes: one fenced batch (`fire`: mixed ticks, misfire records, one-offs, events; `fire_plain`:
-the one-statement hot path). Rows come back as NamedTuples (built straight from the driver's
-tuples: a million-row preload must not pay for a dict and a dataclass per row).
+writes: one fenced batch (`fire`: mixed ticks, misfire records, one-offs, events), or the
+one-statement hot path (`fire_plain_many`: the plain ticks of many partitions at once, each
+fenced by its own partition's epoch; `fire_plain`: one partition). Rows come back as
+NamedTuples (built straight from the driver's tuples: a million-row preload must not pay for a
+dict and a dataclass per row).
 
 The fire guard. Every statement that records a cron tick or moves a schedule's cursor
 (`fire_ticks_fenced`, `fire_executions`, `advance_schedules`) applies the same guard to the row
@@ -31,6 +33,7 @@ from typing import Any, NamedTuple
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
+from cronwheel.errors import StaleEpoch
 from cronwheel.storage.db import Database, stale_epoch
 from cronwheel.storage.ids import new_execution_id
 from cronwheel.storage.queries import q
@@ -243,14 +246,31 @@ class FiringPort:
 
     async def fire_plain(self, partition: int, epoch: int, plain: PlainTicks,
                          now: datetime | None = None) -> FireBatchResult:
-        """Plain ticks only (the hot path): the fenced transaction is ONE statement
-        (`fire_ticks_fenced`), same effect as `write_fire` inside `fenced()`. Raises StaleEpoch
-        (and writes nothing) when `epoch` is no longer the partition's."""
+        """Plain ticks of one partition: `fire_plain_many` for one. Raises StaleEpoch (and
+        writes nothing) when `epoch` is no longer the partition's."""
+        res = (await self.fire_plain_many([(partition, epoch, plain)], now))[partition]
+        if isinstance(res, StaleEpoch):
+            raise res
+        return res
+
+    async def fire_plain_many(self, batches: Sequence[tuple[int, int, PlainTicks]],
+                              now: datetime | None = None) -> dict[int, FireBatchResult | StaleEpoch]:
+        """Plain ticks of many partitions, `(partition, epoch, ticks)` each (partitions
+        distinct), the hot path: ONE statement and so one transaction and one commit for all of
+        them (`fire_ticks_fenced`), same effect per partition as `write_fire` inside its own
+        `fenced()`. Each tick is fenced by its own partition's epoch: a partition whose epoch is
+        stale answers StaleEpoch and writes nothing, the others are written and committed."""
         async with self.db.connection() as conn:
-            adv, inserted, fenced = await _fire_ticks(conn, partition, epoch, plain, now)
-            if not fenced:
-                raise await stale_epoch(conn, partition, epoch)
-        return FireBatchResult((), adv - inserted, adv, inserted, len(plain.schedule_ids) - adv)
+            fenced = await _fire_ticks(conn, batches, now)
+            out: dict[int, FireBatchResult | StaleEpoch] = {}
+            for partition, epoch, plain in batches:
+                got = fenced.get(partition)
+                if got is None:
+                    out[partition] = await stale_epoch(conn, partition, epoch)
+                    continue
+                adv, inserted = got
+                out[partition] = FireBatchResult((), adv - inserted, adv, inserted, len(plain.schedule_ids) - adv)
+        return out
 
     async def active_counts(
         self, conn: AsyncConnection[Any], partition: int, epoch: int, schedule_ids: Sequence[uuid.UUID]
@@ -333,7 +353,8 @@ class FiringPort:
             fired.extend(Fired(*r) for r in await cur.fetchall())
         plain_inserted = plain_stale = 0
         if p.plain is not None and p.plain.schedule_ids:
-            adv, plain_inserted, _ = await _fire_ticks(conn, p.partition, p.epoch, p.plain, p.now)  # fence held
+            fenced = await _fire_ticks(conn, [(p.partition, p.epoch, p.plain)], p.now)  # fence held
+            adv, plain_inserted = fenced.get(p.partition, (0, 0))
             advanced += adv
             dupes += adv - plain_inserted
             plain_stale = len(p.plain.schedule_ids) - adv
@@ -351,17 +372,32 @@ class FiringPort:
             await conn.execute(q("notify_queued"), {"payload": payload})
 
 
-async def _fire_ticks(conn: AsyncConnection[Any], partition: int, epoch: int, plain: PlainTicks,
-                      now: datetime | None) -> tuple[int, int, bool]:
-    """`fire_ticks_fenced`: (schedules advanced, executions inserted, fence held). Arrays go as
-    array literals, one string each: psycopg's list dumper works element by element in Python,
-    which held the event loop for 14% of a 300k burst."""
+async def _fire_ticks(conn: AsyncConnection[Any], batches: Sequence[tuple[int, int, PlainTicks]],
+                      now: datetime | None) -> dict[int, tuple[int, int]]:
+    """`fire_ticks_fenced` for `(partition, epoch, ticks)` batches: fenced partition -> (schedules
+    advanced, executions inserted); a partition missing from the answer was stale (nothing of
+    it written). Arrays go as array literals, one string each: psycopg's list dumper works
+    element by element in Python, which held the event loop for 14% of a 300k burst."""
+    parts = [b[0] for b in batches]
+    if len(set(parts)) != len(parts):
+        raise ValueError(f"one batch per partition, got partitions {parts}")
+    tick_parts: list[str] = []
+    ids: list[str] = []
+    ticks: list[str] = []
+    run_ats: list[str] = []
+    nexts: list[str] = []
+    versions: list[str] = []
+    for partition, _epoch, plain in batches:
+        tick_parts.extend([str(partition)] * len(plain.schedule_ids))
+        ids.extend(map(str, plain.schedule_ids))
+        ticks.extend(map(repr, plain.ticks))
+        run_ats.extend(map(repr, plain.run_ats))
+        nexts.extend(map(repr, plain.nexts))
+        versions.extend(map(str, plain.versions))
     cur = await conn.execute(q("fire_ticks_fenced"), {
-        "partition": partition, "epoch": epoch, "now": now,
-        "schedule_ids": _array_literal(map(str, plain.schedule_ids)),
-        "ticks": _array_literal(map(repr, plain.ticks)), "run_ats": _array_literal(map(repr, plain.run_ats)),
-        "nexts": _array_literal(map(repr, plain.nexts)), "versions": _array_literal(map(str, plain.versions)),
+        "partitions": _array_literal(map(str, parts)), "epochs": _array_literal(str(b[1]) for b in batches),
+        "now": now, "tick_partitions": _array_literal(tick_parts), "schedule_ids": _array_literal(ids),
+        "ticks": _array_literal(ticks), "run_ats": _array_literal(run_ats), "nexts": _array_literal(nexts),
+        "versions": _array_literal(versions),
     })
-    row = await cur.fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1]), bool(row[2])
+    return {int(r[0]): (int(r[1]), int(r[2])) for r in await cur.fetchall()}

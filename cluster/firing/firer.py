@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import uuid
 from collections import defaultdict, deque
@@ -74,6 +75,10 @@ class FiringConfig:
     misfire_grace_s: float = 10.0
     parallel_batches: int = 4
     retry_after_s: float = 0.5
+    # The ticks due at one instant go as one statement per `herd_ticks_per_statement` ticks (at
+    # least; up to batch_size), so a big herd runs on several PostgreSQL backends (cores) at once
+    # while a small one stays one commit.
+    herd_ticks_per_statement: int = 500
 
     def validate(self) -> FiringConfig:
         if not 1 <= self.horizon_s <= 3600:
@@ -82,6 +87,8 @@ class FiringConfig:
             raise ValueError("extend_every_s must be positive and below horizon_s")
         if not 1 <= self.batch_size <= 50_000:
             raise ValueError(f"batch_size must be in 1..50000, got {self.batch_size}")
+        if self.herd_ticks_per_statement < 1:
+            raise ValueError("herd_ticks_per_statement must be >= 1")
         if self.misfire_grace_s < 0:
             raise ValueError("misfire_grace_s must be >= 0")
         return self
@@ -93,6 +100,18 @@ class PartitionState:
     loaded_until: float  # Unix seconds: due index rows up to here are in the wheel
     handles: dict[uuid.UUID, Any] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One partition's share of a fire: the entries taken from the wheel, what to write for them,
+    and the next tick of each schedule (armed after WRITTEN)."""
+
+    p: int
+    st: PartitionState
+    chunk: list[Item]
+    params: FireBatchParams
+    nexts: dict[uuid.UUID, tuple[SchedInfo, float]]
 
 
 class WriteOutcome(StrEnum):
@@ -397,10 +416,70 @@ class Firer:
             self._sleeping_until = float("-inf")  # awake: the loop advances the wheel next anyway
 
     async def _fire_due(self, due: list[Item]) -> None:
+        """Everything due at one instant, across partitions. Each partition's entries are cut into
+        chunks of at most batch_size, dealt round-robin (so concurrent statements hold different
+        partitions), and consecutive chunks of distinct partitions share ONE statement (see `cap`):
+        a whole second's herd over 64 partitions is one or a few commits, not 64."""
         by_p: dict[int, list[Item]] = defaultdict(list)
         for it in due:
             by_p[it[0]].append(it)
-        await asyncio.gather(*(self._fire_partition(p, items) for p, items in by_p.items()))
+        size = self.config.batch_size
+        per_p = [[(p, items[i:i + size]) for i in range(0, len(items), size)] for p, items in by_p.items()]
+        # Statements of about len(due) / parallel_batches ticks each, between herd_ticks_per_statement
+        # and batch_size: every batch slot gets a share, but no statement is cut smaller than that.
+        cap = min(size, max(self.config.herd_ticks_per_statement, -(-len(due) // self.config.parallel_batches)))
+        groups: list[list[tuple[int, list[Item]]]] = []
+        group: list[tuple[int, list[Item]]] = []
+        in_group: set[int] = set()
+        ticks = 0
+        for row in itertools.zip_longest(*per_p):
+            for c in row:
+                if c is None:
+                    continue
+                if group and (ticks + len(c[1]) > cap or c[0] in in_group):
+                    groups.append(group)
+                    group, in_group, ticks = [], set(), 0
+                group.append(c)
+                in_group.add(c[0])
+                ticks += len(c[1])
+        if group:
+            groups.append(group)
+        await asyncio.gather(*(self._fire_group(g) for g in groups))
+
+    async def _fire_group(self, group: list[tuple[int, list[Item]]]) -> None:
+        """One statement's worth of chunks. A partition's lock is taken only if it is free right
+        now (a preload or reload holding it must not hold up the other partitions' ticks); a
+        busy partition's chunk goes on its own once its lock is free (`_fire_partition`). Taking
+        only free locks, never waiting while holding one, cannot deadlock."""
+        deferred: list[tuple[int, list[Item]]] = []
+        async with self._sem:
+            held: list[tuple[int, PartitionState, list[Item]]] = []
+            try:
+                for p, items in group:
+                    st = self.parts.get(p)
+                    if st is None:
+                        continue
+                    if st.lock.locked():
+                        deferred.append((p, items))
+                        continue
+                    await st.lock.acquire()
+                    held.append((p, st, items))
+                batches: list[_Batch] = []
+                for p, st, items in held:
+                    if self.parts.get(p) is not st:
+                        continue
+                    for it in items:  # advance() returned it, so it is the live handle for its id
+                        st.handles.pop(it[2], None)
+                    batches.append(self._prepare(p, st, items))
+                await self._write_plain_many([b for b in batches if b.params.only_plain])
+                for b in batches:
+                    if not b.params.only_plain:
+                        self._after(b, await self._write(b.p, b.st, b.params))
+            finally:
+                for _p, st, _items in held:
+                    st.lock.release()
+        for p, items in deferred:
+            await self._fire_partition(p, items)
 
     async def _fire_partition(self, p: int, items: list[Item]) -> None:
         st = self.parts.get(p)
@@ -413,9 +492,13 @@ class Firer:
                     return
                 for it in chunk:  # advance() returned it, so it is the live handle for its id
                     st.handles.pop(it[2], None)
-                await self._fire_batch(p, st, chunk)
+                b = self._prepare(p, st, chunk)
+                if b.params.only_plain:
+                    await self._write_plain_many([b])
+                else:
+                    self._after(b, await self._write(p, st, b.params))
 
-    async def _fire_batch(self, p: int, st: PartitionState, chunk: list[Item]) -> None:
+    def _prepare(self, p: int, st: PartitionState, chunk: list[Item]) -> _Batch:
         # Hot loop: plain ticks (overlap `allow`) go as parallel columns of floats to the one-statement
         # fast path; ticks whose overlap policy needs a look at running work take the general path.
         plain = PlainTicks([], [], [], [], [])
@@ -449,28 +532,66 @@ class Firer:
                 advances[ident] = ScheduleAdvance(ident, utc(nxt), tick, info.version, cursor=tick)
         params = FireBatchParams(p, st.epoch, ticks=ticks, advances=list(advances.values()), oneoff_ids=oneoffs,
                                  plain=plain, now=self.clock.now())
-        outcome = await self._write(p, st, params)
+        return _Batch(p, st, chunk, params, nexts)
+
+    def _after(self, b: _Batch, outcome: WriteOutcome) -> None:
+        """Act on a batch's outcome (its signal is already set)."""
+        p, st = b.p, b.st
         if outcome is WriteOutcome.LOST:
             return  # the partition is (being) dropped; its next owner loads the cursors as they are
         if outcome is WriteOutcome.RETRY:
             if self.parts.get(p) is st:  # not written: the same entries again shortly
                 retry_at = self.clock.now_ts() + self.config.retry_after_s
-                for it in chunk:
+                for it in b.chunk:
                     self._insert(st, p, it[2], it[3], retry_at, kind=it[1])
             return
         # Arming every schedule's next tick is safe even where the guard refused the write: that
         # tick fires only if the database's cursor has reached it (compare-and-set).
-        for ident, (info, nxt) in nexts.items():
+        for ident, (info, nxt) in b.nexts.items():
             if nxt <= st.loaded_until and self.schedules.get(ident) is info:
                 self._insert(st, p, ident, nxt, info.run_at(nxt))
 
-    async def _write(self, p: int, st: PartitionState, params: FireBatchParams) -> WriteOutcome:
-        outcome = await self._try_write(p, st, params)
+    def _signal(self, outcome: WriteOutcome) -> WriteOutcome:
         {WriteOutcome.WRITTEN: self.signals.written, WriteOutcome.RETRY: self.signals.retry,
          WriteOutcome.LOST: self.signals.lost}[outcome].set()
         return outcome
 
-    async def _try_write(self, p: int, st: PartitionState, params: FireBatchParams) -> WriteOutcome:
+    async def _write(self, p: int, st: PartitionState, params: FireBatchParams) -> WriteOutcome:
+        return self._signal(await self._try_write(p, st, params))
+
+    async def _write_plain_many(self, batches: list[_Batch]) -> None:
+        """Plain-only batches of distinct partitions as ONE statement (`fire_plain_many`), each
+        fenced by its own partition's epoch; every batch gets its own outcome: a stale partition
+        is LOST (and dropped) while the others are WRITTEN."""
+        ready: list[_Batch] = []
+        for b in batches:
+            refused = self._refused_before_write(b.p, b.st)
+            if refused is not None:
+                self._after(b, self._signal(refused))
+            else:
+                ready.append(b)
+        if not ready:
+            return
+        try:
+            res = await self.firing.fire_plain_many(
+                [(b.p, b.st.epoch, b.params.plain) for b in ready if b.params.plain is not None], self.clock.now())
+        except Unavailable as exc:
+            log.warning("fire deferred", extra={"event": "fire_deferred", "partitions": [b.p for b in ready],
+                                                "error": str(exc)})
+            for b in ready:
+                self._after(b, self._signal(WriteOutcome.RETRY if self.parts.get(b.p) is b.st else WriteOutcome.LOST))
+            return
+        for b in ready:
+            r = res[b.p]
+            if isinstance(r, StaleEpoch):
+                self._stale(b.p, b.st, r)
+                self._after(b, self._signal(WriteOutcome.LOST))
+            else:
+                self._written(b.params, r)
+                self._after(b, self._signal(WriteOutcome.WRITTEN))
+
+    def _refused_before_write(self, p: int, st: PartitionState) -> WriteOutcome | None:
+        """RETRY or LOST when this node must not write for `p` now; None when it may."""
         epoch = self.epoch_if_trusted(p)
         if epoch is None:
             # Trust lapsed (no keepalive answer within the window). Not written; it may come back
@@ -478,6 +599,25 @@ class Firer:
             return WriteOutcome.RETRY if self.parts.get(p) is st else WriteOutcome.LOST
         if epoch != st.epoch:
             return WriteOutcome.LOST  # held under another epoch now: this state is history
+        return None
+
+    def _stale(self, p: int, st: PartitionState, exc: StaleEpoch) -> None:
+        """The database refused a write of `st.epoch`: drop that state (and only that one)."""
+        self.stats.stale_epoch += 1
+        if self.metrics is not None:
+            self.metrics.stale_epoch.inc()
+        log.warning("stale epoch: write refused", extra={"event": "stale_epoch", "partition": p,
+                                                         "epoch": st.epoch, "current": exc.current})
+        # Only the state this write was made for: a late refusal of an old epoch must not drop
+        # the partition this node has since acquired again under a new one.
+        if self.parts.get(p) is st:
+            self._drop(p)
+            self.on_stale(p, st.epoch)
+
+    async def _try_write(self, p: int, st: PartitionState, params: FireBatchParams) -> WriteOutcome:
+        refused = self._refused_before_write(p, st)
+        if refused is not None:
+            return refused
         try:
             if params.only_plain:
                 assert params.plain is not None
@@ -487,16 +627,7 @@ class Firer:
                                 if self._overlap_of(t.schedule_id) not in (None, "allow")})
                 res = await self.firing.fire(params, policed, self._decide_overlap)
         except StaleEpoch as exc:
-            self.stats.stale_epoch += 1
-            if self.metrics is not None:
-                self.metrics.stale_epoch.inc()
-            log.warning("stale epoch: write refused", extra={"event": "stale_epoch", "partition": p,
-                                                             "epoch": st.epoch, "current": exc.current})
-            # Only the state this write was made for: a late refusal of an old epoch must not drop
-            # the partition this node has since acquired again under a new one.
-            if self.parts.get(p) is st:
-                self._drop(p)
-                self.on_stale(p, st.epoch)
+            self._stale(p, st, exc)
             return WriteOutcome.LOST
         except Unavailable as exc:
             log.warning("fire deferred", extra={"event": "fire_deferred", "partition": p, "error": str(exc)})

@@ -126,10 +126,11 @@ def test_every_fenced_query_names_the_epoch() -> None:
     fenced = [n for n, body in all_queries().items() if "%(epoch)s" in body]
     assert {"fire_executions", "advance_schedules", "queue_oneoffs", "check_fence"} <= set(fenced)
     # A write to a partition-scoped table by an owner-path query must carry the epoch.
-    owner_writes = {"fire_executions", "advance_schedules", "queue_oneoffs", "insert_partition_event",
-                    "fire_ticks_fenced"}
+    owner_writes = {"fire_executions", "advance_schedules", "queue_oneoffs", "insert_partition_event"}
     for name in owner_writes:
         assert "%(epoch)s" in q(name), name
+    # The cross-partition hot path names one epoch per partition (its fence) instead.
+    assert "%(epochs)s" in q("fire_ticks_fenced")
 
 
 async def test_fire_batch_after_loss_changes_nothing(store: PgStore) -> None:
@@ -218,3 +219,59 @@ async def test_fired_executions_get_time_ordered_v7_ids(store: PgStore) -> None:
     assert len(set(many)) == 2000 and all(u.version == 7 and u.variant == uuid.RFC_4122 for u in many)
     stamps = [int.from_bytes(u.bytes[:6], "big") for u in many]
     assert stamps == sorted(stamps)
+
+
+async def executions_of(store: PgStore, sid: uuid.UUID) -> list[tuple[datetime, int]]:
+    async with store.connection() as conn:
+        cur = await conn.execute("SELECT scheduled_for, fired_epoch FROM executions WHERE schedule_id = %s", (sid,))
+        return [(r[0], int(r[1])) for r in await cur.fetchall()]
+
+
+async def test_a_fire_across_partitions_refuses_only_the_ticks_of_the_stale_partition(store: PgStore) -> None:
+    """One statement for three partitions, one of whose epochs is stale: its tick is refused (no
+    execution, cursor where it was) and the other two are written and committed, each under its
+    own partition's epoch."""
+    sids = {p: await make_schedule(store, p) for p in (1, 2, 3)}
+    for p in sids:
+        assert await store.partitions.record_epoch(p, 50 + p, "a")
+    assert await store.partitions.record_epoch(2, 99, "b")  # another node took 2
+    res = await store.firing.fire_plain_many([(p, 50 + p, _plain(sid, T0)) for p, sid in sids.items()])
+    stale = res[2]
+    assert isinstance(stale, StaleEpoch) and (stale.partition, stale.epoch, stale.current) == (2, 52, 99)
+    for p in (1, 3):
+        ok = res[p]
+        assert not isinstance(ok, StaleEpoch) and (ok.plain_inserted, ok.advanced) == (1, 1), p
+        assert await executions_of(store, sids[p]) == [(T0, 50 + p)], "fired under its own partition's epoch"
+    assert await executions_of(store, sids[2]) == []
+    row = await store.schedules.get(sids[2])
+    assert row is not None and row["next_run_at"] == T0 and row["last_scheduled_for"] is None
+
+
+async def test_a_fire_across_partitions_queued_behind_one_partitions_epoch_bump_writes_the_others(
+        store: PgStore, dsn: str) -> None:
+    """The bump of one partition is uncommitted when the statement reaches its row: the statement
+    waits for it, re-checks that row (READ COMMITTED), refuses that partition's tick and writes
+    the others'."""
+    import psycopg
+
+    sids = {p: await make_schedule(store, p) for p in (4, 5)}
+    for p in sids:
+        assert await store.partitions.record_epoch(p, 70, "old")
+    async with await psycopg.AsyncConnection.connect(dsn) as bumper:
+        await bumper.execute("UPDATE partitions SET epoch = 71, owner = 'new' WHERE id = 5")
+        fire = asyncio.create_task(store.firing.fire_plain_many([(p, 70, _plain(sid, T0)) for p, sid in sids.items()]))
+        await wait_until_async(lambda: lock_waiters(store, "%fence AS (%"), 5,
+                               "the statement to wait on partition 5's row (the bump's row lock)")
+        assert not fire.done()
+        await bumper.commit()
+    res = await fire
+    assert isinstance(res[5], StaleEpoch) and res[5].current == 71
+    assert not isinstance(res[4], StaleEpoch) and res[4].plain_inserted == 1
+    assert await executions_of(store, sids[4]) == [(T0, 70)]
+    assert await executions_of(store, sids[5]) == []
+
+
+async def test_a_fire_across_partitions_takes_one_batch_per_partition(store: PgStore) -> None:
+    sid = await make_schedule(store, 6)
+    with pytest.raises(ValueError, match="one batch per partition"):
+        await store.firing.fire_plain_many([(6, 1, _plain(sid, T0)), (6, 1, _plain(sid, T0))])

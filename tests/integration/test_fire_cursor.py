@@ -277,3 +277,61 @@ async def test_the_queued_time_of_a_fired_tick_is_the_firers_clock(
     async with store.connection() as conn:
         cur = await conn.execute("SELECT queued_at FROM executions WHERE schedule_id = %s", (sid,))
         assert await cur.fetchone() == (T0,)
+
+
+class CountingFiring:
+    """The real FiringPort, recording which partitions each cross-partition statement carried."""
+
+    def __init__(self, port: Any) -> None:
+        self.port = port
+        self.statements: list[list[int]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.port, name)
+
+    async def fire_plain_many(self, batches: Any, now: Any = None) -> Any:
+        self.statements.append(sorted(b[0] for b in batches))
+        return await self.port.fire_plain_many(batches, now)
+
+
+async def test_ticks_of_several_partitions_due_at_one_instant_go_as_one_statement_fenced_per_partition(
+        store: PgStore) -> None:
+    """Three partitions' ticks at T0: one statement. Partition 5 was taken by another node meanwhile
+    (its epoch in the database moved on; this node has not heard yet): its tick is refused, the
+    partition is dropped and reported stale, and the other two are written and go on firing."""
+    sids = {p: await make_schedule(store, p) for p in (3, 4, 5)}
+    for p in sids:
+        assert await store.partitions.record_epoch(p, 1, "node-a")
+    port = CountingFiring(store.firing)
+    stale: list[tuple[int, int]] = []
+    clock = FakeClock(start_ts=T0.timestamp() - 5)
+    # No horizon extension within the test (it holds each partition's lock in turn, and a
+    # partition whose lock is busy at fire time goes in a statement of its own).
+    config = FiringConfig(horizon_s=600, extend_every_s=500)
+    firer = Firer(port, clock, config, epoch_if_trusted=lambda p: 1,  # type: ignore[arg-type]
+                  on_stale=lambda p, e: stale.append((p, e)))
+    run = asyncio.create_task(firer.run())
+    try:
+        for p in sids:
+            firer.signals.loaded.clear()
+            await firer.partition_gained(p, 1)
+            await asyncio.wait_for(firer.signals.loaded.wait(), SIGNAL_TIMEOUT_S)
+        assert await store.partitions.record_epoch(5, 2, "node-b")
+        firer.signals.lost.clear()
+        await advance_until(clock, firer.signals.written, 5)
+        await asyncio.wait_for(firer.signals.lost.wait(), SIGNAL_TIMEOUT_S)
+        assert port.statements == [[3, 4, 5]]
+        assert stale == [(5, 1)] and sorted(firer.owned()) == [3, 4]
+        for p in (3, 4):
+            assert await fired_ticks(store, sids[p]) == [(T0, "queued")]
+            assert await cursor(store, sids[p]) == (T0 + MINUTE, T0)
+        assert await fired_ticks(store, sids[5]) == []
+        assert await cursor(store, sids[5]) == (T0, None), "left for its new owner"
+        await advance_until(clock, firer.signals.written, 60)
+        assert port.statements == [[3, 4, 5], [3, 4]]
+        for p in (3, 4):
+            assert await fired_ticks(store, sids[p]) == [(T0, "queued"), (T0 + MINUTE, "queued")]
+    finally:
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run

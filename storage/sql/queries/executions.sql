@@ -77,44 +77,47 @@ RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;
 SELECT pg_notify('cronwheel_queued', %(payload)s);
 
 -- name: fire_ticks_fenced
--- Fenced fast path for plain cron ticks, ONE statement: advance each schedule that passes the fire
--- guard (version as loaded, not paused or deleted, cursor next_run_at still AT this tick: a
--- compare-and-set on the row already joined) and insert its tick's execution; a tick that has one
--- is left alone (the schedule still advances). Times are Unix seconds. The fence is in the
--- statement, so it is a whole transaction (PgStore.fire_plain): `fence` share-locks the partition
--- row while it carries our epoch, before any schedule is touched, to commit, so an epoch bump
--- waits for this batch as for `fenced()`; `fenced` = 0: stale epoch, nothing written (inside
--- `fenced()` it is 1). fired_at = clock_timestamp(): database commit evidence for the chaos
--- checker; queued_at is the node's decision, %(now)s. See storage/firing.py.
+-- Fenced fast path for plain cron ticks of one or many partitions, ONE statement (see
+-- storage/firing.py fire_plain_many): each schedule passing the fire guard (version as loaded, not
+-- paused or deleted, cursor still AT this tick: compare-and-set) advances and gets its tick's
+-- execution (ON CONFLICT: left alone). A tick joins ITS partition's `fence` row: share-locked
+-- while it carries the caller's epoch for it, before any schedule is touched, to commit; a stale
+-- partition writes nothing, the others commit. Answer: (partition, advanced, inserted) per fenced
+-- partition. fired_at: database commit evidence; queued_at: the node's %(now)s.
 WITH fence AS (
-    SELECT epoch FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s FOR SHARE
+    SELECT p.id, p.epoch
+      FROM partitions AS p
+      JOIN unnest(%(partitions)s::integer[], %(epochs)s::bigint[]) AS f(id, epoch)
+        ON p.id = f.id AND p.epoch = f.epoch
+       FOR SHARE OF p
 ), v AS (
-    SELECT * FROM unnest(%(schedule_ids)s::uuid[], %(ticks)s::float8[], %(run_ats)s::float8[],
-                         %(nexts)s::float8[], %(versions)s::bigint[])
-           AS v(schedule_id, tick, run_at, next_ts, version)
+    SELECT * FROM unnest(%(tick_partitions)s::integer[], %(schedule_ids)s::uuid[], %(ticks)s::float8[],
+                         %(run_ats)s::float8[], %(nexts)s::float8[], %(versions)s::bigint[])
+           AS v(partition, schedule_id, tick, run_at, next_ts, version)
 ), adv AS (
     UPDATE schedule_due AS d
        SET next_run_at = to_timestamp(v.next_ts), last_scheduled_for = to_timestamp(v.tick)
-      FROM v JOIN schedules AS s ON s.id = v.schedule_id
-     WHERE d.schedule_id = v.schedule_id AND d.partition = %(partition)s
+      FROM v JOIN fence ON fence.id = v.partition JOIN schedules AS s ON s.id = v.schedule_id
+     WHERE d.schedule_id = v.schedule_id AND d.partition = v.partition
        AND s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = to_timestamp(v.tick)
-       AND EXISTS (SELECT 1 FROM fence)
     RETURNING s.id, s.tenant, s.job_type, s.payload, s.priority, s.max_attempts, s.retry_initial_s,
-              s.retry_multiplier, s.retry_max_s, s.timeout_s, v.tick, v.run_at
+              s.retry_multiplier, s.retry_max_s, s.timeout_s, v.tick, v.run_at, d.partition, fence.epoch
 ), ins AS (
     INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                             priority, state, trigger, max_attempts, retry_initial_s, retry_multiplier,
                             retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
-    SELECT cronwheel_uuid7(), adv.id, adv.tenant, adv.job_type, adv.payload, %(partition)s,
+    SELECT cronwheel_uuid7(), adv.id, adv.tenant, adv.job_type, adv.payload, adv.partition,
            to_timestamp(adv.tick), to_timestamp(adv.run_at), adv.priority, 'queued', 'cron',
            adv.max_attempts, adv.retry_initial_s, adv.retry_multiplier, adv.retry_max_s, adv.timeout_s,
-           %(epoch)s, clock_timestamp(), coalesce(%(now)s::timestamptz, now())
+           adv.epoch, clock_timestamp(), coalesce(%(now)s::timestamptz, now())
       FROM adv
     ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
-    RETURNING 1
+    RETURNING partition
 )
-SELECT (SELECT count(*) FROM adv) AS advanced, (SELECT count(*) FROM ins) AS inserted,
-       (SELECT count(*) FROM fence) AS fenced;
+SELECT fence.id, coalesce(a.n, 0) AS advanced, coalesce(i.n, 0) AS inserted
+  FROM fence
+  LEFT JOIN (SELECT partition, count(*) AS n FROM adv GROUP BY partition) AS a ON a.partition = fence.id
+  LEFT JOIN (SELECT partition, count(*) AS n FROM ins GROUP BY partition) AS i ON i.partition = fence.id;
 
 -- name: insert_submitted_many
 -- Many one-off jobs from SubmitJobs or one SubmitJob group (parallel arrays, one row per
