@@ -92,7 +92,7 @@ def steady(n: int, seconds: float, jitter_s: float) -> dict[str, float]:
         copy_schedules(c.dsn, rows, jitter_s)
         c.stop_node("n1")
         c.start_node("n1b")  # a fresh node loads everything at once
-        c.wait_converged(["n1b"])
+        c.wait_converged(["n1b"], timeout=120)
         t_from = start + timedelta(seconds=2)
         time.sleep(max(0.0, (t_from - datetime.now(UTC)).total_seconds()) + seconds + 1)
         t_to = t_from + timedelta(seconds=seconds)

@@ -4,15 +4,20 @@ batches, keep the horizon extended, and follow changes.
     gain p  -> load schedules with next_run_at <= horizon and one-off jobs with run_at <= horizon;
                schedules whose tick is older than the misfire grace get their misfire policy
                (one fenced transaction), the rest go into the wheel at run_at = tick + jitter
-    loop    -> sleep until wheel.next_deadline() (or a wake-up), advance, group by partition,
-               fire each partition's entries in batches: ONE fenced transaction per batch inserts
-               the executions (ON CONFLICT DO NOTHING), advances next_run_at, queues one-offs,
-               applies overlap decisions; after commit the next tick goes into the wheel
+    loop    -> sleep until wheel.next_deadline() (or a wake-up), advance, cut what is due into
+               per-partition chunks and deal them into statements: the plain ticks of many
+               partitions go as ONE statement (one transaction, one commit), each tick fenced by
+               its own partition's epoch, so a whole second's herd is one or a few commits, not
+               one per partition; a partition's other work (one-offs, overlap policies) is ONE
+               fenced transaction of its own that inserts the executions (ON CONFLICT DO
+               NOTHING), advances next_run_at, queues one-offs, applies overlap decisions; after
+               commit the next tick goes into the wheel
     extend  -> every extend_every_s, load (loaded_until, now + horizon] of each partition
     change  -> `reload(p, kind, id)` re-reads one schedule or job (NOTIFY from the API)
     lose p  -> drop its timers at once; release p -> finish its in-flight batch, then drop
 
-A batch write has three outcomes (`WriteOutcome`): WRITTEN (committed: arm the next ticks),
+A partition's share of a statement has three outcomes (`WriteOutcome`), its own even when it
+shares the statement with other partitions: WRITTEN (committed: arm the next ticks),
 RETRY (not written, the partition is still ours: PostgreSQL away, or the lease's trust window
 lapsed and may come back; re-arm the same entries) and LOST (the partition is not ours: drop).
 Only WRITTEN moves anything forward, and the database refuses to move a schedule's cursor from
