@@ -5,12 +5,16 @@
   for an execution, cluster status and events, with plain values in and out (cronwheel.client.types)
   and typed errors (cronwheel.client.errors); fail-over between node addresses, token, TLS,
   deadlines and retries of calls safe to repeat.
+- `Client.apply(specs, tenant=..., prune=..., dry_run=...)`: declarative schedules reconciled
+  by name (cronwheel.client.apply: ApplyPlan, PlannedSchedule, FieldChange, SpecError).
 - `Worker` (and `JobContext`, `NonRetryable`, `WorkerStopped`): run handlers for job types;
   at-least-once, with heartbeats, checkpoints and fencing tokens; reports sent in the background
   and never dropped while the lease holds (see cronwheel.client.worker).
 - `load_worker(module)`: find the Worker a module defines (used by `cronwheel worker MODULE`).
 """
 
+from cronwheel.client.apply import Action as ApplyAction
+from cronwheel.client.apply import ApplyPlan, FieldChange, PlannedSchedule, SpecError
 from cronwheel.client.async_client import AsyncClient
 from cronwheel.client.client import Client
 from cronwheel.client.errors import (
@@ -58,6 +62,7 @@ __all__ = [
     "RetryPolicy", "Schedule", "SubmittedJob", "TickOutcome", "Trigger", "Unauthenticated", "Unavailable", "Worker",
     "WorkerStopped", "load_worker",
 ]
+__all__ += ["ApplyAction", "ApplyPlan", "FieldChange", "PlannedSchedule", "SpecError"]  # apply
 
 
 def load_worker(module_name: str) -> Worker:

@@ -8,7 +8,8 @@ A plan returns one of:
   (submit and trigger with an idempotency key, pause, resume, cancel, backfill);
 - `Pages`: a List RPC followed page by page, yielding converted items;
 - `Gather`: every page of a List RPC, folded into one value (explain);
-- `Many`: several Calls sent one after the other, their results concatenated (submit_many).
+- `Many`: several Calls sent one after the other, their results concatenated (submit_many);
+- `Steps`: several calls chosen as it goes (apply, client/apply.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import functools
 import inspect
 import re
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -75,6 +76,15 @@ class Many(Generic[T]):
 
     calls: list[Call[list[T]]]
     starts: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Steps(Generic[T]):
+    """A generator that yields Calls and Pages and returns the method's value: each Call is
+    answered with its converted result, each Pages with the list of every item, and a call's
+    ApiError is thrown into the generator at its yield."""
+
+    run: Generator[Call[Any] | Pages[Any], Any, T]
 
 
 def as_method(plan: Callable[..., Any], method: Any) -> Any:

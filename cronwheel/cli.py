@@ -54,10 +54,11 @@ def commands() -> list[Command]:
     """Every subcommand, in `--help` order: the one table. Each module defines its commands as
     plain `Command` values; nothing registers itself on import. (The modules are imported here,
     not at the top, so `cronwheel --version` stays fast and cli_* can import this module.)"""
-    from cronwheel import cli_api, cli_api_schedule, cli_commands, cli_explain
+    from cronwheel import cli_api, cli_api_schedule, cli_apply, cli_commands, cli_explain
 
     return [
         cli_api_schedule.SCHEDULE,
+        cli_apply.APPLY,
         cli_api.STATUS,
         cli_api.JOB,
         cli_api.EXEC,
