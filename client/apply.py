@@ -195,6 +195,12 @@ def _convert(hint: Any, raw: Any, key: str) -> Any:
             return cls(**values)
     if Any in opts:
         return raw
+    words = [o for o in opts if isinstance(o, type) and issubclass(o, StrEnum)]
+    if words and str not in opts and isinstance(raw, str):  # a policy's enum field: its word
+        try:
+            return words[0](raw.strip())
+        except ValueError:
+            raise ValueError(f"expected one of {', '.join(m.value for m in words[0])}, got {raw!r}") from None
     plain = [o for o in opts if isinstance(o, type) and o is not type(None)]
     ok = any(isinstance(raw, o) and not (isinstance(raw, bool) and o in (int, float)) for o in plain)
     if plain and not ok:
@@ -367,7 +373,8 @@ def _reconcile(ctx: calls.Context, desired: list[_Desired], tenant: str | None, 
     done = []
     for item, d in plan:
         done.append((yield from _carry_out(ctx, item, d, live.get(item.name), tenant)))
-    return ApplyPlan(tenant, tuple(done), applied=True)
+    made = [i.schedule.tenant for i in done if i.schedule is not None]
+    return ApplyPlan(tenant or (made[0] if made else None), tuple(done), applied=True)
 
 
 def _check_timing(ctx: calls.Context, d: _Desired, cur: t.Schedule | None) -> Generator[Step, Any, None]:

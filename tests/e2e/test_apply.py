@@ -184,7 +184,7 @@ def test_a_bad_file_exits_2_naming_file_line_and_field_and_changes_nothing(
 
 def test_a_tenant_token_applies_to_its_tenant_and_a_conflicting_tenant_is_refused(
         address: str, admin: Client, tmp_path: Path) -> None:
-    path = write(tmp_path, TWO.replace("nightly", "acme-nightly").replace("hourly", "acme-hourly"))
+    path = write(tmp_path, TWO.replace("name: ", "name: acme-"))
     r = apply(address, path, token=ACME)
     assert r.returncode == 0, r.stderr
     assert "Plan in tenant acme: 2 to create" in r.stdout
