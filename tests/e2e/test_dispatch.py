@@ -125,11 +125,14 @@ def test_killed_worker_job_runs_again_and_the_late_completion_is_refused(cluster
     assert runs == ["w3", "w4"]
 
 
+BACKOFF = (timedelta(seconds=1), 2.0, timedelta(seconds=3))  # initial, multiplier, max
+
+
 def test_retries_follow_the_policy_and_dead_letters_after_max_attempts(cluster: ProcessCluster,
                                                                         tmp_path: Path) -> None:
     log = tmp_path / "history.jsonl"
     cluster.start_worker("w1", MODULE, env=wenv(log))
-    policy = RetryPolicy(timedelta(seconds=1), 2.0, timedelta(seconds=3), max_attempts=4)
+    policy = RetryPolicy(*BACKOFF, max_attempts=4)
     fail, bad, hang = submit_jobs(cluster, [
         dict(tenant="t", type="fail", retry_policy=policy),
         dict(tenant="t", type="bad", retry_policy=policy),
@@ -143,7 +146,8 @@ def test_retries_follow_the_policy_and_dead_letters_after_max_attempts(cluster: 
     # Full jitter: attempt k waits uniform in [0, min(max, initial * mult^(k-1))]; the reaper
     # releases due retries once a second and the claim adds a little, hence the slack.
     for k, gap in enumerate((b - a for a, b in zip(starts, starts[1:], strict=False)), start=1):
-        ceiling = min(policy.max_s, policy.initial_s * policy.multiplier ** (k - 1))
+        initial, most = BACKOFF[0].total_seconds(), BACKOFF[2].total_seconds()
+        ceiling = min(most, initial * BACKOFF[1] ** (k - 1))
         assert 0 <= gap <= ceiling + 1.5, (k, gap, ceiling)
     assert len([e for e in read_jsonl(log) if e["execution_id"] == bad.id]) == 1, "no retry of non-retryable"
     hang_row = cluster.sql("SELECT error_type, attempt FROM executions WHERE id = %s", hang.id)[0]
