@@ -23,12 +23,13 @@ import pytest
 from chaos.harness import ProcessCluster
 from cronwheel.client import Client, verify_webhook_signature
 
-from .helpers import observe_for, wait_until
+from .helpers import observe_for, run_cli, wait_until
 
 pytestmark = [pytest.mark.e2e]
 
 TOKENS = {"admin": ("tok-wh-admin-0123456789", {"name": "ops", "admin": True})} | {
-    t: (f"tok-wh-{t}-0123456789", {"name": f"{t}-ci", "tenant": t}) for t in ("sig", "retry", "kill", "dms", "other")}
+    t: (f"tok-wh-{t}-0123456789", {"name": f"{t}-ci", "tenant": t})
+    for t in ("sig", "retry", "kill", "dms", "other", "cli")}
 FLAGS = ("--webhook-poll", "0.1", "--webhook-backoff", "0.05", "--webhook-backoff-max", "0.2",
          "--webhook-lease", "3", "--webhook-timeout", "2")
 YEARLY = "0 0 1 1 *"  # never fires during a test
@@ -183,6 +184,31 @@ def test_a_node_killed_mid_delivery_loses_no_event(cluster: ProcessCluster, rece
             cluster.start_node(held.node, "--auth-file", str(cluster.auth_file), *FLAGS)  # type: ignore[attr-defined]
 
 
+def test_the_cli_creates_lists_shows_deliveries_of_and_deletes_a_webhook(
+        cluster: ProcessCluster, receiver: Receiver) -> None:
+    env = {"CRONWHEEL_ADDRESS": cluster.nodes["n1"].address, "CRONWHEEL_TOKEN": TOKENS["cli"][0]}
+    made = run_cli("webhook", "create", "--url", receiver.url, "--kind", "schedule_paused", "--json", env=env)
+    assert made.returncode == 0, made.stderr
+    hook = json.loads(made.stdout)
+    assert hook["secret"].startswith("whsec_") and hook["kinds"] == ["schedule_paused"]
+    human = run_cli("webhook", "create", "--url", receiver.url, env=env)
+    assert "secret: whsec_" in human.stdout and "shown only now" in human.stdout
+    listed = json.loads(run_cli("webhook", "list", "--json", env=env).stdout)
+    assert hook["id"] in {w["id"] for w in listed} and all("secret" not in w for w in listed)
+    bad = run_cli("webhook", "create", "--url", "ftp://x/", env=env)
+    assert bad.returncode == 2 and bad.stderr.startswith("cronwheel: error: url:"), bad.stderr
+    with client(cluster, "cli") as cl:
+        cl.pause(schedule(cl, "cli-hook"))
+    wait_until(lambda: json.loads(run_cli("webhook", "deliveries", "--webhook", hook["id"], "--state", "delivered",
+                                          "--json", env=env).stdout), 15, "the delivery, through the CLI")
+    text = run_cli("webhook", "deliveries", "--webhook", hook["id"], env=env).stdout
+    assert "schedule_paused  delivered  attempts=1" in text
+    gone = run_cli("webhook", "delete", hook["id"], env=env)
+    assert gone.returncode == 0 and "deleted webhook" in gone.stdout
+    again = run_cli("webhook", "delete", hook["id"], env=env)
+    assert again.returncode == 1 and "not found" in again.stderr.lower(), again.stderr
+
+
 @pytest.mark.slow
 def test_a_dead_mans_switch_alert_reaches_the_receiver_within_its_interval_plus_5_s(
         cluster: ProcessCluster, receiver: Receiver) -> None:
@@ -199,5 +225,6 @@ def test_a_dead_mans_switch_alert_reaches_the_receiver_within_its_interval_plus_
         doc = json.loads(got.body)
         assert doc["event"]["kind"] == "no_success_alert" and doc["event"]["schedule_id"] == s.id
         assert "has not succeeded within 60" in doc["text"]
+        print(f"no_success_alert arrived {got.at - due:.2f} s after the switch was due")  # shown with -s
         assert due <= got.at <= due + 5, f"arrived {got.at - due:.2f} s after the switch was due"
         assert uuid.UUID(got.headers["cronwheel-delivery"])
