@@ -306,7 +306,7 @@ def create_webhook(ctx: Context, url: str, *, kinds: Iterable[str] = (), tenant:
                    schedule_id: str | None = None, secret: str | None = None,
                    description: str = "") -> Call[t.CreatedWebhook]:
     """Subscribes `url` to event `kinds` (none: the alerts dead_letter, no_success_alert,
-    misfire_refused), optionally of one tenant and one schedule. Returns the webhook and its
+    misfire_refused, execution_failed), optionally of one tenant and one schedule. Returns the webhook and its
     signing secret (generated when not given), which is shown only here. Not retried."""
     req = A.CreateWebhookRequest(url=url, kinds=list(kinds), tenant=tenant or "", schedule_id=schedule_id or "",
                                  secret=secret or "", description=description)

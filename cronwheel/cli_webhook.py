@@ -41,7 +41,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     c = sub.add_parser("create", help="subscribe a URL to events (prints the secret once)")
     c.add_argument("--url", required=True, help="where to POST the events (http:// or https://)")
     c.add_argument("--kind", action="append", default=[], dest="kinds",
-                   help="an event kind to deliver (repeat; default: dead_letter, no_success_alert, misfire_refused)")
+                   help="an event kind to deliver (repeat; default: the alerts dead_letter, no_success_alert, "
+                        "misfire_refused, execution_failed)")
     c.add_argument("--tenant", default="", help="only this tenant's events (admin tokens; default: every tenant)")
     c.add_argument("--schedule", default="", help="only this schedule's events (its id)")
     c.add_argument("--secret", default="", help="the signing secret (default: generated)")

@@ -24,7 +24,7 @@ from cronwheel.v1.webhook_signature import (
 
 # The kinds of event a webhook may subscribe to: every kind the cluster appends to its event log
 # (admin.proto Event.kind). The alerts are the default subscription.
-ALERT_KINDS = ("dead_letter", "no_success_alert", "misfire_refused")
+ALERT_KINDS = ("dead_letter", "no_success_alert", "misfire_refused", "execution_failed")
 EVENT_KINDS = (*ALERT_KINDS, "misfire_skipped", "schedule_created", "schedule_updated", "schedule_deleted",
                "schedule_paused", "schedule_resumed", "schedule_triggered", "schedule_backfilled",
                "execution_cancelled", "execution_retried")
@@ -74,7 +74,12 @@ def text(event: Mapping[str, Any], data: Mapping[str, Any]) -> str:
         what = f"execution {event['execution_id']} is dead after {data.get('attempts', '?')} attempts"
         if who:
             what += f" of {who}"
-        return f"cronwheel: {what}{tenant}: {str(data.get('error', ''))[:300]}"
+        return f"cronwheel: {what}{tenant}: {_error_line(data)}"
+    if kind == "execution_failed":
+        what = f"execution {event['execution_id']} failed (not retryable)"
+        if who:
+            what += f" in {who}"
+        return f"cronwheel: {what}{tenant}: {_error_line(data)}"
     if kind == "no_success_alert":
         last = data.get("last_success_at") or "never"
         return (f"cronwheel: {who}{tenant} has not succeeded within {data.get('within_s', '?')} s "
@@ -98,6 +103,12 @@ def request(url: str, secret: str, delivery_id: uuid.UUID, attempt: int, kind: s
         ATTEMPT_HEADER: str(attempt),
         EVENT_HEADER: kind,
     })
+
+
+def _error_line(data: Mapping[str, Any]) -> str:
+    """The last line of an error (a traceback's is the exception), at most 300 characters."""
+    lines = [ln.strip() for ln in str(data.get("error") or "").splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
 
 
 def _iso(v: datetime | None) -> str | None:

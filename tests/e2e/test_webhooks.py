@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from chaos.harness import ProcessCluster
-from cronwheel.client import Client, verify_webhook_signature
+from cronwheel.client import Client, RetryPolicy, verify_webhook_signature
 
 from .helpers import observe_for, run_cli, wait_until
 
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.e2e]
 
 TOKENS = {"admin": ("tok-wh-admin-0123456789", {"name": "ops", "admin": True})} | {
     t: (f"tok-wh-{t}-0123456789", {"name": f"{t}-ci", "tenant": t})
-    for t in ("sig", "retry", "kill", "dms", "other", "cli")}
+    for t in ("sig", "retry", "kill", "dms", "other", "cli", "work")}
 FLAGS = ("--webhook-poll", "0.1", "--webhook-backoff", "0.05", "--webhook-backoff-max", "0.2",
          "--webhook-lease", "3", "--webhook-timeout", "2")
 YEARLY = "0 0 1 1 *"  # never fires during a test
@@ -209,6 +209,20 @@ def test_the_cli_creates_lists_shows_deliveries_of_and_deletes_a_webhook(
     assert again.returncode == 1 and "not found" in again.stderr.lower(), again.stderr
 
 
+def test_a_dead_letter_and_a_non_retryable_failure_decided_by_a_worker_reach_the_receiver(
+        cluster: ProcessCluster, receiver: Receiver) -> None:
+    with client(cluster, "work") as cl:
+        cl.create_webhook(receiver.url, kinds=["dead_letter", "execution_failed"])
+        dead = cl.submit("fail", retry_policy=RetryPolicy(max_attempts=1)).id  # raises: the last attempt
+        failed = cl.submit("bad").id  # raises NonRetryable
+        cluster.start_worker("w-work", "tests.e2e.jobs_module", None, {}, "--token", TOKENS["work"][0])
+        got = wait_until(lambda: len(receiver.requests()) >= 2 and receiver.requests(), 30, "both alerts")
+        events = {json.loads(r.body)["event"]["execution_id"]: json.loads(r.body) for r in got}
+        assert events[dead]["event"]["kind"] == "dead_letter" and "always fails" in events[dead]["text"]
+        assert events[failed]["event"]["kind"] == "execution_failed"
+        assert events[failed]["text"].endswith("NonRetryable: input can never work")  # the traceback's last line
+
+
 @pytest.mark.slow
 def test_a_dead_mans_switch_alert_reaches_the_receiver_within_its_interval_plus_5_s(
         cluster: ProcessCluster, receiver: Receiver) -> None:
@@ -216,7 +230,7 @@ def test_a_dead_mans_switch_alert_reaches_the_receiver_within_its_interval_plus_
 
     with client(cluster, "dms") as cl:
         made = cl.create_webhook(receiver.url)  # default kinds: the alerts
-        assert set(made.webhook.kinds) == {"dead_letter", "no_success_alert", "misfire_refused"}
+        assert set(made.webhook.kinds) == {"dead_letter", "no_success_alert", "misfire_refused", "execution_failed"}
         s = cl.create_schedule("must-succeed-every-minute", YEARLY, "job", timezone="UTC", misfire_policy="skip",
                                alert_if_no_success_within=timedelta(seconds=60))  # the API's minimum
         assert s.created_at is not None

@@ -75,7 +75,7 @@ def test_a_request_is_signed_at_its_send_time_and_names_delivery_attempt_and_kin
 
 
 def test_no_kinds_subscribes_to_the_alerts_and_an_unknown_kind_names_its_index() -> None:
-    assert subscriptions.kinds([]) == ("dead_letter", "no_success_alert", "misfire_refused")
+    assert subscriptions.kinds([]) == ("dead_letter", "no_success_alert", "misfire_refused", "execution_failed")
     assert subscriptions.kinds(["dead_letter", " dead_letter"]) == ("dead_letter",)
     with pytest.raises(InvalidArgument) as err:
         subscriptions.kinds(["dead_letter", "fired"])
