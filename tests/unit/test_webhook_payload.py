@@ -101,3 +101,19 @@ def test_a_lease_not_longer_than_the_request_timeout_is_refused() -> None:
     WebhookConfig().validate()
     with pytest.raises(ValueError, match="lease_s"):
         WebhookConfig(timeout_s=10, lease_s=10).validate()
+
+
+def test_the_verification_snippet_in_docs_operating_md_verifies_a_real_signature() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operating.md").read_text()
+    section = doc.split("**Verifying a delivery.**", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict[str, Any] = {}
+    exec(compile(code, "docs/operating.md", "exec"), scope)  # noqa: S102 - our own documentation
+    import time
+
+    body = b'{"text":"hello"}'
+    header = signature_header("whsec_doc", int(time.time()), body)
+    assert scope["verify"]("whsec_doc", header, body)
+    assert not scope["verify"]("whsec_doc", header, body + b"!")
