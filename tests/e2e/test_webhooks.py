@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from chaos.harness import ProcessCluster
-from cronwheel.client import Client, RetryPolicy, verify_webhook_signature
+from cronwheel.client import Client, InvalidArgument, NotFound, PermissionDenied, RetryPolicy, verify_webhook_signature
 
 from .helpers import observe_for, run_cli, wait_until
 
@@ -182,6 +182,30 @@ def test_a_node_killed_mid_delivery_loses_no_event(cluster: ProcessCluster, rece
             assert d.attempts == 2 and d.node != held.node
         finally:
             cluster.start_node(held.node, "--auth-file", str(cluster.auth_file), *FLAGS)  # type: ignore[attr-defined]
+
+
+def test_webhooks_follow_the_apis_tenancy_and_bad_input_names_its_field(cluster: ProcessCluster) -> None:
+    with client(cluster, "other") as other, client(cluster, "cli") as cli, client(cluster, "admin") as admin:
+        mine = other.create_webhook("https://example.invalid/hook", kinds=["dead_letter"]).webhook
+        assert mine.id not in {w.id for w in cli.list_webhooks()}
+        assert mine.id in {w.id for w in admin.list_webhooks()}
+        with pytest.raises(NotFound):
+            cli.delete_webhook(mine.id)
+        with pytest.raises(NotFound):
+            list(cli.list_deliveries(webhook_id=mine.id))
+        with pytest.raises(PermissionDenied):
+            cli.create_webhook("https://example.invalid/hook", tenant="other")
+        with pytest.raises(NotFound):  # another tenant's schedule is as missing as no schedule
+            cli.create_webhook("https://example.invalid/hook", schedule_id=schedule(other, "others-schedule"))
+        for kw, field_name in ((dict(url="ftp://x/"), "url"), (dict(url="http://x/", kinds=["dead_letter", "nope"]),
+                                                                "kinds[1]"), (dict(url="http://x/", secret="short"),
+                                                                              "secret")):
+            with pytest.raises(InvalidArgument) as err:
+                cli.create_webhook(**kw)  # type: ignore[arg-type]
+            assert err.value.field == field_name
+        everything = admin.create_webhook("https://example.invalid/all").webhook
+        assert everything.tenant is None  # an admin's webhook without a tenant: every tenant's events
+        assert admin.delete_webhook(everything.id) == 0 and other.delete_webhook(mine.id) == 0
 
 
 def test_the_cli_creates_lists_shows_deliveries_of_and_deletes_a_webhook(
