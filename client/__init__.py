@@ -32,6 +32,9 @@ from cronwheel.client.errors import (
 from cronwheel.client.types import (
     Backfill,
     ClusterStatus,
+    CreatedWebhook,
+    Delivery,
+    DeliveryState,
     DstGapPolicy,
     DstPolicy,
     DstRepeatedPolicy,
@@ -50,17 +53,20 @@ from cronwheel.client.types import (
     SubmittedJob,
     TickOutcome,
     Trigger,
+    Webhook,
 )
 from cronwheel.client.worker import JobContext, NonRetryable, Worker
 from cronwheel.client.worker_connection import WorkerStopped
+from cronwheel.v1.webhook_signature import verify as verify_webhook_signature
 
 __all__ = [
-    "AlreadyExists", "ApiError", "AsyncClient", "Backfill", "Client", "ClusterStatus", "DeadlineExceeded",
+    "AlreadyExists", "ApiError", "AsyncClient", "Backfill", "Client", "ClusterStatus", "CreatedWebhook",
+    "DeadlineExceeded", "Delivery", "DeliveryState",
     "DstGapPolicy", "DstPolicy", "DstRepeatedPolicy", "Event", "Execution", "ExecutionState", "ExplainedTick",
     "Explanation", "FailedPrecondition", "InvalidArgument", "JobContext", "JobSpec", "MisfirePolicy", "NonRetryable",
     "NotFound", "OverlapPolicy", "PermissionDenied", "PreviewedTick", "Priority", "ResourceExhausted",
     "RetryPolicy", "Schedule", "SubmittedJob", "TickOutcome", "Trigger", "Unauthenticated", "Unavailable", "Worker",
-    "WorkerStopped", "load_worker",
+    "Webhook", "WorkerStopped", "load_worker", "verify_webhook_signature",
 ]
 __all__ += ["ApplyAction", "ApplyPlan", "FieldChange", "PlannedSchedule", "SpecError"]  # apply
 

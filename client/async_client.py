@@ -210,6 +210,11 @@ class AsyncClient:
 
     status = _call(calls.status)
 
+    create_webhook = _call(calls.create_webhook)
+    list_webhooks = _pages(calls.list_webhooks)
+    delete_webhook = _call(calls.delete_webhook)
+    list_deliveries = _pages(calls.list_deliveries)
+
     async def events(self, since: int = 0, *, follow: bool = False, poll_s: float = 1.0,
                      tenant: str | None = None, schedule_id: str | None = None, execution_id: str | None = None,
                      kind: str | None = None, alerts_only: bool = False) -> AsyncIterator[t.Event]:

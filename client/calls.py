@@ -35,7 +35,7 @@ from .errors import ApiError
 T = TypeVar("T")
 S = scheduler_pb2
 A = admin_pb2
-SCHEDULER, ADMIN = "scheduler", "admin"
+SCHEDULER, ADMIN, WEBHOOKS = "scheduler", "admin", "webhooks"
 UNSET: Any = object()  # update_schedule: a keyword argument that was not given
 
 
@@ -307,6 +307,42 @@ def submit_many(ctx: Context, jobs: Iterable[t.JobSpec | dict[str, Any]]) -> Man
             start, size = i, 0
         size += n
     return Many(calls, starts)
+
+
+# ------------------------------------------------------------------------------------ webhooks
+
+
+def create_webhook(ctx: Context, url: str, *, kinds: Iterable[str] = (), tenant: str | None = None,
+                   schedule_id: str | None = None, secret: str | None = None,
+                   description: str = "") -> Call[t.CreatedWebhook]:
+    """Subscribes `url` to event `kinds` (none: the alerts dead_letter, no_success_alert,
+    misfire_refused, execution_failed), optionally of one tenant and one schedule. Returns the webhook and its
+    signing secret (generated when not given), which is shown only here. Not retried."""
+    req = A.CreateWebhookRequest(url=url, kinds=list(kinds), tenant=tenant or "", schedule_id=schedule_id or "",
+                                 secret=secret or "", description=description)
+    return Call(WEBHOOKS, "CreateWebhook", req, c.created_webhook, safe=False)
+
+
+def list_webhooks(ctx: Context, *, tenant: str | None = None, page_size: int = 100) -> Pages[t.Webhook]:
+    """Webhooks by ascending id (without their secrets)."""
+    req = A.ListWebhooksRequest(tenant=tenant or "", page_size=_page_size(page_size))
+    return Pages(WEBHOOKS, "ListWebhooks", req, lambda r: [c.webhook(w) for w in r.webhooks])
+
+
+def delete_webhook(ctx: Context, webhook_id: str) -> Call[int]:
+    """Deletes a webhook and its deliveries; returns how many were still pending (not sent)."""
+    req = A.DeleteWebhookRequest(webhook_id=webhook_id)
+    return Call(WEBHOOKS, "DeleteWebhook", req, lambda r: int(r.dropped_pending), safe=False)
+
+
+def list_deliveries(ctx: Context, *, webhook_id: str | None = None, event_id: int = 0,
+                    state: t.DeliveryState | str | None = None,  # type: ignore[valid-type]
+                    tenant: str | None = None, page_size: int = 100) -> Pages[t.Delivery]:
+    """Deliveries newest first: state (pending, delivered, failed), attempts, last error."""
+    req = A.ListDeliveriesRequest(webhook_id=webhook_id or "", event_id=event_id, tenant=tenant or "",
+                                  state=c.enum_number(t.DeliveryState, state, "state"),  # type: ignore[arg-type]
+                                  page_size=_page_size(page_size))
+    return Pages(WEBHOOKS, "ListDeliveries", req, lambda r: [c.delivery(d) for d in r.deliveries])
 
 
 def _submitted(keys: list[str], resp: S.SubmitJobsResponse) -> list[t.SubmittedJob]:

@@ -21,7 +21,7 @@ _NUMBERS: dict[type, dict[str, int]] = {
     t.Priority: by_name(enums.PRIORITY), t.MisfirePolicy: by_name(enums.MISFIRE),
     t.OverlapPolicy: by_name(enums.OVERLAP), t.DstGapPolicy: by_name(enums.DST_GAP),
     t.DstRepeatedPolicy: by_name(enums.DST_REPEATED), t.ExecutionState: by_name(enums.STATE),
-    t.Trigger: by_name(enums.TRIGGER),
+    t.Trigger: by_name(enums.TRIGGER), t.DeliveryState: by_name(t.DELIVERY_STATES),
 }
 
 
@@ -249,3 +249,21 @@ def event(msg: admin_pb2.Event) -> t.Event:
                    schedule_id=msg.schedule_id or None, execution_id=msg.execution_id or None,
                    partition=msg.partition if msg.HasField("partition") else None, actor=msg.actor,
                    alert=msg.alert, data=_json(msg.data_json) or {})
+
+
+def webhook(msg: admin_pb2.Webhook) -> t.Webhook:
+    return t.Webhook(id=msg.id, tenant=msg.tenant or None, url=msg.url, kinds=tuple(msg.kinds),
+                     schedule_id=msg.schedule_id or None, description=msg.description,
+                     created_at=_ts(msg, "created_at"), created_by=msg.created_by)
+
+
+def created_webhook(msg: admin_pb2.CreateWebhookResponse) -> t.CreatedWebhook:
+    return t.CreatedWebhook(webhook=webhook(msg.webhook), secret=msg.secret)
+
+
+def delivery(msg: admin_pb2.Delivery) -> t.Delivery:
+    return t.Delivery(id=msg.id, webhook_id=msg.webhook_id, event_id=msg.event_id, kind=msg.kind,
+                      state=_enum(t.DeliveryState, msg.state, t.DELIVERY_STATES), attempts=msg.attempts,
+                      next_attempt_at=_ts(msg, "next_attempt_at"), node=msg.node or None,
+                      last_status=msg.last_status or None, last_error=msg.last_error or None,
+                      created_at=_ts(msg, "created_at"), finished_at=_ts(msg, "finished_at"))

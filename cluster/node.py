@@ -41,6 +41,7 @@ from cronwheel.cluster.dispatch.service import DispatchService
 from cronwheel.cluster.firing.firer import Firer, FiringConfig
 from cronwheel.cluster.metrics import Metrics
 from cronwheel.cluster.notifications import ChangeListener
+from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookSender
 from cronwheel.errors import CronwheelError, InvalidArgument
 from cronwheel.storage import PgStore, StoreConfig
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
@@ -57,6 +58,7 @@ class NodeConfig:
     advertise: str = ""
     lease: PartitionLeaseConfig = field(default_factory=PartitionLeaseConfig)
     firing: FiringConfig = field(default_factory=FiringConfig)
+    webhooks: WebhookConfig = field(default_factory=WebhookConfig)
     metrics_listen: str = "127.0.0.1:0"  # empty: no metrics endpoint
     retention_days: int = 30  # events and ownership history; ExplainSchedule windows
     db_pool_max: int = 10
@@ -74,6 +76,7 @@ class NodeConfig:
             raise ValueError("at least one etcd endpoint is required")
         self.lease.validate()
         self.firing.validate()
+        self.webhooks.validate()
         return self
 
 
@@ -191,6 +194,7 @@ class Node:
         )
         self.reaper = Reaper(self.store, lambda: self.coordinator.owned.snapshot().items(), self.dispatcher.wake,
                              clock=self.clock, retention_days=self.config.retention_days, metrics=self.metrics)
+        self.webhook_sender = WebhookSender(self.store.webhooks, self.config.node_id, self.clock, self.config.webhooks)
         self.listeners.subscribers.append(self.firer)
         self.changes = ChangeListener(self.config.dsn, self._on_change, self._after_reconnect,
                                       self.dispatcher.wake, clock=self.clock,
@@ -233,6 +237,7 @@ class Node:
                     tg.create_task(self.firer.run(), name="firer"),
                     tg.create_task(self.changes.run(), name="change-listener"),
                     tg.create_task(self.reaper.run(), name="reaper"),
+                    tg.create_task(self.webhook_sender.run(), name="webhook-sender"),
                     tg.create_task(self.metrics.refresh_loop(
                         self.store, self.coordinator.owned.snapshot, self.wheel_size,
                         self.coordinator.lease_deadline_s, clock=self.clock, refresh_s=15.0), name="metrics"),

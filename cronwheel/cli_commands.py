@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from cronwheel import cli_webhook
 from cronwheel.cli import Command
 from cronwheel.errors import InvalidArgument
 
@@ -88,6 +89,7 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retention-days", type=_positive_int("--retention-days", 1, 3650), default=30,
                    help="days events and ownership history are kept (and explain can look back); default 30")
     p.add_argument("--unsafe-ignore-local-trust", action="store_true", help=argparse.SUPPRESS)
+    cli_webhook.add_node_options(p)
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -110,6 +112,7 @@ def cmd_node(args: argparse.Namespace) -> int:
             advertise=args.advertise, lease=lease, ignore_local_trust=args.unsafe_ignore_local_trust,
             auth_file=args.auth_file, tls_cert=args.tls_cert, tls_key=args.tls_key,
             metrics_listen=args.metrics_listen, retention_days=args.retention_days,
+            webhooks=cli_webhook.node_config(args),
             firing=FiringConfig(horizon_s=args.horizon, extend_every_s=min(30.0, args.horizon / 4),
                                 misfire_grace_s=args.misfire_grace),
         ).validate()

@@ -17,6 +17,7 @@ from cronwheel.cluster.api.admin_service import AdminService
 from cronwheel.cluster.api.auth import AuthInterceptor, load_auth, server_credentials
 from cronwheel.cluster.api.scheduler_service import SchedulerService
 from cronwheel.cluster.api.status import NodeStatus
+from cronwheel.cluster.api.webhook_service import WebhookService
 from cronwheel.v1 import admin_pb2, admin_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
 if TYPE_CHECKING:
@@ -39,6 +40,11 @@ def grpc_services(node: Node) -> list[tuple[Registrar, Any, str]]:
             scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server,
             SchedulerService(node.store, node.clock, lambda: node.partitions, retention),
             scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name,
+        ),
+        (
+            admin_pb2_grpc.add_WebhookServiceServicer_to_server,
+            WebhookService(node.store, node.clock),
+            admin_pb2.DESCRIPTOR.services_by_name["WebhookService"].full_name,
         ),
     ]
 

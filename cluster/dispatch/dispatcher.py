@@ -255,10 +255,12 @@ class Dispatcher:
             if terminal and run.schedule_id is not None and await self.port.release_buffered(
                     conn, run.schedule_id, now):
                 await self.port.notify_queued(conn, "buffered")
-            if state == "dead":
-                await self.store.insert_event("dead_letter", tenant=run.tenant, schedule_id=run.schedule_id,
+            if state in ("dead", "failed"):  # a non-retryable failure ends the run too: execution_failed
+                await self.store.insert_event("dead_letter" if state == "dead" else "execution_failed",
+                                              tenant=run.tenant, schedule_id=run.schedule_id,
                                               execution_id=call.id, partition=run.partition, actor=call.worker,
-                                              alert=True, data={"error": error[:2000], "attempts": run.attempt},
+                                              alert=True, data={"error": error[:2000], "attempts": run.attempt,
+                                                                "error_type": error_type or None},
                                               conn=conn)
             if state == "queued":
                 await self.port.notify_queued(conn, "requeued")
