@@ -241,6 +241,10 @@ def describe_error(exc: CronwheelError, args: argparse.Namespace) -> str:
         flag = flag_for(field, args.command) if field else None
         if flag:
             msg = flag + msg[len(field):]
+            for sub in ("start_time", "end_time"):  # "range: start_time must be before end_time"
+                inner = flag_for(f"{field}.{sub}", args.command)
+                if inner:
+                    msg = msg.replace(sub, inner)
             if flag == "--timezone" and getattr(args, "timezone", None):
                 zone = closest_zone(args.timezone)
                 if zone and zone != args.timezone:
