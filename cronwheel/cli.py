@@ -74,7 +74,11 @@ def fail(message: str, code: int = EXIT_FAILED) -> int:
 
 def exit_code(exc: BaseException) -> int:
     """The exit code of an error: the one table (the Client's exceptions subclass these classes;
-    DEADLINE_EXCEEDED is the node being too slow, like UNAVAILABLE)."""
+    DEADLINE_EXCEEDED is the node being too slow, like UNAVAILABLE; an error that knows its code,
+    like the worker's WorkerStopped, says it)."""
+    own = getattr(exc, "exit_code", None)
+    if isinstance(own, int) and not isinstance(own, bool):
+        return own
     if isinstance(exc, UsageError | InvalidArgument):
         return EXIT_USAGE
     if isinstance(exc, Unavailable) or getattr(exc, "code", "") == "DEADLINE_EXCEEDED":

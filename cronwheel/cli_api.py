@@ -32,6 +32,7 @@ from cronwheel.cli_api_flags import (
     json_arg,
     leaf,
     number_arg,
+    positive_arg,
     resolve,
     subcommands,
 )
@@ -125,12 +126,12 @@ def _exec_parser(subparsers: Any) -> None:
     ls.add_argument("--state", action="append", choices=STATES, help="only these states (repeatable)")
     ls.add_argument("--type", default="")
     ls.add_argument("--tenant", default="")
-    ls.add_argument("--limit", type=count_arg, default=100, help="show at most this many (default 100)")
+    ls.add_argument("--limit", type=positive_arg, default=100, help="show at most this many (default 100)")
     ls.add_argument("--all", action="store_true", help="show every one (follows every page)")
     leaf(sub, "get", "show one execution", _exec_get).add_argument("execution_id", metavar="EXECUTION_ID")
     r = leaf(sub, "retry", "bring a dead, failed, cancelled or skipped execution back", _exec_retry)
     r.add_argument("execution_id", metavar="EXECUTION_ID")
-    r.add_argument("--attempts", type=count_arg, default=1, help="more attempts to allow (default 1)")
+    r.add_argument("--attempts", type=positive_arg, default=1, help="more attempts to allow (default 1)")
     r.add_argument("--run-at", type=instant_arg, help="when (default now)")
     r.add_argument("--reason", default="")
     c = leaf(sub, "cancel", "cancel an execution (a running one is asked to stop)", _exec_cancel)

@@ -136,7 +136,7 @@ def connection_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json", action="store_true",
                    help="print the result as JSON (numbers as numbers, times ISO 8601 UTC, durations in seconds, "
                         "enums as the flags' words)")
-    p.set_defaults(describe_error=describe_error)
+    p.set_defaults(describe_error=describe_error, help_of=p.prog)
 
 
 def subcommands(p: argparse.ArgumentParser, dest: str) -> Any:
@@ -148,6 +148,13 @@ def leaf(sub: Any, name: str, help_: str, handler: Callable[[argparse.Namespace]
     connection_flags(p)
     p.set_defaults(handler=handler)
     return p
+
+
+def positive_arg(text: str) -> int:
+    n = count_arg(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return n
 
 
 def schedule_ref(p: argparse.ArgumentParser, nargs: str | None = None) -> None:
@@ -236,6 +243,8 @@ def _unavailable(exc: CronwheelError, args: argparse.Namespace) -> str:
 def describe_error(exc: CronwheelError, args: argparse.Namespace) -> str:
     """The one line a failed API command prints: flags, not field paths; hints where they help."""
     code = getattr(exc, "code", "")
+    if isinstance(exc, InvalidArgument) and not code:  # the CLI's own check of the command line
+        return f"{exc.message} (see `{args.help_of} --help`)"
     if isinstance(exc, InvalidArgument):
         msg, field = exc.message, getattr(exc, "field", "")
         flag = flag_for(field, args.command) if field else None

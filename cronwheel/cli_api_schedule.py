@@ -22,6 +22,7 @@ from cronwheel.cli_api_flags import (
     json_arg,
     leaf,
     number_arg,
+    positive_arg,
     resolve,
     schedule_ref,
     subcommands,
@@ -85,8 +86,7 @@ def _schedule_update(args: argparse.Namespace) -> int:
     changes = _given(args, _SIMPLE) | {_RETRY[k]: v for k, v in _given(args, _RETRY).items()} | {
         _DST[k]: v for k, v in _given(args, _DST).items()}
     if not changes:
-        raise InvalidArgument("update", "name at least one field to change, e.g. --cron "
-                                        "(see `cronwheel schedule update --help`)")
+        raise InvalidArgument("update", "name at least one field to change, e.g. --cron")
     with client_for(args) as cw:
         s = cw.update_schedule(resolve(cw, args), expected_version=args.expected_version, **changes)
     return show(args, s, lambda: details(s))
@@ -188,7 +188,7 @@ def add_parser(subparsers: Any) -> None:
     state = ls.add_mutually_exclusive_group()
     state.add_argument("--paused", dest="paused", action="store_const", const=True, default=None)
     state.add_argument("--active", dest="paused", action="store_const", const=False)
-    ls.add_argument("--limit", type=count_arg, default=100, help="show at most this many (default 100)")
+    ls.add_argument("--limit", type=positive_arg, default=100, help="show at most this many (default 100)")
     ls.add_argument("--all", action="store_true", help="show every one (follows every page)")
     _ref_leaf(sub, "get", "show one schedule", _schedule_get)
     for name, paused in (("pause", True), ("resume", False)):
@@ -215,5 +215,5 @@ def add_parser(subparsers: Any) -> None:
     pv.add_argument("--id", default="", help="the UUID seeding H fields (unsaved spec)")
     pv.add_argument("--dst-gap", choices=DST_GAP)
     pv.add_argument("--dst-repeated", choices=DST_REPEATED)
-    pv.add_argument("--count", type=count_arg, default=10)
+    pv.add_argument("--count", type=positive_arg, default=10)
     pv.add_argument("--after", type=instant_arg, help="ticks strictly after this time (default now)")
