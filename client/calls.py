@@ -132,15 +132,22 @@ def update_schedule(ctx: Context, schedule_id: str, *, expected_version: int = 0
     field to its default, e.g. `jitter=None`; a RetryPolicy or DstPolicy replaces the whole policy,
     its None fields taking their defaults), guarded by `expected_version` when non-zero
     (FailedPrecondition on a conflict). Keywords: those of create_schedule except tenant, id and
-    paused (use pause/resume)."""
+    paused (use pause/resume), and one field of a policy leaving its others unchanged:
+    max_attempts, initial_backoff, backoff_multiplier, max_backoff (of retry_policy), dst_gap,
+    dst_repeated_hour (of dst_policy)."""
     if not changes:
         raise c.BadValue("changes", "name at least one field to change, e.g. cron='0 3 * * *'")
     for key in changes:
-        if key not in c.SCHEDULE_FIELDS:
-            raise c.BadValue(key, f"not an updatable field (expected one of {', '.join(c.SCHEDULE_FIELDS)})")
+        if key not in c.SCHEDULE_FIELDS and key not in c.POLICY_FIELDS:
+            raise c.BadValue(key, f"not an updatable field (expected one of "
+                                  f"{', '.join([*c.SCHEDULE_FIELDS, *c.POLICY_FIELDS])})")
+    parts = {k: changes.pop(k) for k in list(changes) if k in c.POLICY_FIELDS}
+    for key in parts:
+        if c.POLICY_FIELDS[key][0] in changes:
+            raise c.BadValue(key, f"give {c.POLICY_FIELDS[key][0]} or its fields, not both")
     msg = c.schedule_message(changes)
     msg.id = schedule_id
-    mask = FieldMask(paths=[c.SCHEDULE_FIELDS[k][0] for k in changes])
+    mask = FieldMask(paths=[c.SCHEDULE_FIELDS[k][0] for k in changes] + c.policy_fields(msg, parts))
     req = S.UpdateScheduleRequest(schedule=msg, expected_version=expected_version, update_mask=mask)
     return Call(SCHEDULER, "UpdateSchedule", req, lambda r: c.schedule(r.schedule), safe=True)
 

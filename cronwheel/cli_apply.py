@@ -17,18 +17,18 @@ the plan (create / update with the changed fields / unchanged / delete), then ap
 --dry-run. A file that cannot be read, is not YAML, or has a bad spec exits 2 with
 `FILE:LINE: schedules[i].field (schedule 'name'): what is wrong`, and nothing is changed.
 
-Exposes `add_parser(subparsers)` and the `APPLY` command for cronwheel.cli's table.
+Exposes `add_parser(subparsers)` (the cronwheel.cli convention).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from cronwheel.cli import EXIT_OK, EXIT_USAGE, Command, fail
+from cronwheel.cli import EXIT_OK, EXIT_USAGE, fail
+from cronwheel.cli_api_flags import client_for, connection_flags
 
 HELP = "create, update (and with --prune delete) a tenant's schedules to match a YAML file"
 DEFAULT_ADDRESS = "127.0.0.1:7070"
@@ -117,15 +117,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.add_argument("--prune", action="store_true", help="also delete the tenant's schedules the file does not name")
     p.add_argument("--tenant", default=None, help="the tenant (default: the file's `tenant:`, else the token's)")
-    g = p.add_argument_group("connection")
-    g.add_argument("--address", default=os.environ.get("CRONWHEEL_ADDRESS", DEFAULT_ADDRESS),
-                   help=f"node gRPC address(es), comma-separated (default: $CRONWHEEL_ADDRESS, else {DEFAULT_ADDRESS})")
-    g.add_argument("--token", default=os.environ.get("CRONWHEEL_TOKEN", ""), help="bearer token ($CRONWHEEL_TOKEN)")
-    g.add_argument("--tls-ca", default=None, metavar="FILE", help="use TLS, trusting this CA certificate")
+    connection_flags(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    from cronwheel.client import Client, SpecError
+    from cronwheel.client import SpecError
 
     name = "<stdin>" if args.file == "-" else args.file
     try:
@@ -138,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"{name}:{exc.line}: {exc.message}" if exc.line else f"{name}: {exc.message}", EXIT_USAGE)
     if args.tenant and tenant and args.tenant != tenant:
         return fail(f"--tenant {args.tenant} but {name} says tenant: {tenant}", EXIT_USAGE)
-    with Client(args.address, token=args.token or None, tls=bool(args.tls_ca), ca_file=args.tls_ca) as cw:
+    with client_for(args) as cw:
         try:
             plan = cw.apply(specs, tenant=args.tenant or tenant, prune=args.prune, dry_run=args.dry_run)
         except SpecError as exc:
@@ -150,12 +146,9 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-APPLY = Command("apply", HELP, configure, run)
-
-
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """`apply` on a subparsers object (argparse's add_subparsers()); its handler is `func`."""
+    """`apply` on a subparsers object (argparse's add_subparsers()); its handler is `run`."""
     p: argparse.ArgumentParser = subparsers.add_parser("apply", help=HELP, description=HELP)
     configure(p)
-    p.set_defaults(func=run)
+    p.set_defaults(handler=run)
     return p

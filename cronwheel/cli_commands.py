@@ -1,13 +1,13 @@
-"""The server-side subcommands of `cronwheel`: migrate, dev, node, worker (listed in
-`cronwheel.cli.commands()`, the one table)."""
+"""The server-side subcommands of `cronwheel`: migrate, dev, node, worker (a module of
+`cronwheel.cli.MODULES`: `add_parser` adds them)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 from cronwheel import cli_webhook
-from cronwheel.cli import Command
 from cronwheel.errors import InvalidArgument
 
 
@@ -191,11 +191,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-MIGRATE = Command("migrate", "apply database migrations (idempotent, safe from several nodes at once)",
-                  _configure_migrate, cmd_migrate)
-DEV = Command("dev", "start a local cluster on embedded etcd and PostgreSQL; Ctrl-C stops it all",
-              _configure_dev, cmd_dev)
-NODE = Command("node", "run a scheduler node (SIGTERM hands its partitions over and exits)", _configure_node, cmd_node)
-WORKER = Command("worker",
-                 "run a worker: a module's handlers, leasing from a node (SIGTERM: finish or hand back, exit)",
-                 _configure_worker, cmd_worker)
+def add_parser(subparsers: Any) -> None:
+    for name, help_, configure, handler in (
+        ("migrate", "apply database migrations (idempotent, safe from several nodes at once)", _configure_migrate,
+         cmd_migrate),
+        ("dev", "start a local cluster on embedded etcd and PostgreSQL; Ctrl-C stops it all", _configure_dev,
+         cmd_dev),
+        ("node", "run a scheduler node (SIGTERM hands its partitions over and exits)", _configure_node, cmd_node),
+        ("worker", "run a worker: a module's handlers, leasing from a node (SIGTERM: finish or hand back, exit)",
+         _configure_worker, cmd_worker),
+    ):
+        p = subparsers.add_parser(name, help=help_, description=help_)
+        configure(p)
+        p.set_defaults(handler=handler)

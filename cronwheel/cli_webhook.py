@@ -16,24 +16,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from cronwheel.cli import Command
+from cronwheel.cli_api_flags import client_for, connection_flags
 
 if TYPE_CHECKING:
-    from cronwheel.client import Client
     from cronwheel.cluster.webhooks.sender import WebhookConfig
-
-
-def _connection(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--address", default=os.environ.get("CRONWHEEL_ADDRESS", "127.0.0.1:7070"),
-                   help="node address host:port, or several comma-separated ($CRONWHEEL_ADDRESS)")
-    p.add_argument("--token", default=os.environ.get("CRONWHEEL_TOKEN", ""), help="bearer token ($CRONWHEEL_TOKEN)")
-    p.add_argument("--tls", action="store_true", help="connect with TLS (system roots unless --ca-file)")
-    p.add_argument("--ca-file", default="", help="PEM roots to trust (implies --tls)")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -58,27 +47,20 @@ def configure(p: argparse.ArgumentParser) -> None:
     dl.add_argument("--tenant", default="", help="only this tenant's webhooks' deliveries")
     dl.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     for q in (c, ls, d, dl):
-        _connection(q)
+        connection_flags(q)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add `webhook` to a subparsers object; the handler is set as `handler` (for a cli.py that
     dispatches on it)."""
-    p = subparsers.add_parser(WEBHOOK.name, help=WEBHOOK.help, description=WEBHOOK.help)
+    p = subparsers.add_parser("webhook", help=HELP, description=HELP)
     configure(p)
     p.set_defaults(handler=handle)
     return p
 
 
-def _client(args: argparse.Namespace) -> Client:
-    from cronwheel.client import Client
-
-    return Client([a.strip() for a in args.address.split(",") if a.strip()], token=args.token or None,
-                  tls=args.tls or bool(args.ca_file), ca_file=args.ca_file or None)
-
-
 def handle(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with client_for(args) as client:
         if args.webhook_command == "create":
             made = client.create_webhook(args.url, kinds=args.kinds, tenant=args.tenant or None,
                                          schedule_id=args.schedule or None, secret=args.secret or None,
@@ -129,7 +111,7 @@ def _print_json(doc: Any) -> None:
     print(json.dumps(doc, indent=2, default=str))
 
 
-WEBHOOK = Command("webhook", "push alerts: webhook subscriptions and their deliveries", configure, handle)
+HELP = "push alerts: webhook subscriptions and their deliveries"
 
 
 # ------------------------------------------------------------------------------------ node flags
