@@ -5,12 +5,13 @@ tests/e2e/test_deploy_metrics.py.)"""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
 import pytest
 
-from tests.deploy_files import ALERTS, ALERTS_TEST, alert_exprs, dashboard, dashboard_exprs, metric_names
+from tests.deploy_files import ALERTS, ALERTS_TEST, ROOT, alert_exprs, dashboard, dashboard_exprs, metric_names
 
 
 def promtool() -> str:
@@ -68,3 +69,10 @@ def test_the_dashboard_shows_what_the_issue_asks_for() -> None:
     assert {"cronwheel_fire_lag_seconds_bucket", "cronwheel_start_lag_seconds_bucket", "cronwheel_queue_depth",
             "cronwheel_executions_entered_total", "cronwheel_partitions_owned"} <= names
     assert any(p["type"] == "alertlist" for p in dashboard()["panels"])
+
+
+def test_operating_md_lists_exactly_the_shipped_rules() -> None:
+    """docs/operating.md's table of rules is the file's: same alerts, same expressions."""
+    doc = (ROOT / "docs" / "operating.md").read_text()
+    rows = re.findall(r"^\| `(Cronwheel\w+)` \| `(.+?)`(?: \(|\s*\|)", doc, flags=re.M)
+    assert dict(rows) == dict(alert_exprs())
