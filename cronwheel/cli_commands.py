@@ -56,12 +56,14 @@ def _configure_dev(p: argparse.ArgumentParser) -> None:
                    help="scheduler nodes to run (default 3)")
     p.add_argument("--partitions", type=_positive_int("--partitions", 1, 4096), default=16,
                    help="partitions of the dev cluster (default 16)")
+    p.add_argument("--logs", action="store_true",
+                   help="show every node and worker log line, prefixed by its process name")
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
     from cronwheel.dev import run_dev
 
-    return run_dev(nodes=args.nodes, partitions=args.partitions)
+    return run_dev(nodes=args.nodes, partitions=args.partitions, logs=args.logs)
 
 
 def _configure_node(p: argparse.ArgumentParser) -> None:

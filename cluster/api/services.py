@@ -18,6 +18,7 @@ from cronwheel.cluster.api.auth import AuthInterceptor, load_auth, server_creden
 from cronwheel.cluster.api.scheduler_service import SchedulerService
 from cronwheel.cluster.api.status import NodeStatus
 from cronwheel.cluster.api.webhook_service import WebhookService
+from cronwheel.cluster.metrics import RpcMetricsInterceptor
 from cronwheel.v1 import admin_pb2, admin_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
 if TYPE_CHECKING:
@@ -50,7 +51,8 @@ def grpc_services(node: Node) -> list[tuple[Registrar, Any, str]]:
 
 
 def interceptors(node: Node) -> list[grpc.aio.ServerInterceptor]:
-    return [AuthInterceptor(load_auth(getattr(node.config, "auth_file", "")))]
+    return [RpcMetricsInterceptor(node.metrics, node.clock),  # outermost: sees every code
+            AuthInterceptor(load_auth(getattr(node.config, "auth_file", "")))]
 
 
 def credentials(node: Node) -> grpc.ServerCredentials | None:
