@@ -50,6 +50,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
 
 from cronwheel.clock import Clock
+from cronwheel.cluster.api.handlers import responses, rewrap
 from cronwheel.cluster.dispatch.policy import PRIORITIES
 from cronwheel.errors import Unavailable
 from cronwheel.storage import PgStore
@@ -262,12 +263,8 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             started, exc = self.clock.monotonic(), None
             try:
-                result = inner(request, context)
-                if hasattr(result, "__aiter__"):
-                    async for item in result:
-                        yield item
-                else:
-                    await result
+                async for item in responses(inner(request, context)):
+                    yield item
             except BaseException as e:
                 exc = e
                 raise
@@ -285,12 +282,4 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return handler
         method = details.method
-        ser = {"request_deserializer": handler.request_deserializer,
-               "response_serializer": handler.response_serializer}
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(self._unary(handler.unary_unary, method), **ser)
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(self._unary(handler.stream_unary, method), **ser)
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(self._streaming(handler.unary_stream, method), **ser)
-        return grpc.stream_stream_rpc_method_handler(self._streaming(handler.stream_stream, method), **ser)
+        return rewrap(handler, method, self._unary, self._streaming)
