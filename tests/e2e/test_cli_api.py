@@ -14,7 +14,7 @@ import pytest
 
 from chaos.harness import ProcessCluster
 
-from .helpers import run_cli
+from .helpers import ok_json, one_line_error, run_cli
 
 pytestmark = [pytest.mark.e2e]
 
@@ -48,20 +48,6 @@ def cli(address: str, *args: str, token: str | None = None) -> subprocess.Comple
     env = {"CRONWHEEL_TOKEN": token} if token else {"CRONWHEEL_TOKEN": ""}
     return run_cli(*args, "--address", address, env=env)
 
-
-def ok_json(r: subprocess.CompletedProcess[str]) -> Any:
-    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
-    return json.loads(r.stdout)
-
-
-def one_line_error(r: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("cronwheel: error: "), r.stderr
-    assert "Traceback" not in r.stderr
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
 
 
 def test_schedule_commands_with_json_output(nodes: Nodes) -> None:

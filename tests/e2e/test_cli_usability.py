@@ -19,7 +19,7 @@ import pytest
 
 from chaos.harness import ProcessCluster
 
-from .helpers import CRONWHEEL, run_cli, wait_until
+from .helpers import CRONWHEEL, ok_json, one_line_error, run_cli, wait_until
 
 pytestmark = [pytest.mark.e2e]
 JOBS = "tests.e2e.jobs_module"
@@ -56,19 +56,6 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
 def cli(address: str, *args: str) -> subprocess.CompletedProcess[str]:
     return run_cli(*args, "--address", address, env={"CRONWHEEL_TOKEN": ""})
 
-
-def ok_json(r: subprocess.CompletedProcess[str]) -> Any:
-    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
-    return json.loads(r.stdout)
-
-
-def one_line_error(r: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("cronwheel: error: "), r.stderr
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
 
 
 def create(address: str, name: str, *extra: str) -> dict[str, Any]:
