@@ -54,7 +54,7 @@ def commands() -> list[Command]:
     """Every subcommand, in `--help` order: the one table. Each module defines its commands as
     plain `Command` values; nothing registers itself on import. (The modules are imported here,
     not at the top, so `cronwheel --version` stays fast and cli_* can import this module.)"""
-    from cronwheel import cli_api, cli_api_schedule, cli_commands, cli_explain
+    from cronwheel import cli_api, cli_api_schedule, cli_commands, cli_console, cli_explain
 
     return [
         cli_api_schedule.SCHEDULE,
@@ -67,6 +67,7 @@ def commands() -> list[Command]:
         cli_commands.NODE,
         cli_commands.WORKER,
         cli_explain.EXPLAIN,
+        cli_console.CONSOLE,
     ]
 
 

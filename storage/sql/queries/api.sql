@@ -46,7 +46,7 @@ SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id =
 
 -- name: api_list_schedules
 -- A page of live schedules by (created_at, id), after the cursor, with optional filters
--- (name_contains: an ILIKE pattern, its own % and _ escaped by the caller).
+-- (name_like: an ILIKE pattern whose wildcards in the typed text the caller escaped).
 SELECT s.*, d.next_run_at, d.last_scheduled_for
   FROM schedules s JOIN schedule_due d ON d.schedule_id = s.id
  WHERE s.deleted_at IS NULL
