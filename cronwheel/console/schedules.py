@@ -147,12 +147,14 @@ async def _timeline(console: Console, request: Request, session: Session, sid: s
         window = "1h"
     now = console.clock.now()
     exp = await session.client.explain(sid, now - WINDOWS[window], now + timedelta(seconds=1))
-    ticks = list(exp.ticks)[-MAX_TICKS_SHOWN:]
+    before = Tk("not_yet_created")
+    shown = [t for t in exp.ticks if t.outcome != before]  # ticks before the schedule existed say nothing
+    ticks = shown[-MAX_TICKS_SHOWN:]
     counts: dict[str, int] = {}
     for t in ticks:
         counts[look(t.outcome).word] = counts.get(look(t.outcome).word, 0) + 1
     return {"ticks": list(reversed(ticks)), "notes": exp.notes, "window": window, "windows": list(WINDOWS),
-            "look": look, "counts": counts, "truncated": len(exp.ticks) > MAX_TICKS_SHOWN, "sid": sid}
+            "look": look, "counts": counts, "truncated": len(shown) > MAX_TICKS_SHOWN, "sid": sid}
 
 
 async def act(console: Console, request: Request, session: Session) -> Response:
