@@ -132,6 +132,8 @@ def chart(title: str, series: dict[str, list[tuple[datetime, float]]], now: date
         last = pts[-1][1] if pts else 0.0
         parts.append(f'<text x="{left + 8 + 150 * (i % 3)}" y="{top + 12 + 12 * (i // 3)}" fill="{color}" '
                      f'style="fill:{color}">■ {escape(name)}: {_secs(last)}</text>')
+    if not series:
+        parts.append(f'<text x="{left + 8}" y="{top + 14}">no data yet</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
 

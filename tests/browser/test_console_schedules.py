@@ -214,3 +214,17 @@ def test_a_tick_appears_on_the_timeline_after_it_fires_and_paused_ticks_are_expl
     wait_until(lambda: "/executions/" in browser.d.current_url, 10, "the execution page")
     assert browser.has("#fencing-token")
 
+
+
+def test_the_pages_fit_a_phone_width(cluster: tuple[Any, str], browser: Browser) -> None:
+    _, address = cluster
+    sid = Api(address, "acme").create(name=f"phone-{_tag()}", cron="*/5 * * * * *").id
+    browser.d.set_window_size(390, 844)
+    browser.login("acme")
+    for path, label in (("/schedules", "phone-schedules"), (f"/schedules/{sid}", "phone-schedule"),
+                        ("/executions", "phone-executions")):
+        browser.go(path)
+        width = browser.d.execute_script("return document.documentElement.scrollWidth")
+        assert width <= 400, (path, width)  # wide tables scroll inside their box, the page does not
+        browser.shot(label)
+        browser.d.set_window_size(390, 844)
