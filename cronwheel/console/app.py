@@ -86,7 +86,33 @@ def build(settings: Settings, clock: Clock | None = None) -> Starlette:
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.console = console
-    return app
+    return ServerTiming(app, console.clock)  # type: ignore[return-value]
+
+
+class ServerTiming:
+    """ASGI wrapper: every response carries `Server-Timing: app;dur=<ms>`, the time from the
+    request's arrival to its response headers (what bench.console measures, and what a browser's
+    developer tools show)."""
+
+    def __init__(self, app: Starlette, clock: Clock) -> None:
+        self.app = app
+        self.clock = clock
+        self.state = app.state
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = self.clock.monotonic()
+
+        async def timed(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                ms = (self.clock.monotonic() - started) * 1000
+                timing = (b"server-timing", f"app;dur={ms:.1f}".encode())
+                message = {**message, "headers": [*message.get("headers", []), timing]}
+            await send(message)
+
+        await self.app(scope, receive, timed)
 
 
 def serve(settings: Settings, host: str, port: int, *, cert_file: str | None = None,
