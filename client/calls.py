@@ -8,7 +8,8 @@ A plan returns one of:
   (submit and trigger with an idempotency key, pause, resume, cancel, backfill);
 - `Pages`: a List RPC followed page by page, yielding converted items;
 - `Gather`: every page of a List RPC, folded into one value (explain);
-- `Many`: several Calls sent one after the other, their results concatenated (submit_many).
+- `Many`: several Calls sent one after the other, their results concatenated (submit_many);
+- `Steps`: several calls chosen as it goes (apply, client/apply.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import functools
 import inspect
 import re
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -34,7 +35,7 @@ from .errors import ApiError
 T = TypeVar("T")
 S = scheduler_pb2
 A = admin_pb2
-SCHEDULER, ADMIN = "scheduler", "admin"
+SCHEDULER, ADMIN, WEBHOOKS = "scheduler", "admin", "webhooks"
 UNSET: Any = object()  # update_schedule: a keyword argument that was not given
 
 
@@ -75,6 +76,15 @@ class Many(Generic[T]):
 
     calls: list[Call[list[T]]]
     starts: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Steps(Generic[T]):
+    """A generator that yields Calls and Pages and returns the method's value: each Call is
+    answered with its converted result, each Pages with the list of every item, and a call's
+    ApiError is thrown into the generator at its yield."""
+
+    run: Generator[Call[Any] | Pages[Any], Any, T]
 
 
 def as_method(plan: Callable[..., Any], method: Any) -> Any:
@@ -122,15 +132,22 @@ def update_schedule(ctx: Context, schedule_id: str, *, expected_version: int = 0
     field to its default, e.g. `jitter=None`; a RetryPolicy or DstPolicy replaces the whole policy,
     its None fields taking their defaults), guarded by `expected_version` when non-zero
     (FailedPrecondition on a conflict). Keywords: those of create_schedule except tenant, id and
-    paused (use pause/resume)."""
+    paused (use pause/resume), and one field of a policy leaving its others unchanged:
+    max_attempts, initial_backoff, backoff_multiplier, max_backoff (of retry_policy), dst_gap,
+    dst_repeated_hour (of dst_policy)."""
     if not changes:
         raise c.BadValue("changes", "name at least one field to change, e.g. cron='0 3 * * *'")
     for key in changes:
-        if key not in c.SCHEDULE_FIELDS:
-            raise c.BadValue(key, f"not an updatable field (expected one of {', '.join(c.SCHEDULE_FIELDS)})")
+        if key not in c.SCHEDULE_FIELDS and key not in c.POLICY_FIELDS:
+            raise c.BadValue(key, f"not an updatable field (expected one of "
+                                  f"{', '.join([*c.SCHEDULE_FIELDS, *c.POLICY_FIELDS])})")
+    parts = {k: changes.pop(k) for k in list(changes) if k in c.POLICY_FIELDS}
+    for key in parts:
+        if c.POLICY_FIELDS[key][0] in changes:
+            raise c.BadValue(key, f"give {c.POLICY_FIELDS[key][0]} or its fields, not both")
     msg = c.schedule_message(changes)
     msg.id = schedule_id
-    mask = FieldMask(paths=[c.SCHEDULE_FIELDS[k][0] for k in changes])
+    mask = FieldMask(paths=[c.SCHEDULE_FIELDS[k][0] for k in changes] + c.policy_fields(msg, parts))
     req = S.UpdateScheduleRequest(schedule=msg, expected_version=expected_version, update_mask=mask)
     return Call(SCHEDULER, "UpdateSchedule", req, lambda r: c.schedule(r.schedule), safe=True)
 
@@ -317,6 +334,42 @@ def submit_many(ctx: Context, jobs: Iterable[t.JobSpec | dict[str, Any]]) -> Man
             start, size = i, 0
         size += n
     return Many(calls, starts)
+
+
+# ------------------------------------------------------------------------------------ webhooks
+
+
+def create_webhook(ctx: Context, url: str, *, kinds: Iterable[str] = (), tenant: str | None = None,
+                   schedule_id: str | None = None, secret: str | None = None,
+                   description: str = "") -> Call[t.CreatedWebhook]:
+    """Subscribes `url` to event `kinds` (none: the alerts dead_letter, no_success_alert,
+    misfire_refused, execution_failed), optionally of one tenant and one schedule. Returns the webhook and its
+    signing secret (generated when not given), which is shown only here. Not retried."""
+    req = A.CreateWebhookRequest(url=url, kinds=list(kinds), tenant=tenant or "", schedule_id=schedule_id or "",
+                                 secret=secret or "", description=description)
+    return Call(WEBHOOKS, "CreateWebhook", req, c.created_webhook, safe=False)
+
+
+def list_webhooks(ctx: Context, *, tenant: str | None = None, page_size: int = 100) -> Pages[t.Webhook]:
+    """Webhooks by ascending id (without their secrets)."""
+    req = A.ListWebhooksRequest(tenant=tenant or "", page_size=_page_size(page_size))
+    return Pages(WEBHOOKS, "ListWebhooks", req, lambda r: [c.webhook(w) for w in r.webhooks])
+
+
+def delete_webhook(ctx: Context, webhook_id: str) -> Call[int]:
+    """Deletes a webhook and its deliveries; returns how many were still pending (not sent)."""
+    req = A.DeleteWebhookRequest(webhook_id=webhook_id)
+    return Call(WEBHOOKS, "DeleteWebhook", req, lambda r: int(r.dropped_pending), safe=False)
+
+
+def list_deliveries(ctx: Context, *, webhook_id: str | None = None, event_id: int = 0,
+                    state: t.DeliveryState | str | None = None,  # type: ignore[valid-type]
+                    tenant: str | None = None, page_size: int = 100) -> Pages[t.Delivery]:
+    """Deliveries newest first: state (pending, delivered, failed), attempts, last error."""
+    req = A.ListDeliveriesRequest(webhook_id=webhook_id or "", event_id=event_id, tenant=tenant or "",
+                                  state=c.enum_number(t.DeliveryState, state, "state"),  # type: ignore[arg-type]
+                                  page_size=_page_size(page_size))
+    return Pages(WEBHOOKS, "ListDeliveries", req, lambda r: [c.delivery(d) for d in r.deliveries])
 
 
 def _submitted(keys: list[str], resp: S.SubmitJobsResponse) -> list[t.SubmittedJob]:

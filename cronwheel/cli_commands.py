@@ -1,12 +1,13 @@
-"""The server-side subcommands of `cronwheel`: migrate, dev, node, worker (listed in
-`cronwheel.cli.commands()`, the one table)."""
+"""The server-side subcommands of `cronwheel`: migrate, dev, node, worker (a module of
+`cronwheel.cli.MODULES`: `add_parser` adds them)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
-from cronwheel.cli import Command
+from cronwheel import cli_webhook
 from cronwheel.errors import InvalidArgument
 
 
@@ -55,12 +56,14 @@ def _configure_dev(p: argparse.ArgumentParser) -> None:
                    help="scheduler nodes to run (default 3)")
     p.add_argument("--partitions", type=_positive_int("--partitions", 1, 4096), default=16,
                    help="partitions of the dev cluster (default 16)")
+    p.add_argument("--logs", action="store_true",
+                   help="show every node and worker log line, prefixed by its process name")
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
     from cronwheel.dev import run_dev
 
-    return run_dev(nodes=args.nodes, partitions=args.partitions)
+    return run_dev(nodes=args.nodes, partitions=args.partitions, logs=args.logs)
 
 
 def _configure_node(p: argparse.ArgumentParser) -> None:
@@ -88,6 +91,7 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retention-days", type=_positive_int("--retention-days", 1, 3650), default=30,
                    help="days events and ownership history are kept (and explain can look back); default 30")
     p.add_argument("--unsafe-ignore-local-trust", action="store_true", help=argparse.SUPPRESS)
+    cli_webhook.add_node_options(p)
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -110,6 +114,7 @@ def cmd_node(args: argparse.Namespace) -> int:
             advertise=args.advertise, lease=lease, ignore_local_trust=args.unsafe_ignore_local_trust,
             auth_file=args.auth_file, tls_cert=args.tls_cert, tls_key=args.tls_key,
             metrics_listen=args.metrics_listen, retention_days=args.retention_days,
+            webhooks=cli_webhook.node_config(args),
             firing=FiringConfig(horizon_s=args.horizon, extend_every_s=min(30.0, args.horizon / 4),
                                 misfire_grace_s=args.misfire_grace),
         ).validate()
@@ -188,11 +193,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-MIGRATE = Command("migrate", "apply database migrations (idempotent, safe from several nodes at once)",
-                  _configure_migrate, cmd_migrate)
-DEV = Command("dev", "start a local cluster on embedded etcd and PostgreSQL; Ctrl-C stops it all",
-              _configure_dev, cmd_dev)
-NODE = Command("node", "run a scheduler node (SIGTERM hands its partitions over and exits)", _configure_node, cmd_node)
-WORKER = Command("worker",
-                 "run a worker: a module's handlers, leasing from a node (SIGTERM: finish or hand back, exit)",
-                 _configure_worker, cmd_worker)
+def add_parser(subparsers: Any) -> None:
+    for name, help_, configure, handler in (
+        ("migrate", "apply database migrations (idempotent, safe from several nodes at once)", _configure_migrate,
+         cmd_migrate),
+        ("dev", "start a local cluster on embedded etcd and PostgreSQL; Ctrl-C stops it all", _configure_dev,
+         cmd_dev),
+        ("node", "run a scheduler node (SIGTERM hands its partitions over and exits)", _configure_node, cmd_node),
+        ("worker", "run a worker: a module's handlers, leasing from a node (SIGTERM: finish or hand back, exit)",
+         _configure_worker, cmd_worker),
+    ):
+        p = subparsers.add_parser(name, help=help_, description=help_)
+        configure(p)
+        p.set_defaults(handler=handler)

@@ -27,6 +27,7 @@ from cronwheel.storage.executions import ExecutionsPort
 from cronwheel.storage.firing import FiringPort
 from cronwheel.storage.partitions import PartitionsPort
 from cronwheel.storage.schedules import SchedulesPort
+from cronwheel.storage.webhooks import WebhooksPort
 
 
 class PgStore(Database):
@@ -44,6 +45,7 @@ class PgStore(Database):
         self.events = EventsPort(self)
         self.explain = ExplainPort(self)
         self.partitions = PartitionsPort(self)
+        self.webhooks = WebhooksPort(self)  # storage/webhooks.py
 
     async def insert_event(
         self,

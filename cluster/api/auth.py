@@ -43,7 +43,7 @@ import grpc
 
 from cronwheel import errors as e
 from cronwheel.cluster.api import requests
-from cronwheel.cluster.api.grpc_errors import status_of
+from cronwheel.cluster.api.grpc_errors import details, status_of
 from cronwheel.cluster.commands.values import text
 from cronwheel.errors import InvalidArgument
 
@@ -173,7 +173,7 @@ def abort_args(exc: e.CronwheelError) -> tuple[grpc.StatusCode, str]:
 async def _fail(context: grpc.aio.ServicerContext[Any, Any], exc: Exception, method: str) -> None:
     if isinstance(exc, e.CronwheelError) and not isinstance(exc, e.Internal):
         code, message = abort_args(exc)
-        await context.abort(code, message)
+        await context.abort(code, message, trailing_metadata=details(exc, code))
     log.exception("unexpected error in RPC", extra={"event": "rpc_internal_error", "method": method})
     await context.abort(grpc.StatusCode.INTERNAL, "internal error (logged on the server)")
 

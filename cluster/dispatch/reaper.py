@@ -146,7 +146,8 @@ class Reaper:
         try:
             d = decide(c, self.rng.random())
             async with self.port.savepoint(conn):
-                row = await self.port.reap_apply(conn, application(c, d, p, epoch, now))
+                a = application(c, d, p, epoch, now)
+                row = await self.port.reap_apply(conn, a)
                 if row is None:
                     return None
                 if row.state == "dead":
@@ -157,8 +158,8 @@ class Reaper:
                 if row.state in ("dead", "cancelled") and row.schedule_id is not None:
                     # The run ahead of a buffered one (overlap buffer_*) ended here: release it.
                     await self.port.release_buffered(conn, row.schedule_id, now)
-            if row.state == "dead" and self.metrics is not None:
-                self.metrics.dead_letters.inc()
+            if self.metrics is not None:
+                self.metrics.record_outcome(row.state, a.error_type or "", row.type)
             return row
         except (StaleEpoch, Unavailable):
             raise

@@ -74,7 +74,7 @@ RETURNING cancel_requested;
 -- name: lock_running
 -- Lock a run held with the current token before finishing it.
 SELECT id, schedule_id, tenant, partition, attempt, max_attempts, retry_initial_s, retry_multiplier,
-       retry_max_s, cancel_requested, state
+       retry_max_s, cancel_requested, state, type
   FROM executions
  WHERE id = %(id)s AND fencing_token = %(token)s AND lease_owner = %(worker)s AND state = 'running'
    AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
@@ -150,7 +150,7 @@ UPDATE executions
        finished_at = %(finished_at)s
  WHERE id = %(id)s AND partition = %(partition)s AND state = 'running'
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
-RETURNING id, state, schedule_id, tenant, priority;
+RETURNING id, state, schedule_id, tenant, priority, type;
 
 -- name: requeue_retries
 -- Fenced: retries whose backoff has passed become claimable.
@@ -207,13 +207,13 @@ WITH v AS (
       FROM v
      WHERE e.id = v.id AND e.fencing_token = v.token AND e.lease_owner = %(worker)s AND e.state = 'running'
        AND (%(tenant)s::text IS NULL OR e.tenant = %(tenant)s)
-    RETURNING e.id, e.schedule_id
+    RETURNING e.id, e.schedule_id, e.type
 ), fed AS (
     UPDATE schedules SET last_success_at = %(now)s, success_alert_at = NULL
      WHERE id IN (SELECT schedule_id FROM done WHERE schedule_id IS NOT NULL)
     RETURNING 1
 )
-SELECT id, schedule_id, (SELECT count(*) FROM fed) AS fed FROM done;
+SELECT id, schedule_id, (SELECT count(*) FROM fed) AS fed, type FROM done;
 
 -- name: release_buffered_many
 -- Overlap buffer_*: for each listed schedule whose run ahead finished, queue its oldest
