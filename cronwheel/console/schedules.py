@@ -274,7 +274,7 @@ async def backfill(console: Console, request: Request, session: Session) -> Resp
         errors.add(exc.field, exc.message)
     except (InvalidArgument, LocalInvalidArgument) as exc:
         f = forms.field_of(exc.field, ("start", "end"))
-        errors.add(f or "start", str(exc))
+        errors.add(f or "start", str(exc).removeprefix(f"{exc.field}: "))
     creates = sum(1 for t in ticks if t.execution_id is None)
     return console.render(request, "backfill.html", session, 400 if errors else 200, sch=sched, raw=raw,
                           errors=errors, ticks=ticks, creates=creates, look=look)

@@ -84,3 +84,19 @@ def test_bad_filter_input_shows_a_message_next_to_the_field(browser: Browser) ->
     assert "schedule_id" in browser.text("#schedule-error")
     browser.go("/executions?from=yesterday")
     assert "2026-03-29T01:30" in browser.text("#from-error")
+
+
+def test_the_overview_alerts_feed_shows_a_dead_letter(cluster: tuple[Any, str], worker: Any,
+                                                       browser: Browser) -> None:
+    _, address = cluster
+    acme = Api(address, "acme")
+    eid = acme.submit(type="browser.fail", retry_policy=common_pb2.RetryPolicy(max_attempts=1)).id
+    wait_until(lambda: _state(acme, eid) == DEAD, 60, "a dead-lettered execution")
+    browser.login("admin")
+    browser.go("/overview")
+    # the console samples alerts every few seconds; the page refreshes itself
+    links = "return Array.from(document.querySelectorAll('#alerts a')).map(a => a.href).join(' ')"
+    wait_until(lambda: eid in browser.d.execute_script(links), 30, "the dead letter in the alerts feed",
+               interval_s=0.5)
+    assert "dead_letter" in browser.text("#alerts")
+    browser.shot("overview-alerts")

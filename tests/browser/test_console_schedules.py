@@ -9,10 +9,12 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from cronwheel.v1 import common_pb2
 from cronwheel.v1 import scheduler_pb2 as S
 from tests.browser.conftest import Browser, ConsoleProc
 from tests.e2e.api_cluster import TOKENS, Api
@@ -113,6 +115,13 @@ def test_bulk_pause_and_resume_act_on_the_selected_schedules(cluster: tuple[Any,
     browser.click("#bulk-resume")
     assert "Resumed 3 of 3 schedules." in browser.text(".flash")
     assert not any(acme.call("GetSchedule", S.GetScheduleRequest(schedule_id=i)).schedule.paused for i in ids)
+    browser.go(f"/schedules?q=bulk-{tag}")
+    browser.click("#select-all")
+    browser.click("#bulk-trigger")
+    assert "Triggered 3 of 3 schedules." in browser.text(".flash")
+    for i in ids:
+        runs = acme.call("ListExecutions", S.ListExecutionsRequest(schedule_id=i)).executions
+        assert len(runs) == 1 and runs[0].trigger == common_pb2.TRIGGER_MANUAL
 
 
 def test_creating_a_schedule_shows_its_next_fire_times_with_dst_notes(browser: Browser) -> None:
@@ -228,3 +237,62 @@ def test_the_pages_fit_a_phone_width(cluster: tuple[Any, str], browser: Browser)
         assert width <= 400, (path, width)  # wide tables scroll inside their box, the page does not
         browser.shot(label)
         browser.d.set_window_size(390, 844)
+
+
+def test_backfill_previews_the_ticks_it_will_create_then_runs_them(cluster: tuple[Any, str], browser: Browser) -> None:
+    _, address = cluster
+    acme = Api(address, "acme")
+    sid = acme.create(name=f"hourly-{_tag()}", cron="0 * * * *").id
+    browser.login("acme")
+    browser.go(f"/schedules/{sid}/backfill?start=2026-01-01T03:00&end=2026-01-01T01:00")
+    assert "must be after start_time" in browser.text("#start-error")  # the message, next to the field
+    soon = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)  # noqa: TID251 - the test's wall clock
+    browser.go(f"/schedules/{sid}/backfill?start={soon - timedelta(hours=2):%Y-%m-%dT%H:%M}"
+               f"&end={soon + timedelta(hours=2):%Y-%m-%dT%H:%M}")
+    browser.click("#run-backfill")  # the preview shows the range; the backfill itself refuses a future end
+    assert "future" in browser.text("#end-error")
+    browser.go(f"/schedules/{sid}")
+    browser.click("#backfill")
+    day = (soon - timedelta(days=3)).strftime("%Y-%m-%d")  # within the 30 days of records explain keeps
+    browser.d.execute_script(f"document.getElementById('start').value = '{day}T00:00:00';"
+                             f"document.getElementById('end').value = '{day}T03:00:00';")
+    browser.click("#preview")
+    assert "3 new executions" in browser.text("h2")
+    assert len(browser.all("#backfill-preview li")) == 3
+    assert acme.call("ListExecutions", S.ListExecutionsRequest(schedule_id=sid)).executions == []  # a preview
+    browser.shot("backfill-preview")
+    browser.click("#run-backfill")
+    assert "created 3 executions" in browser.text(".flash")
+    runs = acme.call("ListExecutions", S.ListExecutionsRequest(schedule_id=sid)).executions
+    assert len(runs) == 3 and {r.trigger for r in runs} == {common_pb2.TRIGGER_BACKFILL}
+
+
+def test_edit_keeps_the_version_and_delete_asks_for_the_name(cluster: tuple[Any, str], browser: Browser) -> None:
+    _, address = cluster
+    acme = Api(address, "acme")
+    name = f"edit-{_tag()}"
+    sid = acme.create(name=name).id
+    browser.login("acme")
+    browser.go(f"/schedules/{sid}")
+    browser.click("#edit")
+    browser.fill("#cron", "15 4 * * *")
+    browser.fill("#timezone", "Asia/Tokyo")
+    browser.click("#save")
+    assert "(version 2)" in browser.text(".flash")
+    got = acme.call("GetSchedule", S.GetScheduleRequest(schedule_id=sid)).schedule
+    assert (got.cron, got.timezone) == ("15 4 * * *", "Asia/Tokyo")
+    browser.click("#edit")
+    browser.fill("#cron", "every day")
+    browser.click("#save")
+    assert browser.text("#cron-error")  # refused next to the field; the schedule is unchanged
+    assert acme.call("GetSchedule", S.GetScheduleRequest(schedule_id=sid)).schedule.cron == "15 4 * * *"
+    browser.go(f"/schedules/{sid}")
+    browser.click("#delete")
+    browser.fill("#confirm_name", "not-its-name")
+    browser.click("#confirm-delete")
+    assert "Type the schedule's name" in browser.text(".flash")
+    browser.fill("#confirm_name", name)
+    browser.shot("delete-confirm")
+    browser.click("#confirm-delete")
+    assert f"Deleted {name}" in browser.text(".flash")
+    assert acme.fails("GetSchedule", S.GetScheduleRequest(schedule_id=sid)).code.name == "NOT_FOUND"
