@@ -20,7 +20,8 @@ _API_TO_FORM = {
     "payload_json": "payload", "payload": "payload", "timeout": "attempt_timeout_s",
     "attempt_timeout": "attempt_timeout_s",
     "jitter": "jitter_s", "alert_if_no_success_within": "alert_s", "range": "start", "range.start": "start",
-    "range.start_time": "start", "range.end": "end", "range.end_time": "end", "after": "start", "run_at": "run_at", "additional_attempts": "additional_attempts",
+    "range.start_time": "start", "range.end": "end", "range.end_time": "end", "after": "start", "run_at": "run_at",
+    "additional_attempts": "additional_attempts",
 }
 
 SCHEDULE_FIELDS = ("name", "cron", "timezone", "job_type", "misfire_policy", "overlap_policy", "priority",

@@ -23,6 +23,7 @@ def test_the_apis_field_path_names_the_form_field_the_person_typed() -> None:
     assert forms.field_of("jitter") == "jitter_s"  # the client's own check names its keyword
     assert forms.field_of("schedule.retry_policy.max_attempts") == ""  # no such form field: top of the form
     assert forms.field_of("range.start", ("start", "end")) == "start"
+    assert forms.field_of("range.end_time", ("start", "end")) == "end"
 
 
 def test_the_form_refuses_what_it_cannot_send_naming_the_field() -> None:
