@@ -90,7 +90,7 @@ def payload_of(form: dict[str, str]) -> Any:
         return None
     try:
         return json.loads(raw)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise FormError("payload", f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
 
 

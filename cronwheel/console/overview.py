@@ -142,7 +142,7 @@ def _secs(v: float) -> str:
     return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.1f} s"
 
 
-def _charts(console: Console) -> dict[str, Markup]:
+def _charts(console: Console) -> dict[str, Any]:
     samples = list(console.sampler.samples) if console.sampler else []
     now = console.clock.now()
 

@@ -225,10 +225,10 @@ async def login_page(console: Console, request: Request) -> Response:
                 error = f"Could not check the token: {exc}"
             else:
                 log.info("console: login as %s", session.who)
-                resp = RedirectResponse("/", status_code=303)
-                set_session_cookie(request, resp, session)
-                resp.delete_cookie(LOGIN_COOKIE, path="/login")
-                return resp
+                done = RedirectResponse("/", status_code=303)
+                set_session_cookie(request, done, session)
+                done.delete_cookie(LOGIN_COOKIE, path="/login")
+                return done
     nonce = secrets.token_urlsafe(24)
     why = request.query_params.get("why")
     notice = "Your session ended: the cluster no longer accepts its token. Log in again." if why == "expired" else ""
