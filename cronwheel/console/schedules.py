@@ -146,7 +146,14 @@ async def _timeline(console: Console, request: Request, session: Session, sid: s
     if window not in WINDOWS:
         window = "1h"
     now = console.clock.now()
-    exp = await session.client.explain(sid, now - WINDOWS[window], now + timedelta(seconds=1))
+    # At most ~MAX_TICKS_SHOWN ticks are explained: the window is cut to that many of the
+    # schedule's shortest gap between fire times (a per-second cron's 7 days would be 604,800).
+    nxt = [p.scheduled_for for p in await session.client.preview(sid, count=10)]
+    gaps = [b - a for a, b in zip(nxt, nxt[1:], strict=False) if b > a]
+    start = now - WINDOWS[window]
+    if gaps:
+        start = max(start, now - min(gaps) * MAX_TICKS_SHOWN)
+    exp = await session.client.explain(sid, start, now + timedelta(seconds=1))
     before = Tk("not_yet_created")
     shown = [t for t in exp.ticks if t.outcome != before]  # ticks before the schedule existed say nothing
     ticks = shown[-MAX_TICKS_SHOWN:]
@@ -154,7 +161,8 @@ async def _timeline(console: Console, request: Request, session: Session, sid: s
     for t in ticks:
         counts[look(t.outcome).word] = counts.get(look(t.outcome).word, 0) + 1
     return {"ticks": list(reversed(ticks)), "notes": exp.notes, "window": window, "windows": list(WINDOWS),
-            "look": look, "counts": counts, "truncated": len(shown) > MAX_TICKS_SHOWN, "sid": sid}
+            "look": look, "counts": counts, "sid": sid,
+            "truncated": len(shown) > MAX_TICKS_SHOWN or start > now - WINDOWS[window]}
 
 
 async def act(console: Console, request: Request, session: Session) -> Response:
