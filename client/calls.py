@@ -157,14 +157,34 @@ def get_schedule_by_id(ctx: Context, schedule_id: str) -> Call[t.Schedule]:
                 lambda r: c.schedule(r.schedule), safe=True)
 
 
-def list_schedules(ctx: Context, *, tenant: str | None = None, job_type: str | None = None,
-                   paused: bool | None = None, page_size: int = 100) -> Pages[t.Schedule]:
-    """Every live schedule the caller sees (optionally of one tenant, job type, paused or not),
-    ordered by creation; pages are fetched as the iterator is consumed."""
-    req = S.ListSchedulesRequest(tenant=tenant or "", job_type=job_type or "", page_size=_page_size(page_size))
+def _schedules_request(tenant: str | None, job_type: str | None, paused: bool | None, page_size: int,
+                       name_contains: str | None, order_by: str | None) -> Any:
+    req = S.ListSchedulesRequest(tenant=tenant or "", job_type=job_type or "", page_size=_page_size(page_size),
+                                 name_contains=name_contains or "", order_by=order_by or "")
     if paused is not None:
         req.paused = paused
+    return req
+
+
+def list_schedules(ctx: Context, *, tenant: str | None = None, job_type: str | None = None,
+                   paused: bool | None = None, page_size: int = 100, name_contains: str | None = None,
+                   order_by: str | None = None) -> Pages[t.Schedule]:
+    """Every live schedule the caller sees (optionally of one tenant, job type, paused or not,
+    whose name contains `name_contains` ignoring case), ordered by creation (or by name with
+    `order_by="name"`); pages are fetched as the iterator is consumed."""
+    req = _schedules_request(tenant, job_type, paused, page_size, name_contains, order_by)
     return Pages(SCHEDULER, "ListSchedules", req, lambda r: [c.schedule(s) for s in r.schedules])
+
+
+def schedules_page(ctx: Context, *, tenant: str | None = None, job_type: str | None = None,
+                   paused: bool | None = None, page_size: int = 100, name_contains: str | None = None,
+                   order_by: str | None = None, page_token: str = "") -> Call[t.Page[t.Schedule]]:
+    """One page of list_schedules (same filters): its schedules and the token of the next page
+    ("" on the last), for a caller that pages on demand (the console)."""
+    req = _schedules_request(tenant, job_type, paused, page_size, name_contains, order_by)
+    req.page_token = page_token
+    return Call(SCHEDULER, "ListSchedules", req,
+                lambda r: t.Page(tuple(c.schedule(s) for s in r.schedules), r.next_page_token), safe=True)
 
 
 def delete(ctx: Context, schedule_id: str, *, expected_version: int = 0, cancel_pending: bool = False,
@@ -403,19 +423,37 @@ def get_execution(ctx: Context, execution_id: str) -> Call[t.Execution]:
                 lambda r: c.execution(r.execution), safe=True)
 
 
-def list_executions(ctx: Context, *, tenant: str | None = None, schedule_id: str | None = None,
-                    states: Iterable[t.ExecutionState | str] = (),  # type: ignore[valid-type]
-                    scheduled_from: datetime | None = None, scheduled_until: datetime | None = None,
-                    type: str | None = None, page_size: int = 100) -> Pages[t.Execution]:
-    """Executions matching every filter, newest scheduled_for first (scheduled_from inclusive,
-    scheduled_until exclusive); pages are fetched as the iterator is consumed."""
+def _executions_request(tenant: str | None, schedule_id: str | None, states: Iterable[Any],
+                        scheduled_from: datetime | None, scheduled_until: datetime | None, type: str | None,
+                        page_size: int) -> Any:
     req = S.ListExecutionsRequest(
         tenant=tenant or "", schedule_id=schedule_id or "",
         states=[c.enum_number(t.ExecutionState, s, "states") for s in states], type=type or "",
         page_size=_page_size(page_size))
     if scheduled_from is not None or scheduled_until is not None:
         req.scheduled_for.CopyFrom(c.time_range(scheduled_from, scheduled_until, "scheduled"))
+    return req
+
+
+def list_executions(ctx: Context, *, tenant: str | None = None, schedule_id: str | None = None,
+                    states: Iterable[t.ExecutionState | str] = (),  # type: ignore[valid-type]
+                    scheduled_from: datetime | None = None, scheduled_until: datetime | None = None,
+                    type: str | None = None, page_size: int = 100) -> Pages[t.Execution]:
+    """Executions matching every filter, newest scheduled_for first (scheduled_from inclusive,
+    scheduled_until exclusive); pages are fetched as the iterator is consumed."""
+    req = _executions_request(tenant, schedule_id, states, scheduled_from, scheduled_until, type, page_size)
     return Pages(SCHEDULER, "ListExecutions", req, lambda r: [c.execution(e) for e in r.executions])
+
+
+def executions_page(ctx: Context, *, tenant: str | None = None, schedule_id: str | None = None,
+                    states: Iterable[t.ExecutionState | str] = (),  # type: ignore[valid-type]
+                    scheduled_from: datetime | None = None, scheduled_until: datetime | None = None,
+                    type: str | None = None, page_size: int = 100, page_token: str = "") -> Call[t.Page[t.Execution]]:
+    """One page of list_executions (same filters) and the token of the next page ("" on the last)."""
+    req = _executions_request(tenant, schedule_id, states, scheduled_from, scheduled_until, type, page_size)
+    req.page_token = page_token
+    return Call(SCHEDULER, "ListExecutions", req,
+                lambda r: t.Page(tuple(c.execution(e) for e in r.executions), r.next_page_token), safe=True)
 
 
 def cancel(ctx: Context, execution_id: str, *, reason: str = "") -> Call[t.Execution]:

@@ -186,6 +186,7 @@ class Client:
     create_schedule = _call(calls.create_schedule)
     update_schedule = _call(calls.update_schedule)
     list_schedules = _pages(calls.list_schedules)
+    schedules_page = _call(calls.schedules_page)
     delete = _call(calls.delete)
     pause = _call(calls.pause)
     resume = _call(calls.resume)
@@ -209,6 +210,7 @@ class Client:
     submit_many = _many(calls.submit_many)
     get_execution = _call(calls.get_execution)
     list_executions = _pages(calls.list_executions)
+    executions_page = _call(calls.executions_page)
     cancel = _call(calls.cancel)
     retry = _call(calls.retry)
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from cronwheel.v1 import admin_pb2, enums, scheduler_pb2
+
+T = TypeVar("T")
 
 
 def _words(name: str, table: dict[int, str]) -> Any:
@@ -154,6 +156,14 @@ class SubmittedJob:
     partition: int
     run_at: datetime | None
     idempotency_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a list: its items and the token of the next page ("" on the last)."""
+
+    items: tuple[T, ...]
+    next_page_token: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,6 +111,8 @@ class DevCluster:
             "nodes": [{"name": c.name, "pid": c.proc.pid, "address": _field(c, " listening on "),
                        "metrics": _field(c, " metrics on ")} for c in nodes],
             "workers": [{"name": c.name, "pid": c.proc.pid} for c in self.children if c.name.startswith("worker")],
+            "console": [{"url": _field(c, "console listening on "), "pid": c.proc.pid}
+                        for c in self.children if c.name == "console"],
         }
 
     def start(self) -> None:
@@ -129,6 +131,9 @@ class DevCluster:
         self._spawn("worker-1", ["worker", "cronwheel.client.demo", "--address", first, "--worker-id", "worker-1"],
                     ready="worker ")
         asyncio.run(self._examples())
+        nodes = ",".join(_field(c, " listening on ") for c in self.children if c.name.startswith("node"))
+        self._spawn("console", ["console", "--address", nodes, "--no-login", "--listen", f"127.0.0.1:{free_port()}"],
+                    ready="console listening on ")  # the web console (cronwheel.console), dev mode: no login
 
     async def _examples(self) -> None:
         from cronwheel.cluster.commands.runs import JobSpec, submit_job
@@ -257,6 +262,8 @@ class DevCluster:
         self._say(f"etcd      {','.join(i['etcd']['endpoints'])}  (pids {i['etcd']['pids']})")
         for n in i["nodes"]:
             self._say(f"node      {n['name']}: gRPC {n['address']}, metrics {n['metrics']}  (pid {n['pid']})")
+        for con in i["console"]:
+            self._say(f"console   {con['url']}  (dev mode: no login)")
         first = i["nodes"][0]["address"]
         self._say(f"try       cronwheel status --address {first}")
         self._say(f"          cronwheel schedule list --address {first}")
