@@ -289,6 +289,15 @@ class DispatchPort:
 
     # ------------------------------------------------------------------ the reaper (fenced)
 
+    async def reap_due_partitions(self, partitions: Sequence[int], now: datetime) -> set[int]:
+        """Those of `partitions` with reaper work as of `now` (`reap_due_partitions`: one read,
+        not fenced; the work itself is done fenced, per partition)."""
+        if not partitions:
+            return set()
+        async with self.db.connection() as conn:
+            cur = await conn.execute(q("reap_due_partitions"), {"partitions": list(partitions), "now": now})
+            return {int(r[0]) for r in await cur.fetchall()}
+
     async def reap_candidates(self, conn: Conn, partition: int, epoch: int, now: datetime,
                               limit: int = 1000) -> list[ReapCandidate]:
         cur = await conn.execute(q("reap_candidates"), {"partition": partition, "epoch": epoch, "now": now,

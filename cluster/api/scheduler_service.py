@@ -230,7 +230,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
             tenant = caller.owner(item.tenant, f"jobs[{i}].tenant")
             with cv.fields_under(f"jobs[{i}]"):
                 jobs.append(runs.prepare_job(self._job(item, tenant), now, partitions))
-        got = await runs.submit_jobs(self.store, jobs, now)
+        got = await runs.submit_jobs(self.store, jobs, now, brief=True)
         state = enums.by_name(cv.STATE)
         return scheduler_pb2.SubmitJobsResponse(results=[
             scheduler_pb2.SubmittedJob(execution_id=str(r["id"]), deduplicated=dedup, state=state[r["state"]],
