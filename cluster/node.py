@@ -41,6 +41,8 @@ from cronwheel.cluster.dispatch.service import DispatchService
 from cronwheel.cluster.firing.firer import Firer, FiringConfig
 from cronwheel.cluster.metrics import Metrics
 from cronwheel.cluster.notifications import ChangeListener
+from cronwheel.cluster.retention.policy import RetentionConfig
+from cronwheel.cluster.retention.pruner import Pruner, RetentionMetrics
 from cronwheel.errors import CronwheelError, InvalidArgument
 from cronwheel.storage import PgStore, StoreConfig
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
@@ -59,6 +61,7 @@ class NodeConfig:
     firing: FiringConfig = field(default_factory=FiringConfig)
     metrics_listen: str = "127.0.0.1:0"  # empty: no metrics endpoint
     retention_days: int = 30  # events and ownership history; ExplainSchedule windows
+    retention: RetentionConfig = field(default_factory=RetentionConfig)  # finished executions
     db_pool_max: int = 10
     # Test-only: keep acting past the local lease-trust window (shows the DB fence alone holds).
     ignore_local_trust: bool = False
@@ -74,6 +77,7 @@ class NodeConfig:
             raise ValueError("at least one etcd endpoint is required")
         self.lease.validate()
         self.firing.validate()
+        self.retention.validate()
         return self
 
 
@@ -116,6 +120,7 @@ class Node:
         self.coordinator: Coordinator
         self.firer: Firer
         self.reaper: Reaper
+        self.pruner: Pruner
         self.changes: ChangeListener
         self.health: health.aio.HealthServicer
         self.server: grpc.aio.Server | None = None
@@ -191,6 +196,9 @@ class Node:
         )
         self.reaper = Reaper(self.store, lambda: self.coordinator.owned.snapshot().items(), self.dispatcher.wake,
                              clock=self.clock, retention_days=self.config.retention_days, metrics=self.metrics)
+        self.pruner = Pruner(self.store.retention, lambda: self.coordinator.owned.snapshot().items(),
+                             clock=self.clock, config=self.config.retention,
+                             metrics=RetentionMetrics(self.metrics.registry))
         self.listeners.subscribers.append(self.firer)
         self.changes = ChangeListener(self.config.dsn, self._on_change, self._after_reconnect,
                                       self.dispatcher.wake, clock=self.clock,
@@ -233,6 +241,7 @@ class Node:
                     tg.create_task(self.firer.run(), name="firer"),
                     tg.create_task(self.changes.run(), name="change-listener"),
                     tg.create_task(self.reaper.run(), name="reaper"),
+                    tg.create_task(self.pruner.run(), name="pruner"),
                     tg.create_task(self.metrics.refresh_loop(
                         self.store, self.coordinator.owned.snapshot, self.wheel_size,
                         self.coordinator.lease_deadline_s, clock=self.clock, refresh_s=15.0), name="metrics"),
