@@ -4,6 +4,7 @@
     ├── PgStore           (psycopg pool; fencing enforced in storage)
     ├── Etcd + Coordinator (membership, partition leases, epochs)
     ├── gRPC server        (AdminService; health; reflection)
+    ├── Firer, Reaper, Pruner (retention) for the partitions it owns
     └── listeners of partition gains and losses (the firing path subscribes here)
 
 Start, in this order (`run()`): open the pool; read P and claim the database for this cluster

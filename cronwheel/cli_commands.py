@@ -108,10 +108,10 @@ def _configure_retention(p: argparse.ArgumentParser) -> None:
                    metavar="TYPE=SUCCEEDED[,FAILED]",
                    help="a job type's own windows, e.g. report=2d,14d (repeatable; "
                         "$CRONWHEEL_RETENTION_JOB_TYPES, ';'-separated)")
-    p.add_argument("--retention-batch", type=_positive_int("--retention-batch", 1, 100_000), default=2000,
-                   help="rows deleted per prune transaction (default 2000)")
-    p.add_argument("--retention-pause", type=float, default=0.05,
-                   help="seconds between prune batches (default 0.05)")
+    p.add_argument("--retention-batch", type=_positive_int("--retention-batch", 1, 100_000), default=1000,
+                   help="rows deleted per prune transaction (default 1000)")
+    p.add_argument("--retention-pause", type=float, default=0.1,
+                   help="seconds between prune batches (default 0.1)")
     p.add_argument("--retention-idle", type=float, default=30.0,
                    help="seconds between prune passes once nothing is left (default 30)")
     p.add_argument("--no-pruning", action="store_true", help="never prune finished executions on this node")

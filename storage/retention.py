@@ -66,7 +66,7 @@ class PruneExpiredParams:
     windows: Windows
     now: datetime
     after: ExpiredCursor = START
-    limit: int = 2000
+    limit: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +83,7 @@ class PruneKeepLastParams:
     now: datetime
     after_id: uuid.UUID | None = None
     schedules: int = 200
-    limit: int = 2000
+    limit: int = 1000
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,9 +70,9 @@ class RetentionConfig:
     failed_s: float | None = DEFAULT_FAILED_S
     by_type: tuple[TypeWindows, ...] = ()
     enabled: bool = True
-    batch_rows: int = 2000  # rows per batch (one short transaction)
+    batch_rows: int = 1000  # rows per batch (one short transaction)
     keep_last_schedules: int = 200  # keep_last schedules looked at per batch
-    pause_s: float = 0.05  # between batches: firing gets the database most of the time
+    pause_s: float = 0.1  # between batches: firing gets the database most of the time
     idle_s: float = 30.0  # between passes once a pass found nothing more to prune
 
     def validate(self) -> RetentionConfig:
