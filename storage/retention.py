@@ -21,6 +21,7 @@ from datetime import datetime
 
 from cronwheel.storage.api import row
 from cronwheel.storage.db import Database
+from cronwheel.storage.queries import q
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,7 @@ class RetentionPort:
             "types_failed_s": [t.failed_s for t in w.by_type], "after_at": p.after.at, "after_id": p.after.id,
         }
         async with self.db.fenced(p.partition, p.epoch) as conn:
+            await conn.execute(q("prune_commit_async"))
             r = await row(conn, "prune_expired", params)
         assert r is not None
         done = r["scanned"] < p.limit or r["last_at"] is None
@@ -125,6 +127,7 @@ class RetentionPort:
         params = {"partition": p.partition, "epoch": p.epoch, "now": p.now, "after_id": p.after_id,
                   "schedules": p.schedules, "limit": p.limit}
         async with self.db.fenced(p.partition, p.epoch) as conn:
+            await conn.execute(q("prune_commit_async"))
             r = await row(conn, "prune_keep_last", params)
         assert r is not None
         if r["deleted"] >= p.limit:  # the page may hold more: the same page again (what went is gone)

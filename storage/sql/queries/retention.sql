@@ -28,16 +28,21 @@ WITH horizon AS (
               coalesce(%(after_id)s::uuid, '00000000-0000-0000-0000-000000000000'))
      ORDER BY coalesce(e.finished_at, e.scheduled_for), e.id
      LIMIT %(limit)s
+), windowed AS (
+    -- The schedule's own windows by one primary-key probe per row (a join may hash the whole
+    -- schedules table per batch: a million schedules for a thousand rows).
+    SELECT c.*, (SELECT ARRAY[s.keep_succeeded_for_s, s.keep_failed_for_s] FROM schedules s
+                  WHERE s.id = c.schedule_id) AS own
+      FROM scanned c
 ), doomed AS (
-    SELECT c.id FROM scanned c
-      LEFT JOIN schedules s ON s.id = c.schedule_id
+    SELECT c.id FROM windowed c
       LEFT JOIN unnest(%(types)s::text[], %(types_succeeded_s)s::float8[], %(types_failed_s)s::float8[])
                 AS t(type, succeeded_s, failed_s) ON t.type = c.type
      WHERE c.done_at < %(now)s::timestamptz - make_interval(secs => CASE
                WHEN c.state IN ('failed', 'dead') THEN
-                    CASE WHEN s.keep_failed_for_s IS NOT NULL THEN s.keep_failed_for_s
+                    CASE WHEN c.own[2] IS NOT NULL THEN c.own[2]
                          WHEN t.type IS NOT NULL THEN t.failed_s ELSE %(failed_s)s::float8 END
-               ELSE CASE WHEN s.keep_succeeded_for_s IS NOT NULL THEN s.keep_succeeded_for_s
+               ELSE CASE WHEN c.own[1] IS NOT NULL THEN c.own[1]
                          WHEN t.type IS NOT NULL THEN t.succeeded_s ELSE %(succeeded_s)s::float8 END
            END)
 ), gone AS (
@@ -96,6 +101,12 @@ WITH keeping AS (
 )
 SELECT (SELECT count(*) FROM keeping) AS schedules, (SELECT count(*) FROM gone) AS deleted,
        (SELECT id FROM keeping ORDER BY id DESC LIMIT 1) AS last_id;
+
+-- name: prune_commit_async
+-- Inside a prune transaction: its commit does not wait for the WAL flush. A prune lost to a
+-- crash is undone whole (the rows and their marks come back together) and simply done again;
+-- fire commits no longer queue behind the prune's flushes.
+SET LOCAL synchronous_commit = off;
 
 -- name: pruned_through
 -- What retention removed of a schedule: the latest tick pruned and how many runs (explain).
