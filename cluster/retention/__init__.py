@@ -5,8 +5,9 @@ older than its window, or when its schedule has `keep_last` N and N newer finish
 schedule exist (Kubernetes' history limits). The window of a run is, by precedence: its
 schedule's own (`keep_succeeded_for_s` for succeeded, skipped and cancelled runs,
 `keep_failed_for_s` for failed and dead ones), else its job type's (node config), else the
-cluster default (7 days and 30 days). Age is counted from `finished_at` (a skipped record: its
-tick). Runs not yet finished are never touched.
+cluster default (7 days and 30 days). Age is counted from `finished_at` (a skipped record,
+which has none: from `created_at`, when it was recorded; never from its tick, which may be long
+past). Runs not yet finished are never touched.
 
 Who prunes. The `Pruner` of the node that owns a partition, inside `fenced(partition, epoch)`,
 one short transaction per batch of at most `batch_rows` rows, with `pause_s` between batches,

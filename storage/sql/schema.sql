@@ -149,9 +149,9 @@ CREATE INDEX executions_due ON executions (partition, run_at)
 CREATE INDEX executions_running ON executions (partition, lease_expires)
     WHERE state = 'running';
 CREATE INDEX executions_by_tenant ON executions (tenant, created_at, id);
--- Finished executions by when they finished (a skipped record: its tick), per partition: what
+-- Finished executions by when they finished (a skipped record: when it was recorded), per partition: what
 -- the pruner walks from the oldest, a batch at a time.
-CREATE INDEX executions_finished ON executions (partition, (coalesce(finished_at, scheduled_for)), id)
+CREATE INDEX executions_finished ON executions (partition, (coalesce(finished_at, created_at)), id)
     WHERE state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped');
 
 -- What retention removed, per schedule: the latest tick pruned (explain: "pruned by retention").

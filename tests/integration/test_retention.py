@@ -152,3 +152,18 @@ async def test_a_pruned_tick_is_not_due_again_the_cursor_says_what_fired(store: 
     assert await cursor(store, sid) == (T0 + 5 * MINUTE, T0 + 4 * MINUTE)
     due = [d async for chunk in store.firing.due_schedules(P, T0 + DAY, None) for d in chunk]
     assert [(d.id, d.next_run_at) for d in due] == [(sid, T0 + 5 * MINUTE)]
+
+
+async def test_a_skipped_record_of_an_old_tick_ages_from_when_it_was_recorded(store: PgStore, owned: None) -> None:
+    """A skipped record has no finished_at; a backfilled or caught-up tick may be months old.
+    Its age counts from when it was written, so it is not pruned the moment it appears."""
+    sid = await make_schedule(store, P)
+    old_tick = T0 - 60 * DAY
+    run = await finished_run(store, sid, old_tick, state="skipped", created_at=T0)
+    clock = clock_at(T0 + DAY)
+    p = pruner(store, clock)
+    await p.drain()
+    assert await ids_left(store) == {run}
+    clock.advance((7 * DAY).total_seconds())
+    await p.drain()
+    assert await ids_left(store) == set()

@@ -9,11 +9,11 @@ ALTER TABLE schedules
 -- shortest window in force): most schedules have none and stay out of the index.
 CREATE INDEX schedules_retention ON schedules (partition, id)
     WHERE keep_last IS NOT NULL OR keep_succeeded_for_s IS NOT NULL OR keep_failed_for_s IS NOT NULL;
--- Finished executions by the time they finished (a skipped record has no finished_at: its tick),
+-- Finished executions by the time they finished (a skipped record has no finished_at: when it was recorded),
 -- per partition: the pruner walks this from the oldest, a batch at a time, and stops at the
 -- shortest window in force, so finding prunable rows never reads live work. IF NOT EXISTS: on a
 -- large table an operator builds it first with CREATE INDEX CONCURRENTLY (docs/operating.md).
-CREATE INDEX IF NOT EXISTS executions_finished ON executions (partition, (coalesce(finished_at, scheduled_for)), id)
+CREATE INDEX IF NOT EXISTS executions_finished ON executions (partition, (coalesce(finished_at, created_at)), id)
     WHERE state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped');
 -- What retention has removed, per schedule: the latest tick pruned, so explain says "pruned by
 -- retention" for a tick with no execution at or before it instead of "missed". The due cursor

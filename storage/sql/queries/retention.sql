@@ -18,15 +18,15 @@ WITH horizon AS (
            ))) AS before
 ), scanned AS (
     SELECT e.id, e.schedule_id, e.scheduled_for, e.state, e.type,
-           coalesce(e.finished_at, e.scheduled_for) AS done_at
+           coalesce(e.finished_at, e.created_at) AS done_at
       FROM executions e, horizon h
      WHERE e.partition = %(partition)s
        AND e.state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped')
-       AND coalesce(e.finished_at, e.scheduled_for) < h.before
-       AND (coalesce(e.finished_at, e.scheduled_for), e.id)
+       AND coalesce(e.finished_at, e.created_at) < h.before
+       AND (coalesce(e.finished_at, e.created_at), e.id)
            > (coalesce(%(after_at)s::timestamptz, '-infinity'),
               coalesce(%(after_id)s::uuid, '00000000-0000-0000-0000-000000000000'))
-     ORDER BY coalesce(e.finished_at, e.scheduled_for), e.id
+     ORDER BY coalesce(e.finished_at, e.created_at), e.id
      LIMIT %(limit)s
 ), windowed AS (
     -- The schedule's own windows by one primary-key probe per row (a join may hash the whole
