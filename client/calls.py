@@ -115,8 +115,12 @@ def create_schedule(ctx: Context, name: str, cron: str, job_type: str, *, timezo
                     overlap_policy: t.OverlapPolicy | str | None = None,  # type: ignore[valid-type]
                     dst_policy: t.DstPolicy | None = None, jitter: timedelta | None = None,
                     alert_if_no_success_within: timedelta | None = None, paused: bool = False,
-                    tenant: str | None = None, id: str | None = None) -> Call[t.Schedule]:
+                    tenant: str | None = None, id: str | None = None, keep_last: int | None = None,
+                    keep_succeeded_for: timedelta | None = None,
+                    keep_failed_for: timedelta | None = None) -> Call[t.Schedule]:
     """Creates a schedule: fires `job_type` with `payload` at every tick of `cron` in `timezone`.
+    Retention: `keep_last` N finished runs at most, succeeded/skipped/cancelled runs kept
+    `keep_succeeded_for`, failed/dead ones `keep_failed_for` (None: the cluster's windows).
     Raises AlreadyExists when the tenant has a live schedule of that name, InvalidArgument naming
     the field for a bad value. Not retried on UNAVAILABLE unless the request never left."""
     values = dict(locals())

@@ -126,7 +126,19 @@ SCHEDULE_FIELDS: dict[str, tuple[str, Any]] = {
     "dst_policy": ("dst_policy", lambda v, f: dst_policy(v, f)),
     "jitter": ("jitter", duration),
     "alert_if_no_success_within": ("alert_if_no_success_within", duration),
+    "keep_last": ("keep_last", lambda v, f: count(v, f)),
+    "keep_succeeded_for": ("keep_succeeded_for", duration),
+    "keep_failed_for": ("keep_failed_for", duration),
 }
+
+
+def count(value: int | None, field: str) -> int | None:
+    """An optional whole number (None: unset)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadValue(field, f"must be an int, got {type(value).__name__}")
+    return value
 CREATE_ONLY = {"id", "tenant", "paused"}
 # update_schedule only: one field of a policy, its other fields unchanged (the mask names the
 # sub-field): keyword -> (policy keyword, the policy's field).
@@ -217,7 +229,9 @@ def schedule(msg: common_pb2.Schedule) -> t.Schedule:
         next_run_at=_ts(msg, "next_run_at"), last_scheduled_for=_ts(msg, "last_scheduled_for"),
         alert_if_no_success_within=_dur(msg, "alert_if_no_success_within"),
         last_success_at=_ts(msg, "last_success_at"), created_at=_ts(msg, "created_at"),
-        updated_at=_ts(msg, "updated_at"))
+        updated_at=_ts(msg, "updated_at"),
+        keep_last=msg.keep_last if msg.HasField("keep_last") else None,
+        keep_succeeded_for=_dur(msg, "keep_succeeded_for"), keep_failed_for=_dur(msg, "keep_failed_for"))
 
 
 def execution(msg: common_pb2.Execution, deduplicated: bool = False) -> t.Execution:

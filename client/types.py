@@ -83,6 +83,10 @@ class Schedule:
     last_success_at: datetime | None
     created_at: datetime | None
     updated_at: datetime | None
+    # Retention (None: the node's job-type window, else the cluster default; see docs/semantics.md).
+    keep_last: int | None = None
+    keep_succeeded_for: timedelta | None = None
+    keep_failed_for: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@
     ├── PgStore           (psycopg pool; fencing enforced in storage)
     ├── Etcd + Coordinator (membership, partition leases, epochs)
     ├── gRPC server        (AdminService, ...; health per service; reflection v1 + v1alpha)
+    ├── Firer, Reaper, Pruner (retention) for the partitions it owns
     └── listeners of partition gains and losses (the firing path subscribes here)
 
 Start, in this order (`run()`): open the pool; read P and claim the database for this cluster
@@ -41,6 +42,8 @@ from cronwheel.cluster.dispatch.service import DispatchService
 from cronwheel.cluster.firing.firer import Firer, FiringConfig
 from cronwheel.cluster.metrics import Metrics
 from cronwheel.cluster.notifications import ChangeListener
+from cronwheel.cluster.retention.policy import RetentionConfig
+from cronwheel.cluster.retention.pruner import Pruner, RetentionMetrics
 from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookSender
 from cronwheel.errors import CronwheelError, InvalidArgument
 from cronwheel.storage import PgStore, StoreConfig
@@ -61,6 +64,7 @@ class NodeConfig:
     webhooks: WebhookConfig = field(default_factory=WebhookConfig)
     metrics_listen: str = "127.0.0.1:0"  # empty: no metrics endpoint
     retention_days: int = 30  # events and ownership history; ExplainSchedule windows
+    retention: RetentionConfig = field(default_factory=RetentionConfig)  # finished executions
     db_pool_max: int = 10
     # Test-only: keep acting past the local lease-trust window (shows the DB fence alone holds).
     ignore_local_trust: bool = False
@@ -77,6 +81,7 @@ class NodeConfig:
         self.lease.validate()
         self.firing.validate()
         self.webhooks.validate()
+        self.retention.validate()
         return self
 
 
@@ -119,6 +124,7 @@ class Node:
         self.coordinator: Coordinator
         self.firer: Firer
         self.reaper: Reaper
+        self.pruner: Pruner
         self.changes: ChangeListener
         self.health: Health
         self.server: grpc.aio.Server | None = None
@@ -195,6 +201,9 @@ class Node:
         self.reaper = Reaper(self.store, lambda: self.coordinator.owned.snapshot().items(), self.dispatcher.wake,
                              clock=self.clock, retention_days=self.config.retention_days, metrics=self.metrics)
         self.webhook_sender = WebhookSender(self.store.webhooks, self.config.node_id, self.clock, self.config.webhooks)
+        self.pruner = Pruner(self.store.retention, lambda: self.coordinator.owned.snapshot().items(),
+                             clock=self.clock, config=self.config.retention,
+                             metrics=RetentionMetrics(self.metrics.registry))
         self.listeners.subscribers.append(self.firer)
         self.changes = ChangeListener(self.config.dsn, self._on_change, self._after_reconnect,
                                       self.dispatcher.wake, clock=self.clock,
@@ -246,6 +255,7 @@ class Node:
                     tg.create_task(self.reaper.run(), name="reaper"),
                     tg.create_task(self.webhook_sender.run(), name="webhook-sender"),
                     tg.create_task(self._become_ready(), name="readiness"),
+                    tg.create_task(self.pruner.run(), name="pruner"),
                     tg.create_task(self.metrics.refresh_loop(
                         self.store, self.coordinator.owned.snapshot, self.wheel_size,
                         self.coordinator.lease_deadline_s, clock=self.clock, refresh_s=15.0), name="metrics"),

@@ -41,6 +41,9 @@ class ScheduleFields:
     jitter_s: float
     paused: bool
     alert_if_no_success_within_s: float | None
+    keep_last: int | None = None  # retention (cluster/retention): None inherits
+    keep_succeeded_for_s: float | None = None
+    keep_failed_for_s: float | None = None
 
     def params(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}

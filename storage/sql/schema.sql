@@ -71,13 +71,21 @@ CREATE TABLE schedules (
     success_alert_at             timestamptz,
     created_at                   timestamptz NOT NULL DEFAULT now(),
     updated_at                   timestamptz NOT NULL DEFAULT now(),
-    deleted_at                   timestamptz
+    deleted_at                   timestamptz,
+    -- Retention (cluster/retention): keep the last N finished runs and/or succeeded (skipped,
+    -- cancelled) and failed (dead) runs for a time; NULL inherits the job type's or cluster's.
+    keep_last                    integer CHECK (keep_last >= 0),
+    keep_succeeded_for_s         double precision CHECK (keep_succeeded_for_s > 0),
+    keep_failed_for_s            double precision CHECK (keep_failed_for_s > 0)
 );
 -- Names are unique per tenant among live schedules.
 CREATE UNIQUE INDEX schedules_tenant_name ON schedules (tenant, name) WHERE deleted_at IS NULL;
 CREATE INDEX schedules_by_tenant ON schedules (tenant, created_at, id);
 -- Schedules with a dead man's switch, per partition (the reaper checks them every second).
 CREATE INDEX schedules_alerting ON schedules (partition) WHERE alert_if_no_success_within_s IS NOT NULL;
+-- Schedules with their own retention, per partition (the pruner's keep_last pass).
+CREATE INDEX schedules_retention ON schedules (partition, id)
+    WHERE keep_last IS NOT NULL OR keep_succeeded_for_s IS NOT NULL OR keep_failed_for_s IS NOT NULL;
 
 -- The cron half of the due index, narrow: one row per schedule, the only row a fire rewrites
 -- (next tick, tick just fired). next_run_at is NULL while the schedule has no next tick (paused
@@ -141,6 +149,20 @@ CREATE INDEX executions_due ON executions (partition, run_at)
 CREATE INDEX executions_running ON executions (partition, lease_expires)
     WHERE state = 'running';
 CREATE INDEX executions_by_tenant ON executions (tenant, created_at, id);
+-- Finished executions by when they finished (a skipped record: when it was recorded), per partition: what
+-- the pruner walks from the oldest, a batch at a time.
+CREATE INDEX executions_finished ON executions (partition, (coalesce(finished_at, created_at)), id)
+    WHERE state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped');
+
+-- What retention removed, per schedule: the latest tick pruned (explain: "pruned by retention").
+-- The due cursor (schedule_due), not these rows or the executions, says what has fired.
+CREATE TABLE execution_pruned (
+    schedule_id    uuid PRIMARY KEY,
+    partition      integer NOT NULL,
+    pruned_through timestamptz NOT NULL,
+    pruned         bigint NOT NULL DEFAULT 0,
+    at             timestamptz NOT NULL
+);
 
 -- Append-only audit and alert log.
 CREATE TABLE events (
