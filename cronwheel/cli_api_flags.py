@@ -53,7 +53,8 @@ FLAGS: dict[str, str] = {
     "execution_id": "EXECUTION_ID", "events:execution_id": "--execution", "expected_version": "--expected-version",
     "additional_attempts": "--attempts", "count": "--count", "after": "--after", "start_time": "--after",
     "page_size": "--limit", "states": "--state", "after_id": "--since", "kind": "--kind", "address": "--address",
-    "ca_file": "--tls-ca",
+    "ca_file": "--tls-ca", "keep_last": "--keep-last", "keep_succeeded_for": "--keep-succeeded-for",
+    "keep_failed_for": "--keep-failed-for",
 }
 _PREFIXES = re.compile(r"^(schedule|spec|jobs\[\d+\])\.")
 

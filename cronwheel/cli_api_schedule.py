@@ -32,7 +32,8 @@ from cronwheel.errors import InvalidArgument
 
 # flag dest -> the Client's keyword (update_schedule: policy fields one by one, the rest unchanged)
 _SIMPLE = ("name", "cron", "timezone", "job_type", "misfire_policy", "payload", "priority", "overlap_policy",
-           "max_catch_up", "jitter", "attempt_timeout", "alert_if_no_success_within")
+           "max_catch_up", "jitter", "attempt_timeout", "alert_if_no_success_within", "keep_last",
+           "keep_succeeded_for", "keep_failed_for")
 _RETRY = {"max_attempts": "max_attempts", "backoff_initial": "initial_backoff",
           "backoff_multiplier": "backoff_multiplier", "backoff_max": "max_backoff"}
 _DST = {"dst_gap": "dst_gap", "dst_repeated": "dst_repeated_hour"}
@@ -60,6 +61,12 @@ def _schedule_fields(p: argparse.ArgumentParser, create: bool) -> None:
                    help="the job's per-attempt time limit (1s..7d; default none)")
     p.add_argument("--alert-if-no-success-within", type=duration_arg, metavar="DURATION",
                    help="dead man's switch: raise an alert when no run succeeded for this long")
+    p.add_argument("--keep-last", type=count_arg, metavar="N",
+                   help="retention: keep at most the last N finished runs (default: no count limit)")
+    p.add_argument("--keep-succeeded-for", type=duration_arg, metavar="DURATION",
+                   help="retention: keep succeeded/skipped/cancelled runs this long (default: the cluster's, 7d)")
+    p.add_argument("--keep-failed-for", type=duration_arg, metavar="DURATION",
+                   help="retention: keep failed/dead runs this long (default: the cluster's, 30d)")
     p.add_argument("--dst-gap", choices=DST_GAP, help=" | ".join(DST_GAP))
     p.add_argument("--dst-repeated", choices=DST_REPEATED, help=" | ".join(DST_REPEATED))
 
