@@ -24,7 +24,6 @@ import grpc
 
 from chaos.harness import ProcessCluster, create_schedules
 from cronwheel.cluster.commands.explain import explain, load_facts
-from cronwheel.cluster.commands.schedules import ScheduleSpec
 from cronwheel.storage import PgStore, StoreConfig
 from cronwheel.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
@@ -32,9 +31,9 @@ P = 8
 
 
 def setup(c: ProcessCluster, ticks: int) -> tuple[uuid.UUID, datetime, datetime]:
-    [row] = create_schedules(c.dsn, P, [ScheduleSpec(tenant="default", name="every-second", cron="* * * * * *",
-                                                     timezone="UTC", job_type="x", misfire_policy="skip")])
-    sid = row["id"]
+    [row] = create_schedules(c, [dict(tenant="default", name="every-second", cron="* * * * * *", timezone="UTC",
+                                      job_type="x", misfire_policy="skip")])
+    sid = uuid.UUID(row.id)
     end = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=5)
     start = end - timedelta(seconds=ticks)
     c.sql("UPDATE schedules SET created_at = %s - interval '1 hour' WHERE id = %s RETURNING 1", start, sid)
@@ -46,7 +45,7 @@ def setup(c: ProcessCluster, ticks: int) -> tuple[uuid.UUID, datetime, datetime]
                     'cron', 1, t + interval '3 milliseconds'
                FROM generate_series(%s::timestamptz, %s::timestamptz - interval '1 second', interval '1 second') t
               WHERE t NOT BETWEEN %s::timestamptz + interval '100 seconds' AND %s::timestamptz + interval '200 seconds'
-             RETURNING 1""", sid, row["partition"], start, end, start, start)
+             RETURNING 1""", sid, row.partition, start, end, start, start)
     c.sql("""INSERT INTO events (at, tenant, kind, schedule_id, actor, data) VALUES
              (%s::timestamptz + interval '100 seconds', 'default', 'schedule_paused', %s, 'bench', '{}'),
              (%s::timestamptz + interval '150 seconds', 'default', 'schedule_resumed', %s, 'bench', '{}')

@@ -380,35 +380,20 @@ class LongRetryHistory:
         return bool(cluster.workers)
 
     def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
-        import asyncio
         from datetime import timedelta
 
-        from cronwheel.clock import SystemClock
-        from cronwheel.cluster.commands.runs import JobSpec, submit_job
-        from cronwheel.cluster.commands.values import RetryPolicy
-        from cronwheel.storage import PgStore, StoreConfig
+        from cronwheel.client import Client, RetryPolicy
 
         t0 = time.time()
         tag = f"{int(t0 * 1000)}-{rng.randrange(10**6)}"
-        policy = RetryPolicy(**self.POLICY)  # type: ignore[arg-type]
-
-        async def submit() -> list[str]:
-            store = PgStore(StoreConfig(dsn=cluster.pc.dsn, min_connections=1, max_connections=1))
-            await store.open()
-            try:
-                ids = []
-                for kind, job_type in (("doomed", "doomed"), ("stalled", "tick")):
-                    now = SystemClock().now()
-                    row, _ = await submit_job(store, JobSpec(
-                        tenant="chaos-a", type=job_type, payload={"failpoint": self.name, "kind": kind},
-                        run_at=now + timedelta(seconds=3), retry=policy, idempotency_key=f"{self.name}-{kind}-{tag}"),
-                        now, cluster.spec.partitions)
-                    ids.append(str(row["id"]))
-                return ids
-            finally:
-                await store.close()
-
-        doomed, stalled = asyncio.run(submit())
+        p = self.POLICY
+        policy = RetryPolicy(initial_backoff=timedelta(seconds=p["initial_s"]), backoff_multiplier=p["multiplier"],
+                             max_backoff=timedelta(seconds=p["max_s"]), max_attempts=int(p["max_attempts"]))
+        with Client(cluster.pc.addresses()) as cw:  # the public door, as the traffic
+            doomed, stalled = (cw.submit(job_type, {"failpoint": self.name, "kind": kind}, delay=timedelta(seconds=3),
+                                         retry_policy=policy, idempotency_key=f"{self.name}-{kind}-{tag}",
+                                         tenant="chaos-a").id
+                               for kind, job_type in (("doomed", "doomed"), ("stalled", "tick")))
         # The history a long run of failures leaves (set before the jobs are due, so no worker saw them).
         marked = cluster.pc.sql(
             "UPDATE executions SET attempt = 994, fencing_token = 994 WHERE id = %s AND state = 'scheduled'"

@@ -24,6 +24,7 @@ from typing import Any
 
 import psycopg
 
+from cronwheel.client import Client, Execution, Schedule
 from cronwheel.cluster.coordination.etcd import Etcd
 from cronwheel.errors import Unavailable
 from cronwheel.localservers import LocalEtcd, LocalPostgres, die_with_parent
@@ -186,6 +187,10 @@ class ProcessCluster:
     def live_nodes(self) -> list[str]:
         return [n for n, p in self.nodes.items() if p.alive()]
 
+    def addresses(self) -> list[str]:
+        """The API addresses of the live nodes (a worker has none), for a Client."""
+        return [p.address for p in self.nodes.values() if p.alive() and p.address]
+
     # ------------------------------------------------------------------ observations
 
     def owners(self) -> dict[int, tuple[str, int]]:
@@ -264,38 +269,17 @@ def run_async(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def create_schedules(dsn: str, partitions: int, specs: list[Any]) -> list[dict[str, Any]]:
-    """Create schedules through the same command the API uses (validation, event, NOTIFY)."""
-    from cronwheel.clock import SystemClock
-    from cronwheel.cluster.commands.schedules import create_schedule
-    from cronwheel.storage import PgStore, StoreConfig
-
-    async def go() -> list[dict[str, Any]]:
-        store = PgStore(StoreConfig(dsn=dsn, max_connections=2))
-        await store.open()
-        try:
-            return [await create_schedule(store, s, SystemClock().now(), partitions) for s in specs]
-        finally:
-            await store.close()
-
-    return list(asyncio.run(go()))
+def create_schedules(cluster: ProcessCluster, specs: list[dict[str, Any]], token: str | None = None) -> list[Schedule]:
+    """Create schedules through the public door, as any user does: `Client.create_schedule(**spec)`
+    at the cluster's live nodes (the API's validation, audit event and NOTIFY all happen)."""
+    with Client(cluster.addresses(), token=token) as cw:
+        return [cw.create_schedule(**s) for s in specs]
 
 
-def submit_jobs(dsn: str, partitions: int, jobs: list[Any]) -> list[tuple[dict[str, Any], bool]]:
-    """Submit one-off jobs through the same command the API uses."""
-    from cronwheel.clock import SystemClock
-    from cronwheel.cluster.commands.runs import submit_job
-    from cronwheel.storage import PgStore, StoreConfig
-
-    async def go() -> list[tuple[dict[str, Any], bool]]:
-        store = PgStore(StoreConfig(dsn=dsn, max_connections=2))
-        await store.open()
-        try:
-            return [await submit_job(store, j, SystemClock().now(), partitions) for j in jobs]
-        finally:
-            await store.close()
-
-    return list(asyncio.run(go()))
+def submit_jobs(cluster: ProcessCluster, jobs: list[dict[str, Any]], token: str | None = None) -> list[Execution]:
+    """Submit one-off jobs through the public door: `Client.submit(**job)` at the live nodes."""
+    with Client(cluster.addresses(), token=token) as cw:
+        return [cw.submit(**j) for j in jobs]
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

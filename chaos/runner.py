@@ -89,8 +89,8 @@ def run(cfg: RunConfig) -> tuple[int, dict[str, Any]]:
     traffic: Traffic | None = None
     try:
         cluster.start()
-        create_workload(cluster.pc.dsn, spec.partitions, overlap=scenario.overlap_schedules)
-        traffic = Traffic(cluster.pc.dsn, spec.partitions, cfg.seed)
+        create_workload(cluster.pc.addresses(), overlap=scenario.overlap_schedules)
+        traffic = Traffic(cluster.pc.addresses, cfg.seed)
         traffic.start()
         window_start = time.time()
         time.sleep(WARMUP_S)

@@ -24,25 +24,18 @@ idempotency key, so a submission retried across a PostgreSQL restart is stored o
 
 from __future__ import annotations
 
-import asyncio
 import random
 import threading
 import time
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-import psycopg
-
-from chaos.harness import create_schedules
 from chaos.history import SubmittedJob
-from cronwheel.clock import SystemClock
-from cronwheel.cluster.commands.runs import JobSpec, submit_job
-from cronwheel.cluster.commands.schedules import ScheduleSpec
-from cronwheel.cluster.commands.values import RetryPolicy
-from cronwheel.errors import CronwheelError
-from cronwheel.storage import PgStore, StoreConfig
+from cronwheel.client import ApiError, ApplyPlan, Client, RetryPolicy
 
-RETRY = RetryPolicy(initial_s=0.5, multiplier=2.0, max_s=2.0, max_attempts=6)
+RETRY = RetryPolicy(initial_backoff=timedelta(seconds=0.5), backoff_multiplier=2.0,
+                    max_backoff=timedelta(seconds=2), max_attempts=6)
 TENANTS = ("chaos-a", "chaos-b")
 
 SCHEDULES: tuple[tuple[str, str, str, str, str, dict[str, Any]], ...] = (
@@ -52,7 +45,7 @@ SCHEDULES: tuple[tuple[str, str, str, str, str, dict[str, Any]], ...] = (
     ("sec-kolkata-flaky", "* * * * * *", "Asia/Kolkata", "skip", "flaky", {}),
     ("sec-lord-howe-catch-up", "* * * * * *", "Australia/Lord_Howe", "catch_up", "tick", {}),
     ("2s-london-run-once", "*/2 * * * * *", "Europe/London", "run_once", "tick", {}),
-    ("3s-kolkata-jitter", "*/3 * * * * *", "Asia/Kolkata", "catch_up", "tick", {"jitter_s": 0.8}),
+    ("3s-kolkata-jitter", "*/3 * * * * *", "Asia/Kolkata", "catch_up", "tick", {"jitter": 0.8}),
     ("h5s-new-york", "H/5 * * * * *", "America/New_York", "skip", "tick", {}),
     ("min-london", "* * * * *", "Europe/London", "skip", "tick", {}),
     ("min-new-york", "* * * * *", "America/New_York", "run_once", "tick", {}),
@@ -72,17 +65,21 @@ OVERLAP_SCHEDULES: tuple[tuple[str, str, str, str, str, dict[str, Any]], ...] = 
 )
 
 
-def schedule_specs(overlap: bool = False) -> list[ScheduleSpec]:
+def schedule_specs(overlap: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """tenant -> its schedules, as specs of Client.apply (create_schedule's keyword arguments)."""
     rows = SCHEDULES + (OVERLAP_SCHEDULES if overlap else ())
-    return [
-        ScheduleSpec(tenant=TENANTS[i % 2], name=name, cron=cron, timezone=tz, job_type=job,
-                     misfire_policy=misfire, max_catch_up=100, retry=RETRY, payload={"schedule": name}, **kw)
-        for i, (name, cron, tz, misfire, job, kw) in enumerate(rows)
-    ]
+    out: dict[str, list[dict[str, Any]]] = {t: [] for t in TENANTS}
+    for i, (name, cron, tz, misfire, job, kw) in enumerate(rows):
+        out[TENANTS[i % 2]].append(dict(name=name, cron=cron, timezone=tz, job_type=job, misfire_policy=misfire,
+                                        max_catch_up=100, retry_policy=RETRY, payload={"schedule": name}, **kw))
+    return out
 
 
-def create_workload(dsn: str, partitions: int, overlap: bool = False) -> list[dict[str, Any]]:
-    return create_schedules(dsn, partitions, schedule_specs(overlap))
+def create_workload(addresses: Sequence[str], overlap: bool = False) -> list[ApplyPlan]:
+    """The schedules, created through the public door: `Client.apply` per tenant (safe to run
+    again: a second apply changes nothing)."""
+    with Client(addresses) as cw:
+        return [cw.apply(specs, tenant=tenant) for tenant, specs in schedule_specs(overlap).items()]
 
 
 def job_plan(seed: int, i: int) -> tuple[str, float, dict[str, Any]]:
@@ -97,17 +94,18 @@ def job_plan(seed: int, i: int) -> tuple[str, float, dict[str, Any]]:
 
 
 class Traffic:
-    """Submits one-off jobs about once a second from its own thread (with its own event loop and a
-    small pool), until `stop()`. Submissions that fail (PostgreSQL restarting) are retried with the
-    same idempotency key."""
+    """Submits one-off jobs about once a second from its own thread, through the Client at the
+    cluster's live nodes (`addresses()` is asked again after a failure: nodes come and go), until
+    `stop()`. A submission that fails (a node or PostgreSQL restarting) is retried with the same
+    idempotency key, so it is stored once."""
 
-    def __init__(self, dsn: str, partitions: int, seed: int, every_s: float = 1.0) -> None:
-        self.dsn, self.partitions, self.seed, self.every_s = dsn, partitions, seed, every_s
+    def __init__(self, addresses: Callable[[], list[str]], seed: int, every_s: float = 1.0) -> None:
+        self.addresses, self.seed, self.every_s = addresses, seed, every_s
         self.submitted: list[SubmittedJob] = []
         self.retries = 0
         self.failed: list[str] = []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), name="chaos-traffic", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="chaos-traffic", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -116,35 +114,38 @@ class Traffic:
         self._stop.set()
         self._thread.join(60)
 
-    async def _run(self) -> None:
-        store = PgStore(StoreConfig(dsn=self.dsn, min_connections=1, max_connections=2))
-        await store.open()
+    def _client(self) -> Client:
+        return Client(self.addresses() or ["127.0.0.1:1"], deadline_s=5.0, retries=3)
+
+    def _run(self) -> None:
+        cw = self._client()
         try:
             i = 0
             while not self._stop.is_set():
-                await self._submit(store, i)
+                cw = self._submit(cw, i)
                 i += 1
-                await asyncio.sleep(self.every_s * random.Random(f"{self.seed}:gap:{i}").uniform(0.6, 1.4))
+                self._stop.wait(self.every_s * random.Random(f"{self.seed}:gap:{i}").uniform(0.6, 1.4))
         finally:
-            await store.close()
+            cw.close()
 
-    async def _submit(self, store: PgStore, i: int) -> None:
+    def _submit(self, cw: Client, i: int) -> Client:
         kind, delay, payload = job_plan(self.seed, i)
         key = f"chaos-{self.seed}-{i}"
         for _attempt in range(40):
-            now = SystemClock().now()
-            run_at = now + timedelta(seconds=delay) if delay else None
-            spec = JobSpec(tenant=TENANTS[i % 2], type=kind, payload=payload, run_at=run_at, retry=RETRY,
-                           idempotency_key=key)
             try:
-                row, _dedup = await submit_job(store, spec, now, self.partitions)
-            except (CronwheelError, psycopg.Error) as exc:
+                ex = cw.submit(kind, payload, delay=timedelta(seconds=delay) if delay else None, retry_policy=RETRY,
+                               idempotency_key=key, tenant=TENANTS[i % 2])
+            except ApiError as exc:
                 self.retries += 1
                 if self._stop.is_set():
                     self.failed.append(f"{key}: {exc}")
-                    return
-                await asyncio.sleep(0.25)
+                    return cw
+                time.sleep(0.25)
+                cw.close()
+                cw = self._client()  # the live nodes now
                 continue
-            self.submitted.append(SubmittedJob(str(row["id"]), kind, row["run_at"].timestamp(), key, time.time()))
-            return
+            assert ex.run_at is not None
+            self.submitted.append(SubmittedJob(ex.id, kind, ex.run_at.timestamp(), key, time.time()))
+            return cw
         self.failed.append(f"{key}: gave up after 40 attempts")
+        return cw

@@ -5,12 +5,16 @@
   for an execution, cluster status and events, with plain values in and out (cronwheel.client.types)
   and typed errors (cronwheel.client.errors); fail-over between node addresses, token, TLS,
   deadlines and retries of calls safe to repeat.
+- `Client.apply(specs, tenant=..., prune=..., dry_run=...)`: declarative schedules reconciled
+  by name (cronwheel.client.apply: ApplyPlan, PlannedSchedule, FieldChange, SpecError).
 - `Worker` (and `JobContext`, `NonRetryable`, `WorkerStopped`): run handlers for job types;
   at-least-once, with heartbeats, checkpoints and fencing tokens; reports sent in the background
   and never dropped while the lease holds (see cronwheel.client.worker).
 - `load_worker(module)`: find the Worker a module defines (used by `cronwheel worker MODULE`).
 """
 
+from cronwheel.client.apply import Action as ApplyAction
+from cronwheel.client.apply import ApplyPlan, FieldChange, PlannedSchedule, SpecError
 from cronwheel.client.async_client import AsyncClient
 from cronwheel.client.client import Client
 from cronwheel.client.errors import (
@@ -28,6 +32,9 @@ from cronwheel.client.errors import (
 from cronwheel.client.types import (
     Backfill,
     ClusterStatus,
+    CreatedWebhook,
+    Delivery,
+    DeliveryState,
     DstGapPolicy,
     DstPolicy,
     DstRepeatedPolicy,
@@ -46,18 +53,22 @@ from cronwheel.client.types import (
     SubmittedJob,
     TickOutcome,
     Trigger,
+    Webhook,
 )
 from cronwheel.client.worker import JobContext, NonRetryable, Worker
 from cronwheel.client.worker_connection import WorkerStopped
+from cronwheel.v1.webhook_signature import verify as verify_webhook_signature
 
 __all__ = [
-    "AlreadyExists", "ApiError", "AsyncClient", "Backfill", "Client", "ClusterStatus", "DeadlineExceeded",
+    "AlreadyExists", "ApiError", "AsyncClient", "Backfill", "Client", "ClusterStatus", "CreatedWebhook",
+    "DeadlineExceeded", "Delivery", "DeliveryState",
     "DstGapPolicy", "DstPolicy", "DstRepeatedPolicy", "Event", "Execution", "ExecutionState", "ExplainedTick",
     "Explanation", "FailedPrecondition", "InvalidArgument", "JobContext", "JobSpec", "MisfirePolicy", "NonRetryable",
     "NotFound", "OverlapPolicy", "PermissionDenied", "PreviewedTick", "Priority", "ResourceExhausted",
     "RetryPolicy", "Schedule", "SubmittedJob", "TickOutcome", "Trigger", "Unauthenticated", "Unavailable", "Worker",
-    "WorkerStopped", "load_worker",
+    "Webhook", "WorkerStopped", "load_worker", "verify_webhook_signature",
 ]
+__all__ += ["ApplyAction", "ApplyPlan", "FieldChange", "PlannedSchedule", "SpecError"]  # apply
 
 
 def load_worker(module_name: str) -> Worker:

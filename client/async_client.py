@@ -19,6 +19,7 @@ import grpc
 
 from cronwheel.clock import Clock, SystemClock
 
+from . import apply as declarative
 from . import calls
 from . import types as t
 from .client import by_name, looks_like_uuid
@@ -64,6 +65,29 @@ def _many(plan: Callable[Concatenate[calls.Context, P], calls.Many[T]]
             except ApiError as exc:
                 raise calls.at_offset(exc, start, out) from None
         return out
+
+    return calls.as_method(plan, method)
+
+
+def _steps(plan: Callable[Concatenate[calls.Context, P], calls.Steps[T]]
+           ) -> Callable[Concatenate[AsyncClient, P], Any]:
+    async def method(self: AsyncClient, *args: P.args, **kwargs: P.kwargs) -> T:
+        gen = plan(self._ctx, *args, **kwargs).run
+        answer: Any = None
+        failed: ApiError | None = None
+        while True:
+            try:
+                step = gen.throw(failed) if failed is not None else gen.send(answer)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            answer, failed = None, None
+            try:
+                if isinstance(step, calls.Call):
+                    answer = await self._run(step)
+                else:
+                    answer = [item async for item in self._items(step)]
+            except ApiError as exc:
+                failed = exc
 
     return calls.as_method(plan, method)
 
@@ -143,6 +167,7 @@ class AsyncClient:
     create_schedule = _call(calls.create_schedule)
     update_schedule = _call(calls.update_schedule)
     list_schedules = _pages(calls.list_schedules)
+    schedules_page = _call(calls.schedules_page)
     delete = _call(calls.delete)
     pause = _call(calls.pause)
     resume = _call(calls.resume)
@@ -150,6 +175,7 @@ class AsyncClient:
     backfill = _call(calls.backfill)
     preview = _call(calls.preview)
     explain = _gather(calls.explain)
+    apply = _steps(declarative.apply)
 
     async def get_schedule(self, id_or_name: str, *, tenant: str | None = None) -> t.Schedule:
         """As Client.get_schedule: by id or by name."""
@@ -164,6 +190,7 @@ class AsyncClient:
     submit_many = _many(calls.submit_many)
     get_execution = _call(calls.get_execution)
     list_executions = _pages(calls.list_executions)
+    executions_page = _call(calls.executions_page)
     cancel = _call(calls.cancel)
     retry = _call(calls.retry)
 
@@ -184,6 +211,11 @@ class AsyncClient:
     # ------------------------------------------------------------------------------ cluster
 
     status = _call(calls.status)
+
+    create_webhook = _call(calls.create_webhook)
+    list_webhooks = _pages(calls.list_webhooks)
+    delete_webhook = _call(calls.delete_webhook)
+    list_deliveries = _pages(calls.list_deliveries)
 
     async def events(self, since: int = 0, *, follow: bool = False, poll_s: float = 1.0,
                      tenant: str | None = None, schedule_id: str | None = None, execution_id: str | None = None,

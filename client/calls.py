@@ -8,7 +8,8 @@ A plan returns one of:
   (submit and trigger with an idempotency key, pause, resume, cancel, backfill);
 - `Pages`: a List RPC followed page by page, yielding converted items;
 - `Gather`: every page of a List RPC, folded into one value (explain);
-- `Many`: several Calls sent one after the other, their results concatenated (submit_many).
+- `Many`: several Calls sent one after the other, their results concatenated (submit_many);
+- `Steps`: several calls chosen as it goes (apply, client/apply.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import functools
 import inspect
 import re
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -34,7 +35,7 @@ from .errors import ApiError
 T = TypeVar("T")
 S = scheduler_pb2
 A = admin_pb2
-SCHEDULER, ADMIN = "scheduler", "admin"
+SCHEDULER, ADMIN, WEBHOOKS = "scheduler", "admin", "webhooks"
 UNSET: Any = object()  # update_schedule: a keyword argument that was not given
 
 
@@ -77,6 +78,15 @@ class Many(Generic[T]):
     starts: list[int]
 
 
+@dataclass(frozen=True, slots=True)
+class Steps(Generic[T]):
+    """A generator that yields Calls and Pages and returns the method's value: each Call is
+    answered with its converted result, each Pages with the list of every item, and a call's
+    ApiError is thrown into the generator at its yield."""
+
+    run: Generator[Call[Any] | Pages[Any], Any, T]
+
+
 def as_method(plan: Callable[..., Any], method: Any) -> Any:
     """`method` (a Client method calling `plan`) with plan's name, documentation and signature,
     less the Context and with `self` (what help() and IDEs show)."""
@@ -105,8 +115,12 @@ def create_schedule(ctx: Context, name: str, cron: str, job_type: str, *, timezo
                     overlap_policy: t.OverlapPolicy | str | None = None,  # type: ignore[valid-type]
                     dst_policy: t.DstPolicy | None = None, jitter: timedelta | None = None,
                     alert_if_no_success_within: timedelta | None = None, paused: bool = False,
-                    tenant: str | None = None, id: str | None = None) -> Call[t.Schedule]:
+                    tenant: str | None = None, id: str | None = None, keep_last: int | None = None,
+                    keep_succeeded_for: timedelta | None = None,
+                    keep_failed_for: timedelta | None = None) -> Call[t.Schedule]:
     """Creates a schedule: fires `job_type` with `payload` at every tick of `cron` in `timezone`.
+    Retention: `keep_last` N finished runs at most, succeeded/skipped/cancelled runs kept
+    `keep_succeeded_for`, failed/dead ones `keep_failed_for` (None: the cluster's windows).
     Raises AlreadyExists when the tenant has a live schedule of that name, InvalidArgument naming
     the field for a bad value. Not retried on UNAVAILABLE unless the request never left."""
     values = dict(locals())
@@ -122,15 +136,22 @@ def update_schedule(ctx: Context, schedule_id: str, *, expected_version: int = 0
     field to its default, e.g. `jitter=None`; a RetryPolicy or DstPolicy replaces the whole policy,
     its None fields taking their defaults), guarded by `expected_version` when non-zero
     (FailedPrecondition on a conflict). Keywords: those of create_schedule except tenant, id and
-    paused (use pause/resume)."""
+    paused (use pause/resume), and one field of a policy leaving its others unchanged:
+    max_attempts, initial_backoff, backoff_multiplier, max_backoff (of retry_policy), dst_gap,
+    dst_repeated_hour (of dst_policy)."""
     if not changes:
         raise c.BadValue("changes", "name at least one field to change, e.g. cron='0 3 * * *'")
     for key in changes:
-        if key not in c.SCHEDULE_FIELDS:
-            raise c.BadValue(key, f"not an updatable field (expected one of {', '.join(c.SCHEDULE_FIELDS)})")
+        if key not in c.SCHEDULE_FIELDS and key not in c.POLICY_FIELDS:
+            raise c.BadValue(key, f"not an updatable field (expected one of "
+                                  f"{', '.join([*c.SCHEDULE_FIELDS, *c.POLICY_FIELDS])})")
+    parts = {k: changes.pop(k) for k in list(changes) if k in c.POLICY_FIELDS}
+    for key in parts:
+        if c.POLICY_FIELDS[key][0] in changes:
+            raise c.BadValue(key, f"give {c.POLICY_FIELDS[key][0]} or its fields, not both")
     msg = c.schedule_message(changes)
     msg.id = schedule_id
-    mask = FieldMask(paths=[c.SCHEDULE_FIELDS[k][0] for k in changes])
+    mask = FieldMask(paths=[c.SCHEDULE_FIELDS[k][0] for k in changes] + c.policy_fields(msg, parts))
     req = S.UpdateScheduleRequest(schedule=msg, expected_version=expected_version, update_mask=mask)
     return Call(SCHEDULER, "UpdateSchedule", req, lambda r: c.schedule(r.schedule), safe=True)
 
@@ -140,14 +161,34 @@ def get_schedule_by_id(ctx: Context, schedule_id: str) -> Call[t.Schedule]:
                 lambda r: c.schedule(r.schedule), safe=True)
 
 
-def list_schedules(ctx: Context, *, tenant: str | None = None, job_type: str | None = None,
-                   paused: bool | None = None, page_size: int = 100) -> Pages[t.Schedule]:
-    """Every live schedule the caller sees (optionally of one tenant, job type, paused or not),
-    ordered by creation; pages are fetched as the iterator is consumed."""
-    req = S.ListSchedulesRequest(tenant=tenant or "", job_type=job_type or "", page_size=_page_size(page_size))
+def _schedules_request(tenant: str | None, job_type: str | None, paused: bool | None, page_size: int,
+                       name_contains: str | None, order_by: str | None) -> Any:
+    req = S.ListSchedulesRequest(tenant=tenant or "", job_type=job_type or "", page_size=_page_size(page_size),
+                                 name_contains=name_contains or "", order_by=order_by or "")
     if paused is not None:
         req.paused = paused
+    return req
+
+
+def list_schedules(ctx: Context, *, tenant: str | None = None, job_type: str | None = None,
+                   paused: bool | None = None, page_size: int = 100, name_contains: str | None = None,
+                   order_by: str | None = None) -> Pages[t.Schedule]:
+    """Every live schedule the caller sees (optionally of one tenant, job type, paused or not,
+    whose name contains `name_contains` ignoring case), ordered by creation (or by name with
+    `order_by="name"`); pages are fetched as the iterator is consumed."""
+    req = _schedules_request(tenant, job_type, paused, page_size, name_contains, order_by)
     return Pages(SCHEDULER, "ListSchedules", req, lambda r: [c.schedule(s) for s in r.schedules])
+
+
+def schedules_page(ctx: Context, *, tenant: str | None = None, job_type: str | None = None,
+                   paused: bool | None = None, page_size: int = 100, name_contains: str | None = None,
+                   order_by: str | None = None, page_token: str = "") -> Call[t.Page[t.Schedule]]:
+    """One page of list_schedules (same filters): its schedules and the token of the next page
+    ("" on the last), for a caller that pages on demand (the console)."""
+    req = _schedules_request(tenant, job_type, paused, page_size, name_contains, order_by)
+    req.page_token = page_token
+    return Call(SCHEDULER, "ListSchedules", req,
+                lambda r: t.Page(tuple(c.schedule(s) for s in r.schedules), r.next_page_token), safe=True)
 
 
 def delete(ctx: Context, schedule_id: str, *, expected_version: int = 0, cancel_pending: bool = False,
@@ -299,6 +340,42 @@ def submit_many(ctx: Context, jobs: Iterable[t.JobSpec | dict[str, Any]]) -> Man
     return Many(calls, starts)
 
 
+# ------------------------------------------------------------------------------------ webhooks
+
+
+def create_webhook(ctx: Context, url: str, *, kinds: Iterable[str] = (), tenant: str | None = None,
+                   schedule_id: str | None = None, secret: str | None = None,
+                   description: str = "") -> Call[t.CreatedWebhook]:
+    """Subscribes `url` to event `kinds` (none: the alerts dead_letter, no_success_alert,
+    misfire_refused, execution_failed), optionally of one tenant and one schedule. Returns the webhook and its
+    signing secret (generated when not given), which is shown only here. Not retried."""
+    req = A.CreateWebhookRequest(url=url, kinds=list(kinds), tenant=tenant or "", schedule_id=schedule_id or "",
+                                 secret=secret or "", description=description)
+    return Call(WEBHOOKS, "CreateWebhook", req, c.created_webhook, safe=False)
+
+
+def list_webhooks(ctx: Context, *, tenant: str | None = None, page_size: int = 100) -> Pages[t.Webhook]:
+    """Webhooks by ascending id (without their secrets)."""
+    req = A.ListWebhooksRequest(tenant=tenant or "", page_size=_page_size(page_size))
+    return Pages(WEBHOOKS, "ListWebhooks", req, lambda r: [c.webhook(w) for w in r.webhooks])
+
+
+def delete_webhook(ctx: Context, webhook_id: str) -> Call[int]:
+    """Deletes a webhook and its deliveries; returns how many were still pending (not sent)."""
+    req = A.DeleteWebhookRequest(webhook_id=webhook_id)
+    return Call(WEBHOOKS, "DeleteWebhook", req, lambda r: int(r.dropped_pending), safe=False)
+
+
+def list_deliveries(ctx: Context, *, webhook_id: str | None = None, event_id: int = 0,
+                    state: t.DeliveryState | str | None = None,  # type: ignore[valid-type]
+                    tenant: str | None = None, page_size: int = 100) -> Pages[t.Delivery]:
+    """Deliveries newest first: state (pending, delivered, failed), attempts, last error."""
+    req = A.ListDeliveriesRequest(webhook_id=webhook_id or "", event_id=event_id, tenant=tenant or "",
+                                  state=c.enum_number(t.DeliveryState, state, "state"),  # type: ignore[arg-type]
+                                  page_size=_page_size(page_size))
+    return Pages(WEBHOOKS, "ListDeliveries", req, lambda r: [c.delivery(d) for d in r.deliveries])
+
+
 def _submitted(keys: list[str], resp: S.SubmitJobsResponse) -> list[t.SubmittedJob]:
     return [c.submitted(r, key) for r, key in zip(resp.results, keys, strict=True)]
 
@@ -350,19 +427,37 @@ def get_execution(ctx: Context, execution_id: str) -> Call[t.Execution]:
                 lambda r: c.execution(r.execution), safe=True)
 
 
-def list_executions(ctx: Context, *, tenant: str | None = None, schedule_id: str | None = None,
-                    states: Iterable[t.ExecutionState | str] = (),  # type: ignore[valid-type]
-                    scheduled_from: datetime | None = None, scheduled_until: datetime | None = None,
-                    type: str | None = None, page_size: int = 100) -> Pages[t.Execution]:
-    """Executions matching every filter, newest scheduled_for first (scheduled_from inclusive,
-    scheduled_until exclusive); pages are fetched as the iterator is consumed."""
+def _executions_request(tenant: str | None, schedule_id: str | None, states: Iterable[Any],
+                        scheduled_from: datetime | None, scheduled_until: datetime | None, type: str | None,
+                        page_size: int) -> Any:
     req = S.ListExecutionsRequest(
         tenant=tenant or "", schedule_id=schedule_id or "",
         states=[c.enum_number(t.ExecutionState, s, "states") for s in states], type=type or "",
         page_size=_page_size(page_size))
     if scheduled_from is not None or scheduled_until is not None:
         req.scheduled_for.CopyFrom(c.time_range(scheduled_from, scheduled_until, "scheduled"))
+    return req
+
+
+def list_executions(ctx: Context, *, tenant: str | None = None, schedule_id: str | None = None,
+                    states: Iterable[t.ExecutionState | str] = (),  # type: ignore[valid-type]
+                    scheduled_from: datetime | None = None, scheduled_until: datetime | None = None,
+                    type: str | None = None, page_size: int = 100) -> Pages[t.Execution]:
+    """Executions matching every filter, newest scheduled_for first (scheduled_from inclusive,
+    scheduled_until exclusive); pages are fetched as the iterator is consumed."""
+    req = _executions_request(tenant, schedule_id, states, scheduled_from, scheduled_until, type, page_size)
     return Pages(SCHEDULER, "ListExecutions", req, lambda r: [c.execution(e) for e in r.executions])
+
+
+def executions_page(ctx: Context, *, tenant: str | None = None, schedule_id: str | None = None,
+                    states: Iterable[t.ExecutionState | str] = (),  # type: ignore[valid-type]
+                    scheduled_from: datetime | None = None, scheduled_until: datetime | None = None,
+                    type: str | None = None, page_size: int = 100, page_token: str = "") -> Call[t.Page[t.Execution]]:
+    """One page of list_executions (same filters) and the token of the next page ("" on the last)."""
+    req = _executions_request(tenant, schedule_id, states, scheduled_from, scheduled_until, type, page_size)
+    req.page_token = page_token
+    return Call(SCHEDULER, "ListExecutions", req,
+                lambda r: t.Page(tuple(c.execution(e) for e in r.executions), r.next_page_token), safe=True)
 
 
 def cancel(ctx: Context, execution_id: str, *, reason: str = "") -> Call[t.Execution]:

@@ -21,7 +21,7 @@ _NUMBERS: dict[type, dict[str, int]] = {
     t.Priority: by_name(enums.PRIORITY), t.MisfirePolicy: by_name(enums.MISFIRE),
     t.OverlapPolicy: by_name(enums.OVERLAP), t.DstGapPolicy: by_name(enums.DST_GAP),
     t.DstRepeatedPolicy: by_name(enums.DST_REPEATED), t.ExecutionState: by_name(enums.STATE),
-    t.Trigger: by_name(enums.TRIGGER),
+    t.Trigger: by_name(enums.TRIGGER), t.DeliveryState: by_name(t.DELIVERY_STATES),
 }
 
 
@@ -82,9 +82,20 @@ def retry_policy(value: t.RetryPolicy | None, field: str = "retry_policy") -> co
         raise BadValue(field, f"expected a RetryPolicy, got {value!r}")
     return common_pb2.RetryPolicy(
         initial_backoff=duration(value.initial_backoff, f"{field}.initial_backoff"),
-        backoff_multiplier=value.backoff_multiplier or 0.0,
+        backoff_multiplier=not_zero(value.backoff_multiplier, f"{field}.backoff_multiplier", "1..100"),
         max_backoff=duration(value.max_backoff, f"{field}.max_backoff"),
-        max_attempts=value.max_attempts or 0)
+        max_attempts=not_zero(value.max_attempts, f"{field}.max_attempts", "1..1000"))
+
+
+def not_zero(value: Any, field: str, valid: str) -> Any:
+    """A count or factor whose 0 on the wire means "the server's default" (proto3 has no presence
+    for it): None is how a caller asks for the default, so a 0 given is refused as out of range,
+    like 1001, rather than silently replaced by the default."""
+    if value is None:
+        return 0
+    if value == 0 and not isinstance(value, bool):
+        raise BadValue(field, f"must be {valid} (None: the server's default), got {value}")
+    return value
 
 
 def dst_policy(value: t.DstPolicy | None, field: str = "dst_policy") -> common_pb2.DstPolicy | None:
@@ -110,13 +121,45 @@ SCHEDULE_FIELDS: dict[str, tuple[str, Any]] = {
     "retry_policy": ("retry_policy", lambda v, f: retry_policy(v, f)),
     "attempt_timeout": ("timeout", duration),
     "misfire_policy": ("misfire_policy", lambda v, f: enum_number(t.MisfirePolicy, v, f)),
-    "max_catch_up": ("max_catch_up", lambda v, f: v or 0),
+    "max_catch_up": ("max_catch_up", lambda v, f: not_zero(v, f, "1..1000")),
     "overlap_policy": ("overlap_policy", lambda v, f: enum_number(t.OverlapPolicy, v, f)),
     "dst_policy": ("dst_policy", lambda v, f: dst_policy(v, f)),
     "jitter": ("jitter", duration),
     "alert_if_no_success_within": ("alert_if_no_success_within", duration),
+    "keep_last": ("keep_last", lambda v, f: count(v, f)),
+    "keep_succeeded_for": ("keep_succeeded_for", duration),
+    "keep_failed_for": ("keep_failed_for", duration),
 }
+
+
+def count(value: int | None, field: str) -> int | None:
+    """An optional whole number (None: unset)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadValue(field, f"must be an int, got {type(value).__name__}")
+    return value
 CREATE_ONLY = {"id", "tenant", "paused"}
+# update_schedule only: one field of a policy, its other fields unchanged (the mask names the
+# sub-field): keyword -> (policy keyword, the policy's field).
+POLICY_FIELDS: dict[str, tuple[str, str]] = {
+    "max_attempts": ("retry_policy", "max_attempts"), "initial_backoff": ("retry_policy", "initial_backoff"),
+    "backoff_multiplier": ("retry_policy", "backoff_multiplier"), "max_backoff": ("retry_policy", "max_backoff"),
+    "dst_gap": ("dst_policy", "gap"), "dst_repeated_hour": ("dst_policy", "repeated_hour"),
+}
+
+
+def policy_fields(msg: common_pb2.Schedule, parts: dict[str, Any]) -> list[str]:
+    """Sets the POLICY_FIELDS keywords `parts` on `msg`; returns their mask paths."""
+    by_policy: dict[str, dict[str, Any]] = {}
+    for key, value in parts.items():
+        policy, sub = POLICY_FIELDS[key]
+        by_policy.setdefault(policy, {})[sub] = value
+    if "retry_policy" in by_policy:
+        msg.retry_policy.CopyFrom(retry_policy(t.RetryPolicy(**by_policy["retry_policy"])))
+    if "dst_policy" in by_policy:
+        msg.dst_policy.CopyFrom(dst_policy(t.DstPolicy(**by_policy["dst_policy"])))
+    return [f"{policy}.{sub}" for policy, subs in by_policy.items() for sub in subs]
 
 
 def schedule_message(values: dict[str, Any]) -> common_pb2.Schedule:
@@ -186,7 +229,9 @@ def schedule(msg: common_pb2.Schedule) -> t.Schedule:
         next_run_at=_ts(msg, "next_run_at"), last_scheduled_for=_ts(msg, "last_scheduled_for"),
         alert_if_no_success_within=_dur(msg, "alert_if_no_success_within"),
         last_success_at=_ts(msg, "last_success_at"), created_at=_ts(msg, "created_at"),
-        updated_at=_ts(msg, "updated_at"))
+        updated_at=_ts(msg, "updated_at"),
+        keep_last=msg.keep_last if msg.HasField("keep_last") else None,
+        keep_succeeded_for=_dur(msg, "keep_succeeded_for"), keep_failed_for=_dur(msg, "keep_failed_for"))
 
 
 def execution(msg: common_pb2.Execution, deduplicated: bool = False) -> t.Execution:
@@ -249,3 +294,21 @@ def event(msg: admin_pb2.Event) -> t.Event:
                    schedule_id=msg.schedule_id or None, execution_id=msg.execution_id or None,
                    partition=msg.partition if msg.HasField("partition") else None, actor=msg.actor,
                    alert=msg.alert, data=_json(msg.data_json) or {})
+
+
+def webhook(msg: admin_pb2.Webhook) -> t.Webhook:
+    return t.Webhook(id=msg.id, tenant=msg.tenant or None, url=msg.url, kinds=tuple(msg.kinds),
+                     schedule_id=msg.schedule_id or None, description=msg.description,
+                     created_at=_ts(msg, "created_at"), created_by=msg.created_by)
+
+
+def created_webhook(msg: admin_pb2.CreateWebhookResponse) -> t.CreatedWebhook:
+    return t.CreatedWebhook(webhook=webhook(msg.webhook), secret=msg.secret)
+
+
+def delivery(msg: admin_pb2.Delivery) -> t.Delivery:
+    return t.Delivery(id=msg.id, webhook_id=msg.webhook_id, event_id=msg.event_id, kind=msg.kind,
+                      state=_enum(t.DeliveryState, msg.state, t.DELIVERY_STATES), attempts=msg.attempts,
+                      next_attempt_at=_ts(msg, "next_attempt_at"), node=msg.node or None,
+                      last_status=msg.last_status or None, last_error=msg.last_error or None,
+                      created_at=_ts(msg, "created_at"), finished_at=_ts(msg, "finished_at"))

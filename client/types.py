@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from cronwheel.v1 import enums, scheduler_pb2
+from cronwheel.v1 import admin_pb2, enums, scheduler_pb2
+
+T = TypeVar("T")
 
 
 def _words(name: str, table: dict[int, str]) -> Any:
@@ -29,6 +31,8 @@ DstRepeatedPolicy = _words("DstRepeatedPolicy", enums.DST_REPEATED)  # first, la
 ExecutionState = _words("ExecutionState", enums.STATE)  # scheduled, queued, running, succeeded, ...
 Trigger = _words("Trigger", enums.TRIGGER)  # cron, manual, backfill, submit, catch_up
 TickOutcome = _words("TickOutcome", enums.words(scheduler_pb2.TickOutcome, "TICK_OUTCOME_"))
+DELIVERY_STATES = enums.words(admin_pb2.DeliveryState, "DELIVERY_STATE_")
+DeliveryState = _words("DeliveryState", DELIVERY_STATES)  # pending, delivered, failed
 
 # States an execution does not leave by itself (RetryExecution may bring DEAD, FAILED, CANCELLED
 # and SKIPPED back): what `wait` waits for.
@@ -79,6 +83,10 @@ class Schedule:
     last_success_at: datetime | None
     created_at: datetime | None
     updated_at: datetime | None
+    # Retention (None: the node's job-type window, else the cluster default; see docs/semantics.md).
+    keep_last: int | None = None
+    keep_succeeded_for: timedelta | None = None
+    keep_failed_for: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +160,14 @@ class SubmittedJob:
     partition: int
     run_at: datetime | None
     idempotency_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a list: its items and the token of the next page ("" on the last)."""
+
+    items: tuple[T, ...]
+    next_page_token: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,3 +255,43 @@ class Event:
     actor: str
     alert: bool
     data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """A webhook subscription (its secret is shown only by create_webhook)."""
+
+    id: str
+    tenant: str | None  # None: every tenant's events and the cluster's (admin webhooks)
+    url: str
+    kinds: tuple[str, ...]
+    schedule_id: str | None
+    description: str
+    created_at: datetime | None
+    created_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedWebhook:
+    """What create_webhook returns: the webhook and its signing secret, shown this once."""
+
+    webhook: Webhook
+    secret: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One event owed to one webhook: where it stands (attempts, last status and error)."""
+
+    id: str  # the Cronwheel-Delivery header: the same on every attempt
+    webhook_id: str
+    event_id: int
+    kind: str
+    state: DeliveryState  # type: ignore[valid-type]
+    attempts: int
+    next_attempt_at: datetime | None
+    node: str | None
+    last_status: int | None
+    last_error: str | None
+    created_at: datetime | None
+    finished_at: datetime | None

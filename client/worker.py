@@ -22,9 +22,15 @@ call) fills an idle worker, and heartbeats stay at 100 * 3 / lease_s RPCs/s (5/s
 run on the worker's own thread pool of `threads` (default 32) threads, never the loop's default
 executor; when more sync handlers run than threads, the rest wait for a thread (their timeout
 counts). A slot is free the moment its handler returns: reports go in the background (see
-cronwheel.client.worker_reports: batched, retried, flushed on exit). Lease calls are kept in
-flight while slots are free, each asking for min(free, 100), so an idle worker always waits in
-a long poll and is handed work as soon as a node queues it.
+cronwheel.client.worker_reports: batched, retried, flushed on exit). Prefetch: the worker leases
+up to `prefetch` runs (default min(concurrency, 100), one lease call's worth; 0 turns it off)
+beyond its free slots, so the next batch is on its way while the current one runs; they start
+in lease order as slots free, are heartbeated like running ones while they wait, and are handed
+back (worker_shutdown) if the worker stops first. A worker with slow handlers holds up to
+`prefetch` runs other workers could have started: lower it there. Lease calls are kept in
+flight while there is room, each asking for min(room, 100), so an idle worker always waits in a
+long poll and is handed work as soon as a node queues it (the node wakes waiting polls on its
+NOTIFY of queued work and on its own fire batches).
 
 Stopping a handler: the worker sets ctx.cancelled (and ctx.stop_reason) and, after a grace,
 cancels the handler's task (a sync handler cannot be interrupted: its thread runs on, its result
@@ -60,6 +66,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
@@ -71,8 +78,10 @@ from cronwheel.client.worker_context import JobContext, NonRetryable, Run, Stale
 from cronwheel.client.worker_policy import (
     CodeClass,
     StopReason,
+    Verdict,
     backoff_s,
     classify,
+    default_prefetch,
     lease_size,
     max_lease_calls,
     stronger,
@@ -93,6 +102,15 @@ DEFAULT_CONCURRENCY = 100
 DEFAULT_THREADS = 32
 
 
+@dataclass(slots=True, eq=False)
+class Pending:
+    """A run leased ahead of a free slot: started in lease order once one frees."""
+
+    ex: dispatch_pb2.LeasedExecution
+    t0: float  # monotonic: its lease counts from here (the call was sent, or its last heartbeat)
+    t1: float  # monotonic: the lease's answer arrived (its timeout counts from here)
+
+
 def _dur(seconds: float) -> Duration:
     d = Duration()
     d.FromNanoseconds(int(seconds * 1e9))
@@ -106,17 +124,21 @@ class Worker:
                  poll_wait_s: float = 10.0, tls: bool = False, ca_file: str | None = None,
                  cert_file: str | None = None, key_file: str | None = None, cancel_grace_s: float | None = None,
                  timeout_grace_s: float = 1.0, connect_timeout_s: float = 30.0, report_flush_s: float = 30.0,
-                 interceptors: Sequence[Any] = (), clock: Clock | None = None) -> None:
+                 interceptors: Sequence[Any] = (), clock: Clock | None = None, prefetch: int | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
+        if prefetch is not None and prefetch < 0:
+            raise ValueError(f"prefetch must be >= 0, got {prefetch}")
         self.address = address
         self.tls, self.ca_file, self.cert_file, self.key_file = tls, ca_file, cert_file, key_file
         self.interceptors = tuple(interceptors)
         self._connection().validate()
         self.worker_id = worker_id or f"{socket.gethostname()}-{id(self):x}"
         self.concurrency = concurrency
+        self._prefetch = prefetch
+        self.pending: list[Pending] = []  # leased ahead (prefetch), started as slots free, in lease order
         self.threads = threads
         self.lease_s = lease_s
         self.heartbeat_every_s = heartbeat_every_s or lease_s / 3
@@ -139,6 +161,18 @@ class Worker:
         self.reporter: Reporter | None = None
         self.completed = 0
         self.failed = 0
+
+    @property
+    def prefetch(self) -> int:
+        """Runs leased ahead of free slots: by default one lease call's worth
+        (min(concurrency, 100)), so the next batch is on its way while the current one runs."""
+        return default_prefetch(self.concurrency) if self._prefetch is None else self._prefetch
+
+    @prefetch.setter
+    def prefetch(self, value: int) -> None:
+        if value < 0:
+            raise ValueError(f"prefetch must be >= 0, got {value}")
+        self._prefetch = value
 
     @property
     def token(self) -> str | None:
@@ -226,12 +260,14 @@ class Worker:
         retry_at = 0.0
         failures = 0
         started = self.clock.monotonic()
-        max_calls = max_lease_calls(self.concurrency)
+        capacity = self.concurrency + self.prefetch  # slots plus the runs leased ahead of them
+        max_calls = max_lease_calls(capacity)
         try:
             while not self._stopping.is_set():
+                self._start_pending()
                 now = self.clock.monotonic()
                 while now >= retry_at:
-                    n = lease_size(self.concurrency, len(self.running), reserved, len(calls), max_calls)
+                    n = lease_size(capacity, len(self.running) + len(self.pending), reserved, len(calls), max_calls)
                     if n == 0:
                         break
                     task = asyncio.create_task(self._lease(n), name="worker-lease")
@@ -254,8 +290,8 @@ class Worker:
                         continue
                     failures = 0
                     self._connected = True
-                    for ex in resp.executions:
-                        self._start(ex, t0, t1)
+                    self.pending.extend(Pending(ex, t0, t1) for ex in resp.executions)
+                    self._start_pending()
         finally:
             for task in calls:
                 task.cancel()
@@ -279,6 +315,12 @@ class Worker:
             lease_duration=_dur(self.lease_s), wait_timeout=_dur(self.poll_wait_s),
         ), timeout=self.poll_wait_s + 5, metadata=self.metadata)
         return t0, self.clock.monotonic(), resp
+
+    def _start_pending(self) -> None:
+        """Start leased runs, oldest first, while slots are free."""
+        while self.pending and len(self.running) < self.concurrency:
+            p = self.pending.pop(0)
+            self._start(p.ex, p.t0, p.t1)
 
     def _start(self, ex: dispatch_pb2.LeasedExecution, t0: float, t1: float) -> None:
         """Run a leased execution. The lease counts from `t0` (the call was sent: the node's
@@ -353,7 +395,10 @@ class Worker:
                     await self.clock.wait(run.changed, self.timeout_grace_s)
                     break
                 wakes = [t for t in (run.warn_at, run.kill_at) if t is not None]
-                await self.clock.wait(run.changed, min(wakes) - now if wakes else 3600.0)
+                if wakes:
+                    await self.clock.wait(run.changed, min(wakes) - now)
+                else:  # nothing timed to watch: no timer per run (most handlers return long before one)
+                    await run.changed.wait()
                 run.changed.clear()
         except asyncio.CancelledError:
             call.cancel()
@@ -416,8 +461,10 @@ class Worker:
         while True:
             await self.clock.sleep(self.heartbeat_every_s)
             runs = list(self.running.values())
-            if runs:
-                await asyncio.gather(*(self._heartbeat(r, limit) for r in runs))
+            waiting = list(self.pending)
+            if runs or waiting:
+                await asyncio.gather(*(self._heartbeat(r, limit) for r in runs),
+                                     *(self._heartbeat_pending(p, limit) for p in waiting))
 
     async def _heartbeat(self, run: Run, limit: asyncio.Semaphore) -> None:
         async with limit:
@@ -444,7 +491,36 @@ class Worker:
             if r.cancel_requested:
                 self._tell(run, StopReason.CANCEL, self.cancel_grace_s)
 
+    async def _heartbeat_pending(self, p: Pending, limit: asyncio.Semaphore) -> None:
+        """Keep a run leased ahead ours until a slot takes it (its lease then counts from here)."""
+        async with limit:
+            if p not in self.pending:
+                return
+            t0 = self.clock.monotonic()
+            try:
+                await self.stub.Heartbeat(dispatch_pb2.HeartbeatRequest(
+                    execution_id=p.ex.execution_id, fencing_token=p.ex.fencing_token,
+                    worker_id=self.worker_id, lease_extension=_dur(self.lease_s)),
+                    timeout=max(1.0, min(5.0, self.heartbeat_every_s)), metadata=self.metadata)
+            except grpc.aio.AioRpcError as exc:
+                kind = classify(exc.code())
+                if kind is CodeClass.STALE and p in self.pending:  # someone else's now: never start it
+                    self.pending.remove(p)
+                elif kind is CodeClass.FATAL:
+                    self._stop_fatal(permanent(self.worker_id, exc, "Heartbeat"))
+                return
+            p.t0 = t0  # a cancel asked meanwhile is seen by the run's first heartbeat once started
+
     async def _shutdown(self) -> None:
+        # Runs leased ahead never started: hand them back at once, as for runs told to stop.
+        waiting, self.pending = self.pending, []
+        for p in waiting:
+            assert self.reporter is not None
+            self.failed += 1
+            self.reporter.submit(Report(p.ex.execution_id, p.ex.fencing_token,
+                                        Verdict("fail", error="worker shutting down", retryable=True,
+                                                error_type="worker_shutdown"),
+                                        give_up_at=p.t0 + 2 * self.lease_s))
         runs = list(self.running.values())
         for run in runs:
             self._tell(run, StopReason.SHUTDOWN, self.grace_s)

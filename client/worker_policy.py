@@ -77,6 +77,13 @@ def lease_size(concurrency: int, running: int, reserved: int, calls_in_flight: i
     return max(0, min(free, MAX_LEASE_COUNT))
 
 
+def default_prefetch(concurrency: int) -> int:
+    """Runs a worker leases ahead of its free slots by default: one lease call's worth, so the
+    next batch is already on its way while the current one runs (a worker whose handlers return
+    at once otherwise waits a lease round trip per batch)."""
+    return min(concurrency, MAX_LEASE_COUNT)
+
+
 def max_lease_calls(concurrency: int) -> int:
     """Lease calls kept in flight at once: enough to ask for every slot within the node's
     per-call limit, plus one so slots freed while those wait are asked for too."""

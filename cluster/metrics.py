@@ -24,19 +24,33 @@ depth, executions by state, stuck runs, raised dead man's switches) are refreshe
     cronwheel_partition_epoch{partition}  gauge      epoch of each owned partition
     cronwheel_wheel_size                  gauge      timers in this node's wheel
     cronwheel_lease_trust_seconds         gauge      seconds of lease trust left
+    cronwheel_executions_entered_total{state,job_type}
+                                          counter    executions this node moved into `state`
+                                                     (counted where the transition is decided:
+                                                     fire batch, claim, worker report, reaper);
+                                                     job_type bounded by `JobTypeLabels`
+    cronwheel_grpc_server_handled_total{service,method,code}
+                                          counter    RPCs finished, by status code
+    cronwheel_grpc_server_handling_seconds{service,method}
+                                          histogram  RPC duration (a stream: until its end)
+    process_*                             (prometheus_client ProcessCollector) CPU, memory, fds
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from datetime import datetime
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
 
 from cronwheel.clock import Clock
+from cronwheel.cluster.api.handlers import responses, rewrap
 from cronwheel.cluster.dispatch.policy import PRIORITIES
 from cronwheel.errors import Unavailable
 from cronwheel.storage import PgStore
@@ -46,6 +60,11 @@ log = logging.getLogger("cronwheel.cluster.metrics")
 
 # A run still `running` this long past its lease counts as stuck (the reaper should have taken it).
 STUCK_GRACE_S = 30.0
+# At most this many distinct job types get their own `job_type` label value on a node; later ones
+# are counted as OTHER_JOB_TYPE (a series per label pair lives for the process's lifetime).
+MAX_JOB_TYPE_LABELS = 50
+OTHER_JOB_TYPE = "other"
+RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -71,9 +90,34 @@ def observe_many(hist: Histogram, values: Iterable[float]) -> None:
             buckets[i].inc(n)
 
 
+class JobTypeLabels:
+    """The one cap on `job_type` label cardinality: the first `cap` distinct job types seen keep
+    their name, every later one is `other`. Event-loop only (not thread-safe)."""
+
+    def __init__(self, cap: int = MAX_JOB_TYPE_LABELS) -> None:
+        self.cap = cap
+        self.seen: set[str] = set()
+
+    def __call__(self, job_type: str) -> str:
+        if job_type in self.seen:
+            return job_type
+        if len(self.seen) < self.cap:
+            self.seen.add(job_type)
+            return job_type
+        return OTHER_JOB_TYPE
+
+
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, *, job_type_cap: int = MAX_JOB_TYPE_LABELS) -> None:
         r = self.registry = CollectorRegistry()
+        ProcessCollector(registry=r)
+        self.job_type_label = JobTypeLabels(job_type_cap)
+        self.entered = Counter("cronwheel_executions_entered", "Executions this node moved into a state",
+                               ["state", "job_type"], registry=r)
+        self.rpc_handled = Counter("cronwheel_grpc_server_handled", "RPCs finished, by status code",
+                                   ["service", "method", "code"], registry=r)
+        self.rpc_seconds = Histogram("cronwheel_grpc_server_handling_seconds", "RPC duration",
+                                     ["service", "method"], buckets=RPC_BUCKETS, registry=r)
         self.fire_lag = Histogram("cronwheel_fire_lag_seconds", "Fire batch commit minus run_at",
                                   buckets=LAG_BUCKETS, registry=r)
         self.start_lag = Histogram("cronwheel_start_lag_seconds", "Lease minus run_at", buckets=LAG_BUCKETS,
@@ -109,7 +153,23 @@ class Metrics:
             srv.shutdown()
             srv.server_close()
 
-    def record_outcome(self, state: str, error_type: str) -> None:
+    def execution_entered(self, state: str, job_type: str, n: int = 1) -> None:
+        """`n` executions of `job_type` entered `state`, as decided on this node."""
+        if n:
+            self.entered.labels(state, self.job_type_label(job_type)).inc(n)
+
+    def executions_entered(self, pairs: Iterable[tuple[str, str]], untyped_queued: int = 0) -> None:
+        """execution_entered for many (state, job_type) pairs: one counter update per pair kind.
+        `untyped_queued`: runs queued whose job type the caller does not know (the firer's plain
+        cron ticks: its schedule cache holds no job type), counted with an empty job_type."""
+        for (state, job_type), n in Tally(pairs).items():
+            self.execution_entered(state, job_type, n)
+        self.execution_entered("queued", "", untyped_queued)
+
+    def record_outcome(self, state: str, error_type: str, job_type: str = "") -> None:
+        """The outcome of one attempt (a worker's report, or the reaper's verdict on a lapsed lease
+        or a timeout): the state it entered, and failures/retries/dead letters."""
+        self.execution_entered(state, job_type)
         if state in ("retry_scheduled", "failed", "dead"):
             self.failures.labels(error_type or "error").inc()
         if state == "retry_scheduled":
@@ -149,3 +209,77 @@ class Metrics:
         self.by_state.labels("queued").set(sum(depth.values()))  # counted once, by queue_depths
         self.stuck.set(await port.stuck_executions(STUCK_GRACE_S, now))
         self.success_alerts.set(await port.overdue_success_alerts())
+
+
+def _split(method: str) -> tuple[str, str]:
+    """'/pkg.Service/Method' -> ('pkg.Service', 'Method')."""
+    service, _, name = method.lstrip("/").rpartition("/")
+    return service, name
+
+
+class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
+    """Counts and times every RPC of a registered method (outermost interceptor: it sees the
+    codes the auth interceptor answers too). Unknown methods are not counted (bounded labels)."""
+
+    def __init__(self, metrics: Metrics, clock: Clock) -> None:
+        self.metrics = metrics
+        self.clock = clock
+
+    def _done(self, service: str, name: str, started: float, code: grpc.StatusCode) -> None:
+        self.metrics.rpc_handled.labels(service, name, code.name).inc()
+        self.metrics.rpc_seconds.labels(service, name).observe(self.clock.monotonic() - started)
+
+    @staticmethod
+    def _code(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException | None) -> grpc.StatusCode:
+        """The status the call ends with: the one set by abort()/set_code(), else OK when the
+        handler returned, CANCELLED when its task was cancelled, UNKNOWN for an escaped error."""
+        code = context.code()
+        if isinstance(code, grpc.StatusCode):
+            return code
+        if isinstance(code, int):  # grpc.aio keeps the raw integer of abort()'s code
+            return next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
+        if exc is None:
+            return grpc.StatusCode.OK
+        return grpc.StatusCode.CANCELLED if isinstance(exc, asyncio.CancelledError) else grpc.StatusCode.UNKNOWN
+
+    def _unary(self, inner: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Awaitable[Any]]:
+        service, name = _split(method)
+
+        async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            started, exc = self.clock.monotonic(), None
+            try:
+                return await inner(request, context)
+            except BaseException as e:
+                exc = e
+                raise
+            finally:
+                self._done(service, name, started, self._code(context, exc))
+
+        return behavior
+
+    def _streaming(self, inner: Callable[..., Any], method: str) -> Callable[..., AsyncIterator[Any]]:
+        service, name = _split(method)
+
+        async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            started, exc = self.clock.monotonic(), None
+            try:
+                async for item in responses(inner(request, context)):
+                    yield item
+            except BaseException as e:
+                exc = e
+                raise
+            finally:
+                self._done(service, name, started, self._code(context, exc))
+
+        return behavior
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None:
+            return handler
+        method = details.method
+        return rewrap(handler, method, self._unary, self._streaming)

@@ -3,14 +3,16 @@
     Node
     ├── PgStore           (psycopg pool; fencing enforced in storage)
     ├── Etcd + Coordinator (membership, partition leases, epochs)
-    ├── gRPC server        (AdminService; health; reflection)
+    ├── gRPC server        (AdminService, ...; health per service; reflection v1 + v1alpha)
+    ├── Firer, Reaper, Pruner (retention) for the partitions it owns
     └── listeners of partition gains and losses (the firing path subscribes here)
 
 Start, in this order (`run()`): open the pool; read P and claim the database for this cluster
 (`PartitionsPort.claim_cluster`: a database serves one cluster, a node of another is refused);
 bind the port (no port reuse: a second node on a busy port fails, `--listen: ... address already
-in use`); build every component; serve with health NOT_SERVING; start the tasks; only then
-health SERVING and the `listening on` line. Nothing that a call can reach is missing meanwhile.
+in use`); build every component; serve with health NOT_SERVING; start the tasks and print the `listening
+on` line; health turns SERVING (and `ready` is printed) once the node has joined and owns its share
+of partitions (cluster/api/health.py). Nothing that a call can reach is missing meanwhile.
 
 A crashed task takes the node down (TaskGroup). SIGTERM/SIGINT: release every partition
 (in-flight batches finish first), revoke the lease, stop the server, close the pool.
@@ -26,12 +28,11 @@ import socket
 from dataclasses import dataclass, field
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from cronwheel import __version__
 from cronwheel.clock import Clock, SystemClock
-from cronwheel.cluster.api import services
+from cronwheel.cluster.api import reflection, services
+from cronwheel.cluster.api.health import Health, wait_ready
 from cronwheel.cluster.coordination.coordinator import Coordinator, OwnershipListener
 from cronwheel.cluster.coordination.etcd import Etcd
 from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
@@ -41,6 +42,9 @@ from cronwheel.cluster.dispatch.service import DispatchService
 from cronwheel.cluster.firing.firer import Firer, FiringConfig
 from cronwheel.cluster.metrics import Metrics
 from cronwheel.cluster.notifications import ChangeListener
+from cronwheel.cluster.retention.policy import RetentionConfig
+from cronwheel.cluster.retention.pruner import Pruner, RetentionMetrics
+from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookSender
 from cronwheel.errors import CronwheelError, InvalidArgument
 from cronwheel.storage import PgStore, StoreConfig
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
@@ -57,8 +61,10 @@ class NodeConfig:
     advertise: str = ""
     lease: PartitionLeaseConfig = field(default_factory=PartitionLeaseConfig)
     firing: FiringConfig = field(default_factory=FiringConfig)
+    webhooks: WebhookConfig = field(default_factory=WebhookConfig)
     metrics_listen: str = "127.0.0.1:0"  # empty: no metrics endpoint
     retention_days: int = 30  # events and ownership history; ExplainSchedule windows
+    retention: RetentionConfig = field(default_factory=RetentionConfig)  # finished executions
     db_pool_max: int = 10
     # Test-only: keep acting past the local lease-trust window (shows the DB fence alone holds).
     ignore_local_trust: bool = False
@@ -74,6 +80,8 @@ class NodeConfig:
             raise ValueError("at least one etcd endpoint is required")
         self.lease.validate()
         self.firing.validate()
+        self.webhooks.validate()
+        self.retention.validate()
         return self
 
 
@@ -116,8 +124,9 @@ class Node:
         self.coordinator: Coordinator
         self.firer: Firer
         self.reaper: Reaper
+        self.pruner: Pruner
         self.changes: ChangeListener
-        self.health: health.aio.HealthServicer
+        self.health: Health
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self.advertise = config.advertise
@@ -163,15 +172,15 @@ class Node:
     def _register_services(self) -> None:
         """Every service, once every component exists (servicers may take them at construction)."""
         assert self.server is not None
-        names = [health.SERVICE_NAME, reflection.SERVICE_NAME]
+        names: list[str] = []
         dispatch_pb2_grpc.add_DispatchServiceServicer_to_server(DispatchService(self.dispatcher), self.server)
         names.append(dispatch_pb2.DESCRIPTOR.services_by_name["DispatchService"].full_name)
         for register, servicer, name in services.grpc_services(self):
             register(servicer, self.server)
             names.append(name)
-        self.health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(names, self.server)
+        self.health = Health(names, always=reflection.SERVICE_NAMES)
+        self.health.register(self.server)
+        reflection.enable([*names, *self.health.always], self.server)
 
     def _build(self) -> None:
         """Every component, wired, before anything serves (a call must never meet a half-built
@@ -191,6 +200,10 @@ class Node:
         )
         self.reaper = Reaper(self.store, lambda: self.coordinator.owned.snapshot().items(), self.dispatcher.wake,
                              clock=self.clock, retention_days=self.config.retention_days, metrics=self.metrics)
+        self.webhook_sender = WebhookSender(self.store.webhooks, self.config.node_id, self.clock, self.config.webhooks)
+        self.pruner = Pruner(self.store.retention, lambda: self.coordinator.owned.snapshot().items(),
+                             clock=self.clock, config=self.config.retention,
+                             metrics=RetentionMetrics(self.metrics.registry))
         self.listeners.subscribers.append(self.firer)
         self.changes = ChangeListener(self.config.dsn, self._on_change, self._after_reconnect,
                                       self.dispatcher.wake, clock=self.clock,
@@ -207,7 +220,7 @@ class Node:
             self._build()
             self._register_services()
             assert self.server is not None
-            await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+            await self.health.start()
             await self.server.start()
             await self._run_tasks()
         finally:
@@ -218,6 +231,13 @@ class Node:
             self.metrics.close()
             if self.server is not None and self.port:
                 log.info("node stopped", extra={"event": "node_stopped"})
+
+    async def _become_ready(self) -> None:
+        await wait_ready(self.coordinator, self.firer.owned, self.clock)
+        if not self._stop.is_set():
+            await self.health.set_ready(True)
+            log.info("node ready", extra={"event": "node_ready", "partitions": len(self.coordinator.owned.epochs)})
+            print(f"node {self.config.node_id} ready ({len(self.coordinator.owned.epochs)} partitions)", flush=True)
 
     async def _run_tasks(self) -> None:
         log.info("node started", extra={"event": "node_started", "address": self.advertise,
@@ -233,15 +253,17 @@ class Node:
                     tg.create_task(self.firer.run(), name="firer"),
                     tg.create_task(self.changes.run(), name="change-listener"),
                     tg.create_task(self.reaper.run(), name="reaper"),
+                    tg.create_task(self.webhook_sender.run(), name="webhook-sender"),
+                    tg.create_task(self._become_ready(), name="readiness"),
+                    tg.create_task(self.pruner.run(), name="pruner"),
                     tg.create_task(self.metrics.refresh_loop(
                         self.store, self.coordinator.owned.snapshot, self.wheel_size,
                         self.coordinator.lease_deadline_s, clock=self.clock, refresh_s=15.0), name="metrics"),
                 ]
-                await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
                 print(f"node {self.config.node_id} listening on {self.advertise}", flush=True)
                 await self._stop.wait()
                 log.info("node stopping", extra={"event": "node_stopping"})
-                await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+                await self.health.set_ready(False)
                 await self.coordinator.shutdown()
                 for t in tasks:
                     t.cancel()

@@ -1,81 +1,72 @@
 """The `cronwheel` command.
 
-Exit codes scripts can trust:
-    0  success
+Exit codes scripts can trust (README "CLI exit codes"; `exit_code` below is the one table):
+    0  success (also when the reader of stdout went away early, as with `| head`)
     1  the operation failed (refused by the server, a precondition, a failed check)
-    2  bad usage: unknown flag, bad value (the message names the flag)
-    3  a dependency is unreachable (PostgreSQL, etcd, a cronwheel node)
+    2  bad usage: unknown flag, bad value (the message names the flag and the help to read)
+    3  a dependency is unreachable or too slow (PostgreSQL, etcd, a cronwheel node)
   130  interrupted (Ctrl-C) before completion
 
 Errors are one line on stderr, `cronwheel: error: <what failed>`, never a traceback (set
 CRONWHEEL_DEBUG=1 to see one).
+
+Adding a subcommand module (the convention; `cronwheel.cli_apply` is an example name):
+    1. the module defines `add_parser(subparsers) -> None`, which adds its command(s) with
+       `subparsers.add_parser(NAME, help=..., description=...)` and sets the handler of each
+       runnable parser with `p.set_defaults(handler=run)`, `run(args) -> int` (the exit code);
+       an API command calls `cronwheel.cli_api_flags.connection_flags(p)` for --address,
+       --token, --json, ... and `client_for(args)` for a cronwheel.client.Client;
+    2. its name is added to MODULES below, in `--help` order. Nothing registers itself on import.
+Handlers raise cronwheel errors (or let the Client's through): main() turns them into the line
+and the exit code, so a module never prints errors or picks exit codes itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import NoReturn
 
 from cronwheel.errors import CronwheelError, InvalidArgument, Unavailable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
+# The subcommand modules, in `--help` order: each exposes `add_parser(subparsers)`.
+MODULES = (
+    "cronwheel.cli_api_schedule",  # schedule ...
+    "cronwheel.cli_api",  # status, job, exec, events, token
+    "cronwheel.cli_explain",  # explain
+    "cronwheel.cli_apply",  # apply
+    "cronwheel.cli_commands",  # migrate, dev, node, worker
+    "cronwheel.cli_webhook",  # webhook ...
+    "cronwheel.cli_console",  # console
+)
+
 
 class UsageError(Exception):
-    pass
+    """Bad command-line usage, raised by the parser of `prog` (whose --help the message names)."""
+
+    def __init__(self, message: str, prog: str = "cronwheel") -> None:
+        super().__init__(message)
+        self.prog = prog
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of printing usage and exiting, so main() owns the output."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        raise UsageError(message, self.prog)
 
 
-Handler = Callable[[argparse.Namespace], int]
-Configure = Callable[[argparse.ArgumentParser], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    """One subcommand: its name, help line, flags (`configure`) and handler."""
-
-    name: str
-    help: str
-    configure: Configure
-    handler: Handler
-
-
-def commands() -> list[Command]:
-    """Every subcommand, in `--help` order: the one table. Each module defines its commands as
-    plain `Command` values; nothing registers itself on import. (The modules are imported here,
-    not at the top, so `cronwheel --version` stays fast and cli_* can import this module.)"""
-    from cronwheel import cli_api, cli_api_schedule, cli_commands, cli_explain
-
-    return [
-        cli_api_schedule.SCHEDULE,
-        cli_api.STATUS,
-        cli_api.JOB,
-        cli_api.EXEC,
-        cli_api.TOKEN,
-        cli_commands.MIGRATE,
-        cli_commands.DEV,
-        cli_commands.NODE,
-        cli_commands.WORKER,
-        cli_explain.EXPLAIN,
-    ]
-
-
-def build_parser(table: Sequence[Command] | None = None) -> argparse.ArgumentParser:
+def build_parser(modules: Sequence[str] = MODULES) -> argparse.ArgumentParser:
     parser = _Parser(prog="cronwheel", description="cronwheel: a distributed job scheduler")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
-    for c in commands() if table is None else table:
-        c.configure(sub.add_parser(c.name, help=c.help, description=c.help))
+    for name in modules:
+        importlib.import_module(name).add_parser(sub)
     return parser
 
 
@@ -84,11 +75,35 @@ def fail(message: str, code: int = EXIT_FAILED) -> int:
     return code
 
 
+def exit_code(exc: BaseException) -> int:
+    """The exit code of an error: the one table (the Client's exceptions subclass these classes;
+    DEADLINE_EXCEEDED is the node being too slow, like UNAVAILABLE; an error that knows its code,
+    like the worker's WorkerStopped, says it)."""
+    own = getattr(exc, "exit_code", None)
+    if isinstance(own, int) and not isinstance(own, bool):
+        return own
+    if isinstance(exc, UsageError | InvalidArgument):
+        return EXIT_USAGE
+    if isinstance(exc, Unavailable) or getattr(exc, "code", "") == "DEADLINE_EXCEEDED":
+        return EXIT_UNAVAILABLE
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED
+
+
+def _quiet_stdout() -> int:
+    """The reader of stdout went away (`| head`): stop quietly, as git does, and make sure the
+    interpreter's last flush of stdout cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    args: argparse.Namespace | None = None
     try:
-        table = commands()
-        parser = build_parser(table)
+        parser = build_parser()
         args = parser.parse_args(argv)
         if args.version:
             from cronwheel import __version__
@@ -98,17 +113,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.command:
             parser.print_help()
             return EXIT_USAGE
-        return next(c.handler for c in table if c.name == args.command)(args)
+        code = int(args.handler(args))
+        sys.stdout.flush()  # a broken pipe shows here, inside the try, not at exit
+        return code
+    except BrokenPipeError:
+        return _quiet_stdout()
     except UsageError as exc:
-        return fail(f"{exc} (see `cronwheel --help`)", EXIT_USAGE)
-    except InvalidArgument as exc:
-        return fail(exc.message, EXIT_USAGE)
-    except Unavailable as exc:
-        return fail(exc.message, EXIT_UNAVAILABLE)
+        return fail(f"{exc} (see `{exc.prog} --help`)", EXIT_USAGE)
     except CronwheelError as exc:
-        return fail(exc.message, EXIT_FAILED)
-    except KeyboardInterrupt:
-        return fail("interrupted", EXIT_INTERRUPTED)
+        describe = getattr(args, "describe_error", None)  # API commands: flag names and hints
+        return fail(describe(exc, args) if describe else exc.message, exit_code(exc))
+    except KeyboardInterrupt as exc:
+        return fail("interrupted", exit_code(exc))
     except Exception as exc:  # the last line of defence: one line, not a traceback
         if os.environ.get("CRONWHEEL_DEBUG"):
             raise

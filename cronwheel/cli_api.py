@@ -1,167 +1,171 @@
-"""The API subcommands of `cronwheel` (listed in `cronwheel.cli.commands()`): talk gRPC to a node.
+"""The API subcommands of `cronwheel` besides `schedule` (cli_api_schedule) and `explain`
+(cli_explain), each a call of cronwheel.client.Client:
 
     cronwheel status
-    cronwheel schedule create|update|list|get|pause|resume|trigger|backfill|delete|preview
     cronwheel job submit
     cronwheel exec list|get|retry|cancel
+    cronwheel events [--follow] [--alerts-only]
     cronwheel token new           (make a bearer token and its auth-file entry; no server)
 
-Every command takes `--address` ($CRONWHEEL_ADDRESS, default 127.0.0.1:7070), `--token`
-($CRONWHEEL_TOKEN), `--tls-ca FILE` (TLS, trusting that CA), `--timeout SECONDS` and `--json`
-(the response as proto3 JSON with field names as in the .proto; otherwise a readable table).
-Exit codes (see cronwheel.cli): INVALID_ARGUMENT -> 2; UNAVAILABLE and DEADLINE_EXCEEDED (the
-node is unreachable or too slow) -> 3; any other refusal -> 1; the message is one line.
-
-Layout: this module (status, job, exec, token), cli_api_schedule (schedule), cli_api_base
-(flags, channel, error mapping), cli_api_format (tables and JSON).
+Every API command takes the connection flags of cli_api_flags: `--address` ($CRONWHEEL_ADDRESS,
+default 127.0.0.1:7070; several comma-separated for fail-over), `--token` ($CRONWHEEL_TOKEN),
+`--tls` / `--tls-ca FILE`, `--call-timeout DURATION` and `--json` (see cli_api_format). A job's
+own time limit is `--attempt-timeout`; a bare `--timeout` is refused as ambiguous. Exit codes and
+error lines: cronwheel.cli.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from typing import Any
 
-from cronwheel.cli import Command
-from cronwheel.cli_api_base import (
+from cronwheel.cli_api_flags import (
     PRIORITIES,
     STATES,
-    Api,
-    all_pages,
-    api_command,
+    client_for,
     connection_flags,
-    dispatch,
+    count_arg,
     duration_arg,
-    enum_arg,
     instant_arg,
     json_arg,
     leaf,
+    number_arg,
+    positive_arg,
+    resolve,
     subcommands,
 )
-from cronwheel.cli_api_format import details, print_executions, print_status, show
-from cronwheel.errors import InvalidArgument
+from cronwheel.cli_api_format import details, event_line, plain, print_executions, print_status, show
 
 # ---------------------------------------------------------------------------------- status
 
 
-@api_command
-def _status(api: Api, args: argparse.Namespace) -> int:
-    from cronwheel.v1 import admin_pb2
-
-    resp = api(api.admin.ClusterStatus, admin_pb2.ClusterStatusRequest())
-    return show(args, resp, lambda: print_status(resp))
-
-
-def _configure_status(p: argparse.ArgumentParser) -> None:
-    connection_flags(p)
-    p.set_defaults(func=_status)
-
-
-STATUS = Command("status", "show the cluster: members, partition owners and epochs, queue depths (admin)",
-                 _configure_status, dispatch)
+def _status(args: argparse.Namespace) -> int:
+    with client_for(args) as cw:
+        st = cw.status()
+    return show(args, st, lambda: print_status(st))
 
 
 # ---------------------------------------------------------------------------------- jobs and executions
 
 
-@api_command
-def _job_submit(api: Api, args: argparse.Namespace) -> int:
-    from google.protobuf.duration_pb2 import Duration
+def _retry_policy(args: argparse.Namespace) -> Any:
+    from cronwheel.client import RetryPolicy
 
-    from cronwheel.v1 import common_pb2, scheduler_pb2
-
-    req = scheduler_pb2.SubmitJobRequest(tenant=args.tenant, type=args.type, payload_json=args.payload or "",
-                                         priority=args.priority or 0, idempotency_key=args.idempotency_key)
-    if args.run_at is not None:
-        req.run_at.FromDatetime(args.run_at)
-    if args.max_attempts is not None:
-        req.retry_policy.CopyFrom(common_pb2.RetryPolicy(max_attempts=args.max_attempts))
-    if args.job_timeout is not None:
-        d = Duration()
-        d.FromMicroseconds(round(args.job_timeout * 1e6))
-        req.timeout.CopyFrom(d)
-    resp = api(api.scheduler.SubmitJob, req)
-    return show(args, resp, lambda: details(resp.execution, deduplicated=resp.deduplicated))
+    given = {k: getattr(args, f) for k, f in (("max_attempts", "max_attempts"), ("initial_backoff", "backoff_initial"),
+                                             ("backoff_multiplier", "backoff_multiplier"),
+                                             ("max_backoff", "backoff_max")) if getattr(args, f) is not None}
+    return RetryPolicy(**given) if given else None
 
 
-def _configure_job(p: argparse.ArgumentParser) -> None:
+def _job_submit(args: argparse.Namespace) -> int:
+    with client_for(args) as cw:
+        ex = cw.submit(args.type, args.payload, run_at=args.run_at, delay=args.delay, priority=args.priority,
+                       idempotency_key=args.idempotency_key or None, retry_policy=_retry_policy(args),
+                       attempt_timeout=args.attempt_timeout, tenant=args.tenant or None)
+    return show(args, ex, lambda: details(ex))
+
+
+def _exec_list(args: argparse.Namespace) -> int:
+    with client_for(args) as cw:
+        schedule = resolve(cw, args, args.schedule) if args.schedule else None
+        it = cw.list_executions(tenant=args.tenant or None, schedule_id=schedule, type=args.type or None,
+                                states=args.state or (), page_size=1000 if args.all else min(max(args.limit, 1), 1000))
+        items = list(it if args.all else itertools.islice(it, args.limit + 1))
+    more = not args.all and len(items) > args.limit
+    items = items[:args.limit] if more else items
+    return show(args, items, lambda: print_executions(items, more))
+
+
+def _exec_get(args: argparse.Namespace) -> int:
+    with client_for(args) as cw:
+        ex = cw.get_execution(args.execution_id)
+    return show(args, ex, lambda: details(ex))
+
+
+def _exec_retry(args: argparse.Namespace) -> int:
+    with client_for(args) as cw:
+        ex = cw.retry(args.execution_id, additional_attempts=args.attempts, run_at=args.run_at, reason=args.reason)
+    return show(args, ex, lambda: details(ex))
+
+
+def _exec_cancel(args: argparse.Namespace) -> int:
+    with client_for(args) as cw:
+        ex = cw.cancel(args.execution_id, reason=args.reason)
+    return show(args, ex, lambda: details(ex))
+
+
+def _job_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("job", help="one-off jobs: submit")
     sub = subcommands(p, "action")
-    s = leaf(sub, "submit", "submit a one-off job, now or at --run-at", _job_submit)
+    s = leaf(sub, "submit", "submit a one-off job, now, at --run-at or after --delay", _job_submit)
     s.add_argument("--type", required=True, help="the job type workers lease")
     s.add_argument("--payload", type=json_arg, help="JSON payload, or @file.json")
-    s.add_argument("--run-at", type=instant_arg, help="when to run (ISO 8601; default now)")
-    s.add_argument("--priority", type=enum_arg(PRIORITIES), help="critical | default | bulk")
-    s.add_argument("--idempotency-key", default="", help="submit once per key")
+    when = s.add_mutually_exclusive_group()
+    when.add_argument("--run-at", type=instant_arg, help="when to run (ISO 8601; default now)")
+    when.add_argument("--delay", type=duration_arg, metavar="DURATION", help="run this long from now")
+    s.add_argument("--priority", choices=PRIORITIES, help=" | ".join(PRIORITIES))
+    s.add_argument("--idempotency-key", default="", help="submit once per key (default: a random one)")
     s.add_argument("--tenant", default="")
-    s.add_argument("--max-attempts", type=int)
-    s.add_argument("--attempt-timeout", dest="job_timeout", type=duration_arg, help="per-attempt time limit (1s..7d)")
+    s.add_argument("--max-attempts", type=count_arg, help="attempts, the first included (1..1000; default 5)")
+    s.add_argument("--backoff-initial", type=duration_arg, metavar="DURATION",
+                   help="delay before the first retry (default 30s)")
+    s.add_argument("--backoff-multiplier", type=number_arg, metavar="FACTOR",
+                   help="delay factor after each further failure (1..100; default 4)")
+    s.add_argument("--backoff-max", type=duration_arg, metavar="DURATION", help="longest delay (default 6h)")
+    s.add_argument("--attempt-timeout", type=duration_arg, metavar="DURATION",
+                   help="the job's per-attempt time limit (1s..7d; default none)")
 
 
-JOB = Command("job", "one-off jobs: submit", _configure_job, dispatch)
-
-
-@api_command
-def _exec_list(api: Api, args: argparse.Namespace) -> int:
-    from cronwheel.v1 import scheduler_pb2
-
-    req = scheduler_pb2.ListExecutionsRequest(tenant=args.tenant, schedule_id=args.schedule, type=args.type,
-                                              states=args.state or [], page_size=args.page_size,
-                                              page_token=args.page_token)
-    resp = all_pages(api, api.scheduler.ListExecutions, req, "executions", args.all)
-    return show(args, resp, lambda: print_executions(resp))
-
-
-@api_command
-def _exec_get(api: Api, args: argparse.Namespace) -> int:
-    from cronwheel.v1 import scheduler_pb2
-
-    resp = api(api.scheduler.GetExecution, scheduler_pb2.GetExecutionRequest(execution_id=args.execution_id))
-    return show(args, resp, lambda: details(resp.execution))
-
-
-@api_command
-def _exec_retry(api: Api, args: argparse.Namespace) -> int:
-    from cronwheel.v1 import scheduler_pb2
-
-    req = scheduler_pb2.RetryExecutionRequest(execution_id=args.execution_id, additional_attempts=args.attempts,
-                                              reason=args.reason)
-    if args.run_at is not None:
-        req.run_at.FromDatetime(args.run_at)
-    resp = api(api.scheduler.RetryExecution, req)
-    return show(args, resp, lambda: details(resp.execution))
-
-
-@api_command
-def _exec_cancel(api: Api, args: argparse.Namespace) -> int:
-    from cronwheel.v1 import scheduler_pb2
-
-    resp = api(api.scheduler.CancelExecution, scheduler_pb2.CancelExecutionRequest(
-        execution_id=args.execution_id, reason=args.reason))
-    return show(args, resp, lambda: details(resp.execution))
-
-
-def _configure_exec(p: argparse.ArgumentParser) -> None:
+def _exec_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("exec", help="executions: list, get, retry, cancel")
     sub = subcommands(p, "action")
     ls = leaf(sub, "list", "list executions, newest first", _exec_list)
-    ls.add_argument("--schedule", default="", help="only this schedule's")
-    ls.add_argument("--state", action="append", type=enum_arg(STATES), help="only these states (repeatable)")
+    ls.add_argument("--schedule", default="", help="only this schedule's (id or name)")
+    ls.add_argument("--state", action="append", choices=STATES, help="only these states (repeatable)")
     ls.add_argument("--type", default="")
     ls.add_argument("--tenant", default="")
-    ls.add_argument("--page-size", type=int, default=100)
-    ls.add_argument("--page-token", default="")
-    ls.add_argument("--all", action="store_true", help="follow every page")
-    leaf(sub, "get", "show one execution", _exec_get).add_argument("execution_id")
-    r = leaf(sub, "retry", "bring a dead, cancelled or skipped execution back", _exec_retry)
-    r.add_argument("execution_id")
-    r.add_argument("--attempts", type=int, default=1, help="more attempts to allow (default 1)")
+    ls.add_argument("--limit", type=positive_arg, default=100, help="show at most this many (default 100)")
+    ls.add_argument("--all", action="store_true", help="show every one (follows every page)")
+    leaf(sub, "get", "show one execution", _exec_get).add_argument("execution_id", metavar="EXECUTION_ID")
+    r = leaf(sub, "retry", "bring a dead, failed, cancelled or skipped execution back", _exec_retry)
+    r.add_argument("execution_id", metavar="EXECUTION_ID")
+    r.add_argument("--attempts", type=positive_arg, default=1, help="more attempts to allow (default 1)")
     r.add_argument("--run-at", type=instant_arg, help="when (default now)")
     r.add_argument("--reason", default="")
     c = leaf(sub, "cancel", "cancel an execution (a running one is asked to stop)", _exec_cancel)
-    c.add_argument("execution_id")
+    c.add_argument("execution_id", metavar="EXECUTION_ID")
     c.add_argument("--reason", default="")
 
 
-EXEC = Command("exec", "executions: list, get, retry, cancel", _configure_exec, dispatch)
+# ---------------------------------------------------------------------------------- events
+
+
+def _events(args: argparse.Namespace) -> int:
+    with client_for(args) as cw:
+        schedule = resolve(cw, args, args.schedule) if args.schedule else None
+        for ev in cw.events(args.since, follow=args.follow, poll_s=args.poll, tenant=args.tenant or None,
+                            schedule_id=schedule, execution_id=args.execution or None, kind=args.kind or None,
+                            alerts_only=args.alerts_only):
+            print(json.dumps(plain(ev)) if args.json else event_line(ev), flush=args.follow)
+    return 0
+
+
+def _events_parser(subparsers: Any) -> None:
+    help_ = "the audit and alert log, oldest first (--follow: keep printing new ones; Ctrl-C stops)"
+    p = subparsers.add_parser("events", help=help_, description=help_ + "; --json prints one JSON object a line")
+    p.add_argument("--follow", "-f", action="store_true", help="keep polling for new events")
+    p.add_argument("--alerts-only", action="store_true", help="only alerts (missed ticks, dead man's switch, ...)")
+    p.add_argument("--since", type=count_arg, default=0, metavar="EVENT_ID", help="only events after this id")
+    p.add_argument("--schedule", default="", help="only this schedule's (id or name)")
+    p.add_argument("--execution", default="", help="only this execution's")
+    p.add_argument("--kind", default="", help="only this kind, e.g. schedule.paused")
+    p.add_argument("--tenant", default="")
+    p.add_argument("--poll", type=lambda s: duration_arg(s).total_seconds(), default=1.0, metavar="DURATION",
+                   help="with --follow: how often to ask (default 1s)")
+    connection_flags(p)
+    p.set_defaults(handler=_events)
 
 
 # ---------------------------------------------------------------------------------- tokens
@@ -171,8 +175,10 @@ def _token_new(args: argparse.Namespace) -> int:
     import hashlib
     import secrets
 
+    from cronwheel.cli import UsageError
+
     if not args.admin and not args.tenant:
-        raise InvalidArgument("--tenant", "give --tenant NAME or --admin")
+        raise UsageError("give --tenant NAME or --admin", "cronwheel token new")
     token = "cw_" + secrets.token_urlsafe(32)
     entry: dict[str, Any] = {"name": args.name or (args.tenant or "admin"),
                              "sha256": hashlib.sha256(token.encode()).hexdigest()}
@@ -188,14 +194,26 @@ def _token_new(args: argparse.Namespace) -> int:
     return 0
 
 
-def _configure_token(p: argparse.ArgumentParser) -> None:
+def _token_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("token", help="bearer tokens for --auth-file: new")
     sub = subcommands(p, "action")
-    n = sub.add_parser("new", help="make a random token and print its auth-file entry")
-    n.add_argument("--tenant", default="", help="the tenant the token acts for")
-    n.add_argument("--admin", action="store_true", help="an admin token")
+    n = sub.add_parser("new", help="make a random token and print its auth-file entry",
+                       description="make a random token and print its auth-file entry (no server involved)")
+    who = n.add_mutually_exclusive_group()
+    who.add_argument("--tenant", default="", help="the tenant the token acts for")
+    who.add_argument("--admin", action="store_true", help="an admin token (every tenant)")
     n.add_argument("--name", default="", help="actor name recorded in audit events")
     n.add_argument("--json", action="store_true")
-    n.set_defaults(func=_token_new)
+    n.set_defaults(handler=_token_new)
 
 
-TOKEN = Command("token", "bearer tokens for --auth-file: new", _configure_token, dispatch)
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("status", help="show the cluster: members, partition owners and epochs, queue "
+                                             "depths (admin)")
+    connection_flags(p)
+    p.set_defaults(handler=_status)
+    _job_parser(subparsers)
+    _exec_parser(subparsers)
+    _events_parser(subparsers)
+    _token_parser(subparsers)
+

@@ -1,56 +1,65 @@
-"""How the API subcommands print responses: `--json` (proto3 JSON, field names as in the
-.proto, every field) or readable tables and `key: value` details."""
+"""How the API subcommands print the Client's values: `--json` (`plain`: the dataclass fields,
+numbers as numbers, times ISO 8601 UTC with Z, durations in seconds, enums as the flags' words,
+payloads and results as JSON values) or readable tables and `key  value` details."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from enum import Enum
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
-from google.protobuf.message import Message
 
-_ENUM_PREFIXES = ("EXECUTION_STATE_", "PRIORITY_", "MISFIRE_POLICY_", "OVERLAP_POLICY_", "DST_GAP_POLICY_",
-                  "DST_REPEATED_POLICY_", "TRIGGER_")
+def plain(v: Any) -> Any:
+    """A Client value as JSON-ready data."""
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    if isinstance(v, Enum):
+        return v.value
+    if isinstance(v, datetime):
+        return v.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(v, timedelta):
+        s = v.total_seconds()
+        return int(s) if s == int(s) else s
+    if isinstance(v, dict):
+        return {str(k): plain(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [plain(x) for x in v]
+    return v
 
 
-def as_dict(msg: Message) -> dict[str, Any]:
-    return MessageToDict(msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-
-
-def show(args: argparse.Namespace, resp: Message, table: Callable[[], None]) -> int:
+def show(args: argparse.Namespace, value: Any, table: Callable[[], None]) -> int:
     if args.json:
-        print(json.dumps(as_dict(resp), indent=2))
+        print(json.dumps(plain(value), indent=2))
     else:
         table()
     return 0
 
 
-def _short(v: Any) -> str:
-    if isinstance(v, str):
-        for p in _ENUM_PREFIXES:
-            if v.startswith(p):
-                return v[len(p):].lower()
-        return v
+def _text(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
-    return json.dumps(v) if isinstance(v, (dict, list)) else str(v)
+    return json.dumps(v) if isinstance(v, dict | list) else str(v)
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for k, v in d.items():
-        if isinstance(v, dict) and v:
+        if k in ("payload", "result", "checkpoint", "data") and v not in (None, {}, ""):
+            out.append((f"{prefix}{k}", json.dumps(v)))
+        elif isinstance(v, dict):
             out.extend(_flat(v, f"{prefix}{k}."))
-        elif v not in ("", [], {}, None):
-            out.append((f"{prefix}{k}", _short(v)))
+        elif v not in ("", [], {}, None, False, 0) or k in ("paused", "version", "attempt"):
+            out.append((f"{prefix}{k}", _text(v)))
     return out
 
 
-def details(msg: Message, **extra: Any) -> None:
-    """One `key: value` line per set field."""
-    rows = _flat(MessageToDict(msg, preserving_proto_field_name=True)) + [(k, _short(v)) for k, v in extra.items()]
+def details(value: Any, **extra: Any) -> None:
+    """One `key  value` line per set field."""
+    rows = _flat(plain(value)) + [(k, _text(plain(v))) for k, v in extra.items()]
     width = max((len(k) for k, _ in rows), default=0)
     for k, v in rows:
         print(f"{k.ljust(width)}  {v}")
@@ -62,41 +71,43 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
-def _ts(msg: Any, name: str) -> str:
-    return getattr(msg, name).ToJsonString() if msg.HasField(name) else "-"
+def ts(v: datetime | None) -> str:
+    return "-" if v is None else plain(v)  # type: ignore[no-any-return]
 
 
-def _enum(msg: Any, name: str) -> str:
-    field = msg.DESCRIPTOR.fields_by_name[name]
-    return _short(field.enum_type.values_by_number[getattr(msg, name)].name)
+def footer(n: int, more: bool) -> None:
+    print(f"({n} shown; more with --limit N or --all)" if more else f"({n} total)")
 
 
-def _footer(token: str, n: int) -> None:
-    print(f"({n} shown; more with --page-token {token} or --all)" if token else f"({n} total)")
-
-
-def print_schedules(resp: Any) -> None:
+def print_schedules(items: Sequence[Any], more: bool) -> None:
     table(["ID", "TENANT", "NAME", "CRON", "TIMEZONE", "JOB TYPE", "STATE", "NEXT RUN", "VERSION"],
           [[s.id, s.tenant, s.name, s.cron, s.timezone, s.job_type, "paused" if s.paused else "active",
-            _ts(s, "next_run_at"), str(s.version)] for s in resp.schedules])
-    _footer(resp.next_page_token, len(resp.schedules))
+            ts(s.next_run_at), str(s.version)] for s in items])
+    footer(len(items), more)
 
 
-def print_executions(resp: Any) -> None:
+def print_executions(items: Sequence[Any], more: bool) -> None:
     table(["ID", "SCHEDULE", "TYPE", "STATE", "TRIGGER", "SCHEDULED FOR", "ATTEMPT"],
-          [[e.id, e.schedule_id or "-", e.type, _enum(e, "state"), _enum(e, "trigger"), _ts(e, "scheduled_for"),
-            f"{e.attempt}/{e.max_attempts}"] for e in resp.executions])
-    _footer(resp.next_page_token, len(resp.executions))
+          [[e.id, e.schedule_id or "-", e.type, str(e.state), str(e.trigger), ts(e.scheduled_for),
+            f"{e.attempt}/{e.max_attempts}"] for e in items])
+    footer(len(items), more)
 
 
-def print_status(resp: Any) -> None:
-    owned = sum(1 for p in resp.partitions if p.owner)
-    fenced_behind = sum(1 for p in resp.partitions if p.owner and p.fenced_epoch != p.epoch)
-    print(f"cluster {resp.cluster_name}: {len(resp.members)} member(s), {owned}/{resp.partition_count} partitions "
-          f"owned, {fenced_behind} handing over (answered by {resp.answered_by})")
+def print_status(st: Any) -> None:
+    owned = sum(1 for p in st.partitions if p.owner)
+    handing = sum(1 for p in st.partitions if p.owner and p.fenced_epoch != p.epoch)
+    print(f"cluster {st.cluster_name}: {len(st.members)} member(s), {owned}/{st.partition_count} partitions "
+          f"owned, {handing} handing over (answered by {st.answered_by})")
     table(["NODE", "ADDRESS", "PARTITIONS", "WHEEL", "VERSION", "LEASE DEADLINE"],
-          [[m.node_id, m.address, str(len(m.partitions)), str(m.wheel_size) if m.HasField("stats_at") else "?",
-            m.version or "?", _ts(m, "lease_deadline")] for m in resp.members])
+          [[m.node_id, m.address, str(len(m.partitions)), str(m.wheel_size) if m.stats_at else "?",
+            m.version or "?", ts(m.lease_deadline)] for m in st.members])
     print()
     table(["PRIORITY", "QUEUED", "OLDEST RUN AT"],
-          [[_enum(q, "priority"), str(q.queued), _ts(q, "oldest_run_at")] for q in resp.queue_depths])
+          [[str(q.priority), str(q.queued), ts(q.oldest_run_at)] for q in st.queue_depths])
+
+
+def event_line(ev: Any) -> str:
+    what = " ".join(f"{k}={v}" for k, v in (("schedule", ev.schedule_id), ("execution", ev.execution_id),
+                                            ("tenant", ev.tenant), ("actor", ev.actor)) if v)
+    data = f" {json.dumps(ev.data, separators=(',', ':'))}" if ev.data else ""
+    return f"{ev.id}  {ts(ev.at)}  {'ALERT ' if ev.alert else ''}{ev.kind}  {what}{data}"

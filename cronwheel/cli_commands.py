@@ -1,12 +1,16 @@
-"""The server-side subcommands of `cronwheel`: migrate, dev, node, worker (listed in
-`cronwheel.cli.commands()`, the one table)."""
+"""The server-side subcommands of `cronwheel`: migrate, dev, node, worker (a module of
+`cronwheel.cli.MODULES`: `add_parser` adds them)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING, Any
 
-from cronwheel.cli import Command
+from cronwheel import cli_webhook
+
+if TYPE_CHECKING:
+    from cronwheel.cluster.retention.policy import RetentionConfig
 from cronwheel.errors import InvalidArgument
 
 
@@ -55,12 +59,14 @@ def _configure_dev(p: argparse.ArgumentParser) -> None:
                    help="scheduler nodes to run (default 3)")
     p.add_argument("--partitions", type=_positive_int("--partitions", 1, 4096), default=16,
                    help="partitions of the dev cluster (default 16)")
+    p.add_argument("--logs", action="store_true",
+                   help="show every node and worker log line, prefixed by its process name")
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
     from cronwheel.dev import run_dev
 
-    return run_dev(nodes=args.nodes, partitions=args.partitions)
+    return run_dev(nodes=args.nodes, partitions=args.partitions, logs=args.logs)
 
 
 def _configure_node(p: argparse.ArgumentParser) -> None:
@@ -87,7 +93,43 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
     p.add_argument("--retention-days", type=_positive_int("--retention-days", 1, 3650), default=30,
                    help="days events and ownership history are kept (and explain can look back); default 30")
+    _configure_retention(p)
     p.add_argument("--unsafe-ignore-local-trust", action="store_true", help=argparse.SUPPRESS)
+    cli_webhook.add_node_options(p)
+
+
+def _configure_retention(p: argparse.ArgumentParser) -> None:
+    """Finished executions (cluster/retention; a schedule's own settings override these)."""
+    env = os.environ.get
+    p.add_argument("--retention-succeeded", default=env("CRONWHEEL_RETENTION_SUCCEEDED", "7d"),
+                   help="keep succeeded, skipped and cancelled runs this long: 90m, 12h, 7d or forever "
+                        "(default 7d; $CRONWHEEL_RETENTION_SUCCEEDED)")
+    p.add_argument("--retention-failed", default=env("CRONWHEEL_RETENTION_FAILED", "30d"),
+                   help="keep failed and dead runs this long (default 30d; $CRONWHEEL_RETENTION_FAILED)")
+    p.add_argument("--retention-job-type", action="append",
+                   default=[t for t in env("CRONWHEEL_RETENTION_JOB_TYPES", "").split(";") if t.strip()],
+                   metavar="TYPE=SUCCEEDED[,FAILED]",
+                   help="a job type's own windows, e.g. report=2d,14d (repeatable; "
+                        "$CRONWHEEL_RETENTION_JOB_TYPES, ';'-separated)")
+    p.add_argument("--retention-batch", type=_positive_int("--retention-batch", 1, 100_000), default=1000,
+                   help="rows deleted per prune transaction (default 1000)")
+    p.add_argument("--retention-pause", type=float, default=0.1,
+                   help="seconds between prune batches (default 0.1)")
+    p.add_argument("--retention-idle", type=float, default=30.0,
+                   help="seconds between prune passes once nothing is left (default 30)")
+    p.add_argument("--no-pruning", action="store_true", help="never prune finished executions on this node")
+
+
+def _retention(args: argparse.Namespace) -> RetentionConfig:
+    from cronwheel.cluster.retention.policy import RetentionConfig, parse_type_windows, parse_window
+
+    return RetentionConfig(
+        succeeded_s=parse_window("--retention-succeeded", args.retention_succeeded),
+        failed_s=parse_window("--retention-failed", args.retention_failed),
+        by_type=tuple(parse_type_windows("--retention-job-type", t) for t in args.retention_job_type),
+        enabled=not args.no_pruning, batch_rows=args.retention_batch, pause_s=args.retention_pause,
+        idle_s=args.retention_idle,
+    ).validate()
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -109,7 +151,8 @@ def cmd_node(args: argparse.Namespace) -> int:
             node_id=node_id, dsn=_dsn(args), etcd_endpoints=endpoints, listen=args.listen,
             advertise=args.advertise, lease=lease, ignore_local_trust=args.unsafe_ignore_local_trust,
             auth_file=args.auth_file, tls_cert=args.tls_cert, tls_key=args.tls_key,
-            metrics_listen=args.metrics_listen, retention_days=args.retention_days,
+            metrics_listen=args.metrics_listen, retention_days=args.retention_days, retention=_retention(args),
+            webhooks=cli_webhook.node_config(args),
             firing=FiringConfig(horizon_s=args.horizon, extend_every_s=min(30.0, args.horizon / 4),
                                 misfire_grace_s=args.misfire_grace),
         ).validate()
@@ -188,11 +231,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-MIGRATE = Command("migrate", "apply database migrations (idempotent, safe from several nodes at once)",
-                  _configure_migrate, cmd_migrate)
-DEV = Command("dev", "start a local cluster on embedded etcd and PostgreSQL; Ctrl-C stops it all",
-              _configure_dev, cmd_dev)
-NODE = Command("node", "run a scheduler node (SIGTERM hands its partitions over and exits)", _configure_node, cmd_node)
-WORKER = Command("worker",
-                 "run a worker: a module's handlers, leasing from a node (SIGTERM: finish or hand back, exit)",
-                 _configure_worker, cmd_worker)
+def add_parser(subparsers: Any) -> None:
+    for name, help_, configure, handler in (
+        ("migrate", "apply database migrations (idempotent, safe from several nodes at once)", _configure_migrate,
+         cmd_migrate),
+        ("dev", "start a local cluster on embedded etcd and PostgreSQL; Ctrl-C stops it all", _configure_dev,
+         cmd_dev),
+        ("node", "run a scheduler node (SIGTERM hands its partitions over and exits)", _configure_node, cmd_node),
+        ("worker", "run a worker: a module's handlers, leasing from a node (SIGTERM: finish or hand back, exit)",
+         _configure_worker, cmd_worker),
+    ):
+        p = subparsers.add_parser(name, help=help_, description=help_)
+        configure(p)
+        p.set_defaults(handler=handler)

@@ -1,7 +1,8 @@
 """`cronwheel explain SCHEDULE [--since T] [--until T] [--json]`: why did (or didn't) it fire?
 
 One line per tick the schedule's expression, zone and DST policy define in the window, with
-what happened and why (ExplainSchedule), every page fetched. Default window: the last hour.
+what happened and why (Client.explain, every page). SCHEDULE is an id or a name. Default window:
+the last hour.
 """
 
 from __future__ import annotations
@@ -9,52 +10,36 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import timedelta
+from typing import Any
 
-from cronwheel.cli import Command
-from cronwheel.cli_api_base import Api, api_command, connection_flags, dispatch, instant_arg
-from cronwheel.cli_api_format import as_dict, table
+from cronwheel.cli_api_flags import client_for, connection_flags, instant_arg, resolve, schedule_ref
+from cronwheel.cli_api_format import plain, table
 from cronwheel.clock import SystemClock
 
 
-@api_command
-def _explain(api: Api, args: argparse.Namespace) -> int:
-    from cronwheel.v1 import common_pb2, scheduler_pb2
-
+def _explain(args: argparse.Namespace) -> int:
     until = args.until or SystemClock().now()
     since = args.since or until - timedelta(hours=1)
-    ticks, notes, token = [], [], ""
-    while True:
-        req = scheduler_pb2.ExplainScheduleRequest(schedule_id=args.schedule, page_size=1000, page_token=token,
-                                                   range=common_pb2.TimeRange())
-        req.range.start_time.FromDatetime(since)
-        req.range.end_time.FromDatetime(until)
-        resp = api(api.scheduler.ExplainSchedule, req)
-        ticks.extend(resp.ticks)
-        notes.extend(resp.notes)
-        token = resp.next_page_token
-        if not token:
-            break
+    with client_for(args) as cw:
+        sid = resolve(cw, args)
+        ex = cw.explain(sid, since, until)
     if args.json:
-        print(json.dumps({"schedule_id": args.schedule, "since": since.isoformat(), "until": until.isoformat(),
-                          "notes": notes, "ticks": [as_dict(t) for t in ticks]}, indent=2))
+        print(json.dumps({"schedule_id": sid, "since": plain(since), "until": plain(until), "notes": list(ex.notes),
+                          "ticks": plain(ex.ticks)}, indent=2))
         return 0
-    outcome = scheduler_pb2.TickOutcome.Name
     table(["TICK (UTC)", "OUTCOME", "EXECUTION", "WHY"],
-          [[t.scheduled_for.ToJsonString(), outcome(t.outcome).removeprefix("TICK_OUTCOME_").lower(),
-            t.execution_id or "-", t.reason] for t in ticks])
-    for n in notes:
+          [[plain(t.scheduled_for), str(t.outcome), t.execution_id or "-", t.reason] for t in ex.ticks])
+    for n in ex.notes:
         print(f"note: {n}")
-    print(f"({len(ticks)} ticks from {since.isoformat()} to {until.isoformat()})")
+    print(f"({len(ex.ticks)} ticks from {plain(since)} to {plain(until)})")
     return 0
 
 
-def _configure_explain(p: argparse.ArgumentParser) -> None:
-    p.add_argument("schedule", help="schedule id")
+def add_parser(subparsers: Any) -> None:
+    help_ = "why did or didn't a schedule fire: one line per tick in a window"
+    p = subparsers.add_parser("explain", help=help_, description=help_)
+    schedule_ref(p)
     p.add_argument("--since", type=instant_arg, default=None, help="window start, ISO 8601 (default: an hour ago)")
     p.add_argument("--until", type=instant_arg, default=None, help="window end, ISO 8601 (default: now)")
     connection_flags(p)
-    p.set_defaults(func=_explain)
-
-
-EXPLAIN = Command("explain", "why did or didn't a schedule fire: one line per tick in a window", _configure_explain,
-                  dispatch)
+    p.set_defaults(handler=_explain)

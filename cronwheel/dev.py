@@ -7,6 +7,20 @@ everything is. SIGINT (Ctrl-C) or SIGTERM stops the worker and the nodes (SIGTER
 their partitions over and exit), then the servers, and removes every temp dir.
 
 Auth is off in dev (every caller is admin): the nodes are started without --auth-file.
+
+Names: each process is named once, and that name is everywhere: node `node-1` runs with
+`--node-id node-1` (what `cronwheel status` lists as its member), the demo worker `worker-1`
+with `--worker-id worker-1`; the banner, the `ready` JSON and every prefixed line use them.
+
+`--logs`: every line a node or the worker writes (its stdout and its JSON log on stderr) is
+shown as `[name] line`; a JSON log line is shortened to `[name] level message key=value ...`.
+Without it only the worker's `ran ...` lines are shown.
+
+A child that exits while the cluster runs is reported at once (`[dev] node-2 (pid N) exited:
+killed by SIGKILL`, with its last output lines) and restarted under the same name, id and port
+(`[dev] node-2 restarted (pid M)`). A child that exits MAX_RESTARTS times within
+RESTART_WINDOW_S, or does not come back up, stops the whole dev cluster with the reason (exit
+code 1): a crash loop is a bug to read about, not to hide.
 """
 
 from __future__ import annotations
@@ -14,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -22,19 +37,51 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TextIO
 
-from cronwheel.clock import SystemClock
+from cronwheel.clock import Clock, SystemClock
 from cronwheel.localservers import LocalEtcd, LocalPostgres, die_with_parent, free_port
 from cronwheel.storage.migrate import migrate
 
 DEMO_TENANT = "default"
+MAX_RESTARTS = 3  # exits of one child within RESTART_WINDOW_S that stop the dev cluster
+RESTART_WINDOW_S = 60.0
+START_TIMEOUT_S = 60.0
+_LOG_SKIP = frozenset({"ts", "level", "logger", "msg", "node", "exc"})
 
 
 @dataclass
 class Child:
     name: str
     proc: subprocess.Popen[str]
+    args: list[str] = field(default_factory=list)
+    ready_marker: str = ""
     lines: list[str] = field(default_factory=list)
     ready: threading.Event = field(default_factory=threading.Event)
+    exits: list[float] = field(default_factory=list)  # monotonic times of unexpected exits
+
+
+def describe_exit(code: int) -> str:
+    """'exited with code 3' / 'killed by SIGKILL' for a Popen return code."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def short_log(line: str) -> str:
+    """A JSON log line as `level message key=value ...` (the line itself if it is not one)."""
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return line
+    if not isinstance(rec, dict) or "msg" not in rec:
+        return line
+    extra = " ".join(f"{k}={v}" for k, v in rec.items() if k not in _LOG_SKIP)
+    out = f"{rec.get('level', 'info')} {rec['msg']}" + (f" {extra}" if extra else "")
+    if rec.get("exc"):
+        out += "\n" + str(rec["exc"])
+    return out
 
 
 @dataclass
@@ -46,6 +93,14 @@ class DevCluster:
     etcd: LocalEtcd = field(default_factory=LocalEtcd)
     children: list[Child] = field(default_factory=list)
     dsn: str = ""
+    logs: bool = False
+    clock: Clock = field(default_factory=SystemClock)
+    # Set when the dev cluster must stop by itself; `failure` says why (run_dev exits 1).
+    failed: threading.Event = field(default_factory=threading.Event)
+    failure: str = ""
+    _stopping: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _restarts: queue.Queue[Child] = field(default_factory=queue.Queue)
 
     def info(self) -> dict[str, Any]:
         nodes = [c for c in self.children if c.name.startswith("node")]
@@ -56,6 +111,8 @@ class DevCluster:
             "nodes": [{"name": c.name, "pid": c.proc.pid, "address": _field(c, " listening on "),
                        "metrics": _field(c, " metrics on ")} for c in nodes],
             "workers": [{"name": c.name, "pid": c.proc.pid} for c in self.children if c.name.startswith("worker")],
+            "console": [{"url": _field(c, "console listening on "), "pid": c.proc.pid}
+                        for c in self.children if c.name == "console"],
         }
 
     def start(self) -> None:
@@ -65,13 +122,18 @@ class DevCluster:
         migrate(self.dsn, partitions=self.partitions, progress=lambda m: self._say(f"migrate: {m}"))
         for i in range(1, self.nodes + 1):
             port = 7069 + i if _port_free(7069 + i) else free_port()
+            metrics = 7169 + i if _port_free(7169 + i) else free_port()  # the same port across restarts
             self._spawn(f"node-{i}", ["node", "--dsn", self.dsn, "--etcd", ",".join(self.etcd.endpoints),
-                                      "--node-id", f"dev-{i}", "--listen", f"127.0.0.1:{port}", "--lease-ttl", "5"],
+                                      "--node-id", f"node-{i}", "--listen", f"127.0.0.1:{port}", "--lease-ttl", "5",
+                                      "--metrics-listen", f"127.0.0.1:{metrics}"],
                         ready=" listening on ")
         first = _field(self.children[0], " listening on ")
-        self._spawn("worker-1", ["worker", "cronwheel.client.demo", "--address", first, "--worker-id", "demo-worker"],
+        self._spawn("worker-1", ["worker", "cronwheel.client.demo", "--address", first, "--worker-id", "worker-1"],
                     ready="worker ")
         asyncio.run(self._examples())
+        nodes = ",".join(_field(c, " listening on ") for c in self.children if c.name.startswith("node"))
+        self._spawn("console", ["console", "--address", nodes, "--no-login", "--listen", f"127.0.0.1:{free_port()}"],
+                    ready="console listening on ")  # the web console (cronwheel.console), dev mode: no login
 
     async def _examples(self) -> None:
         from cronwheel.cluster.commands.runs import JobSpec, submit_job
@@ -92,12 +154,23 @@ class DevCluster:
             self._say(f"job       delayed one-off {job['id']} runs at {job['run_at'].isoformat()}")
 
     def _spawn(self, name: str, args: list[str], ready: str) -> Child:
-        proc = subprocess.Popen([sys.executable, "-m", "cronwheel", *args], stdout=subprocess.PIPE,
+        child = Child(name, self._popen(args), args, ready)
+        self.children.append(child)
+        self._watch(child)
+        if not child.ready.wait(START_TIMEOUT_S):
+            raise RuntimeError(f"{name} did not start: {child.lines[-20:]}")
+        return child
+
+    @staticmethod
+    def _popen(args: list[str]) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "cronwheel", *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
                                 preexec_fn=die_with_parent())  # even a SIGKILLed `dev` leaves none behind
-        child = Child(name, proc)
-        self.children.append(child)
+
+    def _watch(self, child: Child) -> None:
+        """Pump the child's output (shown per --logs) and report its exit the moment it happens."""
+        proc, name, marker = child.proc, child.name, child.ready_marker
 
         def pump() -> None:
             assert proc.stdout is not None
@@ -105,19 +178,69 @@ class DevCluster:
                 for line in proc.stdout:
                     line = line.rstrip("\n")
                     child.lines.append(line)
+                    if self.logs:
+                        self._say(f"[{name}] {short_log(line)}")
                     if line.startswith("{"):
-                        continue  # structured logs stay quiet in the dev console
-                    if line.startswith(ready.strip()) or ready in line:
+                        continue  # structured logs stay quiet in the dev console without --logs
+                    if line.startswith(marker.strip()) or marker in line:
                         child.ready.set()
-                    if line.startswith("ran "):
+                    if line.startswith("ran ") and not self.logs:
                         self._say(f"[{name}] {line}")
+            code = proc.wait()
+            self._exited(child, proc, code)
 
         threading.Thread(target=pump, daemon=True, name=f"pump-{name}").start()
-        if not child.ready.wait(60):
-            raise RuntimeError(f"{name} did not start: {child.lines[-20:]}")
-        return child
+
+    def _exited(self, child: Child, proc: subprocess.Popen[str], code: int) -> None:
+        with self._lock:
+            if self._stopping or proc is not child.proc:
+                return
+            now = self.clock.monotonic()
+            child.exits = [t for t in child.exits if now - t < RESTART_WINDOW_S] + [now]
+            why = describe_exit(code)
+            self._say(f"[dev] {child.name} (pid {proc.pid}) {why}")
+            for line in child.lines[-5:]:
+                self._say(f"[dev]   {child.name}> {short_log(line)}")
+            if len(child.exits) >= MAX_RESTARTS:
+                self._fail(f"{child.name} {why}, {len(child.exits)} times within {RESTART_WINDOW_S:g} s: "
+                           "not restarting it")
+                return
+            self._say(f"[dev] restarting {child.name} ({len(child.exits)} of {MAX_RESTARTS - 1} restarts "
+                      f"within {RESTART_WINDOW_S:g} s)")
+            self._restarts.put(child)
+
+    def service(self) -> None:
+        """Carry out the restarts `_exited` asked for. Called by the thread that started the
+        cluster (run_dev's main loop): a child's parent-death signal fires when the *thread* that
+        forked it ends, so a child must never be forked by a short-lived pump thread."""
+        while True:
+            try:
+                child = self._restarts.get_nowait()
+            except queue.Empty:
+                return
+            with self._lock:
+                if self._stopping:
+                    return
+                child.ready = threading.Event()
+                child.proc = self._popen(child.args)
+            self._watch(child)
+            threading.Thread(target=self._await_restart, args=(child, child.proc, child.ready), daemon=True,
+                             name=f"restart-{child.name}").start()
+
+    def _await_restart(self, child: Child, proc: subprocess.Popen[str], ready: threading.Event) -> None:
+        if ready.wait(START_TIMEOUT_S):
+            self._say(f"[dev] {child.name} restarted (pid {proc.pid})")
+        elif not self._stopping and proc is child.proc:
+            self._fail(f"{child.name} did not come back up within {START_TIMEOUT_S:g} s")
+
+    def _fail(self, reason: str) -> None:
+        if not self.failure:
+            self.failure = reason
+        self.failed.set()
 
     def stop(self) -> None:
+        with self._lock:
+            self._stopping = True  # exits from here on are ours: not reported, not restarted
         for c in reversed(self.children):  # the worker first, then the nodes (they hand over)
             if c.proc.poll() is None:
                 c.proc.send_signal(signal.SIGTERM)
@@ -139,6 +262,8 @@ class DevCluster:
         self._say(f"etcd      {','.join(i['etcd']['endpoints'])}  (pids {i['etcd']['pids']})")
         for n in i["nodes"]:
             self._say(f"node      {n['name']}: gRPC {n['address']}, metrics {n['metrics']}  (pid {n['pid']})")
+        for con in i["console"]:
+            self._say(f"console   {con['url']}  (dev mode: no login)")
         first = i["nodes"][0]["address"]
         self._say(f"try       cronwheel status --address {first}")
         self._say(f"          cronwheel schedule list --address {first}")
@@ -164,7 +289,7 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def run_dev(nodes: int, partitions: int) -> int:
+def run_dev(nodes: int, partitions: int, logs: bool = False) -> int:
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -172,12 +297,15 @@ def run_dev(nodes: int, partitions: int) -> int:
 
     old_int = signal.signal(signal.SIGINT, on_signal)
     old_term = signal.signal(signal.SIGTERM, on_signal)
-    cluster = DevCluster(nodes=nodes, partitions=partitions)
+    cluster = DevCluster(nodes=nodes, partitions=partitions, logs=logs)
     try:
         cluster.start()
         cluster.print_banner()
-        while not stop.wait(0.5):
-            pass
+        while not stop.wait(0.2):
+            cluster.service()
+            if cluster.failed.is_set():
+                print(f"stopping: {cluster.failure}", flush=True)
+                return 1
         print("stopping...", flush=True)
         return 0
     finally:

@@ -15,8 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 CLIENT = Path(__file__).resolve().parent.parent / "client"
-WRAPPERS = {"_call": "{}", "_pages": "Iterator[{}]", "_gather": "{}", "_many": "list[{}]"}
-PLAN_TYPES = re.compile(r"^(?:calls\.)?(?:Call|Pages|Gather|Many)\[(.*)\]$")
+WRAPPERS = {"_call": "{}", "_pages": "Iterator[{}]", "_gather": "{}", "_many": "list[{}]", "_steps": "{}"}
+PLAN_TYPES = re.compile(r"^(?:calls\.)?(?:Call|Pages|Gather|Many|Steps)\[(.*)\]$")
+
+
+APPLY_VALUES = ("ApplyPlan", "PlannedSchedule", "FieldChange")  # what Client.apply returns (client/apply.py)
 
 
 def _tree(name: str) -> ast.Module:
@@ -61,7 +64,8 @@ def _doc(node: ast.AST) -> list[str]:
 
 def _methods() -> list[tuple[str, str, list[str]]]:
     """(name, signature, docstring paragraphs) of every public Client method, in class order."""
-    plans = {f.name: f for f in _tree("calls.py").body if isinstance(f, ast.FunctionDef)}
+    plans = {f.name: f for name in ("apply.py", "calls.py") for f in _tree(name).body  # apply: client/apply.py
+             if isinstance(f, ast.FunctionDef)}
     cls = next(n for n in _tree("client.py").body if isinstance(n, ast.ClassDef) and n.name == "Client")
     out = []
     for node in cls.body:
@@ -103,7 +107,7 @@ def render(escape: Callable[[str], str]) -> list[str]:
         lines += doc
     lines += ['<a id="client-values"></a>', "", "### Values (`cronwheel.client.types`)", ""]
     lines += _paragraphs(_tree("types.py"))
-    for c in _classes("types.py"):
+    for c in _classes("types.py") + [k for k in _classes("apply.py") if k.name in APPLY_VALUES]:
         fields = [f"`{ast.unparse(s.target)}: {ast.unparse(s.annotation)}`" for s in c.body
                   if isinstance(s, ast.AnnAssign)]
         lines += [f"- **`{c.name}`**" + (f" — {' '.join(_doc(c))}" if _doc(c) else " —")
@@ -114,6 +118,6 @@ def render(escape: Callable[[str], str]) -> list[str]:
               "prefix): " + ", ".join(f"`{e}`" for e in enums) + "."), ""]
     lines += ['<a id="client-errors"></a>', "", "### Errors (`cronwheel.client.errors`)", ""]
     lines += _paragraphs(_tree("errors.py"))
-    for c in _classes("errors.py"):
+    for c in _classes("errors.py") + [k for k in _classes("apply.py") if k.name == "SpecError"]:
         lines += [f"- **`{c.name}`**" + (f" — {' '.join(_doc(c))}" if _doc(c) else "")]
     return lines + [""]

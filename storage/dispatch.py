@@ -90,6 +90,7 @@ class RunningRun:
     retry_multiplier: float
     retry_max_s: float
     cancel_requested: bool
+    type: str = ""  # job type (metrics labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +135,7 @@ class Completion:
 class Completed:
     id: uuid.UUID
     schedule_id: uuid.UUID | None
+    type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +178,7 @@ class Reaped:
     schedule_id: uuid.UUID | None
     tenant: str
     priority: str
+    type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +241,7 @@ class DispatchPort:
             return None
         return RunningRun(r["id"], r["schedule_id"], r["tenant"], int(r["partition"]), int(r["attempt"]),
                           int(r["max_attempts"]), float(r["retry_initial_s"]), float(r["retry_multiplier"]),
-                          float(r["retry_max_s"]), bool(r["cancel_requested"]))
+                          float(r["retry_max_s"]), bool(r["cancel_requested"]), r["type"])
 
     async def finish(self, conn: Conn, p: FinishParams) -> RunOutcome:
         cur = await conn.execute(q("finish"), {
@@ -254,7 +257,7 @@ class DispatchPort:
         cur = await conn.execute(q("complete_batch"), {
             "worker": worker, "tenant": tenant, "ids": [i.id for i in items], "tokens": [i.token for i in items],
             "results": [_jsonb(i.result) for i in items], "now": now})
-        return [Completed(r[0], r[1]) for r in await cur.fetchall()]
+        return [Completed(r[0], r[1], r[3]) for r in await cur.fetchall()]
 
     async def release_buffered(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> bool:
         """Overlap buffer_*: queue the schedule's oldest buffered run; True if there was one."""
@@ -286,6 +289,15 @@ class DispatchPort:
 
     # ------------------------------------------------------------------ the reaper (fenced)
 
+    async def reap_due_partitions(self, partitions: Sequence[int], now: datetime) -> set[int]:
+        """Those of `partitions` with reaper work as of `now` (`reap_due_partitions`: one read,
+        not fenced; the work itself is done fenced, per partition)."""
+        if not partitions:
+            return set()
+        async with self.db.connection() as conn:
+            cur = await conn.execute(q("reap_due_partitions"), {"partitions": list(partitions), "now": now})
+            return {int(r[0]) for r in await cur.fetchall()}
+
     async def reap_candidates(self, conn: Conn, partition: int, epoch: int, now: datetime,
                               limit: int = 1000) -> list[ReapCandidate]:
         cur = await conn.execute(q("reap_candidates"), {"partition": partition, "epoch": epoch, "now": now,
@@ -311,7 +323,7 @@ class DispatchPort:
             "error": a.error, "error_type": a.error_type, "run_at": a.run_at, "queued_at": a.queued_at,
             "finished_at": a.finished_at})
         row = await cur.fetchone()
-        return None if row is None else Reaped(row[0], row[1], row[2], row[3], row[4])
+        return None if row is None else Reaped(row[0], row[1], row[2], row[3], row[4], row[5])
 
     async def requeue_retries(self, conn: Conn, partition: int, epoch: int, now: datetime) -> int:
         """Retries whose backoff has passed become claimable; how many."""

@@ -8,15 +8,39 @@ The overlap reads and writes of a manual trigger are the firing path's own state
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from typing import LiteralString
 
 from cronwheel.storage.api import Conn, Row, decoding_cursor, json_text, notify_due, notify_queued, row, rows
 from cronwheel.storage.db import Database
 from cronwheel.storage.notifications import oneoff_batch_payloads
 from cronwheel.storage.queries import q
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+# The columns of a brief insert's rows: decoding all 31 columns of 1,000 returned rows cost a
+# SubmitJobs call more than its answer needs.
+BRIEF_COLUMNS: LiteralString = "id, tenant, idempotency_key, state, partition, run_at, priority"
+
+
+def _insert_query(brief: bool) -> LiteralString:
+    query = q("insert_submitted_many")
+    if not brief:
+        return query
+    out = query.replace("RETURNING *", "RETURNING " + BRIEF_COLUMNS)
+    assert out != query, "insert_submitted_many must end with RETURNING *"
+    return out
+
+
+def _micros(at: datetime) -> int:
+    """An aware instant as exact integer microseconds since the Unix epoch."""
+    return (at - _EPOCH) // _MICROSECOND
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,27 +130,29 @@ class ExecutionsPort:
         r = await row(conn, "api_count_executions_since", {"tenant": tenant, "since": since})
         return int(r["count"]) if r else 0
 
-    async def insert_submitted_many(self, conn: Conn, jobs: Sequence[SubmittedJob], now: datetime) -> list[Row]:
+    async def insert_submitted_many(self, conn: Conn, jobs: Sequence[SubmittedJob], now: datetime,
+                                    brief: bool = False) -> list[Row]:
         """Insert every job in ONE statement (`insert_submitted_many`); the rows inserted, in no
         particular order. A job whose (tenant, idempotency key) is taken (by a committed row, or
-        by an earlier job of `jobs`) is left out: read it back with `by_idempotency_keys`."""
+        by an earlier job of `jobs`) is left out: read it back with `by_idempotency_keys`.
+        `brief`: the rows hold only BRIEF_COLUMNS (what a SubmitJobs answer needs)."""
         if not jobs:
             return []
-        return await rows(conn, "insert_submitted_many", {**self._many(jobs, now), "unless_quota": False})
+        cur = decoding_cursor(conn)
+        async with cur:
+            await cur.execute(_insert_query(brief), {**self._many(jobs, now), "unless_quota": False})
+            return list(await cur.fetchall())
 
     @staticmethod
     def _many(jobs: Sequence[SubmittedJob], now: datetime) -> dict[str, object]:
-        return {
-            "ids": [j.id for j in jobs], "tenants": [j.tenant for j in jobs], "types": [j.type for j in jobs],
-            "payloads": [j.payload for j in jobs], "partitions": [j.partition for j in jobs],
-            "run_ats": [j.run_at for j in jobs], "priorities": [j.priority for j in jobs],
-            "states": [j.state for j in jobs], "max_attempts": [j.max_attempts for j in jobs],
-            "retry_initial_s": [j.retry_initial_s for j in jobs],
-            "retry_multiplier": [j.retry_multiplier for j in jobs], "retry_max_s": [j.retry_max_s for j in jobs],
-            "timeout_s": [j.timeout_s for j in jobs], "idempotency_keys": [j.idempotency_key for j in jobs],
-            "now": now}
+        """The parameters of `insert_submitted_many`: the jobs as one JSON array (see the query)."""
+        doc = json.dumps([[str(j.id), j.tenant, j.type, j.payload, j.partition, _micros(j.run_at), j.priority,
+                           j.state, j.max_attempts, j.retry_initial_s, j.retry_multiplier, j.retry_max_s,
+                           j.timeout_s, j.idempotency_key] for j in jobs], ensure_ascii=False, allow_nan=False)
+        return {"jobs": doc, "tenants": sorted({j.tenant for j in jobs}), "now": now}
 
-    async def insert_unless_quota(self, jobs: Sequence[SubmittedJob], now: datetime) -> list[Row] | None:
+    async def insert_unless_quota(self, jobs: Sequence[SubmittedJob], now: datetime,
+                                  brief: bool = False) -> list[Row] | None:
         """The fast path of a submit group: ONE round trip (a pipeline of BEGIN, the quota read,
         `insert_submitted_many` guarded by `unless_quota`, the coalesced notifications and
         COMMIT, in its own transaction). None, and nothing inserted, when one of the jobs'
@@ -135,7 +161,8 @@ class ExecutionsPort:
         out, as in `insert_submitted_many`). The notifications name every job of `jobs` as
         planned (queued priorities; scheduled jobs with their run_at): one that ends up not
         inserted (a taken key, the quota guard) makes a wake-up with nothing to do and an armed
-        id the fire statement ignores (it queues only `scheduled` rows that exist)."""
+        id the fire statement ignores (it queues only `scheduled` rows that exist). `brief`: as
+        for `insert_submitted_many`."""
         if not jobs:
             return []
         due = [(j.partition, j.id, j.run_at) for j in jobs if j.state == "scheduled"]
@@ -145,7 +172,7 @@ class ExecutionsPort:
             ins = decoding_cursor(conn)
             async with conn.pipeline(), conn.transaction():
                 await quota.execute(q("api_daily_quotas"), {"tenants": sorted({j.tenant for j in jobs})})
-                await ins.execute(q("insert_submitted_many"), {**self._many(jobs, now), "unless_quota": True})
+                await ins.execute(_insert_query(brief), {**self._many(jobs, now), "unless_quota": True})
                 if due:
                     await conn.execute(q("notify_due_many"), {"payloads": oneoff_batch_payloads(due)})
                 if priorities:

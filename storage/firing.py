@@ -37,6 +37,7 @@ from cronwheel.errors import StaleEpoch
 from cronwheel.storage.db import Database, stale_epoch
 from cronwheel.storage.ids import new_execution_id
 from cronwheel.storage.queries import q
+from cronwheel.storage.webhooks import enqueue_deliveries
 
 
 class DueSchedule(NamedTuple):
@@ -359,11 +360,13 @@ class FiringPort:
             dupes += adv - plain_inserted
             plain_stale = len(p.plain.schedule_ids) - adv
         for ev in p.events:
-            await conn.execute(
+            cur = await conn.execute(
                 q("insert_partition_event"),
                 {**fence, "tenant": None, "kind": ev.kind, "schedule_id": ev.schedule_id,
                  "execution_id": None, "actor": "scheduler", "alert": ev.alert, "data": Jsonb(ev.data)},
             )
+            if (got := await cur.fetchone()) is not None:  # its webhook deliveries, in this transaction
+                await enqueue_deliveries(conn, int(got[0]))
         return FireBatchResult(tuple(fired), dupes, advanced, plain_inserted, plain_stale)
 
     async def notify_queued(self, payload: str) -> None:

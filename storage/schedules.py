@@ -41,6 +41,9 @@ class ScheduleFields:
     jitter_s: float
     paused: bool
     alert_if_no_success_within_s: float | None
+    keep_last: int | None = None  # retention (cluster/retention): None inherits
+    keep_succeeded_for_s: float | None = None
+    keep_failed_for_s: float | None = None
 
     def params(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -62,6 +65,9 @@ class ScheduleFilter:
     after_created_at: datetime | None
     after_id: uuid.UUID | None
     limit: int
+    name_contains: str | None = None  # case-insensitive substring of the name
+    by_name: bool = False  # order by (name, id); the cursor is then (after_name, after_id)
+    after_name: str | None = None
 
 
 class SchedulesPort:
@@ -106,11 +112,16 @@ class SchedulesPort:
                                                       "deleted": deleted})
 
     async def list(self, f: ScheduleFilter) -> list[Row]:
-        """A page of live schedules by (created_at, id) after the cursor."""
+        """A page of live schedules by (created_at, id), or by (name, id), after the cursor."""
+        like = None
+        if f.name_contains:
+            escaped = f.name_contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            like = f"%{escaped}%"
         async with self.db.connection() as conn:
-            return await rows(conn, "api_list_schedules", {
-                "tenant": f.tenant, "job_type": f.job_type, "paused": f.paused,
-                "after_created_at": f.after_created_at, "after_id": f.after_id, "limit": f.limit})
+            return await rows(conn, "api_list_schedules_by_name" if f.by_name else "api_list_schedules", {
+                "tenant": f.tenant, "job_type": f.job_type, "paused": f.paused, "name_like": like,
+                "after_created_at": f.after_created_at, "after_name": f.after_name, "after_id": f.after_id,
+                "limit": f.limit})
 
     async def notify_changed(self, conn: Conn, partition: int, schedule_id: uuid.UUID) -> None:
         """At commit, the partition's owner reloads the schedule."""

@@ -26,14 +26,16 @@ from cronwheel.storage.dispatch import DispatchPort
 from cronwheel.storage.executions import ExecutionsPort
 from cronwheel.storage.firing import FiringPort
 from cronwheel.storage.partitions import PartitionsPort
+from cronwheel.storage.retention import RetentionPort
 from cronwheel.storage.schedules import SchedulesPort
+from cronwheel.storage.webhooks import WebhooksPort
 
 
 class PgStore(Database):
     """PostgreSQL via psycopg 3 and psycopg_pool. See storage/db.py for fencing. Composes the
     domain ports: `firing` (storage/firing.py), `dispatch` (storage/dispatch.py), and the API's
     `schedules`, `executions`, `events`, `explain` (storage/schedules.py, executions.py, api.py),
-    `partitions` (storage/partitions.py)."""
+    `partitions` (storage/partitions.py), `retention` (storage/retention.py)."""
 
     def __init__(self, config: StoreConfig) -> None:
         super().__init__(config)
@@ -44,6 +46,8 @@ class PgStore(Database):
         self.events = EventsPort(self)
         self.explain = ExplainPort(self)
         self.partitions = PartitionsPort(self)
+        self.webhooks = WebhooksPort(self)  # storage/webhooks.py
+        self.retention = RetentionPort(self)
 
     async def insert_event(
         self,

@@ -43,7 +43,8 @@ import grpc
 
 from cronwheel import errors as e
 from cronwheel.cluster.api import requests
-from cronwheel.cluster.api.grpc_errors import status_of
+from cronwheel.cluster.api.grpc_errors import details, status_of
+from cronwheel.cluster.api.handlers import responses, rewrap
 from cronwheel.cluster.commands.values import text
 from cronwheel.errors import InvalidArgument
 
@@ -173,7 +174,7 @@ def abort_args(exc: e.CronwheelError) -> tuple[grpc.StatusCode, str]:
 async def _fail(context: grpc.aio.ServicerContext[Any, Any], exc: Exception, method: str) -> None:
     if isinstance(exc, e.CronwheelError) and not isinstance(exc, e.Internal):
         code, message = abort_args(exc)
-        await context.abort(code, message)
+        await context.abort(code, message, trailing_metadata=details(exc, code))
     log.exception("unexpected error in RPC", extra={"event": "rpc_internal_error", "method": method})
     await context.abort(grpc.StatusCode.INTERNAL, "internal error (logged on the server)")
 
@@ -238,12 +239,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     def _streaming(self, inner: Behavior, method: str) -> Callable[..., AsyncIterator[Any]]:
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             async with self._call(context, method):
-                result = inner(_checked(request), context)
-                if hasattr(result, "__aiter__"):
-                    async for item in result:
-                        yield item
-                else:
-                    await result
+                async for item in responses(inner(_checked(request), context)):
+                    yield item
 
         return behavior
 
@@ -256,15 +253,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         method = details.method
         if handler is None or not method.startswith(PROTECTED_PREFIX):
             return handler  # health, reflection, unknown methods (UNIMPLEMENTED)
-        ser = {"request_deserializer": requests.tolerant(handler.request_deserializer),
-               "response_serializer": handler.response_serializer}
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(self._unary(handler.unary_unary, method), **ser)
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(self._unary(handler.stream_unary, method), **ser)
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(self._streaming(handler.unary_stream, method), **ser)
-        return grpc.stream_stream_rpc_method_handler(self._streaming(handler.stream_stream, method), **ser)
+        return rewrap(handler, method, self._unary, self._streaming,
+                      requests.tolerant(handler.request_deserializer))
 
 
 # ---------------------------------------------------------------------------------- TLS

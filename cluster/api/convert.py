@@ -158,6 +158,9 @@ def spec_from(s: Any, tenant: str) -> ScheduleSpec:
         overlap_policy=enum(OVERLAP, s.overlap_policy, "overlap_policy", "allow") or "allow",
         dst_gap=gap, dst_repeated=repeated, jitter_s=opt_s(s, "jitter", "jitter") or 0.0, paused=s.paused,
         alert_if_no_success_within_s=opt_s(s, "alert_if_no_success_within", "alert_if_no_success_within"),
+        keep_last=s.keep_last if s.HasField("keep_last") else None,
+        keep_succeeded_for_s=opt_s(s, "keep_succeeded_for", "keep_succeeded_for"),
+        keep_failed_for_s=opt_s(s, "keep_failed_for", "keep_failed_for"),
     )
 
 
@@ -172,7 +175,8 @@ def _max_catch_up(v: int) -> int:
 RETRY_PATHS = {"retry_policy.initial_backoff": "initial_s", "retry_policy.backoff_multiplier": "multiplier",
                "retry_policy.max_backoff": "max_s", "retry_policy.max_attempts": "max_attempts"}
 TOP_PATHS = ("name", "cron", "timezone", "job_type", "payload_json", "priority", "retry_policy", "timeout",
-             "misfire_policy", "max_catch_up", "overlap_policy", "dst_policy", "jitter", "alert_if_no_success_within")
+             "misfire_policy", "max_catch_up", "overlap_policy", "dst_policy", "jitter", "alert_if_no_success_within",
+             "keep_last", "keep_succeeded_for", "keep_failed_for")
 UPDATABLE = {*TOP_PATHS, *RETRY_PATHS, "dst_policy.gap", "dst_policy.repeated_hour"}
 NOT_UPDATABLE = {"id", "tenant", "paused", "version", "partition", "next_run_at", "last_scheduled_for",
                  "last_success_at", "created_at", "updated_at"}
@@ -237,6 +241,10 @@ def changes_from(s: Any, paths: list[str]) -> dict[str, Any]:
             c["jitter_s"] = opt_s(s, "jitter", "jitter") or 0.0
         elif p == "alert_if_no_success_within":
             c["alert_if_no_success_within_s"] = opt_s(s, p, p)
+        elif p == "keep_last":
+            c["keep_last"] = s.keep_last if s.HasField("keep_last") else None
+        elif p in ("keep_succeeded_for", "keep_failed_for"):
+            c[f"{p}_s"] = opt_s(s, p, p)
     return c
 
 
@@ -272,6 +280,10 @@ def schedule_out(r: Mapping[str, Any]) -> common_pb2.Schedule:
     _set_dur(s, "timeout", r["timeout_s"])
     _set_dur(s, "jitter", r["jitter_s"] or None)
     _set_dur(s, "alert_if_no_success_within", r["alert_if_no_success_within_s"])
+    if r.get("keep_last") is not None:
+        s.keep_last = r["keep_last"]
+    _set_dur(s, "keep_succeeded_for", r.get("keep_succeeded_for_s"))
+    _set_dur(s, "keep_failed_for", r.get("keep_failed_for_s"))
     for name in ("next_run_at", "last_scheduled_for", "last_success_at", "created_at", "updated_at"):
         _set_ts(s, name, r[name])
     return s

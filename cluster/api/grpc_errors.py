@@ -2,7 +2,10 @@
 
 Servicers raise cronwheel.errors exceptions and nothing else; the one server interceptor
 (cluster.auth.AuthInterceptor, in front of every cronwheel.v1 service) aborts the call with the
-mapped code and the error's message (which names the field for InvalidArgument). Anything
+mapped code and the error's message (which names the field for InvalidArgument), plus the rich
+error of gRPC's conventions (`grpc-status-details-bin` trailer, a `google.rpc.Status`): an
+INVALID_ARGUMENT carries a `google.rpc.BadRequest` detail whose field violation names the field
+(`details`). Anything
 unexpected (including `errors.Internal`, e.g. an unmapped database error) is logged with its
 traceback and returned as INTERNAL with a generic message, never a stack trace to the client.
 """
@@ -12,6 +15,8 @@ from __future__ import annotations
 import logging
 
 import grpc
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
 
 from cronwheel import errors as e
 
@@ -36,3 +41,15 @@ def status_of(exc: BaseException) -> grpc.StatusCode | None:
         if isinstance(exc, cls):
             return code
     return None
+
+
+def details(exc: e.CronwheelError, code: grpc.StatusCode) -> tuple[tuple[str, bytes], ...]:
+    """The trailing metadata of the rich error for `exc` (none where there is no detail to add):
+    a `google.rpc.Status` with a `google.rpc.BadRequest` naming the field of an InvalidArgument."""
+    if not isinstance(exc, e.InvalidArgument) or code is not grpc.StatusCode.INVALID_ARGUMENT:
+        return ()
+    bad = error_details_pb2.BadRequest(field_violations=[
+        error_details_pb2.BadRequest.FieldViolation(field=exc.field, description=exc.message)])
+    status = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=exc.message)
+    status.details.add().Pack(bad)
+    return tuple(rpc_status.to_status(status).trailing_metadata)

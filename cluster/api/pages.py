@@ -80,6 +80,28 @@ def time_id_cursor(cursor: list[Any] | None) -> tuple[datetime | None, uuid.UUID
         raise InvalidArgument("page_token", "malformed; pass the next_page_token of the previous response") from None
 
 
+def text_id_page(rows: list[dict[str, Any]], size: int, kind: str, filters: dict[str, Any],
+                 text_key: str) -> tuple[list[dict[str, Any]], str]:
+    """As time_id_page, keyed on (rows[text_key], id)."""
+    if len(rows) <= size:
+        return rows, ""
+    last = rows[size - 1]
+    return rows[:size], encode(kind, filters, [str(last[text_key]), str(last["id"])])
+
+
+def text_id_cursor(cursor: list[Any] | None) -> tuple[str | None, uuid.UUID | None]:
+    """A (text, uuid) cursor."""
+    if cursor is None:
+        return None, None
+    try:
+        value, ident = cursor
+        if not isinstance(value, str):
+            raise ValueError
+        return value, uuid.UUID(ident)
+    except (ValueError, TypeError, AttributeError):
+        raise InvalidArgument("page_token", "malformed; pass the next_page_token of the previous response") from None
+
+
 def id_cursor(cursor: list[Any] | None) -> int:
     if cursor is None:
         return 0

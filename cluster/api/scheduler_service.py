@@ -95,11 +95,21 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         tenant = current_caller().filter(request.tenant, "tenant")
         size = cv.page_size(request.page_size)
         filters = {"tenant": tenant, "job_type": _filter_text(request.job_type, "job_type"),
-                   "paused": request.paused if request.HasField("paused") else None}
-        after_at, after_id = pages.time_id_cursor(pages.decode(request.page_token, "schedules", filters))
-        rows = await self.store.schedules.list(ScheduleFilter(**filters, after_created_at=after_at,
-                                                              after_id=after_id, limit=size + 1))
-        page, token = pages.time_id_page(rows, size, "schedules", filters, "created_at")
+                   "paused": request.paused if request.HasField("paused") else None,
+                   "name_contains": _filter_text(request.name_contains, "name_contains")}
+        if request.order_by not in ("", "created", "name"):
+            raise InvalidArgument("order_by", f"expected created or name, got {request.order_by!r}")
+        if request.order_by == "name":
+            kind = "schedules-by-name"  # a token of one order is refused by the other
+            after_name, after_id = pages.text_id_cursor(pages.decode(request.page_token, kind, filters))
+            rows = await self.store.schedules.list(ScheduleFilter(**filters, after_created_at=None, after_id=after_id,
+                                                                  limit=size + 1, by_name=True, after_name=after_name))
+            page, token = pages.text_id_page(rows, size, kind, filters, "name")
+        else:
+            after_at, after_id = pages.time_id_cursor(pages.decode(request.page_token, "schedules", filters))
+            rows = await self.store.schedules.list(ScheduleFilter(**filters, after_created_at=after_at,
+                                                                  after_id=after_id, limit=size + 1))
+            page, token = pages.time_id_page(rows, size, "schedules", filters, "created_at")
         return scheduler_pb2.ListSchedulesResponse(schedules=[cv.schedule_out(r) for r in page], next_page_token=token)
 
     async def DeleteSchedule(self, request: scheduler_pb2.DeleteScheduleRequest,  # noqa: N802
@@ -220,7 +230,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
             tenant = caller.owner(item.tenant, f"jobs[{i}].tenant")
             with cv.fields_under(f"jobs[{i}]"):
                 jobs.append(runs.prepare_job(self._job(item, tenant), now, partitions))
-        got = await runs.submit_jobs(self.store, jobs, now)
+        got = await runs.submit_jobs(self.store, jobs, now, brief=True)
         state = enums.by_name(cv.STATE)
         return scheduler_pb2.SubmitJobsResponse(results=[
             scheduler_pb2.SubmittedJob(execution_id=str(r["id"]), deduplicated=dedup, state=state[r["state"]],

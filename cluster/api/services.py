@@ -17,6 +17,8 @@ from cronwheel.cluster.api.admin_service import AdminService
 from cronwheel.cluster.api.auth import AuthInterceptor, load_auth, server_credentials
 from cronwheel.cluster.api.scheduler_service import SchedulerService
 from cronwheel.cluster.api.status import NodeStatus
+from cronwheel.cluster.api.webhook_service import WebhookService
+from cronwheel.cluster.metrics import RpcMetricsInterceptor
 from cronwheel.v1 import admin_pb2, admin_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
 if TYPE_CHECKING:
@@ -40,11 +42,17 @@ def grpc_services(node: Node) -> list[tuple[Registrar, Any, str]]:
             SchedulerService(node.store, node.clock, lambda: node.partitions, retention),
             scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name,
         ),
+        (
+            admin_pb2_grpc.add_WebhookServiceServicer_to_server,
+            WebhookService(node.store, node.clock),
+            admin_pb2.DESCRIPTOR.services_by_name["WebhookService"].full_name,
+        ),
     ]
 
 
 def interceptors(node: Node) -> list[grpc.aio.ServerInterceptor]:
-    return [AuthInterceptor(load_auth(getattr(node.config, "auth_file", "")))]
+    return [RpcMetricsInterceptor(node.metrics, node.clock),  # outermost: sees every code
+            AuthInterceptor(load_auth(getattr(node.config, "auth_file", "")))]
 
 
 def credentials(node: Node) -> grpc.ServerCredentials | None:

@@ -9,6 +9,7 @@ Each tick is then matched against the durable records, in this order:
                                          SKIPPED_OVERLAP, SKIPPED_MISFIRE (state skipped)
     a misfire event covering the tick    REFUSED_CATCH_UP, COALESCED_MISFIRE, SKIPPED_MISFIRE
     paused at the tick                   PAUSED (from when, by whom)
+    at or before the latest pruned tick  PRUNED_BY_RETENTION (it fired; retention removed its row)
     in the future / just due             PENDING
     nothing                              MISSED, with the partition's ownership gap if any
 
@@ -30,6 +31,7 @@ from typing import Any
 from cronwheel.cron import CronSchedule, DstPolicy, GapPolicy, RepeatedPolicy, parse_dst_policy, parse_schedule
 from cronwheel.errors import InvalidArgument, NotFound
 from cronwheel.storage import PgStore
+from cronwheel.storage.retention import PrunedMark
 
 MAX_TICKS = 100_000
 # A release followed this quickly by the next acquisition cannot lose a tick: the new owner
@@ -54,6 +56,7 @@ class Facts:
     executions: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     ownership: list[dict[str, Any]] = field(default_factory=list)  # partition_history rows
+    pruned: PrunedMark | None = None  # what retention removed of the schedule's runs
 
 
 def _definition_segments(f: Facts) -> list[tuple[datetime, dict[str, Any]]]:
@@ -168,7 +171,7 @@ def explain(f: Facts, start: datetime, end: datetime, now: datetime) -> list[Exp
             if t not in real_set:
                 out.append(_dst_dropped(t, defn))
         for t in real:
-            out.append(_one(t, s, by_tick, pauses, misfires, f.ownership, now, defn, active))
+            out.append(_one(t, s, by_tick, pauses, misfires, f.ownership, now, defn, active, f.pruned))
     out.sort(key=lambda e: e.tick)
     return out
 
@@ -202,7 +205,7 @@ def _gap_shifted(t: datetime, defn: dict[str, Any], sid: str) -> bool:
 def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]],
          pauses: list[tuple[datetime, datetime | None, dict[str, Any]]], misfires: list[dict[str, Any]],
          ownership: list[dict[str, Any]], now: datetime, defn: dict[str, Any],
-         active: dict[int, datetime]) -> Explained:
+         active: dict[int, datetime], pruned: PrunedMark | None = None) -> Explained:
     ex = by_tick.get(t)  # first: a backfilled tick from before creation still has its execution
     if ex is None and t < s["created_at"]:
         return Explained(t, "NOT_YET_CREATED", f"the schedule was created at {s['created_at'].isoformat()}")
@@ -246,6 +249,10 @@ def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]]
             return Explained(t, "PAUSED", f"paused since {since.isoformat()} by {ev.get('actor') or 'unknown'}"
                                           + (f" ({ev['data'].get('reason')})" if (ev["data"] or {}).get("reason")
                                              else ""))
+    if pruned is not None and t <= pruned.through:
+        return Explained(t, "PRUNED_BY_RETENTION",
+                         f"pruned by retention: the tick fired, its execution is no longer kept (this schedule's "
+                         f"runs up to {pruned.through.isoformat()} were pruned, {pruned.pruned} so far)")
     if t > now - PENDING_GRACE:
         return Explained(t, "PENDING", "not due yet" if t > now else "due just now; being fired")
     gap = _unowned(ownership, t, active)
@@ -312,7 +319,7 @@ async def load_facts(store: PgStore, schedule_id: uuid.UUID, tenant: str | None,
         raise NotFound("schedule", schedule_id)
     events = await store.explain.events(schedule_id)
     own = await store.explain.ownership(sched["partition"], end)
-    f = Facts(sched, [], events, own)
+    f = Facts(sched, [], events, own, pruned=await store.retention.pruned_through(schedule_id))
     if with_executions:
         await load_executions(store, f, start, end)
     return f

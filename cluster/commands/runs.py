@@ -224,7 +224,7 @@ def _quota_error(tenant: str, limit: int) -> QuotaExceeded:
 
 
 async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime,
-                     all_or_nothing: bool) -> list[Submitted | Exception]:
+                     all_or_nothing: bool, brief: bool = False) -> list[Submitted | Exception]:
     """Write prepared jobs in ONE transaction and ONE insert statement; a result per job, in
     order: (row, deduplicated) or the job's own error. `all_or_nothing` (SubmitJobs): a job over
     quota fails the whole call instead, and nothing is stored. Errors of the transaction itself
@@ -244,7 +244,10 @@ async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime
     `limit - used` new jobs; existing keys are read first so they do not count. The lock is held
     to commit, so two groups of one tenant count one after the other. A job lost to a concurrent
     key counts as used for its group (never over, possibly one refused that would have fitted).
-    A quota set while a group is in flight applies from the next group."""
+    A quota set while a group is in flight applies from the next group.
+
+    `brief`: the rows of new jobs hold only id, tenant, idempotency_key, state, partition,
+    run_at and priority (storage's BRIEF_COLUMNS: a SubmitJobs answer); a deduplicated job's row is whole."""
     n = len(jobs)
     results: list[Submitted | Exception | None] = [None] * n
     first: dict[tuple[str, str], int] = {}
@@ -259,7 +262,7 @@ async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime
     alias_of = {i for i, _ in aliases}
     unique = [i for i in range(n) if i not in alias_of]
     ex = store.executions
-    fast = await ex.insert_unless_quota([jobs[i] for i in unique], now)
+    fast = await ex.insert_unless_quota([jobs[i] for i in unique], now, brief)
     if fast is not None:
         inserted = {r["id"]: r for r in fast}
         lost = [i for i in unique if jobs[i].id not in inserted]
@@ -296,7 +299,8 @@ async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime
                             continue
                         left[t] -= 1
                     accepted.append(i)
-            inserted = {r["id"]: r for r in await ex.insert_submitted_many(conn, [jobs[i] for i in accepted], now)}
+            inserted = {r["id"]: r for r in await ex.insert_submitted_many(conn, [jobs[i] for i in accepted], now,
+                                                                         brief)}
             lost = [i for i in accepted if jobs[i].id not in inserted]
             back = await ex.by_idempotency_keys(
                 conn, [(jobs[i].tenant, jobs[i].idempotency_key or "") for i in lost]) if lost else {}
@@ -335,13 +339,15 @@ def check_batch_size(n: int) -> None:
         raise InvalidArgument("jobs", f"at most {MAX_SUBMIT_BATCH} jobs per call, got {n}; split it")
 
 
-async def submit_jobs(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime) -> list[Submitted]:
+async def submit_jobs(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime,
+                      brief: bool = False) -> list[Submitted]:
     """SubmitJobs: 1..MAX_SUBMIT_BATCH jobs, each already validated by `prepare_job` (the caller
     names the failing item, jobs[i].field, before anything is written); all or nothing: one
-    transaction, one insert statement. Per job: (execution, deduplicated)."""
+    transaction, one insert statement. Per job: (execution, deduplicated); `brief` as for
+    `write_jobs`."""
     check_batch_size(len(jobs))
     out: list[Submitted] = []
-    for r in await write_jobs(store, jobs, now, all_or_nothing=True):
+    for r in await write_jobs(store, jobs, now, all_or_nothing=True, brief=brief):
         if isinstance(r, Exception):
             raise r
         out.append(r)

@@ -42,6 +42,7 @@ from cronwheel.cluster.commands.values import (
     timeout,
     visible,
 )
+from cronwheel.cluster.retention import policy as retention
 from cronwheel.cron import (
     CronSchedule,
     parse_dst_policy,
@@ -63,7 +64,8 @@ TIMING_FIELDS = ("cron", "timezone", "dst_gap", "dst_repeated", "jitter_s")
 # Domain field -> API (proto) field, for audit records.
 API_NAMES = {"payload": "payload_json", "retry": "retry_policy", "timeout_s": "timeout",
              "dst_gap": "dst_policy.gap", "dst_repeated": "dst_policy.repeated_hour", "jitter_s": "jitter",
-             "alert_if_no_success_within_s": "alert_if_no_success_within"}
+             "alert_if_no_success_within_s": "alert_if_no_success_within",
+             "keep_succeeded_for_s": "keep_succeeded_for", "keep_failed_for_s": "keep_failed_for"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,9 @@ class ScheduleSpec:
     jitter_s: float = 0.0
     paused: bool = False
     alert_if_no_success_within_s: float | None = None
+    keep_last: int | None = None  # retention (cluster/retention/policy.py): None inherits
+    keep_succeeded_for_s: float | None = None
+    keep_failed_for_s: float | None = None
     id: uuid.UUID | None = None
 
     def validated(self) -> tuple[ScheduleSpec, CronSchedule]:
@@ -108,6 +113,9 @@ class ScheduleSpec:
             timeout_s=timeout("timeout", self.timeout_s),
             alert_if_no_success_within_s=duration("alert_if_no_success_within", self.alert_if_no_success_within_s,
                                                   60.0, 365 * 86400.0),
+            keep_last=retention.keep_last("keep_last", self.keep_last),
+            keep_succeeded_for_s=retention.keep_for("keep_succeeded_for", self.keep_succeeded_for_s),
+            keep_failed_for_s=retention.keep_for("keep_failed_for", self.keep_failed_for_s),
         )
         return spec, cron
 
@@ -161,7 +169,8 @@ def spec_of(row: Mapping[str, Any]) -> ScheduleSpec:
         retry=RetryPolicy(row["retry_initial_s"], row["retry_multiplier"], row["retry_max_s"], row["max_attempts"]),
         timeout_s=row["timeout_s"], max_catch_up=row["max_catch_up"], overlap_policy=row["overlap_policy"],
         dst_gap=row["dst_gap"], dst_repeated=row["dst_repeated"], jitter_s=row["jitter_s"], paused=row["paused"],
-        alert_if_no_success_within_s=row["alert_if_no_success_within_s"], id=row["id"],
+        alert_if_no_success_within_s=row["alert_if_no_success_within_s"], keep_last=row["keep_last"],
+        keep_succeeded_for_s=row["keep_succeeded_for_s"], keep_failed_for_s=row["keep_failed_for_s"], id=row["id"],
     )
 
 
@@ -174,7 +183,8 @@ def _fields(spec: ScheduleSpec) -> ScheduleFields:
         retry_max_s=spec.retry.max_s, max_attempts=spec.retry.max_attempts, timeout_s=spec.timeout_s,
         misfire_policy=str(spec.misfire_policy), max_catch_up=spec.max_catch_up,
         overlap_policy=spec.overlap_policy, jitter_s=spec.jitter_s, paused=spec.paused,
-        alert_if_no_success_within_s=spec.alert_if_no_success_within_s,
+        alert_if_no_success_within_s=spec.alert_if_no_success_within_s, keep_last=spec.keep_last,
+        keep_succeeded_for_s=spec.keep_succeeded_for_s, keep_failed_for_s=spec.keep_failed_for_s,
     )
 
 

@@ -143,6 +143,7 @@ class Dispatcher:
         if self.metrics is not None:
             for r in out:
                 self.metrics.start_lag.observe(r.started_at - r.run_at)
+            self.metrics.executions_entered(("running", r.type) for r in out)
         return out
 
     async def _explain_mismatch(self, conn: Conn, call: TokenCall) -> Exception:
@@ -193,12 +194,12 @@ class Dispatcher:
                 results.append(None)
             except InvalidArgument as exc:
                 results.append(exc)
-        done: set[uuid.UUID] = set()
+        done: dict[uuid.UUID, str] = {}  # id -> job type
         if ok_items:
             now = self.clock.now()
             async with self.store.transaction() as conn:
                 rows = await self.port.complete_batch(conn, worker, tenant, ok_items, now)
-                done = {r.id for r in rows}
+                done = {r.id: r.type for r in rows}
                 sids = list({r.schedule_id for r in rows if r.schedule_id is not None})
                 if sids and await self.port.release_buffered_many(conn, sids, now):
                     await self.port.notify_queued(conn, "buffered")
@@ -208,7 +209,7 @@ class Dispatcher:
                 out.append(pre)
             elif ident in done:
                 if self.metrics is not None:
-                    self.metrics.record_outcome("succeeded", "")
+                    self.metrics.record_outcome("succeeded", "", done[ident])
                 out.append(Outcome("succeeded", None, 0, 0))
             else:  # not ours (stale token, finished, unknown): the single path says why
                 try:
@@ -255,15 +256,17 @@ class Dispatcher:
             if terminal and run.schedule_id is not None and await self.port.release_buffered(
                     conn, run.schedule_id, now):
                 await self.port.notify_queued(conn, "buffered")
-            if state == "dead":
-                await self.store.insert_event("dead_letter", tenant=run.tenant, schedule_id=run.schedule_id,
+            if state in ("dead", "failed"):  # a non-retryable failure ends the run too: execution_failed
+                await self.store.insert_event("dead_letter" if state == "dead" else "execution_failed",
+                                              tenant=run.tenant, schedule_id=run.schedule_id,
                                               execution_id=call.id, partition=run.partition, actor=call.worker,
-                                              alert=True, data={"error": error[:2000], "attempts": run.attempt},
+                                              alert=True, data={"error": error[:2000], "attempts": run.attempt,
+                                                                "error_type": error_type or None},
                                               conn=conn)
             if state == "queued":
                 await self.port.notify_queued(conn, "requeued")
         if self.metrics is not None:
-            self.metrics.record_outcome(out.state, error_type)
+            self.metrics.record_outcome(out.state, error_type, run.type)
         return Outcome.of(out)
 
     async def _repeat_of_finished(self, conn: Conn, call: TokenCall, succeeded: bool) -> Outcome | None:

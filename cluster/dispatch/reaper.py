@@ -96,8 +96,23 @@ class Reaper:
             await self.round()
 
     async def round(self) -> None:
-        """Reap every owned partition once."""
-        for p, epoch in list(self.owned()):
+        """Reap every owned partition once: one read finds the partitions with work, and only
+        those get their fenced transaction (a node owning 64 idle partitions made 64 every second)."""
+        owned = list(self.owned())
+        try:
+            due = await self.port.reap_due_partitions([p for p, _ in owned], self.clock.now())
+        except Unavailable as exc:
+            log.warning("reaper deferred", extra={"event": "reap_deferred", "error": str(exc)})
+            self.round_done.set()
+            return
+        except Exception as exc:  # the read failing must not end the node (logged, counted; next round)
+            self._count_failure()
+            log.error("reap round failed", exc_info=exc, extra={"event": "reap_failed", "error": str(exc)})
+            self.round_done.set()
+            return
+        for p, epoch in owned:
+            if p not in due:
+                continue
             try:
                 await self.reap(p, epoch)
             except StaleEpoch:
@@ -146,7 +161,8 @@ class Reaper:
         try:
             d = decide(c, self.rng.random())
             async with self.port.savepoint(conn):
-                row = await self.port.reap_apply(conn, application(c, d, p, epoch, now))
+                a = application(c, d, p, epoch, now)
+                row = await self.port.reap_apply(conn, a)
                 if row is None:
                     return None
                 if row.state == "dead":
@@ -157,8 +173,8 @@ class Reaper:
                 if row.state in ("dead", "cancelled") and row.schedule_id is not None:
                     # The run ahead of a buffered one (overlap buffer_*) ended here: release it.
                     await self.port.release_buffered(conn, row.schedule_id, now)
-            if row.state == "dead" and self.metrics is not None:
-                self.metrics.dead_letters.inc()
+            if self.metrics is not None:
+                self.metrics.record_outcome(row.state, a.error_type or "", row.type)
             return row
         except (StaleEpoch, Unavailable):
             raise

@@ -71,13 +71,21 @@ CREATE TABLE schedules (
     success_alert_at             timestamptz,
     created_at                   timestamptz NOT NULL DEFAULT now(),
     updated_at                   timestamptz NOT NULL DEFAULT now(),
-    deleted_at                   timestamptz
+    deleted_at                   timestamptz,
+    -- Retention (cluster/retention): keep the last N finished runs and/or succeeded (skipped,
+    -- cancelled) and failed (dead) runs for a time; NULL inherits the job type's or cluster's.
+    keep_last                    integer CHECK (keep_last >= 0),
+    keep_succeeded_for_s         double precision CHECK (keep_succeeded_for_s > 0),
+    keep_failed_for_s            double precision CHECK (keep_failed_for_s > 0)
 );
 -- Names are unique per tenant among live schedules.
 CREATE UNIQUE INDEX schedules_tenant_name ON schedules (tenant, name) WHERE deleted_at IS NULL;
 CREATE INDEX schedules_by_tenant ON schedules (tenant, created_at, id);
 -- Schedules with a dead man's switch, per partition (the reaper checks them every second).
 CREATE INDEX schedules_alerting ON schedules (partition) WHERE alert_if_no_success_within_s IS NOT NULL;
+-- Schedules with their own retention, per partition (the pruner's keep_last pass).
+CREATE INDEX schedules_retention ON schedules (partition, id)
+    WHERE keep_last IS NOT NULL OR keep_succeeded_for_s IS NOT NULL OR keep_failed_for_s IS NOT NULL;
 
 -- The cron half of the due index, narrow: one row per schedule, the only row a fire rewrites
 -- (next tick, tick just fired). next_run_at is NULL while the schedule has no next tick (paused
@@ -141,6 +149,20 @@ CREATE INDEX executions_due ON executions (partition, run_at)
 CREATE INDEX executions_running ON executions (partition, lease_expires)
     WHERE state = 'running';
 CREATE INDEX executions_by_tenant ON executions (tenant, created_at, id);
+-- Finished executions by when they finished (a skipped record: when it was recorded), per partition: what
+-- the pruner walks from the oldest, a batch at a time.
+CREATE INDEX executions_finished ON executions (partition, (coalesce(finished_at, created_at)), id)
+    WHERE state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped');
+
+-- What retention removed, per schedule: the latest tick pruned (explain: "pruned by retention").
+-- The due cursor (schedule_due), not these rows or the executions, says what has fired.
+CREATE TABLE execution_pruned (
+    schedule_id    uuid PRIMARY KEY,
+    partition      integer NOT NULL,
+    pruned_through timestamptz NOT NULL,
+    pruned         bigint NOT NULL DEFAULT 0,
+    at             timestamptz NOT NULL
+);
 
 -- Append-only audit and alert log.
 CREATE TABLE events (
@@ -177,3 +199,36 @@ WITH RECURSIVE tq(tenant) AS (
       FROM tq WHERE tq.tenant IS NOT NULL
 )
 SELECT tenant FROM tq WHERE tenant IS NOT NULL;
+
+-- Push alerts (0011): webhook subscriptions and the deliveries each event owes them.
+CREATE TABLE webhooks (
+    id          uuid PRIMARY KEY,
+    tenant      text,                       -- NULL: every tenant's events and cluster events (admins)
+    url         text NOT NULL,
+    secret      text NOT NULL,              -- HMAC-SHA256 key of the signature header
+    kinds       text[] NOT NULL,
+    schedule_id uuid,                       -- NULL: any schedule's events (and those of none)
+    description text NOT NULL DEFAULT '',
+    created_at  timestamptz NOT NULL,
+    created_by  text
+);
+CREATE INDEX webhooks_by_tenant ON webhooks (tenant);
+
+CREATE TABLE webhook_deliveries (
+    id              uuid PRIMARY KEY,
+    webhook_id      uuid NOT NULL REFERENCES webhooks (id) ON DELETE CASCADE,
+    event_id        bigint NOT NULL,
+    state           text NOT NULL DEFAULT 'pending'
+                    CHECK (state IN ('pending', 'delivered', 'failed')),
+    attempts        integer NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL,
+    claimed_by      text,
+    last_status     integer,
+    last_error      text,
+    created_at      timestamptz NOT NULL,
+    finished_at     timestamptz
+);
+-- What the senders poll: due pending deliveries, oldest first.
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE state = 'pending';
+CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook_id, created_at);
+CREATE INDEX webhook_deliveries_by_event ON webhook_deliveries (event_id);

@@ -435,7 +435,6 @@ def test_a_zombie_that_ignores_its_lease_against_an_unfenced_database_fails_the_
 
     from chaos.collect import collect
     from chaos.harness import ProcessCluster, create_schedules
-    from cronwheel.cluster.commands.schedules import ScheduleSpec
 
     ttl, parts = 3, 8
     (tmp_path / "c").mkdir()
@@ -450,11 +449,11 @@ def test_a_zombie_that_ignores_its_lease_against_an_unfenced_database_fails_the_
         c.start_node("z", "--etcd", ends[2], "--unsafe-ignore-local-trust")
         wait_until(lambda: len(c.owners()) == parts and {o for o, _ in c.owners().values()} == {"n1", "z"}, 20,
                    "n1 and z to share the partitions", interval_s=0.1)
-        rows = create_schedules(c.dsn, parts, [
-            ScheduleSpec(tenant="t", name=f"s{i}", cron="* * * * * *", timezone="UTC", job_type="tick",
-                         misfire_policy="skip") for i in range(16)])
+        rows = create_schedules(c, [
+            dict(tenant="t", name=f"s{i}", cron="* * * * * *", timezone="UTC", job_type="tick",
+                 misfire_policy="skip") for i in range(16)])
         window_start = time.time()
-        with_schedules = {r["partition"] for r in rows}
+        with_schedules = {r.partition for r in rows}
         wait_until(lambda: with_schedules <= {p for (p,) in c.sql("SELECT DISTINCT partition FROM executions")}, 15,
                    "both owners to fire on every partition that holds a schedule", interval_s=0.1)
         t_cut = time.time()

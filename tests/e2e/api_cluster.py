@@ -18,6 +18,8 @@ import grpc
 from chaos.harness import ProcessCluster
 from cronwheel.v1 import admin_pb2_grpc, common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
+from .helpers import wait_until
+
 # name -> (token, auth-file entry without its hash)
 TOKENS: dict[str, tuple[str, dict[str, Any]]] = {
     "admin": ("tok-admin-0123456789", {"name": "ops", "admin": True}),
@@ -43,6 +45,7 @@ def api_cluster(partitions: int = 8, auth: bool = True) -> Iterator[tuple[Proces
     with ProcessCluster(partitions=partitions, lease_ttl_s=3, workdir=workdir) as c:
         extra = ["--auth-file", str(write_auth_file(c.workdir / "auth.json"))] if auth else []
         node = c.start_node("n1", *extra)
+        wait_until(lambda: any(" ready (" in ln for ln in node.lines), 30, "n1 to be ready (health SERVING)")
         yield c, node.address
 
 

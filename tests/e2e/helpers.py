@@ -139,3 +139,21 @@ class LineReader:
 
 def ready_info(line: str) -> dict[str, Any]:
     return dict(json.loads(line.split(" ", 1)[1]))
+
+
+def ok_json(r: subprocess.CompletedProcess[str]) -> Any:
+    """The JSON a CLI command printed, which must have exited 0."""
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    return json.loads(r.stdout)
+
+
+def one_line_error(r: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
+    """The one `cronwheel: error: ...` line a failed CLI command printed (exit `code`, no
+    traceback), which must contain every needle."""
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("cronwheel: error: "), r.stderr
+    assert "Traceback" not in r.stderr
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]

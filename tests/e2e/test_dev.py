@@ -27,7 +27,7 @@ def test_dev_runs_a_cluster_that_fires_and_sigint_leaves_no_process_or_dir() -> 
         nodes = info["nodes"]
         assert len(nodes) == 3 and len(info["workers"]) == 1
         pids = [info["postgres"]["pid"], *info["etcd"]["pids"], *(n["pid"] for n in nodes),
-                *(w["pid"] for w in info["workers"])]
+                *(w["pid"] for w in info["workers"]), *(c["pid"] for c in info["console"])]
         dirs = [info["postgres"]["dir"], info["etcd"]["dir"]]
         assert all(pid_alive(p) for p in pids), reader.seen
         assert all(os.path.isdir(d) for d in dirs)
@@ -43,6 +43,9 @@ def test_dev_runs_a_cluster_that_fires_and_sigint_leaves_no_process_or_dir() -> 
         with urllib.request.urlopen(nodes[0]["metrics"], timeout=10) as r:
             body = r.read().decode()
         assert "cronwheel_fire_lag_seconds_bucket" in body and "cronwheel_partitions_owned" in body
+        with urllib.request.urlopen(info["console"][0]["url"] + "schedules", timeout=10) as r:
+            page = r.read().decode()  # the web console, in dev mode: no login, and it says so
+        assert "Dev mode: no login" in page and "every-10s-london" in page
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
     finally:

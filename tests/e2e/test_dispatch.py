@@ -8,7 +8,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -16,8 +16,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from chaos.harness import ProcessCluster, read_jsonl, submit_jobs
-from cronwheel.cluster.commands.runs import JobSpec
-from cronwheel.cluster.commands.values import RetryPolicy
+from cronwheel.client import RetryPolicy
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
 from .helpers import observe_for, proc_state, wait_until
@@ -41,7 +40,7 @@ def wenv(log: Path, **kw: str) -> dict[str, str]:
     return {"CRONWHEEL_TEST_LOG": str(log), **{f"CRONWHEEL_TEST_{k.upper()}": v for k, v in kw.items()}}
 
 
-def wait_state(c: ProcessCluster, eid: uuid.UUID, states: set[str], timeout: float = 30) -> str:
+def wait_state(c: ProcessCluster, eid: str, states: set[str], timeout: float = 30) -> str:
     def state() -> str | None:
         rows = c.sql("SELECT state FROM executions WHERE id = %s", eid)
         return str(rows[0][0]) if rows and rows[0][0] in states else None
@@ -50,7 +49,7 @@ def wait_state(c: ProcessCluster, eid: uuid.UUID, states: set[str], timeout: flo
                       detail=lambda: c.sql("SELECT state, attempt, error FROM executions WHERE id = %s", eid))
 
 
-def wait_checkpoint(c: ProcessCluster, eid: uuid.UUID, step: int, timeout: float = 30) -> int:
+def wait_checkpoint(c: ProcessCluster, eid: str, step: int, timeout: float = 30) -> int:
     """Until the `long` handler running `eid` has checkpointed at least `step` steps."""
     def at() -> int:
         rows = c.sql("SELECT (checkpoint->>'step')::int FROM executions WHERE id = %s", eid)
@@ -76,8 +75,8 @@ def test_killed_worker_job_runs_again_and_the_late_completion_is_refused(cluster
     log = tmp_path / "history.jsonl"
     env = wenv(log, lease_s="2")
     w1 = cluster.start_worker("w1", MODULE, env=env)
-    [(job, _)] = submit_jobs(cluster.dsn, P, [JobSpec(tenant="t", type="long", payload={"steps": 40, "step_s": 0.1})])
-    eid = job["id"]
+    [job] = submit_jobs(cluster, [dict(tenant="t", type="long", payload={"steps": 40, "step_s": 0.1})])
+    eid = job.id
     wait_state(cluster, eid, {"running"})
     wait_checkpoint(cluster, eid, 5)  # w1 has made progress the next worker can resume from
     w1.signal(signal.SIGSTOP)  # paused past its lease: a zombie worker
@@ -116,53 +115,57 @@ def test_killed_worker_job_runs_again_and_the_late_completion_is_refused(cluster
     cluster.kill_node("w1")
     cluster.stop_node("w2")
     w3 = cluster.start_worker("w3", MODULE, env=env)
-    [(job2, _)] = submit_jobs(cluster.dsn, P, [JobSpec(tenant="t", type="long", payload={"steps": 30, "step_s": 0.1})])
-    wait_state(cluster, job2["id"], {"running"})
-    wait_checkpoint(cluster, job2["id"], 1)  # w3 is really working on it
+    [job2] = submit_jobs(cluster, [dict(tenant="t", type="long", payload={"steps": 30, "step_s": 0.1})])
+    wait_state(cluster, job2.id, {"running"})
+    wait_checkpoint(cluster, job2.id, 1)  # w3 is really working on it
     w3.signal(signal.SIGKILL)
     cluster.start_worker("w4", MODULE, env=env)
-    assert wait_state(cluster, job2["id"], {"succeeded"}, timeout=30) == "succeeded"
-    runs = [e["worker"] for e in read_jsonl(log) if e["event"] == "start" and e["execution_id"] == str(job2["id"])]
+    assert wait_state(cluster, job2.id, {"succeeded"}, timeout=30) == "succeeded"
+    runs = [e["worker"] for e in read_jsonl(log) if e["event"] == "start" and e["execution_id"] == job2.id]
     assert runs == ["w3", "w4"]
+
+
+BACKOFF = (timedelta(seconds=1), 2.0, timedelta(seconds=3))  # initial, multiplier, max
 
 
 def test_retries_follow_the_policy_and_dead_letters_after_max_attempts(cluster: ProcessCluster,
                                                                         tmp_path: Path) -> None:
     log = tmp_path / "history.jsonl"
     cluster.start_worker("w1", MODULE, env=wenv(log))
-    policy = RetryPolicy(initial_s=1.0, multiplier=2.0, max_s=3.0, max_attempts=4)
-    (fail, _), (bad, _), (hang, _) = submit_jobs(cluster.dsn, P, [
-        JobSpec(tenant="t", type="fail", retry=policy),
-        JobSpec(tenant="t", type="bad", retry=policy),
-        JobSpec(tenant="t", type="hang", timeout_s=2.0, retry=RetryPolicy(max_attempts=1)),
+    policy = RetryPolicy(*BACKOFF, max_attempts=4)
+    fail, bad, hang = submit_jobs(cluster, [
+        dict(tenant="t", type="fail", retry_policy=policy),
+        dict(tenant="t", type="bad", retry_policy=policy),
+        dict(tenant="t", type="hang", attempt_timeout=timedelta(seconds=2), retry_policy=RetryPolicy(max_attempts=1)),
     ])
-    assert wait_state(cluster, fail["id"], {"dead"}, timeout=40) == "dead"
-    assert wait_state(cluster, bad["id"], {"failed"}) == "failed"
-    assert wait_state(cluster, hang["id"], {"dead"}, timeout=20) == "dead"
-    starts = sorted(e["t"] for e in read_jsonl(log) if e["execution_id"] == str(fail["id"]))
+    assert wait_state(cluster, fail.id, {"dead"}, timeout=40) == "dead"
+    assert wait_state(cluster, bad.id, {"failed"}) == "failed"
+    assert wait_state(cluster, hang.id, {"dead"}, timeout=20) == "dead"
+    starts = sorted(e["t"] for e in read_jsonl(log) if e["execution_id"] == fail.id)
     assert len(starts) == 4
     # Full jitter: attempt k waits uniform in [0, min(max, initial * mult^(k-1))]; the reaper
     # releases due retries once a second and the claim adds a little, hence the slack.
     for k, gap in enumerate((b - a for a, b in zip(starts, starts[1:], strict=False)), start=1):
-        ceiling = min(policy.max_s, policy.initial_s * policy.multiplier ** (k - 1))
+        initial, most = BACKOFF[0].total_seconds(), BACKOFF[2].total_seconds()
+        ceiling = min(most, initial * BACKOFF[1] ** (k - 1))
         assert 0 <= gap <= ceiling + 1.5, (k, gap, ceiling)
-    assert len([e for e in read_jsonl(log) if e["execution_id"] == str(bad["id"])]) == 1, "no retry of non-retryable"
-    hang_row = cluster.sql("SELECT error_type, attempt FROM executions WHERE id = %s", hang["id"])[0]
+    assert len([e for e in read_jsonl(log) if e["execution_id"] == bad.id]) == 1, "no retry of non-retryable"
+    hang_row = cluster.sql("SELECT error_type, attempt FROM executions WHERE id = %s", hang.id)[0]
     assert hang_row == ("timeout", 1)
     dead = cluster.sql("SELECT execution_id, alert FROM events WHERE kind = 'dead_letter'")
-    assert {r[0] for r in dead} == {fail["id"], hang["id"]} and all(r[1] for r in dead)
+    assert {str(r[0]) for r in dead} == {fail.id, hang.id} and all(r[1] for r in dead)
 
 
 def test_sigterm_worker_checkpoints_and_the_job_resumes_elsewhere(cluster: ProcessCluster, tmp_path: Path) -> None:
     log = tmp_path / "history.jsonl"
     w1 = cluster.start_worker("w1", MODULE, env=wenv(log))
-    [(job, _)] = submit_jobs(cluster.dsn, P, [JobSpec(tenant="t", type="long", payload={"steps": 60, "step_s": 0.05})])
-    wait_state(cluster, job["id"], {"running"})
-    wait_checkpoint(cluster, job["id"], 5)  # mid-run, with progress to hand over
+    [job] = submit_jobs(cluster, [dict(tenant="t", type="long", payload={"steps": 60, "step_s": 0.05})])
+    wait_state(cluster, job.id, {"running"})
+    wait_checkpoint(cluster, job.id, 5)  # mid-run, with progress to hand over
     w1.signal(signal.SIGTERM)
     assert w1.proc.wait(15) == 0
     cluster.start_worker("w2", MODULE, env=wenv(log))
-    assert wait_state(cluster, job["id"], {"succeeded"}) == "succeeded"
+    assert wait_state(cluster, job.id, {"succeeded"}) == "succeeded"
     ev = read_jsonl(log)
     stopped = [e for e in ev if e["event"] == "stopped"]
     resumed = [e for e in ev if e["event"] == "start" and e["worker"] == "w2"]
@@ -172,7 +175,7 @@ def test_sigterm_worker_checkpoints_and_the_job_resumes_elsewhere(cluster: Proce
 
 
 def test_bad_worker_calls_get_the_right_code_and_change_nothing(cluster: ProcessCluster) -> None:
-    [(job, _)] = submit_jobs(cluster.dsn, P, [JobSpec(tenant="t", type="ok")])
+    [job] = submit_jobs(cluster, [dict(tenant="t", type="ok")])
     ch, s = stub(cluster)
     with ch:
         got = s.LeaseExecutions(dispatch_pb2.LeaseExecutionsRequest(
@@ -213,7 +216,7 @@ def test_bad_worker_calls_get_the_right_code_and_change_nothing(cluster: Process
         # The right call works and is idempotent.
         ok = dispatch_pb2.CompleteExecutionRequest(execution_id=ex.execution_id, fencing_token=tok, worker_id="me")
         assert s.CompleteExecution(ok).state == s.CompleteExecution(ok).state
-    assert cluster.sql("SELECT state FROM executions WHERE id = %s", job["id"])[0][0] == "succeeded"
+    assert cluster.sql("SELECT state FROM executions WHERE id = %s", job.id)[0][0] == "succeeded"
 
 
 B_ARRIVAL_GAP_S = 0.02
@@ -240,13 +243,13 @@ def test_fairness_and_priorities_under_a_bulk_backlog(cluster: ProcessCluster, t
     b_jobs = []
     max_running_a = 0
     for i in range(100):
-        b_jobs += submit_jobs(cluster.dsn, P, [JobSpec(tenant="B", type="ok")])
+        b_jobs += submit_jobs(cluster, [dict(tenant="B", type="ok")])
         if i % 10 == 0:
             max_running_a = max(max_running_a, cluster.sql(
                 "SELECT count(*) FROM executions WHERE tenant = 'A' AND state = 'running'")[0][0])
         time.sleep(B_ARRIVAL_GAP_S)  # the workload's shape: B's jobs arrive spread out, not in one burst
-    [(crit, _)] = submit_jobs(cluster.dsn, P, [JobSpec(tenant="A", type="ok", priority="critical")])
-    wanted = {str(j["id"]) for j, _ in b_jobs} | {str(crit["id"])}
+    [crit] = submit_jobs(cluster, [dict(tenant="A", type="ok", priority="critical")])
+    wanted = {j.id for j in b_jobs} | {crit.id}
 
     def started() -> dict[str, float]:
         return {e["execution_id"]: e["t"] for e in read_jsonl(log) if e["event"] == "start"}
@@ -257,11 +260,11 @@ def test_fairness_and_priorities_under_a_bulk_backlog(cluster: ProcessCluster, t
 
     starts = wait_until(all_started, 30, "every B job and the critical job to start",
                         detail=lambda: f"{len(wanted - started().keys())} not started")
-    lags = sorted(starts[str(j["id"])] - j["run_at"].timestamp() for j, _ in b_jobs)
+    lags = sorted(starts[j.id] - j.run_at.timestamp() for j in b_jobs)
     assert len(lags) == 100, "every B job started"
     p99 = lags[98]
     assert p99 < 1.0, f"B p99 start lag {p99:.3f}s"
-    crit_lag = starts[str(crit["id"])] - crit["run_at"].timestamp()
+    crit_lag = starts[crit.id] - crit.run_at.timestamp()
     assert crit_lag < 0.2, f"critical start lag {crit_lag:.3f}s"
     done_a = cluster.sql("SELECT count(*) FROM executions WHERE tenant = 'A' AND state = 'succeeded'")[0][0]
     assert done_a > 100, "bulk still progresses"
@@ -274,21 +277,21 @@ def test_a_tenant_worker_leases_and_reports_only_its_own_tenant_runs() -> None:
     from .api_cluster import TOKENS, api_cluster
 
     with api_cluster() as (c, address):
-        (acme_job, _), (globex_job, _) = submit_jobs(c.dsn, 8, [JobSpec(tenant="acme", type="ok"),
-                                                                JobSpec(tenant="globex", type="ok")])
+        acme_job, globex_job = submit_jobs(c, [dict(tenant="acme", type="ok"), dict(tenant="globex", type="ok")],
+                                           token=TOKENS["admin"][0])
         md = (("authorization", f"Bearer {TOKENS['acme'][0]}"),)
         with grpc.insecure_channel(address) as ch:
             s = dispatch_pb2_grpc.DispatchServiceStub(ch)
             got = s.LeaseExecutions(dispatch_pb2.LeaseExecutionsRequest(
                 worker_id="acme-w", max_count=10, wait_timeout=dur(1)), metadata=md)
-            assert [e.execution_id for e in got.executions] == [str(acme_job["id"])]
+            assert [e.execution_id for e in got.executions] == [acme_job.id]
             # globex's run, leased by an admin worker: acme's token cannot touch it, nor learn of it.
             admin = (("authorization", f"Bearer {TOKENS['admin'][0]}"),)
             [gx] = s.LeaseExecutions(dispatch_pb2.LeaseExecutionsRequest(
                 worker_id="ops-w", max_count=10, wait_timeout=dur(1)), metadata=admin).executions
-            assert gx.execution_id == str(globex_job["id"])
+            assert gx.execution_id == globex_job.id
             with pytest.raises(grpc.RpcError) as ei:
                 s.CompleteExecution(dispatch_pb2.CompleteExecutionRequest(
                     execution_id=gx.execution_id, fencing_token=gx.fencing_token, worker_id="ops-w"), metadata=md)
             assert ei.value.code() == grpc.StatusCode.NOT_FOUND
-            assert c.sql("SELECT state FROM executions WHERE id = %s", globex_job["id"])[0][0] == "running"
+            assert c.sql("SELECT state FROM executions WHERE id = %s", globex_job.id)[0][0] == "running"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from chaos.harness import ProcessCluster, create_schedules
-from cronwheel.cluster.commands.schedules import ScheduleSpec
+from cronwheel.client import Schedule
 from cronwheel.cron import parse_dst_policy, parse_schedule
 
 from .helpers import cursors_past, observe_for, run_cli, wait_until
@@ -47,7 +47,7 @@ def cli(c: ProcessCluster, *args: str) -> Any:
     return json.loads(r.stdout) if r.stdout.strip().startswith(("{", "[")) else r.stdout
 
 
-def explain(c: ProcessCluster, sid: uuid.UUID, since: datetime, until: datetime) -> list[dict[str, Any]]:
+def explain(c: ProcessCluster, sid: str, since: datetime, until: datetime) -> list[dict[str, Any]]:
     out = cli(c, "explain", str(sid), "--since", since.isoformat(), "--until", until.isoformat())
     return list(out["ticks"])
 
@@ -57,41 +57,41 @@ def outcome_of(lines: list[dict[str, Any]]) -> dict[datetime, tuple[str, str]]:
     for ln in lines:
         t = datetime.fromisoformat(ln["scheduled_for"].replace("Z", "+00:00"))
         assert t not in got, f"tick {t} listed twice"
-        got[t] = (ln["outcome"].removeprefix("TICK_OUTCOME_"), ln["reason"])
+        got[t] = (ln["outcome"].upper(), ln["reason"])  # --json prints the word: "skipped_misfire"
     return got
 
 
-def defined_ticks(row: dict[str, Any], since: datetime, until: datetime, permissive: bool = False) -> set[datetime]:
+def defined_ticks(row: Schedule, since: datetime, until: datetime, permissive: bool = False) -> set[datetime]:
     pol = parse_dst_policy({"gap": "shift", "repeated": "both"} if permissive else
-                           {"gap": row["dst_gap"], "repeated": row["dst_repeated"]})
-    cron = parse_schedule(row["cron"], row["timezone"], dst_policy=pol, schedule_id=str(row["id"]))
+                           {"gap": row.dst_policy.gap, "repeated": row.dst_policy.repeated_hour})
+    cron = parse_schedule(row.cron, row.timezone, dst_policy=pol, schedule_id=row.id)
     return set(cron.ticks_between(since - timedelta(microseconds=1), until - timedelta(microseconds=1)))
 
 
-def sec(name: str, **kw: Any) -> ScheduleSpec:
-    return ScheduleSpec(tenant="t", name=name, cron="* * * * * *", timezone="UTC", job_type=kw.pop("job_type", "x"),
-                        misfire_policy=kw.pop("misfire_policy", "skip"), id=uuid.uuid4(), **kw)
+def sec(name: str, **kw: Any) -> dict[str, Any]:
+    return dict(tenant="t", name=name, cron="* * * * * *", timezone="UTC", job_type=kw.pop("job_type", "x"),
+                misfire_policy=kw.pop("misfire_policy", "skip"), id=str(uuid.uuid4()), **kw)
 
 
-def fire_until(c: ProcessCluster, rows: list[dict[str, Any]], t: datetime, what: str) -> None:
+def fire_until(c: ProcessCluster, rows: list[Schedule], t: datetime, what: str) -> None:
     """Until every schedule in `rows` had its ticks up to `t` fired (its cursor is past `t`)."""
     left = (t - datetime.now(UTC)).total_seconds()
-    wait_until(lambda: cursors_past(c, [r["id"] for r in rows], t), max(left, 0) + 30, what, interval_s=0.1)
+    wait_until(lambda: cursors_past(c, [r.id for r in rows], t), max(left, 0) + 30, what, interval_s=0.1)
 
 
 def test_explain_names_every_outcome_produced_on_purpose(cluster: ProcessCluster, tmp_path: Path) -> None:
     c = cluster
     c.start_worker("w1", "tests.e2e.jobs_module", env={"CRONWHEEL_TEST_LOG": str(tmp_path / "h.jsonl")})
     t_created = datetime.now(UTC)
-    rows = {r["name"]: r for r in create_schedules(c.dsn, P, [
+    rows = {r.name: r for r in create_schedules(c, [
         sec("pause"), sec("overlap", overlap_policy="forbid", job_type="long", payload={"steps": 30, "step_s": 0.1}),
         sec("kill"), sec("bounded", misfire_policy="catch_up", max_catch_up=2),
-        ScheduleSpec(tenant="t", name="dst-spring", cron="30 2 * * *", timezone="America/New_York",
-                     job_type="x", misfire_policy="skip", id=uuid.uuid4()),
-        ScheduleSpec(tenant="t", name="dst-autumn", cron="30 1 * * *", timezone="America/New_York",
-                     job_type="x", misfire_policy="skip", id=uuid.uuid4()),
+        dict(tenant="t", name="dst-spring", cron="30 2 * * *", timezone="America/New_York",
+             job_type="x", misfire_policy="skip", id=str(uuid.uuid4())),
+        dict(tenant="t", name="dst-autumn", cron="30 1 * * *", timezone="America/New_York",
+             job_type="x", misfire_policy="skip", id=str(uuid.uuid4())),
     ])}
-    sid = {k: str(v["id"]) for k, v in rows.items()}
+    sid = {k: v.id for k, v in rows.items()}
     plain = [rows[k] for k in ("pause", "kill", "bounded")]
     fire_until(c, plain, datetime.now(UTC) + timedelta(seconds=1), "the first ticks to fire")
     # PAUSED: paused for 3 s by a user, while the cluster fires its other schedules.
@@ -101,7 +101,7 @@ def test_explain_names_every_outcome_produced_on_purpose(cluster: ProcessCluster
     cli(c, "schedule", "resume", sid["pause"])
     resumed_at = datetime.now(UTC)
     # Owner of "kill" killed past its lease: the ticks it would have fired get its misfire policy.
-    p_kill = rows["kill"]["partition"]
+    p_kill = rows["kill"].partition
     victim = c.owners()[p_kill][0]
     killed_at = datetime.now(UTC)
     c.kill_node(victim)
@@ -129,11 +129,11 @@ def test_explain_names_every_outcome_produced_on_purpose(cluster: ProcessCluster
         found = c.sql("SELECT e.scheduled_for FROM executions e WHERE e.schedule_id = %s AND e.state <> 'skipped'"
                       " AND e.scheduled_for > %s AND EXISTS (SELECT 1 FROM executions l WHERE l.schedule_id ="
                       " e.schedule_id AND l.fired_epoch = e.fired_epoch AND l.scheduled_for > e.scheduled_for)"
-                      " ORDER BY e.scheduled_for LIMIT 1", rows["pause"]["id"], owned_again)
+                      " ORDER BY e.scheduled_for LIMIT 1", rows["pause"].id, owned_again)
         return found[0][0] if found else None
 
     lost = wait_until(a_tick_to_lose, 30, "a tick of 'pause' fired after the restart, with a later one in its epoch")
-    c.sql("DELETE FROM executions WHERE schedule_id = %s AND scheduled_for = %s RETURNING 1", rows["pause"]["id"], lost)
+    c.sql("DELETE FROM executions WHERE schedule_id = %s AND scheduled_for = %s RETURNING 1", rows["pause"].id, lost)
     # DST: backfill the spring and autumn days of 2026 in New York.
     for name, start, end in (("dst-spring", "2026-03-07", "2026-03-10"), ("dst-autumn", "2026-10-31", "2026-11-03")):
         cli(c, "schedule", "backfill", sid[name], "--start", f"{start}T00:00:00Z", "--end", f"{end}T00:00:00Z")
@@ -145,7 +145,7 @@ def test_explain_names_every_outcome_produced_on_purpose(cluster: ProcessCluster
     since, until = t_created - timedelta(seconds=5), now + timedelta(seconds=5)
 
     def check(name: str) -> dict[datetime, tuple[str, str]]:
-        lines = explain(c, rows[name]["id"], since, until)
+        lines = explain(c, rows[name].id, since, until)
         got = outcome_of(lines)
         assert set(got) >= defined_ticks(rows[name], since, until), f"{name}: a tick is absent from explain"
         return got
@@ -177,24 +177,24 @@ def test_explain_names_every_outcome_produced_on_purpose(cluster: ProcessCluster
     # after the processes started, not at it.
     assert len(refused) >= 3 and all(down_at - timedelta(seconds=1) <= t <= owned_again for t in refused), refused
 
-    spring = outcome_of(explain(c, rows["dst-spring"]["id"], datetime(2026, 3, 7, tzinfo=UTC),
+    spring = outcome_of(explain(c, rows["dst-spring"].id, datetime(2026, 3, 7, tzinfo=UTC),
                                 datetime(2026, 3, 10, tzinfo=UTC)))
     assert spring[datetime(2026, 3, 8, 7, 0, tzinfo=UTC)][0] == "DST_SHIFTED"
     assert spring[datetime(2026, 3, 7, 7, 30, tzinfo=UTC)][0] == "FIRED"
-    autumn = outcome_of(explain(c, rows["dst-autumn"]["id"], datetime(2026, 10, 31, tzinfo=UTC),
+    autumn = outcome_of(explain(c, rows["dst-autumn"].id, datetime(2026, 10, 31, tzinfo=UTC),
                                 datetime(2026, 11, 3, tzinfo=UTC)))
     assert autumn[datetime(2026, 11, 1, 5, 30, tzinfo=UTC)][0] == "FIRED"  # 01:30 EDT, the first
     assert autumn[datetime(2026, 11, 1, 6, 30, tzinfo=UTC)][0] == "DST_REPEATED"  # 01:30 EST: not run
 
 
 def test_explain_refuses_bad_windows_and_other_tenants_schedules(cluster: ProcessCluster) -> None:
-    [row] = create_schedules(cluster.dsn, P, [sec("s")])
+    [row] = create_schedules(cluster, [sec("s")])
     addr = cluster.nodes["n1"].address
     now = datetime.now(UTC)
-    bad = run_cli("explain", str(row["id"]), "--since", now.isoformat(), "--until",
+    bad = run_cli("explain", row.id, "--since", now.isoformat(), "--until",
                   (now - timedelta(hours=1)).isoformat(), "--address", addr)
-    assert bad.returncode == 2 and "range" in bad.stderr
-    too_long = run_cli("explain", str(row["id"]), "--since", (now - timedelta(days=500)).isoformat(), "--address", addr)
+    assert bad.returncode == 2 and "--since/--until" in bad.stderr
+    too_long = run_cli("explain", row.id, "--since", (now - timedelta(days=500)).isoformat(), "--address", addr)
     assert too_long.returncode == 2 and "retention" in too_long.stderr
     unknown = run_cli("explain", str(uuid.uuid4()), "--address", addr)
     assert unknown.returncode == 1 and "not_found" in unknown.stderr

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from chaos.harness import ProcessCluster, create_schedules
-from cronwheel.cluster.commands.schedules import ScheduleSpec
+from cronwheel.client import Schedule
 from cronwheel.cron import parse_schedule
 
 from .helpers import cursors_past, observe_for, wait_until
@@ -32,18 +32,18 @@ def cluster() -> Iterator[ProcessCluster]:
         yield c
 
 
-def expected_ticks(row: dict[str, object], until: datetime) -> list[datetime]:
-    cron = parse_schedule(str(row["cron"]), str(row["timezone"]), schedule_id=str(row["id"]))
-    first = row["next_run_at"]
+def expected_ticks(row: Schedule, until: datetime) -> list[datetime]:
+    cron = parse_schedule(row.cron, row.timezone, schedule_id=row.id)
+    first = row.next_run_at
     assert isinstance(first, datetime)
     return [first, *cron.ticks_between(first, until)] if first <= until else []
 
 
-def fire_until(cluster: ProcessCluster, rows: list[dict[str, object]], t: datetime, what: str) -> None:
+def fire_until(cluster: ProcessCluster, rows: list[Schedule], t: datetime, what: str) -> None:
     """The workload's own duration, counted in ticks: until every schedule in `rows` had its
     ticks up to `t` fired (its cursor is past `t`). Fails if the cluster stops firing."""
     left = (t - datetime.now(UTC)).total_seconds()
-    wait_until(lambda: cursors_past(cluster, [r["id"] for r in rows], t), max(left, 0) + 30, what,
+    wait_until(lambda: cursors_past(cluster, [r.id for r in rows], t), max(left, 0) + 30, what,
                interval_s=0.25)
 
 
@@ -51,13 +51,13 @@ def test_every_tick_fires_exactly_once_while_a_node_dies_and_another_joins(clust
     for n in ("n1", "n2", "n3"):
         cluster.start_node(n)
     cluster.wait_converged(["n1", "n2", "n3"])
-    specs = [ScheduleSpec(tenant="t", name=f"sec-{i}", cron="* * * * * *", timezone=tz, job_type="x",
-                          misfire_policy="skip")
+    specs = [dict(tenant="t", name=f"sec-{i}", cron="* * * * * *", timezone=tz, job_type="x",
+                  misfire_policy="skip")
              for i, tz in enumerate(["Europe/London", "America/New_York", "Asia/Kolkata", "UTC"] * 5)]
-    specs += [ScheduleSpec(tenant="t", name=f"min-{i}", cron="* * * * *", timezone="Australia/Lord_Howe",
-                           job_type="x", misfire_policy="skip") for i in range(5)]
-    rows = create_schedules(cluster.dsn, P, specs)
-    every_second = [r for r in rows if r["cron"] == "* * * * * *"]
+    specs += [dict(tenant="t", name=f"min-{i}", cron="* * * * *", timezone="Australia/Lord_Howe",
+                   job_type="x", misfire_policy="skip") for i in range(5)]
+    rows = create_schedules(cluster, specs)
+    every_second = [r for r in rows if r.cron == "* * * * * *"]
     t0 = datetime.now(UTC)
     fire_until(cluster, every_second, t0 + timedelta(seconds=RUN_S / 3), "the first third of the run to fire")
     cluster.kill_node("n2")  # SIGKILL mid-run
@@ -78,8 +78,8 @@ def test_every_tick_fires_exactly_once_while_a_node_dies_and_another_joins(clust
     for row in rows:
         for t in expected_ticks(row, end):
             total += 1
-            if (row["id"], t) not in per_tick:
-                missing.append((row["name"], t.isoformat()))
+            if (uuid.UUID(row.id), t) not in per_tick:
+                missing.append((row.name, t.isoformat()))
     assert missing == [], f"{len(missing)} of {total} ticks missing: {missing[:10]}"
     assert total > 20 * (RUN_S - 5)
 
@@ -112,10 +112,10 @@ def test_misfire_policies_after_the_whole_cluster_was_down(cluster: ProcessClust
     for n in nodes:
         cluster.start_node(n, "--misfire-grace", "1")
     cluster.wait_converged(nodes)
-    mk = lambda name, policy, max_catch_up=10: ScheduleSpec(  # noqa: E731
+    mk = lambda name, policy, max_catch_up=10: dict(  # noqa: E731
         tenant="t", name=name, cron="* * * * * *", timezone="UTC", job_type="x", misfire_policy=policy,
-        max_catch_up=max_catch_up, id=uuid.uuid4())
-    rows = {r["name"]: r for r in create_schedules(cluster.dsn, P, [
+        max_catch_up=max_catch_up, id=str(uuid.uuid4()))
+    rows = {r.name: r for r in create_schedules(cluster, [
         mk("skip", "skip"), mk("once", "run_once"), mk("catchup", "catch_up", 100), mk("bounded", "catch_up", 3),
     ])}
     fire_until(cluster, list(rows.values()), datetime.now(UTC) + timedelta(seconds=2), "ticks before the outage")
@@ -126,7 +126,7 @@ def test_misfire_policies_after_the_whole_cluster_was_down(cluster: ProcessClust
     def rows_of(name: str) -> list[tuple[datetime, str, str, str | None]]:
         return [(r[0], r[1], r[2], r[3]) for r in cluster.sql(
             "SELECT scheduled_for, state, trigger, state_reason FROM executions WHERE schedule_id = %s"
-            " ORDER BY scheduled_for", rows[name]["id"])]
+            " ORDER BY scheduled_for", rows[name].id)]
 
     for name in ("skip", "once", "catchup", "bounded"):
         ticks = expected_ticks(rows[name], end)
@@ -147,7 +147,7 @@ def test_misfire_policies_after_the_whole_cluster_was_down(cluster: ProcessClust
         else:
             assert all(t not in by_tick for t in missed), "over the bound nothing is replayed"
             ev = cluster.sql("SELECT alert, data FROM events WHERE schedule_id = %s AND kind = 'misfire_refused'",
-                             rows[name]["id"])
+                             rows[name].id)
             assert len(ev) == 1 and ev[0][0] is True and ev[0][1]["refused"] >= len(missed)
         # Ticks before the outage and after the restart fired normally, each once.
         normal = [t for t in ticks if t < down_at - timedelta(seconds=1) or t > up_at + timedelta(seconds=3)]
@@ -162,11 +162,11 @@ def test_paused_zombie_writes_nothing_and_rejoins_with_new_epochs(cluster: Proce
     cluster.start_node("n2")
     cluster.start_node("z", "--unsafe-ignore-local-trust")
     cluster.wait_converged(["n1", "n2", "z"])
-    rows = create_schedules(cluster.dsn, P, [
-        ScheduleSpec(tenant="t", name=f"s{i}", cron="* * * * * *", timezone="UTC", job_type="x",
-                     misfire_policy="skip") for i in range(32)])
+    rows = create_schedules(cluster, [
+        dict(tenant="t", name=f"s{i}", cron="* * * * * *", timezone="UTC", job_type="x",
+             misfire_policy="skip") for i in range(32)])
     fire_until(cluster, rows, datetime.now(UTC) + timedelta(seconds=1), "every owner, z too, to fire")
-    with_schedules = {int(r["partition"]) for r in rows}
+    with_schedules = {r.partition for r in rows}
 
     def fired_with(epochs: dict[int, int]) -> bool:
         """Each of these partitions that holds schedules has an execution fired with its epoch."""
@@ -208,21 +208,21 @@ def test_nodes_ride_out_a_postgres_restart_and_fire_every_tick_once(cluster: Pro
     for n in ("n1", "n2"):
         cluster.start_node(n)
     cluster.wait_converged(["n1", "n2"])
-    rows = create_schedules(cluster.dsn, P, [
-        ScheduleSpec(tenant="t", name=f"s{i}", cron="* * * * * *", timezone="UTC", job_type="x",
-                     misfire_policy="skip") for i in range(8)])
+    rows = create_schedules(cluster, [
+        dict(tenant="t", name=f"s{i}", cron="* * * * * *", timezone="UTC", job_type="x",
+             misfire_policy="skip") for i in range(8)])
     fire_until(cluster, rows, datetime.now(UTC) + timedelta(seconds=1), "ticks before the restart")
     cluster.pg.restart()  # fast shutdown: every connection of every node is cut
     end = datetime.now(UTC) + timedelta(seconds=4)
 
     def firing_on() -> bool:
         assert all(cluster.nodes[n].alive() for n in ("n1", "n2")), "a node died with PostgreSQL"
-        return cursors_past(cluster, [r["id"] for r in rows], end)
+        return cursors_past(cluster, [r.id for r in rows], end)
 
     wait_until(firing_on, 30, "the ticks through and after the restart", interval_s=0.25)
     assert all(cluster.nodes[n].alive() for n in ("n1", "n2")), "a node died with PostgreSQL"
     got = Counter((r[0], r[1]) for r in cluster.sql(
         "SELECT schedule_id, scheduled_for FROM executions WHERE schedule_id IS NOT NULL"))
     assert max(got.values()) == 1
-    missing = [(r["name"], t) for r in rows for t in expected_ticks(r, end) if (r["id"], t) not in got]
+    missing = [(r.name, t) for r in rows for t in expected_ticks(r, end) if (uuid.UUID(r.id), t) not in got]
     assert missing == []

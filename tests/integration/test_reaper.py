@@ -133,3 +133,20 @@ async def test_reaper_survives_a_round_that_fails_for_a_whole_partition(owned: P
     clock.advance(1)
     await r.round()
     assert r.failures == 1 and (await row(owned, ident))["state"] == "queued"
+
+
+async def test_a_round_opens_a_fenced_transaction_only_for_partitions_with_work(owned: PgStore) -> None:
+    clock = FakeClock(start_ts=(T0 + timedelta(minutes=5)).timestamp())
+    port = owned.dispatch
+    assert await port.reap_due_partitions([P, P + 1], clock.now()) == set()
+    await running(owned, attempt=1, lease_expires=T0 + timedelta(hours=1))  # healthy: nothing to do
+    assert await port.reap_due_partitions([P, P + 1], clock.now()) == set()
+    lapsed = await running(owned, attempt=1, lease_expires=T0)
+    timed_out = await running(owned, attempt=1, timeout_s=60.0)
+    assert await port.reap_due_partitions([P, P + 1], clock.now()) == {P}
+    assert await port.reap_due_partitions([P + 1], clock.now()) == set()  # only the partitions asked about
+    r = reaper(owned, clock)
+    await r.round()
+    assert r.reaped == 2
+    assert {(await row(owned, i))["state"] for i in (lapsed, timed_out)} <= {"queued", "retry_scheduled"}
+    assert await port.reap_due_partitions([P], clock.now()) == set()

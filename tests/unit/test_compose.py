@@ -4,9 +4,9 @@ Every cronwheel service's command must be a real subcommand whose flags the CLI'
 accepts (`cronwheel.cli.build_parser()`), the etcd members must form one cluster, the nodes and
 workers must point at services that exist, and the host ports must not clash.
 
-Why a purpose-built parser: PyYAML is not a dependency of cronwheel (and adding one for a test is
-not worth it), so docker-compose.yml is written in a small subset of YAML that `parse_compose`
-reads exactly and refuses to go beyond:
+Why a purpose-built parser: it reads docker-compose.yml exactly, and refuses what YAML 1.1 and
+1.2 (and so PyYAML and Docker Compose) would read differently, so the file stays in a small subset
+of YAML:
 
 - block mappings (`key: value`, or `key:` with a more-indented block under it) and block
   sequences (`- value`, or `- key: value` starting a mapping), indented with spaces;
@@ -17,9 +17,8 @@ reads exactly and refuses to go beyond:
   (`[...]`, `{...}`), which may span lines;
 - `#` comments. No anchors, aliases, tags, block scalars, single quotes or multiple documents.
 
-That keeps the file readable (a JSON compose file would be valid but unpleasant) while a test
-can read it with the standard library only. When PyYAML happens to be installed, one more test
-checks that it reads the file exactly as `parse_compose` does.
+That keeps the file readable (a JSON compose file would be valid but unpleasant) and unambiguous.
+PyYAML (a dependency since `cronwheel apply`) must read the file exactly as `parse_compose` does.
 """
 
 from __future__ import annotations
@@ -324,7 +323,8 @@ def test_subset_parser_refuses_what_it_does_not_read_exactly(text: str) -> None:
 
 
 def test_pyyaml_reads_the_compose_file_as_the_subset_parser_does() -> None:
-    yaml = pytest.importorskip("yaml")  # optional: PyYAML is not a dependency
+    import yaml  # a dependency since `cronwheel apply` reads YAML
+
     text = COMPOSE.read_text()
     assert yaml.safe_load(text) == parse_compose(text)
 

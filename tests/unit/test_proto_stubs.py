@@ -321,6 +321,7 @@ def test_enum_values_of_the_design() -> None:
         "DST_REPEATED",
         "MISSED",
         "PENDING",
+        "PRUNED_BY_RETENTION",
     }
 
 

@@ -156,3 +156,53 @@ async def test_sync_handlers_run_on_the_workers_own_bounded_thread_pool() -> Non
     assert peak[0] == 2 and names == {"cronwheel-wt"}
     w.stop()
     await serving
+
+
+async def test_the_next_batch_is_leased_while_the_slots_are_busy_and_started_as_they_free() -> None:
+    clock = FakeClock()
+    w = Worker("fake:1", concurrency=2, prefetch=2, clock=clock)
+    release = asyncio.Event()
+    started: list[str] = []
+
+    @w.job("job")
+    async def handler(ctx: JobContext) -> None:
+        started.append(ctx.execution_id)
+        await release.wait()
+
+    stub = FakeDispatch([leased(f"e{i}") for i in range(6)])
+    serving = asyncio.create_task(w.serve_on(stub))
+    await run_until(clock, lambda: len(w.pending) == 2)
+    assert started == ["e0", "e1"] and len(w.running) == 2  # two run, two more are already leased
+    assert sum(stub.asked) == 4  # nothing leased beyond concurrency + prefetch
+    release.set()
+    await run_until(clock, lambda: len(stub.completes) == 6)
+    assert started == [f"e{i}" for i in range(6)]  # in lease order
+    w.stop()
+    await serving
+
+
+async def test_runs_leased_ahead_are_heartbeated_and_handed_back_at_shutdown() -> None:
+    clock = FakeClock()
+    w = Worker("fake:1", concurrency=1, prefetch=2, clock=clock, lease_s=30.0, grace_s=1.0)
+    block = asyncio.Event()
+
+    @w.job("job")
+    async def handler(ctx: JobContext) -> None:
+        await block.wait()
+
+    stub = FakeDispatch([leased(f"e{i}") for i in range(3)])
+    serving = asyncio.create_task(w.serve_on(stub))
+    await run_until(clock, lambda: len(w.pending) == 2)
+    await run_until(clock, lambda: stub.beats >= 3)  # the running one and both waiting ones
+    w.stop()
+    await run_until(clock, lambda: len(stub.fails) == 3)
+    await serving
+    assert sorted(f.execution_id for f in stub.fails) == ["e0", "e1", "e2"]
+    assert {(f.error_type, f.retryable) for f in stub.fails} == {("worker_shutdown", True)}
+
+
+def test_prefetch_defaults_to_one_lease_calls_worth() -> None:
+    assert Worker("fake:1", concurrency=16).prefetch == 16
+    assert Worker("fake:1").prefetch == 100
+    assert Worker("fake:1", concurrency=500).prefetch == 100
+    assert Worker("fake:1", prefetch=0).prefetch == 0

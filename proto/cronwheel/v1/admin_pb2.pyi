@@ -4,12 +4,24 @@ from cronwheel.v1 import common_pb2 as _common_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class DeliveryState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DELIVERY_STATE_UNSPECIFIED: _ClassVar[DeliveryState]
+    DELIVERY_STATE_PENDING: _ClassVar[DeliveryState]
+    DELIVERY_STATE_DELIVERED: _ClassVar[DeliveryState]
+    DELIVERY_STATE_FAILED: _ClassVar[DeliveryState]
+DELIVERY_STATE_UNSPECIFIED: DeliveryState
+DELIVERY_STATE_PENDING: DeliveryState
+DELIVERY_STATE_DELIVERED: DeliveryState
+DELIVERY_STATE_FAILED: DeliveryState
 
 class ClusterStatusRequest(_message.Message):
     __slots__ = ()
@@ -134,3 +146,129 @@ class ListEventsResponse(_message.Message):
     events: _containers.RepeatedCompositeFieldContainer[Event]
     next_page_token: str
     def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class Webhook(_message.Message):
+    __slots__ = ("id", "tenant", "url", "kinds", "schedule_id", "description", "created_at", "created_by")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    KINDS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    tenant: str
+    url: str
+    kinds: _containers.RepeatedScalarFieldContainer[str]
+    schedule_id: str
+    description: str
+    created_at: _timestamp_pb2.Timestamp
+    created_by: str
+    def __init__(self, id: _Optional[str] = ..., tenant: _Optional[str] = ..., url: _Optional[str] = ..., kinds: _Optional[_Iterable[str]] = ..., schedule_id: _Optional[str] = ..., description: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_by: _Optional[str] = ...) -> None: ...
+
+class CreateWebhookRequest(_message.Message):
+    __slots__ = ("url", "kinds", "tenant", "schedule_id", "secret", "description")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    KINDS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    kinds: _containers.RepeatedScalarFieldContainer[str]
+    tenant: str
+    schedule_id: str
+    secret: str
+    description: str
+    def __init__(self, url: _Optional[str] = ..., kinds: _Optional[_Iterable[str]] = ..., tenant: _Optional[str] = ..., schedule_id: _Optional[str] = ..., secret: _Optional[str] = ..., description: _Optional[str] = ...) -> None: ...
+
+class CreateWebhookResponse(_message.Message):
+    __slots__ = ("webhook", "secret")
+    WEBHOOK_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    webhook: Webhook
+    secret: str
+    def __init__(self, webhook: _Optional[_Union[Webhook, _Mapping]] = ..., secret: _Optional[str] = ...) -> None: ...
+
+class ListWebhooksRequest(_message.Message):
+    __slots__ = ("tenant", "page_size", "page_token")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    page_size: int
+    page_token: str
+    def __init__(self, tenant: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListWebhooksResponse(_message.Message):
+    __slots__ = ("webhooks", "next_page_token")
+    WEBHOOKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    webhooks: _containers.RepeatedCompositeFieldContainer[Webhook]
+    next_page_token: str
+    def __init__(self, webhooks: _Optional[_Iterable[_Union[Webhook, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class DeleteWebhookRequest(_message.Message):
+    __slots__ = ("webhook_id",)
+    WEBHOOK_ID_FIELD_NUMBER: _ClassVar[int]
+    webhook_id: str
+    def __init__(self, webhook_id: _Optional[str] = ...) -> None: ...
+
+class DeleteWebhookResponse(_message.Message):
+    __slots__ = ("dropped_pending",)
+    DROPPED_PENDING_FIELD_NUMBER: _ClassVar[int]
+    dropped_pending: int
+    def __init__(self, dropped_pending: _Optional[int] = ...) -> None: ...
+
+class Delivery(_message.Message):
+    __slots__ = ("id", "webhook_id", "event_id", "kind", "state", "attempts", "next_attempt_at", "node", "last_status", "last_error", "created_at", "finished_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    WEBHOOK_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_AT_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    LAST_STATUS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    webhook_id: str
+    event_id: int
+    kind: str
+    state: DeliveryState
+    attempts: int
+    next_attempt_at: _timestamp_pb2.Timestamp
+    node: str
+    last_status: int
+    last_error: str
+    created_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., webhook_id: _Optional[str] = ..., event_id: _Optional[int] = ..., kind: _Optional[str] = ..., state: _Optional[_Union[DeliveryState, str]] = ..., attempts: _Optional[int] = ..., next_attempt_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., node: _Optional[str] = ..., last_status: _Optional[int] = ..., last_error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListDeliveriesRequest(_message.Message):
+    __slots__ = ("webhook_id", "event_id", "state", "tenant", "page_size", "page_token")
+    WEBHOOK_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    webhook_id: str
+    event_id: int
+    state: DeliveryState
+    tenant: str
+    page_size: int
+    page_token: str
+    def __init__(self, webhook_id: _Optional[str] = ..., event_id: _Optional[int] = ..., state: _Optional[_Union[DeliveryState, str]] = ..., tenant: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListDeliveriesResponse(_message.Message):
+    __slots__ = ("deliveries", "next_page_token")
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    deliveries: _containers.RepeatedCompositeFieldContainer[Delivery]
+    next_page_token: str
+    def __init__(self, deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -149,3 +149,236 @@ class AdminService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class WebhookServiceStub:
+    """Push alerts: webhook subscriptions and the deliveries of the events they subscribe to. Each
+    event of a subscribed kind is delivered as a signed JSON POST (header Cronwheel-Signature:
+    t=<unix ts>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>), retried with backoff until a 2xx
+    answer, at least once, with the same delivery id (header Cronwheel-Delivery) on every attempt.
+    The body's `text` field is a human line (Slack's incoming webhooks accept the body as is).
+    Tenant tokens see and change only their own tenant's webhooks, which receive only that
+    tenant's events; an admin's webhook without a tenant receives every tenant's events.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.CreateWebhook = channel.unary_unary(
+                '/cronwheel.v1.WebhookService/CreateWebhook',
+                request_serializer=cronwheel_dot_v1_dot_admin__pb2.CreateWebhookRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_admin__pb2.CreateWebhookResponse.FromString,
+                _registered_method=True)
+        self.ListWebhooks = channel.unary_unary(
+                '/cronwheel.v1.WebhookService/ListWebhooks',
+                request_serializer=cronwheel_dot_v1_dot_admin__pb2.ListWebhooksRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_admin__pb2.ListWebhooksResponse.FromString,
+                _registered_method=True)
+        self.DeleteWebhook = channel.unary_unary(
+                '/cronwheel.v1.WebhookService/DeleteWebhook',
+                request_serializer=cronwheel_dot_v1_dot_admin__pb2.DeleteWebhookRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_admin__pb2.DeleteWebhookResponse.FromString,
+                _registered_method=True)
+        self.ListDeliveries = channel.unary_unary(
+                '/cronwheel.v1.WebhookService/ListDeliveries',
+                request_serializer=cronwheel_dot_v1_dot_admin__pb2.ListDeliveriesRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_admin__pb2.ListDeliveriesResponse.FromString,
+                _registered_method=True)
+
+
+class WebhookServiceServicer:
+    """Push alerts: webhook subscriptions and the deliveries of the events they subscribe to. Each
+    event of a subscribed kind is delivered as a signed JSON POST (header Cronwheel-Signature:
+    t=<unix ts>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>), retried with backoff until a 2xx
+    answer, at least once, with the same delivery id (header Cronwheel-Delivery) on every attempt.
+    The body's `text` field is a human line (Slack's incoming webhooks accept the body as is).
+    Tenant tokens see and change only their own tenant's webhooks, which receive only that
+    tenant's events; an admin's webhook without a tenant receives every tenant's events.
+    """
+
+    def CreateWebhook(self, request, context):
+        """Subscribes a URL to event kinds. The secret is generated when not given and is returned
+        only in this response (it cannot be read later).
+        Errors: INVALID_ARGUMENT (url, kinds, schedule_id, secret, description); PERMISSION_DENIED
+        when a tenant caller sets `tenant` to another tenant; NOT_FOUND (schedule_id).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWebhooks(self, request, context):
+        """Lists webhooks by ascending id, paginated (secrets are never listed).
+        Errors: INVALID_ARGUMENT (page_size, page_token); PERMISSION_DENIED (tenant).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteWebhook(self, request, context):
+        """Deletes a webhook and its deliveries (pending ones are not sent).
+        Errors: INVALID_ARGUMENT (webhook_id); NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDeliveries(self, request, context):
+        """Lists deliveries, newest first, paginated: state, attempts, last error.
+        Errors: INVALID_ARGUMENT (webhook_id, event_id, page_size, page_token); PERMISSION_DENIED
+        (tenant); NOT_FOUND (webhook_id).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_WebhookServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'CreateWebhook': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateWebhook,
+                    request_deserializer=cronwheel_dot_v1_dot_admin__pb2.CreateWebhookRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_admin__pb2.CreateWebhookResponse.SerializeToString,
+            ),
+            'ListWebhooks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWebhooks,
+                    request_deserializer=cronwheel_dot_v1_dot_admin__pb2.ListWebhooksRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_admin__pb2.ListWebhooksResponse.SerializeToString,
+            ),
+            'DeleteWebhook': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteWebhook,
+                    request_deserializer=cronwheel_dot_v1_dot_admin__pb2.DeleteWebhookRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_admin__pb2.DeleteWebhookResponse.SerializeToString,
+            ),
+            'ListDeliveries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDeliveries,
+                    request_deserializer=cronwheel_dot_v1_dot_admin__pb2.ListDeliveriesRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_admin__pb2.ListDeliveriesResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'cronwheel.v1.WebhookService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('cronwheel.v1.WebhookService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class WebhookService:
+    """Push alerts: webhook subscriptions and the deliveries of the events they subscribe to. Each
+    event of a subscribed kind is delivered as a signed JSON POST (header Cronwheel-Signature:
+    t=<unix ts>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>), retried with backoff until a 2xx
+    answer, at least once, with the same delivery id (header Cronwheel-Delivery) on every attempt.
+    The body's `text` field is a human line (Slack's incoming webhooks accept the body as is).
+    Tenant tokens see and change only their own tenant's webhooks, which receive only that
+    tenant's events; an admin's webhook without a tenant receives every tenant's events.
+    """
+
+    @staticmethod
+    def CreateWebhook(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.WebhookService/CreateWebhook',
+            cronwheel_dot_v1_dot_admin__pb2.CreateWebhookRequest.SerializeToString,
+            cronwheel_dot_v1_dot_admin__pb2.CreateWebhookResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWebhooks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.WebhookService/ListWebhooks',
+            cronwheel_dot_v1_dot_admin__pb2.ListWebhooksRequest.SerializeToString,
+            cronwheel_dot_v1_dot_admin__pb2.ListWebhooksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteWebhook(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.WebhookService/DeleteWebhook',
+            cronwheel_dot_v1_dot_admin__pb2.DeleteWebhookRequest.SerializeToString,
+            cronwheel_dot_v1_dot_admin__pb2.DeleteWebhookResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDeliveries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.WebhookService/ListDeliveries',
+            cronwheel_dot_v1_dot_admin__pb2.ListDeliveriesRequest.SerializeToString,
+            cronwheel_dot_v1_dot_admin__pb2.ListDeliveriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

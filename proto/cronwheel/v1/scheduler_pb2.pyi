@@ -29,6 +29,7 @@ class TickOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TICK_OUTCOME_DST_REPEATED: _ClassVar[TickOutcome]
     TICK_OUTCOME_MISSED: _ClassVar[TickOutcome]
     TICK_OUTCOME_PENDING: _ClassVar[TickOutcome]
+    TICK_OUTCOME_PRUNED_BY_RETENTION: _ClassVar[TickOutcome]
 TICK_OUTCOME_UNSPECIFIED: TickOutcome
 TICK_OUTCOME_FIRED: TickOutcome
 TICK_OUTCOME_SKIPPED_OVERLAP: TickOutcome
@@ -43,6 +44,7 @@ TICK_OUTCOME_DST_SKIPPED: TickOutcome
 TICK_OUTCOME_DST_REPEATED: TickOutcome
 TICK_OUTCOME_MISSED: TickOutcome
 TICK_OUTCOME_PENDING: TickOutcome
+TICK_OUTCOME_PRUNED_BY_RETENTION: TickOutcome
 
 class CreateScheduleRequest(_message.Message):
     __slots__ = ("schedule",)
@@ -85,18 +87,22 @@ class GetScheduleResponse(_message.Message):
     def __init__(self, schedule: _Optional[_Union[_common_pb2.Schedule, _Mapping]] = ...) -> None: ...
 
 class ListSchedulesRequest(_message.Message):
-    __slots__ = ("tenant", "job_type", "paused", "page_size", "page_token")
+    __slots__ = ("tenant", "job_type", "paused", "page_size", "page_token", "name_contains", "order_by")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     JOB_TYPE_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NAME_CONTAINS_FIELD_NUMBER: _ClassVar[int]
+    ORDER_BY_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     job_type: str
     paused: bool
     page_size: int
     page_token: str
-    def __init__(self, tenant: _Optional[str] = ..., job_type: _Optional[str] = ..., paused: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    name_contains: str
+    order_by: str
+    def __init__(self, tenant: _Optional[str] = ..., job_type: _Optional[str] = ..., paused: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., name_contains: _Optional[str] = ..., order_by: _Optional[str] = ...) -> None: ...
 
 class ListSchedulesResponse(_message.Message):
     __slots__ = ("schedules", "next_page_token")

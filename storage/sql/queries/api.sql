@@ -34,6 +34,8 @@ WITH s AS (
            misfire_policy = %(misfire_policy)s, max_catch_up = %(max_catch_up)s,
            overlap_policy = %(overlap_policy)s, jitter_s = %(jitter_s)s,
            alert_if_no_success_within_s = %(alert_if_no_success_within_s)s, paused = %(paused)s,
+           keep_last = %(keep_last)s, keep_succeeded_for_s = %(keep_succeeded_for_s)s,
+           keep_failed_for_s = %(keep_failed_for_s)s,
            deleted_at = CASE WHEN %(deleted)s::boolean THEN %(now)s::timestamptz ELSE deleted_at END,
            version = version + 1, updated_at = %(now)s
      WHERE id = %(id)s AND deleted_at IS NULL
@@ -45,17 +47,37 @@ WITH s AS (
 SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
 
 -- name: api_list_schedules
--- A page of live schedules by (created_at, id), after the cursor, with optional filters.
+-- A page of live schedules by (created_at, id), after the cursor, with optional filters
+-- (name_like: an ILIKE pattern whose wildcards in the typed text the caller escaped). The page
+-- is cut before the join, so only its rows are joined with schedule_due.
 SELECT s.*, d.next_run_at, d.last_scheduled_for
-  FROM schedules s JOIN schedule_due d ON d.schedule_id = s.id
- WHERE s.deleted_at IS NULL
-   AND (%(tenant)s::text IS NULL OR s.tenant = %(tenant)s)
-   AND (%(job_type)s::text IS NULL OR s.job_type = %(job_type)s)
-   AND (%(paused)s::boolean IS NULL OR s.paused = %(paused)s)
-   AND (%(after_created_at)s::timestamptz IS NULL
-        OR (s.created_at, s.id) > (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
- ORDER BY s.created_at, s.id
- LIMIT %(limit)s;
+  FROM (SELECT * FROM schedules s
+         WHERE s.deleted_at IS NULL
+           AND (%(tenant)s::text IS NULL OR s.tenant = %(tenant)s)
+           AND (%(job_type)s::text IS NULL OR s.job_type = %(job_type)s)
+           AND (%(paused)s::boolean IS NULL OR s.paused = %(paused)s)
+           AND (%(name_like)s::text IS NULL OR s.name ILIKE %(name_like)s)
+           AND (%(after_created_at)s::timestamptz IS NULL
+                OR (s.created_at, s.id) > (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
+         ORDER BY s.created_at, s.id
+         LIMIT %(limit)s) s
+  JOIN schedule_due d ON d.schedule_id = s.id
+ ORDER BY s.created_at, s.id;
+
+-- name: api_list_schedules_by_name
+-- The same page ordered by (name, id), after the (name, id) cursor.
+SELECT s.*, d.next_run_at, d.last_scheduled_for
+  FROM (SELECT * FROM schedules s
+         WHERE s.deleted_at IS NULL
+           AND (%(tenant)s::text IS NULL OR s.tenant = %(tenant)s)
+           AND (%(job_type)s::text IS NULL OR s.job_type = %(job_type)s)
+           AND (%(paused)s::boolean IS NULL OR s.paused = %(paused)s)
+           AND (%(name_like)s::text IS NULL OR s.name ILIKE %(name_like)s)
+           AND (%(after_name)s::text IS NULL OR (s.name, s.id) > (%(after_name)s::text, %(after_id)s::uuid))
+         ORDER BY s.name, s.id
+         LIMIT %(limit)s) s
+  JOIN schedule_due d ON d.schedule_id = s.id
+ ORDER BY s.name, s.id;
 
 -- name: api_insert_run
 -- One execution of a schedule made by the API (manual trigger); nothing if the tick or the

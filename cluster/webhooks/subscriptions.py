@@ -1,0 +1,51 @@
+"""What a webhook subscription may be: validated values (pure; bad input names its field)."""
+
+from __future__ import annotations
+
+import secrets
+import urllib.parse
+from collections.abc import Iterable
+
+from cronwheel.cluster.webhooks.payload import ALERT_KINDS, EVENT_KINDS
+from cronwheel.errors import InvalidArgument
+
+MAX_URL = 2000
+SECRET_CHARS = (16, 200)
+
+
+def url(value: str) -> str:
+    v = value.strip() if isinstance(value, str) else ""
+    if not v:
+        raise InvalidArgument("url", "is required")
+    if len(v) > MAX_URL or any(ord(c) <= 32 or ord(c) == 127 for c in v):
+        raise InvalidArgument("url", f"must be at most {MAX_URL} characters without spaces or control characters")
+    try:
+        parts = urllib.parse.urlsplit(v)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise InvalidArgument("url", f"not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidArgument("url", "must be an absolute http:// or https:// URL")
+    return v
+
+
+def kinds(values: Iterable[str]) -> tuple[str, ...]:
+    """The kinds subscribed to, deduplicated in the order given; none given: the alerts."""
+    out: list[str] = []
+    for i, k in enumerate(values):
+        k = k.strip()
+        if k not in EVENT_KINDS:
+            raise InvalidArgument(f"kinds[{i}]", f"unknown event kind {k!r}; one of {', '.join(EVENT_KINDS)}")
+        if k not in out:
+            out.append(k)
+    return tuple(out) or ALERT_KINDS
+
+
+def secret(value: str) -> str:
+    """The secret given, or a new one (32 random bytes, hex) when empty."""
+    if not value:
+        return "whsec_" + secrets.token_hex(32)
+    lo, hi = SECRET_CHARS
+    if not lo <= len(value) <= hi or any(ord(c) <= 32 or ord(c) == 127 for c in value):
+        raise InvalidArgument("secret", f"must be {lo}..{hi} characters without spaces or control characters")
+    return value

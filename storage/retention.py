@@ -1,0 +1,142 @@
+"""Retention's storage port (retention.sql): prune finished executions, one fenced batch at a time.
+
+Each prune method is its own short transaction inside `fenced(partition, epoch)` (StaleEpoch when
+the partition moved on, nothing deleted) and deletes at most `limit` rows, so no lock it takes is
+held for long and no batch competes with a fire for more than a few milliseconds. Finding
+prunable rows walks `executions_finished` (partition, finished time, id) from a keyset cursor the
+caller keeps; a batch never rereads what the previous one passed over.
+
+The windows are the caller's (cluster/retention holds the policy); the one precedence rule
+(schedule's own window, else the job type's, else the cluster default; None: kept forever by
+time) is in the SQL, applied per row. Deleting an execution never makes its tick due again: the
+due cursor (`schedule_due.next_run_at`, a compare-and-set) says what has fired. What went is
+recorded per schedule (`execution_pruned.pruned_through`) for explain.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from cronwheel.storage.api import row
+from cronwheel.storage.db import Database
+from cronwheel.storage.queries import q
+
+
+@dataclass(frozen=True, slots=True)
+class TypeWindows:
+    """A job type's own windows (None: kept forever by time)."""
+
+    job_type: str
+    succeeded_s: float | None
+    failed_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Windows:
+    """How long finished runs are kept, by class: `succeeded_s` for succeeded, skipped and
+    cancelled runs, `failed_s` for failed and dead ones (None: forever), per job type."""
+
+    succeeded_s: float | None
+    failed_s: float | None
+    by_type: tuple[TypeWindows, ...] = ()
+
+    def shortest_s(self) -> float | None:
+        """The shortest window the node knows of (schedules' own are added by the query)."""
+        values = [v for v in (self.succeeded_s, self.failed_s) if v is not None]
+        values += [v for t in self.by_type for v in (t.succeeded_s, t.failed_s) if v is not None]
+        return min(values) if values else None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredCursor:
+    """Where the age pass of a partition stands: after (finished time, id). START: the oldest."""
+
+    at: datetime | None = None
+    id: uuid.UUID | None = None
+
+
+START = ExpiredCursor()
+
+
+@dataclass(frozen=True, slots=True)
+class PruneExpiredParams:
+    partition: int
+    epoch: int
+    windows: Windows
+    now: datetime
+    after: ExpiredCursor = START
+    limit: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class PruneExpiredResult:
+    scanned: int
+    deleted: int
+    next: ExpiredCursor  # START again once the pass reached the horizon (scanned < limit)
+
+
+@dataclass(frozen=True, slots=True)
+class PruneKeepLastParams:
+    partition: int
+    epoch: int
+    now: datetime
+    after_id: uuid.UUID | None = None
+    schedules: int = 200
+    limit: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class PruneKeepLastResult:
+    schedules: int
+    deleted: int
+    next_after_id: uuid.UUID | None  # where the next batch starts (None: the first schedule)
+    done: bool  # the pass reached the partition's last keep_last schedule with nothing left on its page
+
+
+@dataclass(frozen=True, slots=True)
+class PrunedMark:
+    through: datetime  # the latest tick of the schedule whose execution was pruned
+    pruned: int
+
+
+class RetentionPort:
+    """Task-safe (stateless); the cursors are the caller's."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def prune_expired(self, p: PruneExpiredParams) -> PruneExpiredResult:
+        w = p.windows
+        params = {
+            "partition": p.partition, "epoch": p.epoch, "now": p.now, "limit": p.limit,
+            "shortest_s": w.shortest_s(), "succeeded_s": w.succeeded_s, "failed_s": w.failed_s,
+            "types": [t.job_type for t in w.by_type], "types_succeeded_s": [t.succeeded_s for t in w.by_type],
+            "types_failed_s": [t.failed_s for t in w.by_type], "after_at": p.after.at, "after_id": p.after.id,
+        }
+        async with self.db.fenced(p.partition, p.epoch) as conn:
+            await conn.execute(q("prune_commit_async"))
+            r = await row(conn, "prune_expired", params)
+        assert r is not None
+        done = r["scanned"] < p.limit or r["last_at"] is None
+        nxt = START if done else ExpiredCursor(r["last_at"], r["last_id"])
+        return PruneExpiredResult(int(r["scanned"]), int(r["deleted"]), nxt)
+
+    async def prune_keep_last(self, p: PruneKeepLastParams) -> PruneKeepLastResult:
+        params = {"partition": p.partition, "epoch": p.epoch, "now": p.now, "after_id": p.after_id,
+                  "schedules": p.schedules, "limit": p.limit}
+        async with self.db.fenced(p.partition, p.epoch) as conn:
+            await conn.execute(q("prune_commit_async"))
+            r = await row(conn, "prune_keep_last", params)
+        assert r is not None
+        if r["deleted"] >= p.limit:  # the page may hold more: the same page again (what went is gone)
+            return PruneKeepLastResult(int(r["schedules"]), int(r["deleted"]), p.after_id, done=False)
+        if r["schedules"] < p.schedules:
+            return PruneKeepLastResult(int(r["schedules"]), int(r["deleted"]), None, done=True)
+        return PruneKeepLastResult(int(r["schedules"]), int(r["deleted"]), r["last_id"], done=False)
+
+    async def pruned_through(self, schedule_id: uuid.UUID) -> PrunedMark | None:
+        async with self.db.connection() as conn:
+            r = await row(conn, "pruned_through", {"schedule_id": schedule_id})
+        return PrunedMark(r["pruned_through"], int(r["pruned"])) if r else None

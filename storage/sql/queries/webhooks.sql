@@ -1,0 +1,89 @@
+-- name: webhook_insert
+-- Create a webhook subscription.
+INSERT INTO webhooks (id, tenant, url, secret, kinds, schedule_id, description, created_at, created_by)
+VALUES (%(id)s, %(tenant)s, %(url)s, %(secret)s, %(kinds)s, %(schedule_id)s, %(description)s, %(now)s,
+        %(actor)s)
+RETURNING id, tenant, url, kinds, schedule_id, description, created_at, created_by;
+
+-- name: webhook_get
+-- One webhook (the caller checks the tenant), without its secret.
+SELECT id, tenant, url, kinds, schedule_id, description, created_at, created_by
+  FROM webhooks WHERE id = %(id)s;
+
+-- name: webhook_list
+-- A page of webhooks by ascending id after `after`, of one tenant (NULL: every webhook).
+SELECT id, tenant, url, kinds, schedule_id, description, created_at, created_by
+  FROM webhooks
+ WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+   AND (%(after)s::uuid IS NULL OR id > %(after)s)
+ ORDER BY id LIMIT %(limit)s;
+
+-- name: webhook_delete
+-- Delete a webhook and (cascade) its deliveries; returns the pending ones dropped.
+WITH d AS (SELECT count(*) AS n FROM webhook_deliveries WHERE webhook_id = %(id)s AND state = 'pending')
+DELETE FROM webhooks WHERE id = %(id)s RETURNING (SELECT n FROM d);
+
+-- name: enqueue_deliveries
+-- In the transaction that appended event `event_id`: one pending delivery per webhook that
+-- subscribes to its kind, tenant (the event's, else its schedule's) and schedule.
+INSERT INTO webhook_deliveries (id, webhook_id, event_id, state, attempts, next_attempt_at, created_at)
+SELECT gen_random_uuid(), w.id, e.id, 'pending', 0, e.at, e.at
+  FROM events e
+  LEFT JOIN schedules s ON s.id = e.schedule_id
+  JOIN webhooks w ON e.kind = ANY (w.kinds)
+                 AND (w.tenant IS NULL OR w.tenant = coalesce(e.tenant, s.tenant))
+                 AND (w.schedule_id IS NULL OR w.schedule_id = e.schedule_id)
+ WHERE e.id = %(event_id)s;
+
+-- name: claim_deliveries
+-- A sender claims up to `limit` due deliveries: attempts + 1 (the claim's token), due again
+-- only when the lease lapses. Returns what the request needs: the webhook, the event, the
+-- schedule's name. Rows another sender holds are skipped, not waited for.
+WITH due AS (
+    SELECT d.id, d.webhook_id, d.event_id FROM webhook_deliveries d
+     WHERE d.state = 'pending' AND d.next_attempt_at <= %(now)s
+     ORDER BY d.next_attempt_at LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE webhook_deliveries d
+   SET attempts = d.attempts + 1, claimed_by = %(node)s,
+       next_attempt_at = %(now)s::timestamptz + make_interval(secs => %(lease_s)s)
+  FROM due
+  JOIN webhooks w ON w.id = due.webhook_id
+  LEFT JOIN events e ON e.id = due.event_id
+  LEFT JOIN schedules s ON s.id = e.schedule_id
+ WHERE d.id = due.id
+RETURNING d.id, d.attempts, d.created_at, w.id AS webhook_id, w.url, w.secret,
+          e.id AS event_id, e.at, coalesce(e.tenant, s.tenant) AS tenant, e.kind, e.schedule_id,
+          s.name AS schedule_name, e.execution_id, e.partition, e.actor, e.alert, e.data;
+
+-- name: delivery_outcome
+-- Record the outcome of the claim `attempts` (ignored when the row was claimed again since, or
+-- is no longer pending): pending again at `next_attempt_at`, delivered, or failed (given up).
+UPDATE webhook_deliveries
+   SET state = %(state)s, next_attempt_at = coalesce(%(next_attempt_at)s, next_attempt_at),
+       last_status = %(status)s, last_error = %(error)s,
+       finished_at = CASE WHEN %(state)s = 'pending' THEN NULL ELSE %(now)s::timestamptz END
+ WHERE id = %(id)s AND attempts = %(attempts)s AND state = 'pending';
+
+-- name: delivery_list
+-- A page of deliveries, newest first (by created_at, id) before the cursor, with their event's
+-- kind; of one webhook, one event, one state, one tenant (NULL: any).
+SELECT d.id, d.webhook_id, d.event_id, e.kind, d.state, d.attempts, d.next_attempt_at, d.claimed_by,
+       d.last_status, d.last_error, d.created_at, d.finished_at
+  FROM webhook_deliveries d
+  JOIN webhooks w ON w.id = d.webhook_id
+  LEFT JOIN events e ON e.id = d.event_id
+ WHERE (%(tenant)s::text IS NULL OR w.tenant = %(tenant)s)
+   AND (%(webhook_id)s::uuid IS NULL OR d.webhook_id = %(webhook_id)s)
+   AND (%(event_id)s::bigint IS NULL OR d.event_id = %(event_id)s)
+   AND (%(state)s::text IS NULL OR d.state = %(state)s)
+   AND (%(before_at)s::timestamptz IS NULL OR (d.created_at, d.id) < (%(before_at)s, %(before_id)s::uuid))
+ ORDER BY d.created_at DESC, d.id DESC LIMIT %(limit)s;
+
+-- name: delivery_prune
+-- Retention: drop up to `limit` finished deliveries older than the retention period.
+DELETE FROM webhook_deliveries WHERE id IN (
+    SELECT id FROM webhook_deliveries
+     WHERE state <> 'pending' AND finished_at < %(now)s::timestamptz - make_interval(days => %(days)s)
+     LIMIT %(limit)s);

@@ -1,0 +1,95 @@
+"""The execution state counters on real node processes: every transition is counted on the node
+that decided it. A dead letter decided by a worker's FailExecution is counted on the node that
+served the call; one decided by the reaper (lease lapsed on the last attempt) on the node that
+owns the execution's partition, and on no other."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from chaos.harness import NodeProc, ProcessCluster
+from cronwheel.v1 import common_pb2, dispatch_pb2, dispatch_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
+
+from .helpers import wait_until
+from .ops_helpers import value, wait_serving
+
+pytestmark = [pytest.mark.e2e]
+ENTERED = "cronwheel_executions_entered_total"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ProcessCluster]:
+    with ProcessCluster(partitions=4, lease_ttl_s=3) as c:
+        for name in ("n1", "n2"):
+            c.start_node(name)
+        for name in ("n1", "n2"):
+            wait_serving(c.nodes[name].address)
+        yield c
+
+
+def submit(node: NodeProc, job_type: str) -> common_pb2.Execution:
+    with grpc.insecure_channel(node.address) as ch:
+        return scheduler_pb2_grpc.SchedulerServiceStub(ch).SubmitJob(scheduler_pb2.SubmitJobRequest(
+            type=job_type, retry_policy=common_pb2.RetryPolicy(max_attempts=1)), timeout=10).execution
+
+
+def lease_one(node: NodeProc, job_type: str, lease_s: int) -> dispatch_pb2.LeasedExecution:
+    with grpc.insecure_channel(node.address) as ch:
+        got = dispatch_pb2_grpc.DispatchServiceStub(ch).LeaseExecutions(dispatch_pb2.LeaseExecutionsRequest(
+            worker_id="w-metrics", job_types=[job_type], max_count=1, lease_duration=Duration(seconds=lease_s),
+            wait_timeout=Duration(seconds=10)), timeout=20)
+    (leased,) = got.executions
+    return leased
+
+
+def test_a_dead_letter_from_a_worker_failure_is_counted_on_the_node_that_served_the_failure(
+        cluster: ProcessCluster) -> None:
+    n1, n2 = cluster.nodes["n1"], cluster.nodes["n2"]
+    ex = submit(n1, "fails-once")
+    leased = lease_one(n1, "fails-once", 30)
+    assert leased.execution_id == ex.id
+    with grpc.insecure_channel(n1.address) as ch:
+        out = dispatch_pb2_grpc.DispatchServiceStub(ch).FailExecution(dispatch_pb2.FailExecutionRequest(
+            execution_id=ex.id, fencing_token=leased.fencing_token, worker_id="w-metrics", error="boom",
+            retryable=True, error_type="Boom"), timeout=10)
+    assert out.state == common_pb2.EXECUTION_STATE_DEAD
+    assert value(n1, ENTERED, state="running", job_type="fails-once") == 1
+    assert value(n1, ENTERED, state="dead", job_type="fails-once") == 1
+    assert value(n1, "cronwheel_failures_total", type="Boom") == 1
+    assert value(n2, ENTERED, state="dead", job_type="fails-once") == 0
+
+
+def test_a_dead_letter_decided_by_the_reaper_is_counted_on_the_partition_owner_only(cluster: ProcessCluster) -> None:
+    ex = submit(cluster.nodes["n1"], "lapses")
+    leased = lease_one(cluster.nodes["n2"], "lapses", 1)  # never heartbeated: the lease lapses after 1 s
+    assert leased.execution_id == ex.id
+    owner_name = cluster.owners()[ex.partition][0]
+    owner = cluster.nodes[owner_name]
+    other = cluster.nodes["n2" if owner_name == "n1" else "n1"]
+    dead_before = value(owner, "cronwheel_dead_letters_total")
+    wait_until(lambda: value(owner, ENTERED, state="dead", job_type="lapses") == 1, 30,
+               f"the reaper's dead letter in {owner_name}'s state counters")
+    assert value(owner, "cronwheel_dead_letters_total") == dead_before + 1
+    assert value(owner, "cronwheel_failures_total", type="lease_expired") == 1
+    assert value(other, ENTERED, state="dead", job_type="lapses") == 0
+    assert value(cluster.nodes["n2"], ENTERED, state="running", job_type="lapses") == 1  # the claim: n2 served it
+
+
+def test_a_submitted_one_off_is_counted_as_queued_where_its_partition_owner_fired_it(cluster: ProcessCluster
+                                                                                     ) -> None:
+    """Fired by the firer of the partition owner (a delayed job: `scheduled`, then queued)."""
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    at = Timestamp()
+    at.GetCurrentTime()
+    at.seconds += 1
+    with grpc.insecure_channel(cluster.nodes["n1"].address) as ch:
+        ex = scheduler_pb2_grpc.SchedulerServiceStub(ch).SubmitJob(scheduler_pb2.SubmitJobRequest(
+            type="delayed", run_at=at), timeout=10).execution
+    owner = cluster.nodes[cluster.owners()[ex.partition][0]]
+    wait_until(lambda: value(owner, ENTERED, state="queued", job_type="delayed") == 1, 30,
+               "the delayed job's fire in its owner's state counters")

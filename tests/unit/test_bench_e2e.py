@@ -1,0 +1,26 @@
+"""bench.e2e imports cleanly, and the figures it reads from the node's metrics are computed as
+Prometheus' histogram_quantile would compute them over the workload's window."""
+
+from __future__ import annotations
+
+import math
+
+from bench.e2e import Record, checks, hist_quantile, pct
+
+
+def test_a_quantile_of_the_difference_of_two_scrapes_interpolates_within_its_bucket() -> None:
+    before = {0.01: 5.0, 0.1: 5.0, float("inf"): 5.0}  # fires before the workload do not count
+    after = {0.01: 5.0, 0.1: 105.0, float("inf"): 105.0}  # 100 fires, all in (0.01, 0.1]
+    assert math.isclose(hist_quantile(before, after, 0.5), 0.055)
+    assert math.isclose(hist_quantile(before, after, 0.99), 0.0991)
+    assert math.isnan(hist_quantile(after, after, 0.5))  # nothing observed in the window
+
+
+def test_a_quantile_in_the_open_bucket_is_its_lower_bound() -> None:
+    assert hist_quantile({}, {1.0: 0.0, float("inf"): 10.0}, 0.99) == 1.0
+
+
+def test_duplicates_missing_and_unacknowledged_come_from_the_handler_records() -> None:
+    recs = [Record("a", "-", 0.0, 1.0, 1), Record("a", "-", 0.0, 2.0, 2), Record("x", "-", 0.0, 1.0, 1)]
+    assert checks({"a", "b"}, recs) == {"duplicates": 1.0, "missing": 1.0, "unacknowledged": 1.0}
+    assert pct([3.0, 1.0, 2.0], 0.5) == 2.0
