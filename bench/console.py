@@ -15,10 +15,10 @@ page, for an admin (every tenant visible):
 
 Baseline in the same run: the same ListSchedules page fetched directly with the Client (gRPC to
 the node, no console), so the ratio is the console's own share. Then the same pages again after
-creating the two indexes an admin's unfiltered pages need (PROPOSED_INDEXES: live schedules by
-(created_at, id) and by (name, id); the schema has only (tenant, created_at, id), so without them
-every admin page sorts all live schedules). They are not in a migration yet: the figures show
-what one would buy. The schedules are inserted
+dropping the two indexes an admin's unfiltered pages use (LISTING_INDEXES, migration 0012: live
+schedules by (created_at, id) and by (name, id); without them every admin page sorts all live
+schedules), so the figures show what they buy. The target is judged on the migrated schema. The
+schedules are inserted
 directly into the database with COPY (setup, not the subject), spread over 10 tenants and 5 job
 types, every 10th paused, yearly, so nothing fires during the run. Target: every page < 300 ms.
 """
@@ -47,10 +47,7 @@ from tests.e2e.api_cluster import TOKENS, write_auth_file
 
 P = 16
 TARGET_MS = 300.0
-PROPOSED_INDEXES = (
-    "CREATE INDEX schedules_live_by_created ON schedules (created_at, id) WHERE deleted_at IS NULL",
-    "CREATE INDEX schedules_live_by_name ON schedules (name, id) WHERE deleted_at IS NULL",
-)
+LISTING_INDEXES = ("schedules_live_by_created", "schedules_live_by_name")  # migration 0012
 CLOCK = SystemClock()
 
 
@@ -137,24 +134,25 @@ def main(argv: list[str] | None = None) -> int:
             web.login(admin)
             with Client(node.address, token=admin) as cw:
                 web.page("/schedules?size=100")  # warm: the first call opens the channel
-                before = measure(web, cw, args)
+                migrated = measure(web, cw, args)
                 with psycopg.connect(c.dsn, autocommit=True) as conn:
-                    for ddl in PROPOSED_INDEXES:
-                        conn.execute(ddl)
+                    for name in LISTING_INDEXES:
+                        conn.execute(f"DROP INDEX {name}")
                     conn.execute("ANALYZE schedules")
-                after = measure(web, cw, args)
+                without = measure(web, cw, args)
         finally:
             console.stop()
     ok = True
-    for label, rows in (("schema as it is", before), ("with PROPOSED_INDEXES", after)):
+    for label, rows in (("the migrated schema", migrated), ("without 0012's listing indexes", without)):
         print(f"\nSchedules page with {args.schedules} schedules, 100 rows, median of {args.repeat} "
               f"(server time; machine shared): {label}")
         print(f"{'page':<28}{'console ms':>12}{'API ms':>10}{'ratio':>8}")
         for name, ms, base in rows:
             print(f"{name:<28}{ms:>12.1f}{base:>10.1f}{ms / base:>8.2f}")
         worst = max(ms for _, ms, _ in rows)
-        ok = worst < TARGET_MS
-        print(f"slowest page: {worst:.1f} ms: {'under' if ok else 'OVER'} the {TARGET_MS:.0f} ms target")
+        under = worst < TARGET_MS
+        ok = ok and (under or rows is without)
+        print(f"slowest page: {worst:.1f} ms: {'under' if under else 'OVER'} the {TARGET_MS:.0f} ms target")
     return 0 if ok else 1
 
 

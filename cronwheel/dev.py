@@ -25,7 +25,6 @@ code 1): a crash loop is a bug to read about, not to hide.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import queue
@@ -130,28 +129,25 @@ class DevCluster:
         first = _field(self.children[0], " listening on ")
         self._spawn("worker-1", ["worker", "cronwheel.client.demo", "--address", first, "--worker-id", "worker-1"],
                     ready="worker ")
-        asyncio.run(self._examples())
+        self._examples(first)
         nodes = ",".join(_field(c, " listening on ") for c in self.children if c.name.startswith("node"))
         self._spawn("console", ["console", "--address", nodes, "--no-login", "--listen", f"127.0.0.1:{free_port()}"],
                     ready="console listening on ")  # the web console (cronwheel.console), dev mode: no login
 
-    async def _examples(self) -> None:
-        from cronwheel.cluster.commands.runs import JobSpec, submit_job
-        from cronwheel.cluster.commands.schedules import ScheduleSpec, create_schedule
-        from cronwheel.storage import PgStore, StoreConfig
+    def _examples(self, address: str) -> None:
+        """The example schedules and job, created as an application would: through the Client."""
+        from cronwheel.client import Client
 
-        now = SystemClock().now()
-        async with PgStore(StoreConfig(dsn=self.dsn, max_connections=2)) as store:
+        with Client(address) as client:
             for name, cron, tz in (("every-10s-london", "*/10 * * * * *", "Europe/London"),
                                    ("every-minute-new-york", "* * * * *", "America/New_York")):
-                row = await create_schedule(store, ScheduleSpec(
-                    tenant=DEMO_TENANT, name=name, cron=cron, timezone=tz, job_type="demo.print",
-                    misfire_policy="run_once", payload={"schedule": name}), now, self.partitions)
-                self._say(f"schedule  {name}: '{cron}' in {tz}, id {row['id']}")
-            job, _ = await submit_job(store, JobSpec(tenant=DEMO_TENANT, type="demo.print",
-                                                     payload={"hello": "delayed one-off"},
-                                                     run_at=now + timedelta(seconds=30)), now, self.partitions)
-            self._say(f"job       delayed one-off {job['id']} runs at {job['run_at'].isoformat()}")
+                s = client.create_schedule(name, cron, "demo.print", timezone=tz, misfire_policy="run_once",
+                                           payload={"schedule": name}, tenant=DEMO_TENANT)
+                self._say(f"schedule  {name}: '{cron}' in {tz}, id {s.id}")
+            job = client.submit("demo.print", {"hello": "delayed one-off"}, delay=timedelta(seconds=30),
+                                tenant=DEMO_TENANT)
+            when = job.run_at.isoformat() if job.run_at else "now"
+            self._say(f"job       delayed one-off {job.id} runs at {when}")
 
     def _spawn(self, name: str, args: list[str], ready: str) -> Child:
         child = Child(name, self._popen(args), args, ready)

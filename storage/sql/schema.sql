@@ -86,6 +86,9 @@ CREATE INDEX schedules_alerting ON schedules (partition) WHERE alert_if_no_succe
 -- Schedules with their own retention, per partition (the pruner's keep_last pass).
 CREATE INDEX schedules_retention ON schedules (partition, id)
     WHERE keep_last IS NOT NULL OR keep_succeeded_for_s IS NOT NULL OR keep_failed_for_s IS NOT NULL;
+-- An admin's list across tenants, in creation order or by name (ListSchedules, the console).
+CREATE INDEX schedules_live_by_created ON schedules (created_at, id) WHERE deleted_at IS NULL;
+CREATE INDEX schedules_live_by_name ON schedules (name, id) WHERE deleted_at IS NULL;
 
 -- The cron half of the due index, narrow: one row per schedule, the only row a fire rewrites
 -- (next tick, tick just fired). next_run_at is NULL while the schedule has no next tick (paused
