@@ -73,6 +73,7 @@ from typing import Any
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
+from cronwheel import tracing
 from cronwheel.client.worker_connection import Connection, WorkerStopped, permanent, unreachable
 from cronwheel.client.worker_context import JobContext, NonRetryable, Run, Stale
 from cronwheel.client.worker_policy import (
@@ -234,6 +235,7 @@ class Worker:
         tests); what serve() does after connecting."""
         if not self.handlers:
             raise ValueError("no handlers registered (use @worker.job(type))")
+        tracing.setup_tracing("cronwheel-worker")  # an exporter only if OTEL_* / CRONWHEEL_TRACE_FILE ask
         self.stub = stub
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"cronwheel-{self.worker_id}")
         self.reporter = Reporter(stub, self.worker_id, self.metadata, self.clock, self._stop_fatal)
@@ -333,7 +335,7 @@ class Worker:
             max_attempts=ex.max_attempts, fencing_token=ex.fencing_token,
             checkpoint_value=json.loads(ex.checkpoint_json) if ex.checkpoint_json else None,
             deadline=ex.deadline.ToDatetime().replace(tzinfo=UTC) if ex.HasField("deadline") else None,
-            _worker=self,
+            trace=ex.trace_context or None, _worker=self,
         )
         timeout_s: float | None = None
         if ex.HasField("timeout"):
@@ -381,7 +383,15 @@ class Worker:
 
     async def _supervise(self, run: Run) -> None:
         ctx = run.ctx
-        call = asyncio.create_task(self._call(ctx), name=f"handler-{ctx.execution_id}")
+        if ctx.trace is not None:
+            run.span = tracing.start("run", parent=ctx.trace, attributes={
+                "cronwheel.execution_id": ctx.execution_id, "cronwheel.type": ctx.type,
+                "cronwheel.attempt": ctx.attempt, "cronwheel.worker_id": self.worker_id})
+        if run.span is not None:
+            with tracing.use(run.span):  # the handler's task copies the context: its spans join the run
+                call = asyncio.create_task(self._call(ctx), name=f"handler-{ctx.execution_id}")
+        else:
+            call = asyncio.create_task(self._call(ctx), name=f"handler-{ctx.execution_id}")
         call.add_done_callback(lambda _t: run.changed.set())
         try:
             while not call.done():
@@ -427,6 +437,7 @@ class Worker:
                     error, error_type, retryable = f"the result is not JSON: {jexc}", "invalid_result", False
         v = verdict(reason=run.reason, returned=returned, result_json=result_json, error=error,
                     error_type=error_type, retryable=retryable, timeout_s=run.timeout_s)
+        trace_context = tracing.finish_run(run.span, v.kind, error_type) if run.span is not None else ""
         if v.kind == "drop":
             return
         if v.kind == "complete":
@@ -436,7 +447,7 @@ class Worker:
         assert self.reporter is not None
         # Given up only once the lease has lapsed a full lease ago: the reaper has requeued it.
         self.reporter.submit(Report(run.ctx.execution_id, run.ctx.fencing_token, v,
-                                    give_up_at=run.lease_until + self.lease_s))
+                                    give_up_at=run.lease_until + self.lease_s, trace_context=trace_context))
 
     # ------------------------------------------------------------------ heartbeats, checkpoints
 

@@ -35,6 +35,11 @@ class JobContext:
     fencing_token: int
     checkpoint_value: Any
     deadline: datetime | None
+    # The W3C traceparent of this run's "lease" span when the node traces (None: not traced). The
+    # worker's "run" span is its child and is current while the handler runs, so spans the handler
+    # starts join the execution's trace; `cronwheel.tracing.span_context(ctx.trace)` gives the
+    # SpanContext, e.g. to propagate it by hand.
+    trace: str | None = None
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     stop_reason: str | None = None  # why cancelled is set: "cancel", "timeout", "shutdown", "stale"
     _worker: Worker | None = field(default=None, repr=False)
@@ -59,3 +64,4 @@ class Run:
     reason: StopReason | None = None
     kill_at: float | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    span: Any = None  # the "run" span (tracing on and the lease carried a trace context)

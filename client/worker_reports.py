@@ -43,6 +43,7 @@ class Report:
     fencing_token: int
     verdict: Verdict
     give_up_at: float  # monotonic: past it the lease has certainly lapsed
+    trace_context: str = ""  # the run span's traceparent (tracing on): the node's complete span joins it
 
 
 class Reporter:
@@ -158,7 +159,8 @@ class Reporter:
                 resp = await self.stub.CompleteExecutions(dispatch_pb2.CompleteExecutionsRequest(items=[
                     dispatch_pb2.CompleteExecutionRequest(execution_id=r.execution_id, fencing_token=r.fencing_token,
                                                           worker_id=self.worker_id,
-                                                          result_json=r.verdict.result_json) for r in batch]),
+                                                          result_json=r.verdict.result_json,
+                                                          trace_context=r.trace_context) for r in batch]),
                     timeout=self.call_timeout_s, metadata=self.metadata)
             except grpc.aio.AioRpcError as exc:
                 kind = classify(exc.code())
@@ -200,11 +202,13 @@ class Reporter:
                 if v.kind == "complete":
                     await self.stub.CompleteExecution(dispatch_pb2.CompleteExecutionRequest(
                         execution_id=r.execution_id, fencing_token=r.fencing_token, worker_id=self.worker_id,
-                        result_json=v.result_json), timeout=self.call_timeout_s, metadata=self.metadata)
+                        result_json=v.result_json, trace_context=r.trace_context), timeout=self.call_timeout_s,
+                        metadata=self.metadata)
                 else:
                     await self.stub.FailExecution(dispatch_pb2.FailExecutionRequest(
                         execution_id=r.execution_id, fencing_token=r.fencing_token, worker_id=self.worker_id,
-                        error=v.error, retryable=v.retryable, error_type=v.error_type),
+                        error=v.error, retryable=v.retryable, error_type=v.error_type,
+                        trace_context=r.trace_context),
                         timeout=self.call_timeout_s, metadata=self.metadata)
                 self.sent += 1
                 return

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from cronwheel import __version__
+from cronwheel import __version__, tracing
 from cronwheel.clock import Clock, SystemClock
 from cronwheel.cluster.api import reflection, services
 from cronwheel.cluster.api.health import Health, wait_ready
@@ -308,8 +308,12 @@ def _with_session_limits(dsn: str) -> str:
 
 
 async def serve(config: NodeConfig) -> None:
+    tracing.setup_tracing("cronwheel-node")  # before the node: its parts decide once whether to trace
     node = Node(config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, node.request_stop)
-    await node.run()
+    try:
+        await node.run()
+    finally:
+        tracing.shutdown()

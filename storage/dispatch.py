@@ -53,6 +53,7 @@ class Leased(NamedTuple):
     priority: str
     trigger: str
     started_at: float
+    trace_context: str | None  # W3C traceparent (cronwheel/tracing.py); None: not traced
 
 
 @dataclass(frozen=True, slots=True)

@@ -369,6 +369,14 @@ class FiringPort:
                 await enqueue_deliveries(conn, int(got[0]))
         return FireBatchResult(tuple(fired), dupes, advanced, plain_inserted, plain_stale)
 
+    async def set_tick_trace_contexts(self, ticks: Sequence[tuple[uuid.UUID, float, str]]) -> None:
+        """Tracing only: store each fired tick's fire-span traceparent, `(schedule_id, tick as
+        Unix seconds, traceparent)` each, in one statement after the fire committed."""
+        async with self.db.connection() as conn:
+            await conn.execute(q("set_tick_trace_contexts"), {
+                "schedule_ids": [t[0] for t in ticks], "ticks": [t[1] for t in ticks],
+                "trace_contexts": [t[2] for t in ticks]})
+
     async def notify_queued(self, payload: str) -> None:
         """Wake every node's waiting workers (outside any fire transaction)."""
         async with self.db.connection() as conn:

@@ -23,6 +23,7 @@ from typing import Any, TypeAlias
 
 import grpc
 
+from cronwheel import tracing
 from cronwheel.clock import Clock
 from cronwheel.cluster.api import convert as cv
 from cronwheel.cluster.api import pages
@@ -216,8 +217,17 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
     async def SubmitJob(self, request: scheduler_pb2.SubmitJobRequest,  # noqa: N802
                         context: Ctx) -> scheduler_pb2.SubmitJobResponse:
         tenant = current_caller().owner(request.tenant, "tenant")
-        job = runs.prepare_job(self._job(request, tenant), self.clock.now(), self.partitions())
-        row, dedup = await self.batcher.submit(job)  # validated first: a bad call never joins a group
+        if not tracing.enabled():
+            job = runs.prepare_job(self._job(request, tenant), self.clock.now(), self.partitions())
+            row, dedup = await self.batcher.submit(job)  # validated first: a bad call never joins a group
+            return scheduler_pb2.SubmitJobResponse(execution=cv.execution_out(row), deduplicated=dedup)
+        with tracing.span("submit", attributes={"rpc.method": "SubmitJob", "cronwheel.jobs": 1}):
+            job = runs.prepare_job(self._job(request, tenant), self.clock.now(), self.partitions())
+            traced, fires = runs.traced_jobs([job])
+            try:
+                row, dedup = await self.batcher.submit(traced[0])
+            finally:
+                tracing.end_all(fires)
         return scheduler_pb2.SubmitJobResponse(execution=cv.execution_out(row), deduplicated=dedup)
 
     async def SubmitJobs(self, request: scheduler_pb2.SubmitJobsRequest,  # noqa: N802
@@ -230,7 +240,15 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
             tenant = caller.owner(item.tenant, f"jobs[{i}].tenant")
             with cv.fields_under(f"jobs[{i}]"):
                 jobs.append(runs.prepare_job(self._job(item, tenant), now, partitions))
-        got = await runs.submit_jobs(self.store, jobs, now, brief=True)
+        if tracing.enabled():
+            with tracing.span("submit", attributes={"rpc.method": "SubmitJobs", "cronwheel.jobs": len(jobs)}):
+                traced, fires = runs.traced_jobs(jobs)
+                try:
+                    got = await runs.submit_jobs(self.store, traced, now, brief=True)
+                finally:
+                    tracing.end_all(fires)
+        else:
+            got = await runs.submit_jobs(self.store, jobs, now, brief=True)
         state = enums.by_name(cv.STATE)
         return scheduler_pb2.SubmitJobsResponse(results=[
             scheduler_pb2.SubmittedJob(execution_id=str(r["id"]), deduplicated=dedup, state=state[r["state"]],

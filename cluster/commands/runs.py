@@ -20,12 +20,14 @@ skipped (and failed) back to queued or retry_scheduled.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from cronwheel import tracing
 from cronwheel.cluster.commands.schedules import get_schedule, lock_schedule, spec_of, validate_cron
 from cronwheel.cluster.commands.values import (
     MAX_RUN_AT_AHEAD,
@@ -214,6 +216,25 @@ def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
         retry_initial_s=retry.initial_s, retry_multiplier=retry.multiplier, retry_max_s=retry.max_s,
         timeout_s=timeout("timeout", job.timeout_s), idempotency_key=key,
     )
+
+
+def traced_jobs(jobs: Sequence[SubmittedJob]) -> tuple[list[SubmittedJob], list[Any]]:
+    """Tracing only, inside the "submit" span: a "fire" span per job (child of submit: the
+    job enters the queue, or the wheel for a future run_at), its traceparent stored with the job
+    (executions.trace_context) so lease, run and complete join the trace. The caller ends the
+    spans (`tracing.end_all`) once the jobs are written."""
+    out: list[SubmittedJob] = []
+    spans: list[Any] = []
+    for j in jobs:
+        s = tracing.start("fire", attributes={"cronwheel.execution_id": str(j.id), "cronwheel.tenant": j.tenant,
+                                              "cronwheel.type": j.type, "cronwheel.state": j.state,
+                                              "cronwheel.partition": j.partition})
+        if s is None:
+            out.append(j)
+            continue
+        spans.append(s)
+        out.append(dataclasses.replace(j, trace_context=tracing.traceparent(s)))
+    return out, spans
 
 
 Submitted = tuple[Row, bool]  # (execution, deduplicated)

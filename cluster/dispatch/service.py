@@ -15,6 +15,7 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from cronwheel import tracing
 from cronwheel.cluster.api.auth import current_caller
 from cronwheel.cluster.api.grpc_errors import status_of
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher, Leased
@@ -77,7 +78,20 @@ def leased(row: Leased) -> dispatch_pb2.LeasedExecution:
     if row.timeout_s:
         m.timeout.FromNanoseconds(int(row.timeout_s * 1e9))
         m.deadline.CopyFrom(epoch_ts(row.started_at + row.timeout_s))
+    if row.trace_context and tracing.enabled():
+        # From the claim (started_at) to the answer, child of the execution's stored context.
+        tp = tracing.record_span("lease", tracing.ns(row.started_at), parent=row.trace_context, attributes={
+            "cronwheel.execution_id": row.id, "cronwheel.attempt": row.attempt,
+            "cronwheel.fencing_token": row.fencing_token, "cronwheel.type": row.type})
+        m.trace_context = tp or ""
     return m
+
+
+def _complete_span(start_ns: int, trace_context: str, execution_id: str, outcome: str) -> None:
+    """The node's "complete" span (child of the worker's run span): the completion applied."""
+    if trace_context:
+        tracing.record_span("complete", start_ns, parent=trace_context, attributes={
+            "cronwheel.execution_id": execution_id, "cronwheel.outcome": outcome})
 
 
 def scope() -> str | None:
@@ -119,8 +133,11 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
 
     async def CompleteExecution(self, request: dispatch_pb2.CompleteExecutionRequest,  # noqa: N802
                                 context: Ctx) -> dispatch_pb2.CompleteExecutionResponse:
+        t0 = tracing.ns(self.d.clock.now_ts()) if request.trace_context else 0
         out = await self.d.complete(parse_id("execution_id", request.execution_id), request.fencing_token,
                                     request.worker_id, request.result_json, scope())
+        if t0:
+            _complete_span(t0, request.trace_context, request.execution_id, out.state)
         return dispatch_pb2.CompleteExecutionResponse(state=STATE[out.state])
 
     async def CompleteExecutions(self, request: dispatch_pb2.CompleteExecutionsRequest,  # noqa: N802
@@ -132,9 +149,10 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
             raise InvalidArgument("items.worker_id", "every item must name the same worker")
         items = [(parse_id(f"items[{k}].execution_id", i.execution_id), i.fencing_token, i.result_json)
                  for k, i in enumerate(request.items)]
+        t0 = tracing.ns(self.d.clock.now_ts()) if tracing.enabled() else 0
         outcomes = await self.d.complete_many(worker, items, scope())
         resp = dispatch_pb2.CompleteExecutionsResponse()
-        for (ident, _, _), out in zip(items, outcomes, strict=True):
+        for (ident, _, _), out, item in zip(items, outcomes, request.items, strict=True):
             o = resp.outcomes.add(execution_id=str(ident))
             if isinstance(out, Exception):
                 code = status_of(out)
@@ -142,12 +160,18 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
                 o.message = str(out)
             else:
                 o.state = STATE[out.state]
+            if t0:
+                _complete_span(t0, item.trace_context, o.execution_id,
+                               out.state if not isinstance(out, Exception) else "refused")
         return resp
 
     async def FailExecution(self, request: dispatch_pb2.FailExecutionRequest,  # noqa: N802
                             context: Ctx) -> dispatch_pb2.FailExecutionResponse:
+        t0 = tracing.ns(self.d.clock.now_ts()) if request.trace_context else 0
         out = await self.d.fail(parse_id("execution_id", request.execution_id), request.fencing_token,
                                 request.worker_id, request.error, request.retryable, request.error_type, scope())
+        if t0:
+            _complete_span(t0, request.trace_context, request.execution_id, out.state)
         r = dispatch_pb2.FailExecutionResponse(state=STATE[out.state], attempt=out.attempt,
                                                max_attempts=out.max_attempts)
         if out.state == "retry_scheduled":

@@ -47,6 +47,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from cronwheel import tracing
 from cronwheel.clock import Clock
 from cronwheel.cluster.firing.schedule_cache import SchedInfo, ScheduleCache
 from cronwheel.cluster.metrics import Metrics, observe_many
@@ -172,6 +173,7 @@ class Firer:
         self.parts: dict[int, PartitionState] = {}
         self.schedules = ScheduleCache()
         self.stats = FireStats()
+        self.traced = tracing.enabled()  # decided once: the fire path pays nothing while tracing is off
         self.signals = FirerSignals()
         self._wake = asyncio.Event()
         self._sem = asyncio.Semaphore(config.parallel_batches)
@@ -577,6 +579,7 @@ class Firer:
                 ready.append(b)
         if not ready:
             return
+        t0 = tracing.ns(self.clock.now_ts()) if self.traced else 0
         try:
             res = await self.firing.fire_plain_many(
                 [(b.p, b.st.epoch, b.params.plain) for b in ready if b.params.plain is not None], self.clock.now())
@@ -592,6 +595,8 @@ class Firer:
                 self._stale(b.p, b.st, r)
                 self._after(b, self._signal(WriteOutcome.LOST))
             else:
+                if self.traced:
+                    await self._trace_fired(b.params, r, t0)
                 self._written(b.params, r)
                 self._after(b, self._signal(WriteOutcome.WRITTEN))
 
@@ -623,6 +628,7 @@ class Firer:
         refused = self._refused_before_write(p, st)
         if refused is not None:
             return refused
+        t0 = tracing.ns(self.clock.now_ts()) if self.traced else 0
         try:
             if params.only_plain:
                 assert params.plain is not None
@@ -637,8 +643,31 @@ class Firer:
         except Unavailable as exc:
             log.warning("fire deferred", extra={"event": "fire_deferred", "partition": p, "error": str(exc)})
             return WriteOutcome.RETRY if self.parts.get(p) is st else WriteOutcome.LOST
+        if self.traced:
+            await self._trace_fired(params, res, t0)
         self._written(params, res)
         return WriteOutcome.WRITTEN
+
+    async def _trace_fired(self, params: FireBatchParams, res: FireBatchResult, t0: int) -> None:
+        """Tracing only: a root "fire" span per cron tick the batch wrote (from before the write
+        to now), its traceparent stored on the tick's execution (one UPDATE, before the ticks are
+        announced to workers). A failure here costs the traces, never the fire."""
+        ticks = [(f.schedule_id, f.scheduled_for.timestamp()) for f in res.fired if f.schedule_id is not None]
+        if params.plain is not None and res.plain_inserted:
+            ticks.extend(zip(params.plain.schedule_ids, params.plain.ticks, strict=True))
+        if not ticks:
+            return
+        stored = []
+        for sid, tick in ticks:
+            tp = tracing.record_span("fire", t0, root=True, attributes={
+                "cronwheel.partition": params.partition, "cronwheel.schedule_id": str(sid),
+                "cronwheel.scheduled_for": utc(tick).isoformat()})
+            if tp is not None:
+                stored.append((sid, tick, tp))
+        try:
+            await self.firing.set_tick_trace_contexts(stored)
+        except Exception as exc:  # noqa: BLE001 - tracing must never break firing
+            log.warning("trace contexts not stored", extra={"event": "trace_store_failed", "error": str(exc)})
 
     def _written(self, params: FireBatchParams, res: FireBatchResult) -> None:
         self.stats.fired += len(res.fired) + res.plain_inserted

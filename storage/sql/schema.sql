@@ -139,6 +139,8 @@ CREATE TABLE executions (
     started_at       timestamptz,
     heartbeat_at     timestamptz,
     finished_at      timestamptz,
+    -- W3C traceparent of the execution's trace (0013); NULL: not traced.
+    trace_context    text,
     -- The whole fire-once story: one execution per (schedule, tick).
     CONSTRAINT executions_schedule_tick UNIQUE (schedule_id, scheduled_for)
 );

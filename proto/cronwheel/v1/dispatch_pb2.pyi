@@ -26,7 +26,7 @@ class LeaseExecutionsRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., job_types: _Optional[_Iterable[str]] = ..., max_count: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LeasedExecution(_message.Message):
-    __slots__ = ("execution_id", "schedule_id", "tenant", "type", "payload_json", "scheduled_for", "run_at", "attempt", "max_attempts", "fencing_token", "checkpoint_json", "lease_expires_at", "deadline", "timeout", "priority", "trigger")
+    __slots__ = ("execution_id", "schedule_id", "tenant", "type", "payload_json", "scheduled_for", "run_at", "attempt", "max_attempts", "fencing_token", "checkpoint_json", "lease_expires_at", "deadline", "timeout", "priority", "trigger", "trace_context")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class LeasedExecution(_message.Message):
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     schedule_id: str
     tenant: str
@@ -59,7 +60,8 @@ class LeasedExecution(_message.Message):
     timeout: _duration_pb2.Duration
     priority: _common_pb2.Priority
     trigger: _common_pb2.Trigger
-    def __init__(self, execution_id: _Optional[str] = ..., schedule_id: _Optional[str] = ..., tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., fencing_token: _Optional[int] = ..., checkpoint_json: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., trigger: _Optional[_Union[_common_pb2.Trigger, str]] = ...) -> None: ...
+    trace_context: str
+    def __init__(self, execution_id: _Optional[str] = ..., schedule_id: _Optional[str] = ..., tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., fencing_token: _Optional[int] = ..., checkpoint_json: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., trigger: _Optional[_Union[_common_pb2.Trigger, str]] = ..., trace_context: _Optional[str] = ...) -> None: ...
 
 class LeaseExecutionsResponse(_message.Message):
     __slots__ = ("executions",)
@@ -106,16 +108,18 @@ class CheckpointResponse(_message.Message):
     def __init__(self, cancel_requested: _Optional[bool] = ...) -> None: ...
 
 class CompleteExecutionRequest(_message.Message):
-    __slots__ = ("execution_id", "fencing_token", "worker_id", "result_json")
+    __slots__ = ("execution_id", "fencing_token", "worker_id", "result_json", "trace_context")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     fencing_token: int
     worker_id: str
     result_json: str
-    def __init__(self, execution_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., worker_id: _Optional[str] = ..., result_json: _Optional[str] = ...) -> None: ...
+    trace_context: str
+    def __init__(self, execution_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., worker_id: _Optional[str] = ..., result_json: _Optional[str] = ..., trace_context: _Optional[str] = ...) -> None: ...
 
 class CompleteExecutionResponse(_message.Message):
     __slots__ = ("state",)
@@ -148,20 +152,22 @@ class CompleteExecutionsResponse(_message.Message):
     def __init__(self, outcomes: _Optional[_Iterable[_Union[CompleteExecutionOutcome, _Mapping]]] = ...) -> None: ...
 
 class FailExecutionRequest(_message.Message):
-    __slots__ = ("execution_id", "fencing_token", "worker_id", "error", "retryable", "error_type")
+    __slots__ = ("execution_id", "fencing_token", "worker_id", "error", "retryable", "error_type", "trace_context")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
     ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     fencing_token: int
     worker_id: str
     error: str
     retryable: bool
     error_type: str
-    def __init__(self, execution_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., worker_id: _Optional[str] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., error_type: _Optional[str] = ...) -> None: ...
+    trace_context: str
+    def __init__(self, execution_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., worker_id: _Optional[str] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., error_type: _Optional[str] = ..., trace_context: _Optional[str] = ...) -> None: ...
 
 class FailExecutionResponse(_message.Message):
     __slots__ = ("state", "next_run_at", "attempt", "max_attempts")

@@ -53,7 +53,7 @@ UPDATE executions e
 RETURNING e.id::text, e.schedule_id::text, e.tenant, e.type, e.payload::text,
           extract(epoch FROM e.scheduled_for)::float8, extract(epoch FROM e.run_at)::float8, e.attempt,
           e.max_attempts, e.fencing_token, e.checkpoint::text, extract(epoch FROM e.lease_expires)::float8,
-          e.timeout_s, e.priority, e.trigger, extract(epoch FROM e.started_at)::float8;
+          e.timeout_s, e.priority, e.trigger, extract(epoch FROM e.started_at)::float8, e.trace_context;
 
 -- name: heartbeat
 -- Extend a lease held with the current token; answers whether cancellation was requested.
