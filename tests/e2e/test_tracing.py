@@ -114,3 +114,20 @@ def test_a_cron_tick_is_one_trace_fire_lease_run_complete(traced: tuple[ProcessC
     row = c.sql("SELECT schedule_id::text, scheduled_for, trace_context FROM executions WHERE id = %s", eid)
     assert row[0][0] == s.id and names(row[0][2]) == (fire["trace_id"], fire["span_id"])
     assert fire["attributes"]["cronwheel.scheduled_for"] == row[0][1].isoformat()
+
+
+def test_without_an_exporter_nothing_is_traced_or_stored() -> None:
+    with ProcessCluster(partitions=2, lease_ttl_s=3) as c:
+        node = c.start_node("n1")
+        wait_until(lambda: any(" ready (" in ln for ln in node.lines), 30, "n1 to be ready")
+        c.start_worker("w1", "tests.e2e.tracing_jobs")
+        with Client(node.address) as client:
+            ex = client.submit("trace-job", {"n": 2}, tenant="t")
+            s = client.create_schedule("untraced", "* * * * * *", "trace-job", timezone="UTC",
+                                       misfire_policy="skip", tenant="t")
+            got = wait_until(lambda: (e := client.get_execution(ex.id)).state == "succeeded" and e, 30, "success")
+            assert got.result == {"trace": None}  # the handler's ctx.trace
+            wait_until(lambda: c.sql("SELECT count(*) FROM executions WHERE schedule_id = %s AND state = 'succeeded'",
+                                     s.id)[0][0] > 0, 30, "a tick to succeed")
+            client.delete(s.id)
+        assert c.sql("SELECT count(*) FROM executions WHERE trace_context IS NOT NULL") == [(0,)]
