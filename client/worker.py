@@ -412,6 +412,8 @@ class Worker:
                 run.changed.clear()
         except asyncio.CancelledError:
             call.cancel()
+            if run.span is not None:
+                tracing.finish_run(run.span, "abandoned")
             raise
         self._report(run, call)
 

@@ -201,8 +201,9 @@ def use(s: Span) -> Any:
 
 
 def finish_run(s: Span, outcome: str, error_type: str = "") -> str:
-    """End a worker's "run" span with its outcome ("complete", "fail", "drop"); its traceparent
-    for the completion the worker sends ("" if none)."""
+    """End a worker's "run" span with its outcome ("complete", "fail", "drop", "abandoned": the
+    worker stopped supervising it); its traceparent for the completion the worker sends ("" if
+    none)."""
     s.set_attribute("cronwheel.outcome", outcome)
     if outcome == "fail":
         s.set_status(trace.Status(trace.StatusCode.ERROR, error_type or "error"))

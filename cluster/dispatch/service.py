@@ -133,7 +133,7 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
 
     async def CompleteExecution(self, request: dispatch_pb2.CompleteExecutionRequest,  # noqa: N802
                                 context: Ctx) -> dispatch_pb2.CompleteExecutionResponse:
-        t0 = tracing.ns(self.d.clock.now_ts()) if request.trace_context else 0
+        t0 = tracing.ns(self.d.clock.now_ts()) if request.trace_context and tracing.enabled() else 0
         out = await self.d.complete(parse_id("execution_id", request.execution_id), request.fencing_token,
                                     request.worker_id, request.result_json, scope())
         if t0:
@@ -167,7 +167,7 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
 
     async def FailExecution(self, request: dispatch_pb2.FailExecutionRequest,  # noqa: N802
                             context: Ctx) -> dispatch_pb2.FailExecutionResponse:
-        t0 = tracing.ns(self.d.clock.now_ts()) if request.trace_context else 0
+        t0 = tracing.ns(self.d.clock.now_ts()) if request.trace_context and tracing.enabled() else 0
         out = await self.d.fail(parse_id("execution_id", request.execution_id), request.fencing_token,
                                 request.worker_id, request.error, request.retryable, request.error_type, scope())
         if t0:
