@@ -4,6 +4,10 @@ path itself is shown on a real cluster (tests/e2e/test_tracing.py)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from cronwheel import tracing
@@ -41,3 +45,23 @@ def test_a_traceparent_names_its_span_context_and_garbage_names_none() -> None:
     for bad in (None, "", "00-zz-yy-01", "00-" + "0" * 32 + "-" + "0" * 16 + "-01"):
         assert tracing.span_context(bad) is None
     assert tracing.traceparent(None) is None
+
+
+def test_otel_traces_exporter_otlp_installs_the_sdk_with_the_otlp_exporter() -> None:
+    # A process of its own: a tracer provider can be installed once per process.
+    probe = (
+        "from opentelemetry import trace\n"
+        "from cronwheel import tracing\n"
+        "assert tracing.setup_tracing('cronwheel-node')\n"
+        "p = trace.get_tracer_provider()\n"
+        "names = [type(sp.span_exporter).__name__ for sp in p._active_span_processor._span_processors]\n"
+        "assert names == ['OTLPSpanExporter'], names\n"
+        "assert p.resource.attributes['service.name'] == 'cronwheel-node'\n"
+        "with tracing.span('submit') as s:\n"
+        "    assert s is not None and tracing.traceparent(s).startswith('00-')\n"
+    )
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+           "OTEL_BSP_EXPORT_TIMEOUT": "100", "OTEL_EXPORTER_OTLP_TIMEOUT": "1"}
+    env.pop("OTEL_SERVICE_NAME", None)
+    got = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0, got.stderr
