@@ -137,8 +137,7 @@ async def detail(console: Console, request: Request, session: Session) -> Respon
 async def timeline_part(console: Console, request: Request, session: Session) -> Response:
     """The timeline alone (htmx polls it, so a tick appears without a reload)."""
     sid = request.path_params["id"]
-    return console.render(request, "_timeline.html", session, sid=sid,
-                          **await _timeline(console, request, session, sid))
+    return console.render(request, "_timeline.html", session, **await _timeline(console, request, session, sid))
 
 
 async def _timeline(console: Console, request: Request, session: Session, sid: str) -> dict[str, Any]:
