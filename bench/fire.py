@@ -50,18 +50,21 @@ def partition_of(ident: uuid.UUID, partitions: int) -> int:
     return pof(ident, partitions)
 
 
-def copy_schedules(dsn: str, rows: list[tuple[uuid.UUID, str, datetime, str]], jitter_s: float = 0.0) -> float:
-    """COPY (id, name, cron, next_run_at) rows in; returns seconds taken."""
+def copy_schedules(dsn: str, rows: list[tuple[uuid.UUID, str, datetime, str]], jitter_s: float = 0.0,
+                   partitions: int | None = None) -> float:
+    """COPY (id, name, cron, next_run_at) rows in, each in its partition of a cluster of
+    `partitions` (default: this benchmark's P); returns seconds taken."""
+    n = partitions or P
     t0 = time.monotonic()
     with psycopg.connect(dsn) as c, c.cursor() as cur:
         with cur.copy("COPY schedules (id, tenant, name, cron, timezone, job_type, misfire_policy, partition,"
                       " jitter_s) FROM STDIN") as cp:
             for ident, cron, _nxt, name in rows:
-                cp.write_row((ident, "bench", name, cron, "UTC", "bench.noop", "skip", partition_of(ident, P),
+                cp.write_row((ident, "bench", name, cron, "UTC", "bench.noop", "skip", partition_of(ident, n),
                               jitter_s))
         with cur.copy("COPY schedule_due (schedule_id, partition, next_run_at) FROM STDIN") as cp:
             for ident, _cron, nxt, _name in rows:
-                cp.write_row((ident, partition_of(ident, P), nxt))
+                cp.write_row((ident, partition_of(ident, n), nxt))
         c.commit()
         # Statistics as autovacuum would have them a minute after an import: a batch planned on
         # a never-analysed table scans a whole partition per tick (seen: 20 ms per 60 rows).

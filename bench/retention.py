@@ -124,7 +124,8 @@ def wait_until_ts(t: datetime) -> None:
 
 def run(backlog: int, phase_s: float, prune_cap_s: float) -> dict[str, Any]:
     with ProcessCluster(partitions=P, lease_ttl_s=5, fsync=True) as c:
-        copy_schedules(c.dsn, [(uuid.uuid4(), "* * * * * *", None, f"old-{i}") for i in range(OLD_SCHEDULES)])
+        copy_schedules(c.dsn, [(uuid.uuid4(), "* * * * * *", None, f"old-{i}") for i in range(OLD_SCHEDULES)],
+                       partitions=P)
         newest = datetime.now(UTC) - timedelta(days=8)
         with psycopg.connect(c.dsn, autocommit=True) as conn:
             t0 = time.monotonic()
@@ -139,7 +140,7 @@ def run(backlog: int, phase_s: float, prune_cap_s: float) -> dict[str, Any]:
             ident = uuid.uuid4()
             cron = "H/10 * * * * *"
             rows.append((ident, cron, cron_for(cron, "UTC", None, None, ident).next_after(start), f"s{i}"))
-        copy_schedules(c.dsn, rows, jitter_s=1.0)
+        copy_schedules(c.dsn, rows, jitter_s=1.0, partitions=P)
         c.start_node("n1", *NODE_ARGS)  # the steady load runs from here to the end
         c.wait_converged(["n1"])
         url = metrics_url(c, "n1")
