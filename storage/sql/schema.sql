@@ -237,3 +237,39 @@ CREATE TABLE webhook_deliveries (
 CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE state = 'pending';
 CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook_id, created_at);
 CREATE INDEX webhook_deliveries_by_event ON webhook_deliveries (event_id);
+
+-- Functions (0009: ids; 0014: the rules several statements share, inlined by the planner).
+CREATE FUNCTION cronwheel_uuid7() RETURNS uuid
+LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
+    SELECT encode(
+        set_bit(set_bit(
+            overlay(uuid_send(gen_random_uuid())
+                    PLACING substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+                    FROM 1 FOR 6),
+            52, 1), 53, 1),
+        'hex')::uuid
+$$;
+
+-- A running run whose lease lapsed without heartbeat, or that ran past its per-job timeout.
+CREATE FUNCTION cronwheel_run_overdue(state text, lease_expires timestamptz, timeout_s double precision,
+                                      started_at timestamptz, now timestamptz) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT state = 'running'
+       AND (lease_expires < now OR (timeout_s IS NOT NULL AND started_at + make_interval(secs => timeout_s) < now))
+$$;
+
+-- A retry whose backoff has passed: it becomes claimable.
+CREATE FUNCTION cronwheel_retry_due(state text, run_at timestamptz, now timestamptz) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT state = 'retry_scheduled' AND run_at <= now
+$$;
+
+-- A live, unpaused schedule with a dead man's switch, not yet raised, and no success within its
+-- window (counted from its creation until the first success).
+CREATE FUNCTION cronwheel_success_overdue(alert_s double precision, success_alert_at timestamptz,
+                                          deleted_at timestamptz, paused boolean, last_success_at timestamptz,
+                                          created_at timestamptz, now timestamptz) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT alert_s IS NOT NULL AND success_alert_at IS NULL AND deleted_at IS NULL AND NOT paused
+       AND coalesce(last_success_at, created_at) + make_interval(secs => alert_s) < now
+$$;

@@ -26,6 +26,10 @@ CATALOG: dict[str, LiteralString] = {
          WHERE connamespace = 'public'::regnamespace
            AND conrelid::regclass::text <> 'schema_migrations'
          ORDER BY 1, 2""",
+    "functions": """
+        SELECT p.proname, pg_get_functiondef(p.oid) FROM pg_proc p
+         WHERE p.pronamespace = 'public'::regnamespace
+         ORDER BY 1""",
 }
 
 

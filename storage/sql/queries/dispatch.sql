@@ -125,18 +125,21 @@ SELECT priority, count(*) AS queued, min(run_at) AS oldest_run_at
 -- its lease or timeout, a retry whose backoff passed, a dead man's switch to raise): the reaper
 -- opens a fenced transaction only for those. One statement for every owned partition instead
 -- of 64 fenced transactions of three statements each per second with nothing to do. A row that
--- becomes due after this read is found by the next round, as before.
+-- becomes due after this read is found by the next round, as before. The rules are the
+-- functions of migration 0014, shared with the fenced statements below; the plain state and
+-- alert tests next to them only let the planner pick the partial indexes.
 SELECT partition FROM executions
  WHERE partition = ANY(%(partitions)s::int[]) AND state = 'running'
-   AND (lease_expires < %(now)s OR (timeout_s IS NOT NULL AND started_at + make_interval(secs => timeout_s) < %(now)s))
+   AND cronwheel_run_overdue(state, lease_expires, timeout_s, started_at, %(now)s)
 UNION
 SELECT partition FROM executions
- WHERE partition = ANY(%(partitions)s::int[]) AND state = 'retry_scheduled' AND run_at <= %(now)s
+ WHERE partition = ANY(%(partitions)s::int[]) AND state = 'retry_scheduled'
+   AND cronwheel_retry_due(state, run_at, %(now)s)
 UNION
 SELECT partition FROM schedules
  WHERE partition = ANY(%(partitions)s::int[]) AND alert_if_no_success_within_s IS NOT NULL
-   AND success_alert_at IS NULL AND deleted_at IS NULL AND NOT paused
-   AND coalesce(last_success_at, created_at) + make_interval(secs => alert_if_no_success_within_s) < %(now)s;
+   AND cronwheel_success_overdue(alert_if_no_success_within_s, success_alert_at, deleted_at, paused,
+                                 last_success_at, created_at, %(now)s);
 
 -- name: reap_candidates
 -- Fenced: the partition's running executions whose lease lapsed without heartbeat ('expired')
@@ -149,8 +152,7 @@ SELECT e.id, CASE WHEN e.lease_expires < %(now)s THEN 'expired' ELSE 'timed_out'
        e.retry_max_s, e.schedule_id, e.tenant
   FROM executions e
  WHERE e.partition = %(partition)s AND e.state = 'running'
-   AND (e.lease_expires < %(now)s
-        OR (e.timeout_s IS NOT NULL AND e.started_at + make_interval(secs => e.timeout_s) < %(now)s))
+   AND cronwheel_run_overdue(e.state, e.lease_expires, e.timeout_s, e.started_at, %(now)s)
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
  ORDER BY e.lease_expires
  LIMIT %(limit)s
@@ -174,7 +176,8 @@ RETURNING id, state, schedule_id, tenant, priority, type;
 -- Fenced: retries whose backoff has passed become claimable.
 UPDATE executions
    SET state = 'queued', queued_at = %(now)s
- WHERE partition = %(partition)s AND state = 'retry_scheduled' AND run_at <= %(now)s
+ WHERE partition = %(partition)s AND state = 'retry_scheduled'
+   AND cronwheel_retry_due(state, run_at, %(now)s)
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
 RETURNING id, priority;
 
@@ -189,8 +192,8 @@ SELECT fencing_token, state, run_at, attempt, max_attempts FROM executions
 UPDATE schedules
    SET success_alert_at = %(now)s
  WHERE partition = %(partition)s AND alert_if_no_success_within_s IS NOT NULL
-   AND success_alert_at IS NULL AND deleted_at IS NULL AND NOT paused
-   AND coalesce(last_success_at, created_at) + make_interval(secs => alert_if_no_success_within_s) < %(now)s
+   AND cronwheel_success_overdue(alert_if_no_success_within_s, success_alert_at, deleted_at, paused,
+                                 last_success_at, created_at, %(now)s)
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
 RETURNING id, tenant, last_success_at, alert_if_no_success_within_s;
 
