@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from cronwheel.storage.api import row
+from cronwheel.storage.api import Conn, row
 from cronwheel.storage.db import Database
 from cronwheel.storage.queries import q
 
@@ -118,10 +118,11 @@ class RetentionPort:
         async with self.db.fenced(p.partition, p.epoch) as conn:
             await conn.execute(q("prune_commit_async"))
             r = await row(conn, "prune_expired", params)
-        assert r is not None
+            assert r is not None
+            deleted = await self._delete(conn, p.partition, p.epoch, p.now, r["doomed"])
         done = r["scanned"] < p.limit or r["last_at"] is None
         nxt = START if done else ExpiredCursor(r["last_at"], r["last_id"])
-        return PruneExpiredResult(int(r["scanned"]), int(r["deleted"]), nxt)
+        return PruneExpiredResult(int(r["scanned"]), deleted, nxt)
 
     async def prune_keep_last(self, p: PruneKeepLastParams) -> PruneKeepLastResult:
         params = {"partition": p.partition, "epoch": p.epoch, "now": p.now, "after_id": p.after_id,
@@ -129,12 +130,22 @@ class RetentionPort:
         async with self.db.fenced(p.partition, p.epoch) as conn:
             await conn.execute(q("prune_commit_async"))
             r = await row(conn, "prune_keep_last", params)
-        assert r is not None
-        if r["deleted"] >= p.limit:  # the page may hold more: the same page again (what went is gone)
-            return PruneKeepLastResult(int(r["schedules"]), int(r["deleted"]), p.after_id, done=False)
+            assert r is not None
+            deleted = await self._delete(conn, p.partition, p.epoch, p.now, r["doomed"])
+        if len(r["doomed"]) >= p.limit:  # the page may hold more: the same page again (what went is gone)
+            return PruneKeepLastResult(int(r["schedules"]), deleted, p.after_id, done=False)
         if r["schedules"] < p.schedules:
-            return PruneKeepLastResult(int(r["schedules"]), int(r["deleted"]), None, done=True)
-        return PruneKeepLastResult(int(r["schedules"]), int(r["deleted"]), r["last_id"], done=False)
+            return PruneKeepLastResult(int(r["schedules"]), deleted, None, done=True)
+        return PruneKeepLastResult(int(r["schedules"]), deleted, r["last_id"], done=False)
+
+    @staticmethod
+    async def _delete(conn: Conn, partition: int, epoch: int, now: datetime, ids: list[uuid.UUID]) -> int:
+        """The one write of both passes (`prune_delete`), in the pass's transaction."""
+        if not ids:
+            return 0
+        r = await row(conn, "prune_delete", {"partition": partition, "epoch": epoch, "now": now, "ids": ids})
+        assert r is not None
+        return int(r["deleted"])
 
     async def pruned_through(self, schedule_id: uuid.UUID) -> PrunedMark | None:
         async with self.db.connection() as conn:

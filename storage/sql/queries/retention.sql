@@ -1,15 +1,15 @@
--- Retention of finished executions (cluster/retention). Both prune statements are fenced: the
--- partition owner runs them inside `fenced(partition, epoch)`, each its own short transaction,
--- and each names the epoch again. A finished state is one of succeeded, failed, dead,
+-- Retention of finished executions (cluster/retention). A batch is one short transaction inside
+-- `fenced(partition, epoch)`: a pass chooses the rows (`prune_expired` or `prune_keep_last`) and
+-- `prune_delete` deletes them, naming the epoch again. A finished state is one of succeeded, failed, dead,
 -- cancelled, skipped; the DELETE re-checks it, so a run retried meanwhile is left alone.
 -- What has fired is the due cursor's business (schedule_due), never these rows': deleting an
 -- execution cannot make its tick due again.
 
 -- name: prune_expired
--- Fenced: one batch of the oldest finished executions of a partition, after a keyset cursor,
+-- Inside the fenced prune transaction (the write is `prune_delete`): one batch of the oldest finished executions of a partition, after a keyset cursor,
 -- older than the shortest window in force (the node's, or a schedule's own); of those, delete
 -- the ones older than their own window: the schedule's keep_*_for_s, else the job type's, else
--- the cluster default (NULL: kept forever by time). Records what went per schedule.
+-- the cluster default (NULL: kept forever by time): those are `doomed`.
 WITH horizon AS (
     SELECT %(now)s::timestamptz - make_interval(secs => least(%(shortest_s)s::float8, (
                SELECT least(min(keep_succeeded_for_s), min(keep_failed_for_s)) FROM schedules
@@ -45,29 +45,15 @@ WITH horizon AS (
                ELSE CASE WHEN c.own[1] IS NOT NULL THEN c.own[1]
                          WHEN t.type IS NOT NULL THEN t.succeeded_s ELSE %(succeeded_s)s::float8 END
            END)
-), gone AS (
-    DELETE FROM executions x USING doomed d
-     WHERE x.id = d.id AND x.partition = %(partition)s
-       AND x.state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped')
-       AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
-    RETURNING x.schedule_id, x.scheduled_for
-), marked AS (
-    INSERT INTO execution_pruned AS m (schedule_id, partition, pruned_through, pruned, at)
-    SELECT schedule_id, %(partition)s, max(scheduled_for), count(*), %(now)s FROM gone
-     WHERE schedule_id IS NOT NULL GROUP BY schedule_id
-    ON CONFLICT (schedule_id) DO UPDATE
-       SET pruned_through = greatest(m.pruned_through, excluded.pruned_through),
-           pruned = m.pruned + excluded.pruned, at = excluded.at
-    RETURNING 1
 )
-SELECT (SELECT count(*) FROM scanned) AS scanned, (SELECT count(*) FROM gone) AS deleted,
+SELECT (SELECT count(*) FROM scanned) AS scanned, ARRAY(SELECT id FROM doomed) AS doomed,
        last.done_at AS last_at, last.id AS last_id
   FROM (SELECT 1) AS one
   LEFT JOIN LATERAL (SELECT done_at, id FROM scanned ORDER BY done_at DESC, id DESC LIMIT 1) AS last ON true;
 
 -- name: prune_keep_last
--- Fenced: for a page of the partition's schedules with keep_last (by id, after a cursor), delete
--- their finished executions beyond the newest keep_last (by tick), at most `limit` rows.
+-- Inside the fenced prune transaction (the write is `prune_delete`): for a page of the partition's schedules with keep_last (by id, after a cursor), delete
+-- their finished executions beyond the newest keep_last (by tick), at most `limit` rows: `doomed`.
 WITH keeping AS (
     SELECT id, keep_last FROM schedules
      WHERE partition = %(partition)s AND keep_last IS NOT NULL
@@ -84,9 +70,17 @@ WITH keeping AS (
          OFFSET k.keep_last LIMIT %(limit)s
      ) AS x
      LIMIT %(limit)s
-), gone AS (
-    DELETE FROM executions x USING doomed d
-     WHERE x.id = d.id AND x.partition = %(partition)s
+)
+SELECT (SELECT count(*) FROM keeping) AS schedules, ARRAY(SELECT id FROM doomed) AS doomed,
+       (SELECT id FROM keeping ORDER BY id DESC LIMIT 1) AS last_id;
+
+-- name: prune_delete
+-- Fenced: delete the executions one of the two passes above chose (`ids`), if they are still
+-- finished and the caller still owns the partition, and record per schedule what went. The one
+-- write of retention: both passes end here, in the same transaction as their choice.
+WITH gone AS (
+    DELETE FROM executions x
+     WHERE x.id = ANY(%(ids)s::uuid[]) AND x.partition = %(partition)s
        AND x.state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped')
        AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
     RETURNING x.schedule_id, x.scheduled_for
@@ -99,8 +93,7 @@ WITH keeping AS (
            pruned = m.pruned + excluded.pruned, at = excluded.at
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM keeping) AS schedules, (SELECT count(*) FROM gone) AS deleted,
-       (SELECT id FROM keeping ORDER BY id DESC LIMIT 1) AS last_id;
+SELECT count(*) AS deleted FROM gone;
 
 -- name: prune_commit_async
 -- Inside a prune transaction: its commit does not wait for the WAL flush. A prune lost to a
