@@ -35,6 +35,20 @@ def _positive_int(name: str, lo: int, hi: int) -> type:
     return parse  # type: ignore[return-value]
 
 
+def _seconds(name: str, lo: float, hi: float) -> type:
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number of seconds, got {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{name} must be between {lo:g} and {hi:g} seconds, got {text}")
+        return v
+
+    parse.__name__ = name
+    return parse  # type: ignore[return-value]
+
+
 def _configure_migrate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dsn", help="PostgreSQL DSN (default: $CRONWHEEL_DSN)")
     p.add_argument("--partitions", type=_positive_int("--partitions", 1, 4096), default=64,
@@ -80,6 +94,8 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default="cronwheel", help="cluster name, the etcd key prefix (default cronwheel)")
     p.add_argument("--lease-ttl", type=_positive_int("--lease-ttl", 2, 300), default=5,
                    help="etcd lease TTL in seconds (default 5)")
+    p.add_argument("--unowned-alert-after", type=_seconds("--unowned-alert-after", 1.0, 86400.0), default=30.0,
+                   help="seconds a partition may have no owner before the partition_unowned alert (default 30)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--misfire-grace", type=float, default=10.0,
                    help="seconds a tick may be late and still fire normally; older ones get the misfire policy")
@@ -146,7 +162,8 @@ def cmd_node(args: argparse.Namespace) -> int:
         raise InvalidArgument("--etcd", "at least one etcd endpoint is required (or set CRONWHEEL_ETCD)")
     node_id = args.node_id or f"{socket.gethostname()}-{os.getpid()}"
     try:
-        lease = PartitionLeaseConfig.for_ttl(args.lease_ttl, cluster=args.cluster)
+        lease = PartitionLeaseConfig.for_ttl(args.lease_ttl, cluster=args.cluster,
+                                             unowned_alert_after_s=args.unowned_alert_after)
         config = NodeConfig(
             node_id=node_id, dsn=_dsn(args), etcd_endpoints=endpoints, listen=args.listen,
             advertise=args.advertise, lease=lease, ignore_local_trust=args.unsafe_ignore_local_trust,

@@ -31,7 +31,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     c.add_argument("--url", required=True, help="where to POST the events (http:// or https://)")
     c.add_argument("--kind", action="append", default=[], dest="kinds",
                    help="an event kind to deliver (repeat; default: the alerts dead_letter, no_success_alert, "
-                        "misfire_refused, execution_failed)")
+                        "misfire_refused, execution_failed, and partition_unowned without a tenant)")
     c.add_argument("--tenant", default="", help="only this tenant's events (admin tokens; default: every tenant)")
     c.add_argument("--schedule", default="", help="only this schedule's events (its id)")
     c.add_argument("--secret", default="", help="the signing secret (default: generated)")

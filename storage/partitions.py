@@ -6,6 +6,7 @@
     list_partitions         every partition's fencing record
     partition_count         P, fixed at migrate time
     claim_cluster           which cluster this database serves (recorded once, then enforced)
+    report_unowned          the partition_unowned alert event, once per gap (any node may report)
 
 One database serves one cluster: `cluster_meta.cluster` is written by the first `migrate` (or, on
 a database migrated before the name was recorded, by the first node) and a node of another
@@ -27,6 +28,7 @@ from cronwheel.errors import FailedPrecondition, Unavailable
 from cronwheel.storage.db import Database
 from cronwheel.storage.errors import NotMigrated
 from cronwheel.storage.queries import q
+from cronwheel.storage.webhooks import enqueue_deliveries
 
 DEFAULT_CLUSTER = "cronwheel"  # the cluster name of `cronwheel migrate` and `cronwheel node` alike
 META_PARTITIONS = "partitions"
@@ -89,6 +91,21 @@ class PartitionsPort:
         async with self.db.connection() as conn:
             cur = await conn.execute(q("list_partitions"), {})
             return [FencingRecord(int(r[0]), int(r[1]), r[2], r[3]) for r in await cur.fetchall()]
+
+    async def report_unowned(self, partition: int, unowned_for_s: float, threshold_s: float, actor: str,
+                             at: datetime) -> bool:
+        """Append the `partition_unowned` alert of this gap, with the webhook deliveries it owes,
+        in one transaction; False when another node (or this one) already reported the gap."""
+        async with self.db.transaction() as conn:
+            await conn.execute(q("lock_unowned_report"), {"partition": partition})
+            cur = await conn.execute(q("insert_unowned_event"), {
+                "partition": partition, "unowned_for_s": round(unowned_for_s, 3), "threshold_s": threshold_s,
+                "actor": actor, "at": at})
+            got = await cur.fetchone()
+            if got is None:
+                return False
+            await enqueue_deliveries(conn, int(got[0]))
+            return True
 
     async def partition_count(self) -> int:
         async with self.db.connection() as conn:

@@ -59,7 +59,7 @@ class WebhookService:
         caller = current_caller()
         tenant = caller.filter(request.tenant, "tenant")
         url = subscriptions.url(request.url)
-        kinds = subscriptions.kinds(request.kinds)
+        kinds = subscriptions.kinds(request.kinds, tenant)
         secret = subscriptions.secret(request.secret)
         description = text("description", request.description, required=False)
         schedule_id = cv.uuid_of(request.schedule_id, "schedule_id", required=False)

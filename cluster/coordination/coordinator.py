@@ -17,6 +17,9 @@ Tasks (one TaskGroup, see `run()`):
                 compare on owner and create revision)
     history     write the ownership-history rows (acquired / released / lost) queued by the
                 others, in order; PostgreSQL away skips a row (diagnostics, not a safety record)
+    unowned     every resync_every_s, while trusted: partitions with no live holder for
+                unowned_alert_after_s raise the partition_unowned alert (unowned.py), once per gap
+                across the cluster (`PartitionsPort.report_unowned`); PostgreSQL away: next round
 
 Time comes only from the injected `Clock` (`clock.sleep`, `clock.wait`, `clock.monotonic`), so a
 test on a `FakeClock` drives the trust watchdog without waiting. `faults.py` holds a test-only
@@ -47,6 +50,7 @@ from cronwheel.cluster.coordination.assignment import assign
 from cronwheel.cluster.coordination.etcd import KV, Etcd
 from cronwheel.cluster.coordination.faults import KeepaliveFaults
 from cronwheel.cluster.coordination.partition_lease import Ownership, PartitionLeaseConfig, TrustWindow
+from cronwheel.cluster.coordination.unowned import UnownedWatch
 from cronwheel.errors import Unavailable
 from cronwheel.storage.partitions import PartitionsPort
 
@@ -148,6 +152,7 @@ class Coordinator:
         self._history_running = False
         self.faults = KeepaliveFaults.from_env()
         self.stale_epoch_refusals = 0
+        self.unowned = UnownedWatch(self.config.unowned_alert_after_s)
 
     # ------------------------------------------------------------------ public view
 
@@ -189,6 +194,7 @@ class Coordinator:
             tg.create_task(self._watch_loop(), name=f"etcd-watch-{self.node_id}")
             tg.create_task(self._reconcile_loop(), name=f"reconcile-{self.node_id}")
             tg.create_task(self._history_loop(), name=f"partition-history-{self.node_id}")
+            tg.create_task(self._unowned_loop(), name=f"unowned-{self.node_id}")
 
     async def shutdown(self) -> None:
         """Deploy: release every partition (listener finishes its batch), revoke the lease."""
@@ -302,6 +308,34 @@ class Coordinator:
             self._history_running = False
 
     # ------------------------------------------------------------------ view
+
+    async def _unowned_loop(self) -> None:
+        while not self._stopping:
+            await self.clock.sleep(self.config.resync_every_s)
+            if self._stopping:
+                return
+            await self.check_unowned()
+
+    async def check_unowned(self) -> None:
+        """One round of the unowned watch: judge only from a view read under a trusted lease
+        (an isolated node sees every key vanish and must not cry wolf)."""
+        if not self._lease_id or not self.view.revision or not self.trust.trusted(self.clock.monotonic()):
+            self.unowned.reset()
+            return
+        holders = {p: kv.value.decode(errors="replace") for p, kv in self.view.partition_keys.items()}
+        for gap in self.unowned.observe(holders, self.view.members, self.partitions, self.clock.monotonic()):
+            try:
+                new = await self.store.report_unowned(gap.partition, gap.unowned_for_s,
+                                                      self.config.unowned_alert_after_s, self.node_id,
+                                                      self.clock.now())
+            except Exception as exc:  # noqa: BLE001 - an alert must never stop coordination
+                log.warning("partition_unowned not recorded", extra={
+                    "event": "unowned_report_deferred", "partition": gap.partition, "error": str(exc)})
+                return
+            self.unowned.reported(gap.partition)
+            if new:
+                log.warning("partition has no owner", extra={
+                    "event": "partition_unowned", "partition": gap.partition, "unowned_for_s": gap.unowned_for_s})
 
     async def _watch_loop(self) -> None:
         backoff = self.config.retry_backoff_s

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cronwheel.cluster.coordination.unowned import DEFAULT_THRESHOLD_S
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionLeaseConfig:
@@ -26,6 +28,8 @@ class PartitionLeaseConfig:
     etcd_timeout_s: float = 1.0
     retry_backoff_s: float = 0.2
     retry_backoff_max_s: float = 2.0
+    # A partition without a live holder this long raises the partition_unowned alert (unowned.py).
+    unowned_alert_after_s: float = DEFAULT_THRESHOLD_S
 
     def validate(self) -> PartitionLeaseConfig:
         if self.ttl_s < 2:
@@ -36,15 +40,19 @@ class PartitionLeaseConfig:
             raise ValueError(
                 f"renew_every_s ({self.renew_every_s}) must leave time for a retry before trust lapses"
             )
+        if not self.unowned_alert_after_s > 0:
+            raise ValueError(f"unowned_alert_after_s must be > 0, got {self.unowned_alert_after_s}")
         if not self.cluster or "/" in self.cluster:
             raise ValueError(f"cluster name must be non-empty without '/', got {self.cluster!r}")
         return self
 
     @staticmethod
-    def for_ttl(ttl_s: int, cluster: str = "cronwheel") -> PartitionLeaseConfig:
+    def for_ttl(ttl_s: int, cluster: str = "cronwheel",
+                unowned_alert_after_s: float = DEFAULT_THRESHOLD_S) -> PartitionLeaseConfig:
         margin = min(1.0, ttl_s / 5)
         return PartitionLeaseConfig(
-            cluster=cluster, ttl_s=ttl_s, renew_every_s=ttl_s / 3, safety_margin_s=margin
+            cluster=cluster, ttl_s=ttl_s, renew_every_s=ttl_s / 3, safety_margin_s=margin,
+            unowned_alert_after_s=unowned_alert_after_s,
         ).validate()
 
 

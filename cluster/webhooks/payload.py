@@ -23,8 +23,11 @@ from cronwheel.v1.webhook_signature import (
 )
 
 # The kinds of event a webhook may subscribe to: every kind the cluster appends to its event log
-# (admin.proto Event.kind). The alerts are the default subscription.
-ALERT_KINDS = ("dead_letter", "no_success_alert", "misfire_refused", "execution_failed")
+# (admin.proto Event.kind). The alerts are the default subscription; the cluster's alerts (no
+# tenant: about partitions, not anyone's schedules) only of a webhook without a tenant.
+TENANT_ALERT_KINDS = ("dead_letter", "no_success_alert", "misfire_refused", "execution_failed")
+CLUSTER_KINDS = ("partition_unowned",)
+ALERT_KINDS = (*TENANT_ALERT_KINDS, *CLUSTER_KINDS)
 EVENT_KINDS = (*ALERT_KINDS, "misfire_skipped", "schedule_created", "schedule_updated", "schedule_deleted",
                "schedule_paused", "schedule_resumed", "schedule_triggered", "schedule_backfilled",
                "execution_cancelled", "execution_retried")
@@ -88,6 +91,10 @@ def text(event: Mapping[str, Any], data: Mapping[str, Any]) -> str:
         verb = "refused" if kind == "misfire_refused" else "skipped"
         n = data.get("refused" if kind == "misfire_refused" else "skipped", "?")
         return f"cronwheel: {who}{tenant} missed its time: {n} tick(s) {verb} by its misfire policy"
+    if kind == "partition_unowned":
+        last = f", last owned by {data['last_owner']}" if data.get("last_owner") else ""
+        return (f"cronwheel: partition {event['partition']} has had no owner for {data.get('unowned_for_s', '?')} s "
+                f"(alert after {data.get('threshold_s', '?')} s{last}): its ticks are not firing")
     subject = who or (f"execution {event['execution_id']}" if event["execution_id"] else "the cluster")
     return f"cronwheel: {kind.replace('_', ' ')}: {subject}{tenant}"
 

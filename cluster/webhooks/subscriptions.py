@@ -6,7 +6,7 @@ import secrets
 import urllib.parse
 from collections.abc import Iterable
 
-from cronwheel.cluster.webhooks.payload import ALERT_KINDS, EVENT_KINDS
+from cronwheel.cluster.webhooks.payload import ALERT_KINDS, CLUSTER_KINDS, EVENT_KINDS, TENANT_ALERT_KINDS
 from cronwheel.errors import InvalidArgument
 
 MAX_URL = 2000
@@ -29,16 +29,20 @@ def url(value: str) -> str:
     return v
 
 
-def kinds(values: Iterable[str]) -> tuple[str, ...]:
-    """The kinds subscribed to, deduplicated in the order given; none given: the alerts."""
+def kinds(values: Iterable[str], tenant: str | None = None) -> tuple[str, ...]:
+    """The kinds subscribed to, deduplicated in the order given; none given: the alerts (a
+    tenant's webhook: its tenant's alerts; cluster events have no tenant and never reach it)."""
     out: list[str] = []
     for i, k in enumerate(values):
         k = k.strip()
         if k not in EVENT_KINDS:
             raise InvalidArgument(f"kinds[{i}]", f"unknown event kind {k!r}; one of {', '.join(EVENT_KINDS)}")
+        if tenant is not None and k in CLUSTER_KINDS:
+            raise InvalidArgument(f"kinds[{i}]", f"{k} is a cluster event: only a webhook without a tenant "
+                                                 "(an admin's, without --tenant) receives it")
         if k not in out:
             out.append(k)
-    return tuple(out) or ALERT_KINDS
+    return tuple(out) or (TENANT_ALERT_KINDS if tenant is not None else ALERT_KINDS)
 
 
 def secret(value: str) -> str:

@@ -75,7 +75,9 @@ def test_a_request_is_signed_at_its_send_time_and_names_delivery_attempt_and_kin
 
 
 def test_no_kinds_subscribes_to_the_alerts_and_an_unknown_kind_names_its_index() -> None:
-    assert subscriptions.kinds([]) == ("dead_letter", "no_success_alert", "misfire_refused", "execution_failed")
+    tenant_alerts = ("dead_letter", "no_success_alert", "misfire_refused", "execution_failed")
+    assert subscriptions.kinds([]) == (*tenant_alerts, "partition_unowned")
+    assert subscriptions.kinds([], tenant="acme") == tenant_alerts, "a cluster event never reaches a tenant"
     assert subscriptions.kinds(["dead_letter", " dead_letter"]) == ("dead_letter",)
     with pytest.raises(InvalidArgument) as err:
         subscriptions.kinds(["dead_letter", "fired"])
@@ -117,3 +119,18 @@ def test_the_verification_snippet_in_docs_operating_md_verifies_a_real_signature
     header = signature_header("whsec_doc", int(time.time()), body)
     assert scope["verify"]("whsec_doc", header, body)
     assert not scope["verify"]("whsec_doc", header, body + b"!")
+
+
+def test_a_tenants_webhook_cannot_subscribe_to_a_cluster_event_and_is_told_why() -> None:
+    with pytest.raises(InvalidArgument) as err:
+        subscriptions.kinds(["dead_letter", "partition_unowned"], tenant="acme")
+    assert err.value.field == "kinds[1]" and "cluster event" in err.value.message
+    assert subscriptions.kinds(["partition_unowned"]) == ("partition_unowned",)
+
+
+def test_the_partition_unowned_text_says_which_partition_how_long_and_what_it_means() -> None:
+    ev = {"kind": "partition_unowned", "schedule_name": None, "schedule_id": None, "tenant": None, "partition": 5,
+          "execution_id": None}
+    line = payload.text(ev, {"unowned_for_s": 31.2, "threshold_s": 30.0, "last_owner": "n2", "epoch": 9})
+    assert line == ("cronwheel: partition 5 has had no owner for 31.2 s (alert after 30.0 s, last owned by n2): "
+                    "its ticks are not firing")

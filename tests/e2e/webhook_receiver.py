@@ -1,0 +1,69 @@
+"""A real local HTTP server that records webhook POSTs (the `receiver` fixture is in conftest.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Received:
+    at: float  # time.time() when the request arrived
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Receiver:
+    """A local HTTP server that records every POST and answers what `answer(n)` says for the
+    n-th request (0-based): a status code, or None to hold the request until `release` is set."""
+
+    answer: Callable[[int], int | None] = lambda n: 200
+    got: list[Received] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    url: str = ""
+
+    def requests(self) -> list[Received]:
+        with self.lock:
+            return list(self.got)
+
+
+def serve_receiver() -> Iterator[Receiver]:
+    rec = Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            with rec.lock:
+                n = len(rec.got)
+                rec.got.append(Received(time.time(), {k.lower(): v for k, v in self.headers.items()}, body))
+            status = rec.answer(n)
+            if status is None:
+                rec.release.wait(30)
+                status = 200
+            try:
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            except OSError:
+                pass  # the sender died while we held it
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    rec.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    thread = threading.Thread(target=server.serve_forever, name="webhook-receiver", daemon=True)
+    thread.start()
+    try:
+        yield rec
+    finally:
+        rec.release.set()
+        server.shutdown()
+        server.server_close()
