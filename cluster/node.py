@@ -44,7 +44,7 @@ from cronwheel.cluster.metrics import Metrics
 from cronwheel.cluster.notifications import ChangeListener
 from cronwheel.cluster.retention.policy import RetentionConfig
 from cronwheel.cluster.retention.pruner import Pruner, RetentionMetrics
-from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookSender
+from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookMetrics, WebhookSender
 from cronwheel.errors import CronwheelError, InvalidArgument
 from cronwheel.storage import PgStore, StoreConfig
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
@@ -200,7 +200,8 @@ class Node:
         )
         self.reaper = Reaper(self.store, lambda: self.coordinator.owned.snapshot().items(), self.dispatcher.wake,
                              clock=self.clock, retention_days=self.config.retention_days, metrics=self.metrics)
-        self.webhook_sender = WebhookSender(self.store.webhooks, self.config.node_id, self.clock, self.config.webhooks)
+        self.webhook_sender = WebhookSender(self.store.webhooks, self.config.node_id, self.clock, self.config.webhooks,
+                                            metrics=WebhookMetrics(self.metrics.registry))
         self.pruner = Pruner(self.store.retention, lambda: self.coordinator.owned.snapshot().items(),
                              clock=self.clock, config=self.config.retention,
                              metrics=RetentionMetrics(self.metrics.registry))

@@ -15,6 +15,11 @@ row still carries this claim's attempt number; a node that dies mid-request writ
 the row is due again when its lease lapses and another node (or this one, restarted) sends it
 again with the same delivery id: at-least-once, deduplicated by receivers on that id.
 
+Metrics (`WebhookMetrics`, on the node's registry): cronwheel_webhook_attempts_total{outcome}
+(delivered | retry | failed: every attempt's outcome as decided, also when the outcome could not be
+recorded), cronwheel_webhook_request_seconds (the POST) and cronwheel_webhook_delivery_lag_seconds
+(event recorded -> delivered: how late an alert reaches its receiver).
+
 Time is the injected clock's (claims, signatures, backoff). Not task-safe: one task per node.
 """
 
@@ -29,6 +34,8 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from cronwheel.clock import Clock
 from cronwheel.cluster.dispatch.policy import decide_failure
@@ -97,9 +104,29 @@ def post_blocking(req: payload.Request, timeout_s: float) -> tuple[int | None, s
         return None, f"{type(reason).__name__}: {reason}"[:500]
 
 
+REQUEST_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+LAG_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800, 3600, 21600)
+OUTCOMES = ("delivered", "retry", "failed")  # of one attempt
+
+
+class WebhookMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = registry or CollectorRegistry()
+        self.attempts = Counter("cronwheel_webhook_attempts", "Webhook delivery attempts by outcome", ["outcome"],
+                                registry=r)
+        for o in OUTCOMES:  # every series exists from the start: rate() and alerts see a 0, not nothing
+            self.attempts.labels(o)
+        self.request_s = Histogram("cronwheel_webhook_request_seconds", "Duration of one webhook POST",
+                                   buckets=REQUEST_BUCKETS, registry=r)
+        self.lag_s = Histogram("cronwheel_webhook_delivery_lag_seconds", "Event recorded to webhook delivered",
+                               buckets=LAG_BUCKETS, registry=r)
+
+
 class WebhookSender:
     def __init__(self, port: WebhooksPort, node_id: str, clock: Clock, config: WebhookConfig,
-                 transport: Transport | None = None, rng: random.Random | None = None) -> None:
+                 transport: Transport | None = None, rng: random.Random | None = None,
+                 metrics: WebhookMetrics | None = None) -> None:
+        self.metrics = metrics or WebhookMetrics()
         self.port = port
         self.node_id = node_id
         self.clock = clock
@@ -150,9 +177,12 @@ class WebhookSender:
                       extra={"event": "webhook_build_failed", "delivery_id": str(c.id)})
             await self._record(c, "failed", None, None, f"cannot build the request: {exc}"[:500])
             return
+        t0 = self.clock.monotonic()
         status, error = await self.transport(req, self.config.timeout_s)
+        self.metrics.request_s.observe(self.clock.monotonic() - t0)
         self.sent += 1
         if status is not None and 200 <= status < 300:
+            self.metrics.lag_s.observe(max(0.0, (self.clock.now() - c.event["at"]).total_seconds()))
             await self._record(c, "delivered", None, status, None)
             return
         cfg = self.config
@@ -171,6 +201,7 @@ class WebhookSender:
 
     async def _record(self, c: Claimed, state: str, next_at: datetime | None, status: int | None,
                       error: str | None) -> None:
+        self.metrics.attempts.labels("retry" if state == "pending" else state).inc()
         o = Outcome(id=c.id, attempt=c.attempt, state=state, next_attempt_at=next_at,
                     status=status, error=error, now=self.clock.now())
         try:

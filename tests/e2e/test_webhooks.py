@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,6 +21,8 @@ from chaos.harness import ProcessCluster
 from cronwheel.client import Client, InvalidArgument, NotFound, PermissionDenied, RetryPolicy, verify_webhook_signature
 
 from .helpers import observe_for, run_cli, wait_until
+from .ops_helpers import value
+from .webhook_receiver import Receiver
 
 pytestmark = [pytest.mark.e2e]
 
@@ -33,66 +32,6 @@ TOKENS = {"admin": ("tok-wh-admin-0123456789", {"name": "ops", "admin": True})} 
 FLAGS = ("--webhook-poll", "0.1", "--webhook-backoff", "0.05", "--webhook-backoff-max", "0.2",
          "--webhook-lease", "3", "--webhook-timeout", "2")
 YEARLY = "0 0 1 1 *"  # never fires during a test
-
-
-@dataclass
-class Received:
-    at: float  # time.time() when the request arrived
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass
-class Receiver:
-    """A local HTTP server that records every POST and answers what `answer(n)` says for the
-    n-th request (0-based): a status code, or None to hold the request until `release` is set."""
-
-    answer: Callable[[int], int | None] = lambda n: 200
-    got: list[Received] = field(default_factory=list)
-    release: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    url: str = ""
-
-    def requests(self) -> list[Received]:
-        with self.lock:
-            return list(self.got)
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    rec = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            with rec.lock:
-                n = len(rec.got)
-                rec.got.append(Received(time.time(), {k.lower(): v for k, v in self.headers.items()}, body))
-            status = rec.answer(n)
-            if status is None:
-                rec.release.wait(30)
-                status = 200
-            try:
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-            except OSError:
-                pass  # the sender died while we held it
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    rec.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
-    thread = threading.Thread(target=server.serve_forever, name="webhook-receiver", daemon=True)
-    thread.start()
-    try:
-        yield rec
-    finally:
-        rec.release.set()
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +85,12 @@ def test_a_delivery_is_signed_and_the_signature_verifies_with_the_secret_shown_a
 def test_a_receiver_failing_five_times_gets_the_event_once_more_per_retry_under_the_same_delivery_id(
         cluster: ProcessCluster, receiver: Receiver) -> None:
     receiver.answer = lambda n: 500 if n < 5 else 200
+
+    def attempts(outcome: str) -> float:
+        return sum(value(n, "cronwheel_webhook_attempts_total", outcome=outcome)
+                   for n in cluster.nodes.values() if n.alive())
+
+    before = {o: attempts(o) for o in ("retry", "delivered", "failed")}
     with client(cluster, "retry") as cl:
         made = cl.create_webhook(receiver.url, kinds=["schedule_paused"])
         cl.pause(schedule(cl, "flaky-receiver"))
@@ -160,6 +105,8 @@ def test_a_receiver_failing_five_times_gets_the_event_once_more_per_retry_under_
         assert {r.headers["cronwheel-delivery"] for r in got} == {d.id}
         assert {r.body for r in got} == {got[0].body}  # the same event, byte for byte
         assert (d.attempts, d.last_status, d.last_error) == (6, 200, None)
+    # The senders counted what they decided: five retries, one delivery, no give-up.
+    assert {o: attempts(o) - before[o] for o in before} == {"retry": 5, "delivered": 1, "failed": 0}
 
 
 def test_a_node_killed_mid_delivery_loses_no_event(cluster: ProcessCluster, receiver: Receiver) -> None:
@@ -253,7 +200,7 @@ def test_a_dead_mans_switch_alert_reaches_the_receiver_within_its_interval_plus_
     from datetime import timedelta
 
     with client(cluster, "dms") as cl:
-        made = cl.create_webhook(receiver.url)  # default kinds: the alerts
+        made = cl.create_webhook(receiver.url)  # default kinds: the alerts (a tenant's: not the cluster's)
         assert set(made.webhook.kinds) == {"dead_letter", "no_success_alert", "misfire_refused", "execution_failed"}
         s = cl.create_schedule("must-succeed-every-minute", YEARLY, "job", timezone="UTC", misfire_policy="skip",
                                alert_if_no_success_within=timedelta(seconds=60))  # the API's minimum
