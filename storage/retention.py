@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from cronwheel.storage.api import Conn, row
+from cronwheel.storage.api import Conn, row, rows
 from cronwheel.storage.db import Database
 from cronwheel.storage.queries import q
 
@@ -106,6 +106,15 @@ class RetentionPort:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    async def due_partitions(self, partitions: list[int], windows: Windows, now: datetime) -> set[int]:
+        """Which of `partitions` have anything for a pass to look at now (`prune_due_partitions`)."""
+        if not partitions:
+            return set()
+        async with self.db.connection() as conn:
+            got = await rows(conn, "prune_due_partitions",
+                             {"partitions": partitions, "now": now, "shortest_s": windows.shortest_s()})
+        return {int(r["partition"]) for r in got}
 
     async def prune_expired(self, p: PruneExpiredParams) -> PruneExpiredResult:
         w = p.windows

@@ -1,6 +1,8 @@
 """The Pruner: per owned partition, fenced, in bounded batches, paced by the node's Clock.
 
-A round takes one batch of each pass for every owned partition: the age pass (the oldest
+A round first asks, in one read for all of them, which owned partitions have anything to look
+at (`RetentionPort.due_partitions`); the others rest. It then takes one batch of each pass for
+every partition that has: the age pass (the oldest
 finished runs, from a keyset cursor kept per partition and epoch) and the keep_last pass (a page
 of the partition's keep_last schedules, from an id cursor). Between batches that deleted
 something the pruner sleeps `pause_s`, so it holds a connection and row locks for one short
@@ -96,9 +98,25 @@ class Pruner:
         owned = dict(self.owned())
         for p in set(self._cursors) - set(owned):
             del self._cursors[p]
+        awake = {}
         for p, epoch in owned.items():
             cur = self._cursors.get(p)
             if not force and cur is not None and cur.epoch == epoch and self.clock.monotonic() < cur.rest_until:
+                continue
+            awake[p] = epoch
+        try:  # one read for every partition instead of two fenced transactions each with nothing to do
+            due = await self.port.due_partitions(sorted(awake), self.windows, self.clock.now())
+        except Unavailable as exc:
+            log.warning("prune deferred", extra={"event": "prune_deferred", "error": str(exc)})
+            self.round_done.set()
+            return False
+        for p in set(awake) - due:  # nothing to look at: rests like a partition whose passes ended
+            cur = self._cursors.get(p)
+            if cur is None or cur.epoch != awake[p]:
+                cur = self._cursors[p] = _Cursors(awake[p])
+            cur.rest_until = self.clock.monotonic() + self.config.idle_s
+        for p, epoch in awake.items():
+            if p not in due:
                 continue
             try:
                 deleted, has_more = await self.step(p, epoch)

@@ -273,3 +273,13 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT alert_s IS NOT NULL AND success_alert_at IS NULL AND deleted_at IS NULL AND NOT paused
        AND coalesce(last_success_at, created_at) + make_interval(secs => alert_s) < now
 $$;
+
+-- The time before which a partition's finished executions may be pruned by age: the shortest
+-- retention window in force there (the node's shortest, or a schedule's own); NULL: none.
+CREATE FUNCTION cronwheel_prune_horizon(p integer, now timestamptz, shortest_s double precision)
+RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT now - make_interval(secs => least(shortest_s, (
+               SELECT least(min(keep_succeeded_for_s), min(keep_failed_for_s)) FROM schedules
+                WHERE partition = p
+                  AND (keep_last IS NOT NULL OR keep_succeeded_for_s IS NOT NULL OR keep_failed_for_s IS NOT NULL))))
+$$;

@@ -17,6 +17,7 @@ from cronwheel.errors import StaleEpoch
 from cronwheel.storage import PgStore
 from cronwheel.storage.retention import PruneExpiredParams, TypeWindows, Windows
 
+from .conftest import TEST_PARTITIONS
 from .execution_rows import insert_execution
 from .test_fire_cursor import cursor, make_schedule
 
@@ -167,3 +168,42 @@ async def test_a_skipped_record_of_an_old_tick_ages_from_when_it_was_recorded(st
     clock.advance((7 * DAY).total_seconds())
     await p.drain()
     assert await ids_left(store) == set()
+
+
+class CountingPort:
+    """The real RetentionPort, counting the fenced batches the pruner opens."""
+
+    def __init__(self, port: Any) -> None:
+        self.port, self.batches = port, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.port, name)
+
+    async def prune_expired(self, p: Any) -> Any:
+        self.batches += 1
+        return await self.port.prune_expired(p)
+
+    async def prune_keep_last(self, p: Any) -> Any:
+        self.batches += 1
+        return await self.port.prune_keep_last(p)
+
+
+async def test_a_round_over_partitions_with_nothing_to_prune_opens_no_fenced_batch(store: PgStore) -> None:
+    """A node owning 64 partitions used to open two fenced transactions per partition every round
+    with nothing to do (128 transactions, on the event loop the fire path shares); one read now
+    says which partitions have work. Fails without the pre-check (two per partition)."""
+    owned = [(p, 7) for p in range(TEST_PARTITIONS)]  # every partition of the test database
+    for p, e in owned:
+        assert await store.partitions.record_epoch(p, e, "n1")
+    sid = await make_schedule(store, P)
+    clock = clock_at(T0)
+    recent = await finished_run(store, sid, T0 - timedelta(hours=1))  # inside the 7-day window
+    port = CountingPort(store.retention)
+    pr = Pruner(port, lambda: owned, clock=clock, config=RetentionConfig(succeeded_s=7 * DAY_S))  # type: ignore[arg-type]
+    assert await pr.round() is False
+    assert port.batches == 0
+    old = await finished_run(store, sid, T0 - 8 * DAY)  # now partition P has something older
+    await set_retention(store, sid, keep_last=5)  # and a keep_last schedule
+    assert await pr.drain() == 1
+    assert port.batches >= 2 and await ids_left(store) == {recent}
+    assert old not in await ids_left(store)

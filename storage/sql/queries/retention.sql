@@ -5,17 +5,30 @@
 -- What has fired is the due cursor's business (schedule_due), never these rows': deleting an
 -- execution cannot make its tick due again.
 
+-- name: prune_due_partitions
+-- Not fenced, read only: which of `partitions` the pruner has anything to look at as of `now`:
+-- a finished execution older than the partition's horizon (the age pass), or a schedule with
+-- keep_last (the keep_last pass). One statement (an index probe per partition) instead of two
+-- fenced transactions per owned partition every round with nothing to do. The state list is the
+-- executions_finished index's predicate (migration 0010), as in the statements below.
+SELECT w.partition FROM unnest(%(partitions)s::int[]) AS w(partition)
+ WHERE EXISTS (SELECT 1 FROM schedules s
+                WHERE s.partition = w.partition AND s.keep_last IS NOT NULL
+                  AND (s.keep_last IS NOT NULL OR s.keep_succeeded_for_s IS NOT NULL OR s.keep_failed_for_s IS NOT NULL))
+    OR EXISTS (SELECT 1 FROM executions e
+                WHERE e.partition = w.partition
+                  AND e.state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped')
+                  AND coalesce(e.finished_at, e.created_at)
+                      < cronwheel_prune_horizon(w.partition, %(now)s, %(shortest_s)s::float8));
+
 -- name: prune_expired
--- Inside the fenced prune transaction (the write is `prune_delete`): one batch of the oldest finished executions of a partition, after a keyset cursor,
+-- Inside the fenced prune transaction (the write is `prune_delete`): one batch of the oldest
+-- finished executions of a partition, after a keyset cursor,
 -- older than the shortest window in force (the node's, or a schedule's own); of those, delete
 -- the ones older than their own window: the schedule's keep_*_for_s, else the job type's, else
 -- the cluster default (NULL: kept forever by time): those are `doomed`.
 WITH horizon AS (
-    SELECT %(now)s::timestamptz - make_interval(secs => least(%(shortest_s)s::float8, (
-               SELECT least(min(keep_succeeded_for_s), min(keep_failed_for_s)) FROM schedules
-                WHERE partition = %(partition)s
-                  AND (keep_last IS NOT NULL OR keep_succeeded_for_s IS NOT NULL OR keep_failed_for_s IS NOT NULL)
-           ))) AS before
+    SELECT cronwheel_prune_horizon(%(partition)s, %(now)s, %(shortest_s)s::float8) AS before
 ), scanned AS (
     SELECT e.id, e.schedule_id, e.scheduled_for, e.state, e.type,
            coalesce(e.finished_at, e.created_at) AS done_at
