@@ -204,6 +204,16 @@ class FiringPort:
         async for rows in self._stream("due_oneoffs", params, DueOneoff, chunk):
             yield rows
 
+    async def extend_due_partitions(self, windows: list[tuple[int, datetime]], horizon: datetime) -> set[int]:
+        """Which partitions have anything due in (their after, horizon]: a superset of what
+        `due_schedules` and `due_oneoffs` would return for them (one read for all)."""
+        if not windows:
+            return set()
+        async with self.db.connection() as conn:
+            cur = await conn.execute(q("extend_due_partitions"), {
+                "partitions": [p for p, _ in windows], "afters": [a for _, a in windows], "horizon": horizon})
+            return {int(r[0]) for r in await cur.fetchall()}
+
     async def schedule_for_fire(self, schedule_id: uuid.UUID) -> DueSchedule | None:
         """A live, unpaused schedule as the firer loads it, or None."""
         async with self.db.connection() as conn:

@@ -12,7 +12,8 @@ batches, keep the horizon extended, and follow changes.
                fenced transaction of its own that inserts the executions (ON CONFLICT DO
                NOTHING), advances next_run_at, queues one-offs, applies overlap decisions; after
                commit the next tick goes into the wheel
-    extend  -> every extend_every_s, load (loaded_until, now + horizon] of each partition
+    extend  -> every extend_every_s, one read finds the partitions with anything due in
+               (loaded_until, now + horizon]; load that window of those, move the others' on
     change  -> `reload(p, kind, id)` re-reads one schedule or job (NOTIFY from the API)
     lose p  -> drop its timers at once; release p -> finish its in-flight batch, then drop
 
@@ -137,6 +138,7 @@ class FirerSignals:
     written: asyncio.Event = field(default_factory=asyncio.Event)  # a batch answered WRITTEN
     retry: asyncio.Event = field(default_factory=asyncio.Event)  # a batch answered RETRY
     lost: asyncio.Event = field(default_factory=asyncio.Event)  # a batch answered LOST
+    extended: asyncio.Event = field(default_factory=asyncio.Event)  # a horizon extension round ended
 
 
 def utc(ts: float) -> datetime:
@@ -398,7 +400,14 @@ class Firer:
         while True:
             await self.clock.sleep(self.config.extend_every_s)
             horizon = self.clock.now_ts() + self.config.horizon_s
+            try:
+                due = await self._extend_quiet(horizon)
+            except Unavailable as exc:
+                log.warning("preload deferred", extra={"event": "preload_deferred", "error": str(exc)})
+                continue
             for p, st in list(self.parts.items()):
+                if p not in due:
+                    continue
                 try:
                     async with st.lock:
                         if self.parts.get(p) is st:
@@ -406,6 +415,35 @@ class Firer:
                 except Unavailable as exc:
                     log.warning("preload deferred", extra={"event": "preload_deferred", "partition": p,
                                                            "error": str(exc)})
+            self.signals.extended.set()
+
+    async def _extend_quiet(self, horizon: float) -> set[int]:
+        """Move the window of every owned partition with nothing due in (loaded_until, horizon]
+        to `horizon` after one read for all of them; the partitions that do have something are
+        returned, to be loaded. A partition's lock is held across the read and the move, so no
+        fire, reload or submit of it can commit a due time into the window unseen; only free locks
+        are taken (a partition busy with a preload is returned as due: loaded the usual way), so
+        this never waits while holding a lock and never holds a partition up behind another."""
+        held: list[PartitionState] = []
+        busy: set[int] = set()
+        try:
+            live = []
+            for p, st in sorted(self.parts.items()):
+                if st.lock.locked():
+                    busy.add(p)
+                    continue
+                await st.lock.acquire()  # free: returns at once
+                held.append(st)
+                live.append((p, st))
+            due = await self.firing.extend_due_partitions([(p, utc(st.loaded_until)) for p, st in live],
+                                                          utc(horizon))
+            for p, st in live:
+                if p not in due and self.parts.get(p) is st:
+                    st.loaded_until = max(st.loaded_until, horizon)
+            return due | busy
+        finally:
+            for st in held:
+                st.lock.release()
 
     async def _fire_loop(self) -> None:
         tick = self.config.tick_s

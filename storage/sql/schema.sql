@@ -283,3 +283,11 @@ RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE AS $$
                 WHERE partition = p
                   AND (keep_last IS NOT NULL OR keep_succeeded_for_s IS NOT NULL OR keep_failed_for_s IS NOT NULL))))
 $$;
+
+-- The preload window: a due time in (after, horizon] (after NULL: everything up to horizon). The
+-- firer's loads (due_schedules, due_oneoffs) and their cross-partition pre-check share it, so
+-- the pre-check can never say "nothing" where a load would find something.
+CREATE FUNCTION cronwheel_in_window(t timestamptz, after timestamptz, horizon timestamptz) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT t <= horizon AND (after IS NULL OR t > after)
+$$;

@@ -336,3 +336,95 @@ async def test_ticks_of_several_partitions_due_at_one_instant_go_as_one_statemen
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await run
+
+
+class ExtendSpy:
+    """The real FiringPort, recording the partitions whose window the extender loads; `during`
+    runs right after the extender's cross-partition read, before it moves any window."""
+
+    def __init__(self, port: Any) -> None:
+        self.port = port
+        self.loads: list[int] = []
+        self.during: Callable[[], Any] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.port, name)
+
+    def due_schedules(self, partition: int, horizon: Any, after: Any, chunk: int = 5000) -> Any:
+        if after is not None:  # an extension, not a first load
+            self.loads.append(partition)
+        return self.port.due_schedules(partition, horizon, after, chunk)
+
+    async def extend_due_partitions(self, windows: Any, horizon: Any) -> set[int]:
+        due: set[int] = await self.port.extend_due_partitions(windows, horizon)
+        if self.during is not None:
+            await self.during()
+        return due
+
+
+async def start_spied(store: PgStore, parts: tuple[int, ...]) -> tuple[Firer, FakeClock, ExtendSpy, Any]:
+    for p in parts:
+        assert await store.partitions.record_epoch(p, 1, "node-a")
+    spy = ExtendSpy(store.firing)
+    clock = FakeClock(start_ts=T0.timestamp() - 5)  # first horizon: T0 + 115 s
+    firer = Firer(spy, clock, FiringConfig(horizon_s=120, extend_every_s=30),  # type: ignore[arg-type]
+                  epoch_if_trusted=lambda p: 1, on_stale=lambda p, e: None)
+    run = asyncio.create_task(firer.run())
+    for p in parts:
+        firer.signals.loaded.clear()
+        await firer.partition_gained(p, 1)
+        await asyncio.wait_for(firer.signals.loaded.wait(), SIGNAL_TIMEOUT_S)
+    return firer, clock, spy, run
+
+
+async def stop(run: Any) -> None:
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+
+
+async def move_cursor(store: PgStore, sid: uuid.UUID, to: datetime) -> None:
+    async with store.connection() as conn:
+        await conn.execute("UPDATE schedule_due SET next_run_at = %s WHERE schedule_id = %s", (to, sid))
+
+
+async def test_the_extender_reads_once_and_loads_only_the_partitions_with_a_tick_in_their_window(
+        store: PgStore) -> None:
+    """Two streamed reads per owned partition every extend_every_s held each partition's lock
+    in turn on the fire path's loop; one read now says which partitions have anything new."""
+    later = {p: await make_schedule(store, p) for p in (3, 4, 5)}
+    await move_cursor(store, later[3], T0 + 2 * MINUTE)  # in the first extension's window
+    await move_cursor(store, later[4], T0 + 60 * MINUTE)  # in no window of this test
+    await move_cursor(store, later[5], T0 + 60 * MINUTE)
+    firer, clock, spy, run = await start_spied(store, (3, 4, 5))
+    try:
+        await advance_until(clock, firer.signals.extended, 30)  # horizon T0 + 145 s
+        assert spy.loads == [3]
+        await advance_until(clock, firer.signals.written, 95)  # T0 + 2 min: it fires
+        assert await fired_ticks(store, later[3]) == [(T0 + 2 * MINUTE, "queued")]
+    finally:
+        await stop(run)
+
+
+async def test_a_tick_committed_into_the_window_while_the_extender_decides_is_armed(store: PgStore) -> None:
+    """A schedule created after the extender's read (its notification's reload comes before the
+    window moves) would be judged "beyond what is loaded" by the reload and "nothing new" by the
+    extender, and never armed: the extender holds the partition's lock from its read to the move,
+    so the reload sees the moved window. Fails without the lock (the reload runs in between)."""
+    firer, clock, spy, run = await start_spied(store, (3,))
+    try:
+        sid: list[uuid.UUID] = []
+
+        async def create_and_notify() -> None:
+            spy.during = None
+            sid.append(await make_schedule(store, 3))
+            await move_cursor(store, sid[0], T0 + 2 * MINUTE)
+            reload = asyncio.create_task(firer.reload(3, "s", sid[0]))
+            await asyncio.wait({reload}, timeout=1.0)  # done at once unless it waits for the lock
+
+        spy.during = create_and_notify
+        await advance_until(clock, firer.signals.extended, 30)
+        await advance_until(clock, firer.signals.written, 95)
+        assert await fired_ticks(store, sid[0]) == [(T0 + 2 * MINUTE, "queued")]
+    finally:
+        await stop(run)

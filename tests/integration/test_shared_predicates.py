@@ -14,8 +14,9 @@ from cronwheel.storage.queries import q
 
 pytestmark = pytest.mark.integration
 
-SHARED = ("cronwheel_run_overdue", "cronwheel_retry_due", "cronwheel_success_overdue")
-USERS = ("reap_due_partitions", "reap_candidates", "requeue_retries", "dead_mans_switch")
+SHARED = ("cronwheel_run_overdue", "cronwheel_retry_due", "cronwheel_success_overdue", "cronwheel_in_window")
+USERS = ("reap_due_partitions", "reap_candidates", "requeue_retries", "dead_mans_switch", "due_schedules",
+         "due_oneoffs", "extend_due_partitions")
 
 
 def plan(dsn: str, name: str, params: dict[str, Any]) -> str:
@@ -26,9 +27,11 @@ def plan(dsn: str, name: str, params: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize("name", USERS)
-def test_statements_that_share_a_reaper_rule_call_it_and_the_planner_inlines_it(dsn: str, name: str) -> None:
+def test_statements_that_share_a_rule_call_it_and_the_planner_inlines_it(dsn: str, name: str) -> None:
     text = q(name)
     assert any(f in text for f in SHARED), f"{name} spells its rule out instead of calling the shared one"
-    params = {"partitions": [0, 1], "partition": 0, "epoch": 1, "now": datetime.now(UTC), "limit": 10}
+    now = datetime.now(UTC)
+    params = {"partitions": [0, 1], "partition": 0, "epoch": 1, "now": now, "limit": 10, "horizon": now,
+              "after": None, "afters": [None, now]}
     shown = plan(dsn, name, params)
     assert not any(f in shown for f in SHARED), shown

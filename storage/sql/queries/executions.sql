@@ -3,10 +3,24 @@
 -- Buffered cron runs (overlap buffer_*) also wait in `scheduled` but are released by the
 -- completion of the run ahead of them, not by time.
 SELECT id, run_at FROM executions
- WHERE partition = %(partition)s AND state = 'scheduled' AND run_at <= %(horizon)s
+ WHERE partition = %(partition)s AND state = 'scheduled'
+   AND cronwheel_in_window(run_at, %(after)s::timestamptz, %(horizon)s::timestamptz)
    AND state_reason IS DISTINCT FROM 'buffered'
-   AND (%(after)s::timestamptz IS NULL OR run_at > %(after)s)
  ORDER BY run_at;
+
+-- name: extend_due_partitions
+-- Not fenced, read only: which of `partitions` (each with its own `after`, the end of what is
+-- already in the wheel) have anything due in (after, horizon]: the horizon extender loads only
+-- those, instead of two streamed reads per owned partition every extend_every_s. A superset of
+-- what the loads find (paused, deleted and buffered rows count here): at worst a load that
+-- finds nothing, never a row left out, since both use the same window.
+SELECT w.partition FROM unnest(%(partitions)s::int[], %(afters)s::timestamptz[]) AS w(partition, after)
+ WHERE EXISTS (SELECT 1 FROM schedule_due d
+                WHERE d.partition = w.partition AND d.next_run_at IS NOT NULL
+                  AND cronwheel_in_window(d.next_run_at, w.after, %(horizon)s::timestamptz))
+    OR EXISTS (SELECT 1 FROM executions e
+                WHERE e.partition = w.partition AND e.state = 'scheduled'
+                  AND cronwheel_in_window(e.run_at, w.after, %(horizon)s::timestamptz));
 
 -- name: oneoff_for_fire
 -- One one-off execution as the firing path sees it (after a change notification); same columns

@@ -27,8 +27,7 @@ SELECT s.id, s.cron, s.timezone, s.dst_gap, s.dst_repeated, d.next_run_at, d.las
        s.misfire_policy, s.max_catch_up, s.overlap_policy, s.jitter_s, s.version
   FROM schedule_due d JOIN schedules s ON s.id = d.schedule_id
  WHERE d.partition = %(partition)s AND d.next_run_at IS NOT NULL
-   AND d.next_run_at <= %(horizon)s
-   AND (%(after)s::timestamptz IS NULL OR d.next_run_at > %(after)s)
+   AND cronwheel_in_window(d.next_run_at, %(after)s::timestamptz, %(horizon)s::timestamptz)
    AND NOT s.paused AND s.deleted_at IS NULL
  ORDER BY d.next_run_at;
 
