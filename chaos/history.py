@@ -59,6 +59,9 @@ class ExecutionRec:
     lease_expires: float | None = None
     result_token: int | None = None  # the token the completing run put in its result
     error: str | None = None
+    tenant: str = ""
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,7 @@ class RunRec:
     outcome: str | None = None
     from_step: int | None = None
     pid: int | None = None
+    leased_at: float | None = None  # the node's start of this attempt (the claim), on a `start` line
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +155,15 @@ class HealthSample:
 
 
 @dataclass(frozen=True, slots=True)
+class TenantLimitRec:
+    """A tenant's rate limit as the run configured it (tenants table at collection)."""
+
+    tenant: str
+    rate_per_s: float | None
+    burst: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class RunMeta:
     scenario: str
     seed: int
@@ -179,6 +192,7 @@ class History:
     submitted: tuple[SubmittedJob, ...] = ()
     injections: tuple[InjectionRecord, ...] = ()
     health: tuple[HealthSample, ...] = ()
+    tenant_limits: tuple[TenantLimitRec, ...] = ()
 
 
 # ---------------------------------------------------------------------------------- (de)serialise
@@ -188,7 +202,7 @@ T = TypeVar("T")
 _LISTS: dict[str, type] = {
     "schedules": ScheduleRec, "executions": ExecutionRec, "ownership": OwnershipRec, "events": EventRec,
     "runs": RunRec, "log_events": LogEventRec, "submitted": SubmittedJob, "injections": InjectionRecord,
-    "health": HealthSample,
+    "health": HealthSample, "tenant_limits": TenantLimitRec,
 }
 
 
