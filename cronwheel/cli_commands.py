@@ -21,32 +21,27 @@ def _dsn(args: argparse.Namespace) -> str:
     return str(dsn)
 
 
-def _positive_int(name: str, lo: int, hi: int) -> type:
-    def parse(text: str) -> int:
+def _bounded(name: str, lo: float, hi: float, cast: type, what: str, unit: str = "") -> type:
+    """An argparse type: `cast(text)` within lo..hi, or an error naming the flag."""
+    def parse(text: str) -> Any:
         try:
-            v = int(text)
+            v = cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"{name} must be {what}, got {text!r}") from None
         if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"{name} must be between {lo} and {hi}, got {v}")
+            raise argparse.ArgumentTypeError(f"{name} must be between {lo:g} and {hi:g}{unit}, got {text}")
         return v
 
     parse.__name__ = name
     return parse  # type: ignore[return-value]
+
+
+def _positive_int(name: str, lo: int, hi: int) -> type:
+    return _bounded(name, lo, hi, int, "an integer")
 
 
 def _seconds(name: str, lo: float, hi: float) -> type:
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number of seconds, got {text!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"{name} must be between {lo:g} and {hi:g} seconds, got {text}")
-        return v
-
-    parse.__name__ = name
-    return parse  # type: ignore[return-value]
+    return _bounded(name, lo, hi, float, "a number of seconds", " seconds")
 
 
 def _configure_migrate(p: argparse.ArgumentParser) -> None:
