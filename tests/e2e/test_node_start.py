@@ -63,3 +63,13 @@ def test_node_on_a_database_never_migrated_exits_3_database_is_not_migrated(clus
     code, line = exit_of(node)
     assert code == 3, line
     assert line.startswith("cronwheel: error: ") and "database is not migrated" in line, line
+
+
+@pytest.mark.parametrize(("flag", "value", "says"), [
+    ("--unowned-alert-after", "abc", "--unowned-alert-after must be a number of seconds, got 'abc'"),
+    ("--unowned-alert-after", "0", "--unowned-alert-after must be between 1 and 86400 seconds, got 0"),
+    ("--lease-ttl", "1", "--lease-ttl must be between 2 and 300, got 1"),
+])
+def test_a_bad_node_flag_exits_2_naming_the_flag_before_anything_starts(flag: str, value: str, says: str) -> None:
+    r = run_cli("node", "--etcd", "127.0.0.1:1", "--dsn", "postgresql://nobody@127.0.0.1:1/x", flag, value)
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr
