@@ -6,7 +6,8 @@ of a canonical JSON array of: the tenant, the job type, the compared args, the p
 start of the period bucket. The compared args are: nothing (unique by type alone), the whole
 payload (`by_args`), or the payload's top-level `args_keys` (a key the payload lacks is left out,
 which is not the same as null). Args compare as JSON values, not as text: object keys in any order,
-numbers by value (1, 1.0 and 1e0 are one number), strings exactly. The period bucket is
+numbers by value (1, 1.0 and 1e0 are one number), strings exactly; the value is what counts, not how
+it was chosen (by_args on {"c": 1} and args_keys ["c"] on {"c": 1, "x": 2} are the same job). The period bucket is
 floor(run_at / period) on the Unix epoch (UTC), so a period of 1 h runs from one whole UTC hour to
 the next, whatever the time zone; no period means one bucket for ever.
 
