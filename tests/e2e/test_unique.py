@@ -30,7 +30,7 @@ from cronwheel.client import (
 from cronwheel.v1 import common_pb2, scheduler_pb2
 
 from .api_cluster import TOKENS, Api, write_auth_file
-from .helpers import wait_until
+from .helpers import ok_json, one_line_error, run_cli, wait_until
 from .test_worker_sdk import serving
 
 pytestmark = [pytest.mark.e2e]
@@ -169,3 +169,19 @@ def test_bad_unique_options_are_invalid_argument_naming_the_field(cluster: tuple
         with pytest.raises(InvalidArgument, match=r"jobs\[1\]\.unique\.period"):
             cw.submit_many([JobSpec(t, {}), JobSpec(t, {}, unique=Unique(period=-5))])
     assert stored(c, t) == 0
+
+
+def test_the_cli_submits_unique_jobs_and_names_its_flags(cluster: tuple[ProcessCluster, list[str]]) -> None:
+    c, addresses = cluster
+    t = kind()
+    base = ("job", "submit", "--type", t, "--payload", '{"customer": 42, "why": "cli"}', "--delay", "1h",
+            "--address", addresses[0], "--json")
+    env = {"CRONWHEEL_TOKEN": ACME}
+    first = ok_json(run_cli(*base, "--unique-keys", "customer", env=env))
+    again = ok_json(run_cli(*base, "--unique-keys", "customer", "--unique-states",
+                            "scheduled,queued,running,retry_scheduled,succeeded", env=env))
+    assert (first["deduplicated"], first["deduplicated_by"]) == (False, None)
+    assert (again["id"], again["deduplicated"], again["deduplicated_by"]) == (first["id"], True, "unique")
+    one_line_error(run_cli(*base, "--unique", "--unique-states", "queued,running", env=env), 2, "--unique-states")
+    one_line_error(run_cli(*base, "--unique-states", "queued,bogus", env=env), 2, "--unique-states")
+    assert stored(c, t) == 1
