@@ -25,8 +25,10 @@ RetryExecution of an execution whose key another one holds now: it is refused (A
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -67,7 +69,20 @@ class UniqueRule:
 
 
 def validate(spec: UniqueSpec) -> UniqueRule:
-    """The rule of a job's `unique` options; InvalidArgument naming the field under "unique"."""
+    """The rule of a job's `unique` options; InvalidArgument naming the field under "unique".
+    The jobs of a batch mostly share their options: a valid spec's rule is remembered."""
+    try:
+        return _validated(spec)
+    except TypeError:  # an unhashable args key: refused by _validate
+        return _validate(spec)
+
+
+@functools.lru_cache(maxsize=1024)
+def _validated(spec: UniqueSpec) -> UniqueRule:
+    return _validate(spec)
+
+
+def _validate(spec: UniqueSpec) -> UniqueRule:
     keys: tuple[str, ...] | None = None
     if spec.args_keys:
         if len(spec.args_keys) > MAX_ARGS_KEYS:
@@ -108,27 +123,43 @@ def unique_key(rule: UniqueRule, tenant: str, job_type: str, payload: str, run_a
     ("unique.args_keys") when keys are picked from a payload that is not an object."""
     args: str = "null"
     if rule.by_args:
-        value = json.loads(payload, parse_float=Decimal, parse_int=Decimal)
+        # A payload with no number written with a fraction or an exponent (no digit followed by
+        # ".", "e" or "E", even inside a string) takes the C encoder, which writes exactly what
+        # `canonical` would; any other, `canonical` over exact Decimals.
+        fractions = _FRACTION.search(payload) is not None
+        value = _DECIMALS.decode(payload) if fractions else json.loads(payload)
         if rule.args_keys is not None:
             if not isinstance(value, dict):
                 raise InvalidArgument("unique.args_keys", "picks keys of the payload, which must then be a JSON object")
             value = {k: value[k] for k in rule.args_keys if k in value}
-        args = canonical(value)
+        args = canonical(value) if fractions else _CANONICAL.encode(value)
     bucket = "null"
     if rule.period_s:
         period_us = rule.period_s * 1_000_000
         bucket = str((run_at - _EPOCH) // _MICRO // period_us * period_us)
-    doc = f"[{json.dumps(_VERSION)},{json.dumps(tenant)},{json.dumps(job_type)},{args},{rule.period_s},{bucket}]"
+    doc = f"{_prefix(tenant, job_type)}{args},{rule.period_s},{bucket}]"
     return hashlib.sha256(doc.encode("utf-8", "surrogatepass")).digest()
 
 
+_FRACTION = re.compile(r"\d[.eE]")
+_DECIMALS = json.JSONDecoder(parse_float=Decimal)
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _prefix(tenant: str, job_type: str) -> str:
+    return f"[{json.dumps(_VERSION)},{json.dumps(tenant)},{json.dumps(job_type)},"
+
+
 def canonical(value: Any) -> str:
-    """A JSON value (numbers as Decimal) as canonical text: object keys sorted, no spaces,
-    numbers normalised (1, 1.0, 1e0 -> "1"; -0 -> "0"), strings as json.dumps writes them."""
+    """A JSON value (ints as int, other numbers as Decimal) as canonical text, exactly as
+    json.dumps(sort_keys=True, separators=(",", ":")) writes a value without Decimals: object keys
+    sorted, no spaces; a whole number as its digits (1, 1.0, 1e0, -0.0 -> "1", "1", "1", "0"),
+    any other as its normalised Decimal (1.50 -> "1.5"); strings as json.dumps writes them."""
     if isinstance(value, dict):
         return "{" + ",".join(f"{json.dumps(k)}:{canonical(value[k])}" for k in sorted(value)) + "}"
     if isinstance(value, list):
         return "[" + ",".join(canonical(v) for v in value) + "]"
     if isinstance(value, Decimal):
-        return "0" if value.is_zero() else str(value.normalize())
+        return str(int(value)) if value == value.to_integral_value() else str(value.normalize())
     return json.dumps(value)
