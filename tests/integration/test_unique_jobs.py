@@ -259,3 +259,23 @@ async def test_the_holder_is_found_through_the_partial_unique_index(store: PgSto
         cur = await conn.execute("EXPLAIN " + q("api_by_unique_keys"), {"unique_keys": [b"x" * 32]})
         plan = " ".join(r[0] for r in await cur.fetchall())
     assert "executions_unique" in plan
+
+
+async def test_a_holder_that_finishes_before_the_read_back_makes_the_submit_create_a_new_one(
+        store: PgStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    holder, _ = await submit(store, job({"c": 1}))
+    real = store.executions.by_unique_keys
+    calls = 0
+
+    async def finish_first(conn: object, keys: object) -> object:  # the interleaving, on the real database
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await set_state(store, holder["id"], "succeeded")
+        return await real(conn, keys)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.executions, "by_unique_keys", finish_first)
+    got, dedup = await submit(store, job({"c": 1}))
+    assert not dedup and got["id"] != holder["id"]
+    assert calls == 1  # written again once, without a read-back: it was created
+    assert await count(store) == 2
