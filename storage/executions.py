@@ -50,16 +50,22 @@ def unique_states_mask(states: Sequence[str]) -> int:
 def _insert_query(brief: bool, unique: bool = False) -> LiteralString:
     """insert_submitted_many, returning BRIEF_COLUMNS when `brief`; with `unique` (a job of the
     group carries a unique key) its conflict clause has no target, so a taken unique key inserts
-    nothing too (PostgreSQL takes one arbiter index, or all of them). A group without unique jobs
-    keeps the single arbiter: it pays nothing for the feature."""
+    nothing too (PostgreSQL takes one arbiter index, or all of them), and its rows go in key
+    order. A group without unique jobs keeps the single arbiter: it pays nothing for the feature."""
     query = q("insert_submitted_many")
     out = query
     if brief:
         out = out.replace("RETURNING *", "RETURNING " + BRIEF_COLUMNS)
         assert out != query, "insert_submitted_many must end with RETURNING *"
     if unique:
-        bare = out.replace(_KEY_CONFLICT, "ON CONFLICT DO NOTHING")
-        assert bare != out, "insert_submitted_many must end with the idempotency key's conflict clause"
+        # Rows are inserted, and a taken key waited for, in unique-key order: two groups holding
+        # the same keys take them in one order and never deadlock (in item order, a group holding
+        # A then B and another holding B then A each wait for the other). Among jobs with one key
+        # the earliest item still wins.
+        bare = out.replace(_KEY_CONFLICT, "ON CONFLICT DO NOTHING").replace("ORDER BY v.ord",
+                                                                           "ORDER BY v.unique_key, v.ord")
+        assert _KEY_CONFLICT not in bare and "ORDER BY v.unique_key, v.ord" in bare, \
+            "insert_submitted_many must end with ORDER BY v.ord and the idempotency key's conflict clause"
         out = bare
     return out
 

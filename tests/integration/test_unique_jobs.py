@@ -279,3 +279,24 @@ async def test_a_holder_that_finishes_before_the_read_back_makes_the_submit_crea
     assert not dedup and got["id"] != holder["id"]
     assert calls == 1  # written again once, without a read-back: it was created
     assert await count(store) == 2
+
+
+async def test_concurrent_bulk_calls_holding_the_same_keys_in_any_order_never_deadlock(dsn: str) -> None:
+    nodes = [PgStore(StoreConfig(dsn=dsn, min_connections=1, max_connections=4)) for _ in range(4)]
+    for s in nodes:
+        await s.open()
+    try:
+        now = datetime.now(UTC)
+        n = 300
+        for round_ in range(5):
+            keys = [{"round": round_, "k": k} for k in range(n)]
+            calls = [runs.submit_jobs(nodes[i % 4], prep([job(p) for p in (keys if i % 2 else keys[::-1])], now), now)
+                     for i in range(4)]
+            got = await asyncio.gather(*calls)  # a deadlock would fail a call (and every caller of its group)
+            for k in range(n):
+                ids = {call[k if i % 2 else n - 1 - k][0]["id"] for i, call in enumerate(got)}
+                assert len(ids) == 1
+        assert await count(nodes[0]) == 5 * n
+    finally:
+        for s in nodes:
+            await s.close()
