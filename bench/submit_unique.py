@@ -14,7 +14,9 @@ Each once with plain jobs (an idempotency key each, as the Client sends) and onc
 and checking the key, not of finding duplicates). `--baseline DIR`: a checkout of the code before
 unique jobs (e.g. `git archive 8b1cfa2 | tar -x -C DIR`); its plain figures are measured in the
 same run, alternating with this tree's, and the ratios printed.
-Medians of `--repeat` runs.
+Medians of `--repeat` runs. `--statement N` (with `--baseline`) first times the insert statement
+alone in one process, the baseline's and this tree's alternating (`statement_ab`): what a plain
+job pays in PostgreSQL, with the machine's drift cancelled.
 """
 
 from __future__ import annotations
@@ -101,6 +103,56 @@ def _child(tree: str | None, unique: bool, dsn: str) -> dict[str, float]:
     return dict(json.loads(got.stdout.strip().splitlines()[-1]))
 
 
+def statement_ab(base_src: Path, rounds: int, size: int = 1000) -> dict[str, list[float]]:
+    """The insert statement alone, plain jobs, in ONE process against one server, alternating:
+    the baseline's `insert_submitted_many` on a database migrated by the baseline's migrations
+    (no unique column or index), and this tree's on a database migrated by this tree (both arbiter
+    forms: plain groups keep the idempotency key's, unique groups use the bare one). Same jobs,
+    same JSON document; ms per 1,000-row statement (commit included)."""
+    import psycopg
+
+    from cronwheel.cluster.commands import runs
+    from cronwheel.localservers import LocalPostgres
+    from cronwheel.storage import migrate
+    from cronwheel.storage.executions import BRIEF_COLUMNS, ExecutionsPort, _insert_query
+    from cronwheel.storage.queries import parse
+
+    old_sql = parse((base_src / "storage/sql/queries/executions.sql").read_text())["insert_submitted_many"]
+    old_sql = old_sql.replace("RETURNING *", "RETURNING " + BRIEF_COLUMNS)  # as the node runs it (brief)
+    variants = {"baseline": old_sql, "plain": _insert_query(True, False), "bare arbiter": _insert_query(True, True)}
+    out: dict[str, list[float]] = {k: [] for k in variants}
+    with LocalPostgres() as pg:
+        dsns = {k: pg.create_database(f"bench_stmt_{i}") for i, k in enumerate(variants)}
+        for name, dsn in dsns.items():
+            if name == "baseline":
+                with psycopg.connect(dsn, autocommit=True) as c:
+                    for f in sorted((base_src / "storage/sql/migrations").glob("*.sql")):
+                        c.execute(f.read_text())  # type: ignore[call-overload]
+            else:
+                migrate(dsn, partitions=8)
+        conns = {k: psycopg.connect(dsn) for k, dsn in dsns.items()}
+        now = datetime.now(UTC)
+        n = 0
+        try:
+            for r in range(rounds):
+                jobs = []
+                for _ in range(size):
+                    n += 1
+                    jobs.append(runs.prepare_job(runs.JobSpec(tenant="acme", type="t", payload={"customer": n},
+                                                              idempotency_key=f"k{n}"), now, 8))
+                params = {**ExecutionsPort._many(jobs, now), "unless_quota": False}
+                order = list(variants)[r % 3:] + list(variants)[:r % 3]
+                for name in order:
+                    t0 = time.perf_counter()
+                    conns[name].execute(variants[name], params).fetchall()  # type: ignore[call-overload]
+                    conns[name].commit()
+                    out[name].append((time.perf_counter() - t0) * 1000)
+        finally:
+            for c in conns.values():
+                c.close()
+    return out
+
+
 def _package_tree(src: Path) -> str:
     """A directory whose `cronwheel` package is the checkout `src` laid out as pyproject maps it."""
     pkg = src / "cronwheel"
@@ -115,8 +167,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--baseline", type=Path, default=None, help="a checkout of the code before unique jobs")
+    ap.add_argument("--statement", type=int, default=0, metavar="ROUNDS",
+                    help="with --baseline: also time the insert statement alone, ROUNDS rounds (see statement_ab)")
     args = ap.parse_args()
     base = _package_tree(args.baseline.resolve()) if args.baseline else None
+    if base and args.statement:
+        ab = statement_ab(args.baseline.resolve(), args.statement)
+        ref = statistics.median(ab["baseline"])
+        print(f"insert statement, 1,000 plain jobs, medians of {args.statement} alternating rounds:")
+        for k, v in ab.items():
+            print(f"  {k:<13} {statistics.median(v):7.1f} ms  ratio {statistics.median(v) / ref:.2f}")
     runs_: dict[str, list[dict[str, float]]] = {"baseline plain": [], "plain": [], "unique": []}
     plan: list[tuple[str, str | None, bool]] = [("plain", None, False), ("unique", None, True)]
     if base:
@@ -130,6 +190,8 @@ def main() -> None:
                 runs_[name].append(got)
                 print(f"repeat {r + 1}: {name:<15} SubmitJobs {got['bulk_jobs_per_s']:>8,.0f} jobs/s   "
                       f"SubmitJob {got['single_jobs_per_s']:>7,.0f} jobs/s", file=sys.stderr)
+    if not args.repeat:
+        return
     med = {k: {m: statistics.median(x[m] for x in v) for m in ("bulk_jobs_per_s", "single_jobs_per_s")}
            for k, v in runs_.items() if v}
     ref = med.get("baseline plain", med["plain"])

@@ -111,3 +111,13 @@ def test_an_unhashable_args_key_is_invalid_argument_not_a_crash() -> None:
     with pytest.raises(InvalidArgument) as err:
         validate(UniqueSpec(args_keys=("a", ["b"])))  # type: ignore[arg-type]
     assert err.value.field == "unique.args_keys[1]"
+
+
+def test_a_group_without_unique_jobs_keeps_its_statement_and_a_unique_group_takes_keys_in_order() -> None:
+    from cronwheel.storage.executions import _insert_query
+
+    plain, unique = _insert_query(True, False), _insert_query(True, True)
+    assert "j->>15" not in plain and "NULL::bytea AS unique_key" in plain  # no unique column read per row
+    assert "WHERE idempotency_key IS NOT NULL DO NOTHING" in plain and "ORDER BY v.ord" in plain
+    assert "ON CONFLICT DO NOTHING" in unique and "ORDER BY v.unique_key, v.ord" in unique
+    assert "decode(j->>15, 'hex') AS unique_key" in unique

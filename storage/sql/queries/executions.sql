@@ -139,7 +139,9 @@ UPDATE executions e
 -- already taken, by a committed row or by an earlier job of the array, inserts nothing for that
 -- job: the caller reads the existing row back (`api_by_idempotency_keys`). A group holding a unique
 -- job runs this statement with a bare ON CONFLICT DO NOTHING (storage/executions.py), so a taken
--- unique key (executions_unique) also inserts nothing (`api_by_unique_keys`). RETURNING order is not
+-- unique key (executions_unique) also inserts nothing (`api_by_unique_keys`), and its rows in
+-- unique-key order; a group without one reads NULL constants for the two unique columns instead of
+-- items 15 and 16. RETURNING order is not
 -- the input order. `unless_quota`: insert nothing at all if any of the tenants has a daily quota
 -- (the caller then takes the locked, counted path instead).
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
