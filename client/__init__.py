@@ -33,6 +33,7 @@ from cronwheel.client.types import (
     Backfill,
     ClusterStatus,
     CreatedWebhook,
+    Deduplication,
     Delivery,
     DeliveryState,
     DstGapPolicy,
@@ -53,6 +54,7 @@ from cronwheel.client.types import (
     SubmittedJob,
     TickOutcome,
     Trigger,
+    Unique,
     Webhook,
 )
 from cronwheel.client.worker import JobContext, NonRetryable, Worker
@@ -61,11 +63,12 @@ from cronwheel.v1.webhook_signature import verify as verify_webhook_signature
 
 __all__ = [
     "AlreadyExists", "ApiError", "AsyncClient", "Backfill", "Client", "ClusterStatus", "CreatedWebhook",
-    "DeadlineExceeded", "Delivery", "DeliveryState",
+    "DeadlineExceeded", "Deduplication", "Delivery", "DeliveryState",
     "DstGapPolicy", "DstPolicy", "DstRepeatedPolicy", "Event", "Execution", "ExecutionState", "ExplainedTick",
     "Explanation", "FailedPrecondition", "InvalidArgument", "JobContext", "JobSpec", "MisfirePolicy", "NonRetryable",
     "NotFound", "OverlapPolicy", "PermissionDenied", "PreviewedTick", "Priority", "ResourceExhausted",
-    "RetryPolicy", "Schedule", "SubmittedJob", "TickOutcome", "Trigger", "Unauthenticated", "Unavailable", "Worker",
+    "RetryPolicy", "Schedule", "SubmittedJob", "TickOutcome", "Trigger", "Unauthenticated", "Unavailable", "Unique",
+    "Worker",
     "Webhook", "WorkerStopped", "load_worker", "verify_webhook_signature",
 ]
 __all__ += ["ApplyAction", "ApplyPlan", "FieldChange", "PlannedSchedule", "SpecError"]  # apply

@@ -267,15 +267,19 @@ def submit(ctx: Context, type: str, payload: Any = None, *, run_at: datetime | N
            delay: timedelta | None = None, idempotency_key: str | None = None,
            priority: t.Priority | str | None = None,  # type: ignore[valid-type]
            retry_policy: t.RetryPolicy | None = None, attempt_timeout: timedelta | None = None,
-           tenant: str | None = None) -> Call[t.Execution]:
+           tenant: str | None = None, unique: t.Unique | None = None) -> Call[t.Execution]:
     """Submits a one-off job of `type` with `payload` (any JSON value), now, at `run_at` or after
     `delay`. A second submit with the same idempotency key returns the first execution
-    (`deduplicated` true). The Client adds a key (a random UUID) when none is given, so a submit it
-    retries after UNAVAILABLE never creates two jobs."""
+    (`deduplicated` true, `deduplicated_by` "idempotency_key"). The Client adds a key (a random
+    UUID) when none is given, so a submit it retries after UNAVAILABLE never creates two jobs.
+    `unique=Unique(by_args=True)` (or `args_keys=[...]`, `period=`, `states=[...]`): no second
+    execution of the same job while one is queued, running, ... (`deduplicated_by` "unique"),
+    exact across nodes; see `Unique`."""
     req = _job_request(ctx, "", t.JobSpec(type, payload, run_at=run_at, delay=delay, idempotency_key=idempotency_key,
                                           priority=priority, retry_policy=retry_policy,
-                                          attempt_timeout=attempt_timeout, tenant=tenant))
-    return Call(SCHEDULER, "SubmitJob", req, lambda r: c.execution(r.execution, r.deduplicated), safe=True)
+                                          attempt_timeout=attempt_timeout, tenant=tenant, unique=unique))
+    return Call(SCHEDULER, "SubmitJob", req,
+                lambda r: c.execution(r.execution, r.deduplicated, r.deduplicated_by), safe=True)
 
 
 # The most jobs one SubmitJobs call takes: the server's MAX_SUBMIT_BATCH (cluster/commands/runs.py),
@@ -418,7 +422,7 @@ def _job_request(ctx: Context, prefix: str, job: t.JobSpec) -> S.SubmitJobReques
         priority=c.enum_number(t.Priority, job.priority, f"{prefix}priority"),
         retry_policy=c.retry_policy(job.retry_policy, f"{prefix}retry_policy"),
         timeout=c.duration(job.attempt_timeout, f"{prefix}attempt_timeout"),
-        idempotency_key=key or str(uuid.uuid4()))
+        idempotency_key=key or str(uuid.uuid4()), unique=c.unique(job.unique, f"{prefix}unique"))
 
 
 def get_execution(ctx: Context, execution_id: str) -> Call[t.Execution]:

@@ -234,7 +234,7 @@ def schedule(msg: common_pb2.Schedule) -> t.Schedule:
         keep_succeeded_for=_dur(msg, "keep_succeeded_for"), keep_failed_for=_dur(msg, "keep_failed_for"))
 
 
-def execution(msg: common_pb2.Execution, deduplicated: bool = False) -> t.Execution:
+def execution(msg: common_pb2.Execution, deduplicated: bool = False, deduplicated_by: int = 0) -> t.Execution:
     return t.Execution(
         id=msg.id, schedule_id=msg.schedule_id or None, tenant=msg.tenant, type=msg.type,
         payload=_json(msg.payload_json) if msg.payload_json else {}, partition=msg.partition,
@@ -248,7 +248,8 @@ def execution(msg: common_pb2.Execution, deduplicated: bool = False) -> t.Execut
         error_type=msg.error_type, result=_json(msg.result_json), cancel_requested=msg.cancel_requested,
         created_at=_ts(msg, "created_at"), fired_at=_ts(msg, "fired_at"), queued_at=_ts(msg, "queued_at"),
         started_at=_ts(msg, "started_at"), heartbeat_at=_ts(msg, "heartbeat_at"),
-        finished_at=_ts(msg, "finished_at"), deduplicated=deduplicated)
+        finished_at=_ts(msg, "finished_at"), deduplicated=deduplicated,
+        deduplicated_by=_enum(t.Deduplication, deduplicated_by, t.DEDUPLICATIONS))
 
 
 _OUTCOMES = enums.words(scheduler_pb2.TickOutcome, "TICK_OUTCOME_")
@@ -257,7 +258,28 @@ _OUTCOMES = enums.words(scheduler_pb2.TickOutcome, "TICK_OUTCOME_")
 def submitted(msg: scheduler_pb2.SubmittedJob, idempotency_key: str) -> t.SubmittedJob:
     return t.SubmittedJob(execution_id=msg.execution_id, deduplicated=msg.deduplicated,
                           state=_enum(t.ExecutionState, msg.state, enums.STATE), partition=msg.partition,
-                          run_at=_ts(msg, "run_at"), idempotency_key=idempotency_key)
+                          run_at=_ts(msg, "run_at"), idempotency_key=idempotency_key,
+                          deduplicated_by=_enum(t.Deduplication, msg.deduplicated_by, t.DEDUPLICATIONS))
+
+
+def unique(value: t.Unique | None, field: str) -> scheduler_pb2.UniqueOptions | None:
+    """submit's `unique=` as UniqueOptions, checked as far as the client can (names `field`.x)."""
+    if value is None:
+        return None
+    if not isinstance(value, t.Unique):
+        raise BadValue(field, f"expected a Unique, got {value!r}")
+    keys = value.args_keys
+    if isinstance(keys, str) or not isinstance(keys, tuple | list):
+        raise BadValue(f"{field}.args_keys", f"expected a list of strings, got {keys!r}")
+    for i, k in enumerate(keys):
+        if not isinstance(k, str):
+            raise BadValue(f"{field}.args_keys[{i}]", f"expected a string (a top-level payload key), got {k!r}")
+    states = value.states
+    if isinstance(states, str) or not isinstance(states, tuple | list):
+        raise BadValue(f"{field}.states", f"expected a list of states, got {states!r}")
+    return scheduler_pb2.UniqueOptions(
+        by_args=bool(value.by_args), args_keys=list(keys), period=duration(value.period, f"{field}.period"),
+        states=[enum_number(t.ExecutionState, s, f"{field}.states[{j}]") for j, s in enumerate(states)])
 
 
 def previewed(msg: scheduler_pb2.PreviewedTick) -> t.PreviewedTick:

@@ -33,6 +33,8 @@ Trigger = _words("Trigger", enums.TRIGGER)  # cron, manual, backfill, submit, ca
 TickOutcome = _words("TickOutcome", enums.words(scheduler_pb2.TickOutcome, "TICK_OUTCOME_"))
 DELIVERY_STATES = enums.words(admin_pb2.DeliveryState, "DELIVERY_STATE_")
 DeliveryState = _words("DeliveryState", DELIVERY_STATES)  # pending, delivered, failed
+DEDUPLICATIONS = enums.words(scheduler_pb2.Deduplication, "DEDUPLICATION_")
+Deduplication = _words("Deduplication", DEDUPLICATIONS)  # idempotency_key, unique
 
 # States an execution does not leave by itself (RetryExecution may bring DEAD, FAILED, CANCELLED
 # and SKIPPED back): what `wait` waits for.
@@ -122,14 +124,32 @@ class Execution:
     started_at: datetime | None
     heartbeat_at: datetime | None
     finished_at: datetime | None
-    # Set by submit and trigger only: an execution with the same idempotency key existed and
-    # was returned instead of a new one.
+    # Set by submit and trigger only: an existing execution was returned instead of a new one
+    # (same idempotency key, or, for submit, the holder of the job's unique key).
     deduplicated: bool = False
+    # Set by submit only, with deduplicated: why (idempotency_key or unique); None: created.
+    deduplicated_by: Deduplication | None = None  # type: ignore[valid-type]
 
     @property
     def final(self) -> bool:
         """True in a state the execution does not leave by itself."""
         return self.state in FINAL_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class Unique:
+    """A unique job (submit's `unique=`): while an execution of the same job is in one of `states`,
+    a second submit creates nothing and returns it (`deduplicated_by` "unique"). The same job: same
+    tenant and type, the same payload (`by_args`) or the same values of the top-level payload keys
+    `args_keys`, compared as JSON values, and the same `period` bucket of the execution's run_at
+    (None or 0: for ever). `states`: empty means scheduled, queued, running and retry_scheduled; a
+    list must include those four and may add succeeded, failed, dead, cancelled (with failed),
+    skipped. See docs/semantics.md "Unique jobs"."""
+
+    by_args: bool = False
+    args_keys: tuple[str, ...] | list[str] = ()
+    period: timedelta | float | None = None
+    states: tuple[ExecutionState | str, ...] | list[ExecutionState | str] = ()  # type: ignore[valid-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +166,7 @@ class JobSpec:
     retry_policy: RetryPolicy | None = None
     attempt_timeout: timedelta | None = None
     tenant: str | None = None
+    unique: Unique | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +181,7 @@ class SubmittedJob:
     partition: int
     run_at: datetime | None
     idempotency_key: str
+    deduplicated_by: Deduplication | None = None  # type: ignore[valid-type]  # idempotency_key | unique
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,11 +59,21 @@ def _retry_policy(args: argparse.Namespace) -> Any:
     return RetryPolicy(**given) if given else None
 
 
+def _unique(args: argparse.Namespace) -> Any:
+    from cronwheel.client import Unique
+
+    keys = [k for k in (args.unique_keys or "").split(",") if k]
+    states = [s.strip() for s in (args.unique_states or "").split(",") if s.strip()]
+    if not (args.unique or keys or args.unique_period is not None or states):
+        return None
+    return Unique(by_args=args.unique, args_keys=keys, period=args.unique_period, states=states)
+
+
 def _job_submit(args: argparse.Namespace) -> int:
     with client_for(args) as cw:
         ex = cw.submit(args.type, args.payload, run_at=args.run_at, delay=args.delay, priority=args.priority,
                        idempotency_key=args.idempotency_key or None, retry_policy=_retry_policy(args),
-                       attempt_timeout=args.attempt_timeout, tenant=args.tenant or None)
+                       attempt_timeout=args.attempt_timeout, tenant=args.tenant or None, unique=_unique(args))
     return show(args, ex, lambda: details(ex))
 
 
@@ -116,6 +126,16 @@ def _job_parser(subparsers: Any) -> None:
     s.add_argument("--backoff-max", type=duration_arg, metavar="DURATION", help="longest delay (default 6h)")
     s.add_argument("--attempt-timeout", type=duration_arg, metavar="DURATION",
                    help="the job's per-attempt time limit (1s..7d; default none)")
+    s.add_argument("--unique", action="store_true",
+                   help="unique job by its payload: while one with the same type and payload is scheduled, queued, "
+                        "running or waiting to retry, return it instead of creating another")
+    s.add_argument("--unique-keys", metavar="KEY,...",
+                   help="unique job by these top-level payload keys only (implies --unique)")
+    s.add_argument("--unique-period", type=duration_arg, metavar="DURATION",
+                   help="unique within a period bucket of run_at (UTC epoch multiples; default for ever)")
+    s.add_argument("--unique-states", metavar="STATE,...",
+                   help="the states that keep a second one out (default scheduled,queued,running,retry_scheduled; "
+                        "a list must include those and may add succeeded, failed, dead, cancelled, skipped)")
 
 
 def _exec_parser(subparsers: Any) -> None:

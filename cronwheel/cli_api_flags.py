@@ -55,6 +55,7 @@ FLAGS: dict[str, str] = {
     "page_size": "--limit", "states": "--state", "after_id": "--since", "kind": "--kind", "address": "--address",
     "ca_file": "--tls-ca", "keep_last": "--keep-last", "keep_succeeded_for": "--keep-succeeded-for",
     "keep_failed_for": "--keep-failed-for",
+    "unique.args_keys": "--unique-keys", "unique.period": "--unique-period", "unique.states": "--unique-states",
 }
 _PREFIXES = re.compile(r"^(schedule|spec|jobs\[\d+\])\.")
 
@@ -211,7 +212,8 @@ def resolve(client: Client, args: argparse.Namespace, ref: str | None = None) ->
 
 def flag_for(field: str, command: str) -> str | None:
     path = _PREFIXES.sub("", field)
-    return FLAGS.get(f"{command}:{path}") or FLAGS.get(path)
+    item = re.sub(r"\[\d+\]$", "", path)  # unique.states[2] -> unique.states
+    return FLAGS.get(f"{command}:{path}") or FLAGS.get(path) or FLAGS.get(item)
 
 
 def closest_zone(text: str) -> str | None:

@@ -21,6 +21,9 @@ Invariants kept here, whoever calls:
   from the tick the same transaction recorded, and never for a paused, deleted or edited
   schedule (the fire guard, storage/firing.py).
 - **Submit once.** `UNIQUE (tenant, idempotency_key)`.
+- **Unique jobs.** `executions_unique`: one row per `unique_key` among the rows whose state is in
+  their own `unique_states` (`cronwheel_unique_holds`, migration 0015); a group holding a unique
+  job inserts with a bare `ON CONFLICT DO NOTHING` and reads the holders back (`by_unique_keys`).
 - **One cluster per database.** `cluster_meta.cluster`, recorded by `migrate` (or the first node),
   is checked by every node at start (`PartitionsPort.claim_cluster`).
 

@@ -29,13 +29,56 @@ _MICROSECOND = timedelta(microseconds=1)
 BRIEF_COLUMNS: LiteralString = "id, tenant, idempotency_key, state, partition, run_at, priority"
 
 
-def _insert_query(brief: bool) -> LiteralString:
+# A state's bit in unique_states: the mirror of cronwheel_unique_holds (migration 0015, the one SQL
+# definition); tests/integration/test_unique_jobs.py checks that the two agree.
+UNIQUE_STATE_BITS: dict[str, int] = {
+    "scheduled": 1, "queued": 2, "running": 4, "retry_scheduled": 8, "succeeded": 16, "failed": 32,
+    "dead": 64, "cancelled": 128, "skipped": 256,
+}
+
+_KEY_CONFLICT: LiteralString = "ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+_UNIQUE_READS: tuple[tuple[LiteralString, LiteralString], ...] = (
+    ("decode(j->>15, 'hex')", "NULL::bytea"), ("(j->>16)::smallint", "NULL::smallint"))
+
+
+def unique_states_mask(states: Sequence[str]) -> int:
+    """The unique_states bitmask of a set of state names (KeyError on an unknown one)."""
+    mask = 0
+    for s in states:
+        mask |= UNIQUE_STATE_BITS[s]
+    return mask
+
+
+def _insert_query(brief: bool, unique: bool = False) -> LiteralString:
+    """insert_submitted_many, returning BRIEF_COLUMNS when `brief`; with `unique` (a job of the
+    group carries a unique key) its conflict clause has no target, so a taken unique key inserts
+    nothing too (PostgreSQL takes one arbiter index, or all of them), and its rows go in key
+    order. A group without unique jobs keeps the single arbiter and reads no unique column (NULL
+    constants instead): it pays nothing for the feature (bench/submit_unique.py --statement)."""
     query = q("insert_submitted_many")
-    if not brief:
-        return query
-    out = query.replace("RETURNING *", "RETURNING " + BRIEF_COLUMNS)
-    assert out != query, "insert_submitted_many must end with RETURNING *"
+    out = query
+    if brief:
+        out = out.replace("RETURNING *", "RETURNING " + BRIEF_COLUMNS)
+        assert out != query, "insert_submitted_many must end with RETURNING *"
+    if not unique:  # constants instead of two JSON reads per row: what reading them cost a plain job
+        for read, null in _UNIQUE_READS:
+            assert read in out, f"insert_submitted_many must read {read}"
+            out = out.replace(read, null)
+    else:
+        # Rows are inserted, and a taken key waited for, in unique-key order: two groups holding
+        # the same keys take them in one order and never deadlock (in item order, a group holding
+        # A then B and another holding B then A each wait for the other). Among jobs with one key
+        # the earliest item still wins.
+        bare = out.replace(_KEY_CONFLICT, "ON CONFLICT DO NOTHING").replace("ORDER BY v.ord",
+                                                                           "ORDER BY v.unique_key, v.ord")
+        assert _KEY_CONFLICT not in bare and "ORDER BY v.unique_key, v.ord" in bare, \
+            "insert_submitted_many must end with ORDER BY v.ord and the idempotency key's conflict clause"
+        out = bare
     return out
+
+
+def _any_unique(jobs: Sequence[SubmittedJob]) -> bool:
+    return any(j.unique_key is not None for j in jobs)
 
 
 def _micros(at: datetime) -> int:
@@ -62,6 +105,8 @@ class SubmittedJob:
     timeout_s: float | None
     idempotency_key: str | None
     trace_context: str | None = None  # W3C traceparent of its fire span (tracing on only)
+    unique_key: bytes | None = None  # unique jobs: sha256 (cluster/commands/unique.py)
+    unique_states: int | None = None  # with unique_key: the UNIQUE_STATE_BITS it holds the key in
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,16 +186,21 @@ class ExecutionsPort:
             return []
         cur = decoding_cursor(conn)
         async with cur:
-            await cur.execute(_insert_query(brief), {**self._many(jobs, now), "unless_quota": False})
+            await cur.execute(_insert_query(brief, _any_unique(jobs)), {**self._many(jobs, now), "unless_quota": False})
             return list(await cur.fetchall())
 
     @staticmethod
     def _many(jobs: Sequence[SubmittedJob], now: datetime) -> dict[str, object]:
         """The parameters of `insert_submitted_many`: the jobs as one JSON array (see the query)."""
-        doc = json.dumps([[str(j.id), j.tenant, j.type, j.payload, j.partition, _micros(j.run_at), j.priority,
-                           j.state, j.max_attempts, j.retry_initial_s, j.retry_multiplier, j.retry_max_s,
-                           j.timeout_s, j.idempotency_key, j.trace_context] for j in jobs],
-                         ensure_ascii=False, allow_nan=False)
+        items: list[list[object]] = []
+        for j in jobs:
+            item: list[object] = [str(j.id), j.tenant, j.type, j.payload, j.partition, _micros(j.run_at), j.priority,
+                                  j.state, j.max_attempts, j.retry_initial_s, j.retry_multiplier, j.retry_max_s,
+                                  j.timeout_s, j.idempotency_key, j.trace_context]
+            if j.unique_key is not None:
+                item += [j.unique_key.hex(), j.unique_states]
+            items.append(item)
+        doc = json.dumps(items, ensure_ascii=False, allow_nan=False)
         return {"jobs": doc, "tenants": sorted({j.tenant for j in jobs}), "now": now}
 
     async def insert_unless_quota(self, jobs: Sequence[SubmittedJob], now: datetime,
@@ -174,7 +224,8 @@ class ExecutionsPort:
             ins = decoding_cursor(conn)
             async with conn.pipeline(), conn.transaction():
                 await quota.execute(q("api_daily_quotas"), {"tenants": sorted({j.tenant for j in jobs})})
-                await ins.execute(_insert_query(brief), {**self._many(jobs, now), "unless_quota": True})
+                await ins.execute(_insert_query(brief, _any_unique(jobs)), {**self._many(jobs, now),
+                                                                            "unless_quota": True})
                 if due:
                     await conn.execute(q("notify_due_many"), {"payloads": oneoff_batch_payloads(due)})
                 if priorities:
@@ -190,6 +241,13 @@ class ExecutionsPort:
         got = await rows(conn, "api_by_idempotency_keys", {"tenants": [t for t, _ in keys],
                                                             "idempotency_keys": [k for _, k in keys]})
         return {(r["tenant"], r["idempotency_key"]): r for r in got}
+
+    async def by_unique_keys(self, conn: Conn, keys: Sequence[bytes]) -> dict[bytes, Row]:
+        """The executions that hold these unique keys now (in their unique states), by key."""
+        if not keys:
+            return {}
+        got = await rows(conn, "api_by_unique_keys", {"unique_keys": list(keys)})
+        return {bytes(r["unique_key"]): r for r in got}
 
     async def daily_quotas(self, conn: Conn, tenants: Sequence[str]) -> dict[str, int]:
         """max_executions_per_day of those of `tenants` that have one (no lock)."""

@@ -22,9 +22,10 @@ from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from cronwheel.cluster.commands.schedules import ScheduleSpec
+from cronwheel.cluster.commands.unique import UniqueSpec
 from cronwheel.cluster.commands.values import JsonText, RetryPolicy, parse_json
 from cronwheel.errors import InvalidArgument
-from cronwheel.v1 import admin_pb2, common_pb2, enums
+from cronwheel.v1 import admin_pb2, common_pb2, enums, scheduler_pb2
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MIN_TS = -62135596800  # 0001-01-01T00:00:00Z
@@ -138,6 +139,17 @@ def retry_from(msg: common_pb2.RetryPolicy, present: bool = True) -> RetryPolicy
     return RetryPolicy(initial_s=d.initial_s if initial is None else initial, multiplier=mult or d.multiplier,
                        max_s=d.max_s if maximum is None else maximum,
                        max_attempts=msg.max_attempts or d.max_attempts).validate()
+
+
+def unique_from(msg: scheduler_pb2.UniqueOptions) -> UniqueSpec:
+    """A job's unique options; field names relative to "unique" (the caller prefixes jobs[i])."""
+    states = []
+    for j, number in enumerate(msg.states):
+        if number not in STATE:
+            raise InvalidArgument(f"unique.states[{j}]", f"must be an execution state, got {number}")
+        states.append(STATE[number])
+    return UniqueSpec(by_args=msg.by_args, args_keys=tuple(msg.args_keys),
+                      period_s=opt_s(msg, "period", "unique.period") or 0.0, states=tuple(states))
 
 
 def _dst(msg: common_pb2.DstPolicy) -> tuple[str | None, str | None]:

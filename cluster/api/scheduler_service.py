@@ -36,7 +36,8 @@ from cronwheel.cluster.commands.values import parse_json, text
 from cronwheel.cron import jitter_offset_s
 from cronwheel.errors import InvalidArgument
 from cronwheel.storage import PgStore
-from cronwheel.storage.executions import ExecutionFilter
+from cronwheel.storage.api import Row
+from cronwheel.storage.executions import ExecutionFilter, SubmittedJob
 from cronwheel.storage.schedules import ScheduleFilter
 from cronwheel.v1 import common_pb2, enums, scheduler_pb2, scheduler_pb2_grpc
 
@@ -212,7 +213,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
             run_at=cv.opt_dt(request, "run_at", "run_at"),
             priority=cv.enum(cv.PRIORITY, request.priority, "priority", "default") or "default",
             retry=cv.retry_from(request.retry_policy, request.HasField("retry_policy")),
-            timeout_s=cv.opt_s(request, "timeout", "timeout"), idempotency_key=request.idempotency_key or None)
+            timeout_s=cv.opt_s(request, "timeout", "timeout"), idempotency_key=request.idempotency_key or None,
+            unique=cv.unique_from(request.unique) if request.HasField("unique") else None)
 
     async def SubmitJob(self, request: scheduler_pb2.SubmitJobRequest,  # noqa: N802
                         context: Ctx) -> scheduler_pb2.SubmitJobResponse:
@@ -220,7 +222,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         if not tracing.enabled():
             job = runs.prepare_job(self._job(request, tenant), self.clock.now(), self.partitions())
             row, dedup = await self.batcher.submit(job)  # validated first: a bad call never joins a group
-            return scheduler_pb2.SubmitJobResponse(execution=cv.execution_out(row), deduplicated=dedup)
+            return _submitted(job, row, dedup)
         with tracing.span("submit", attributes={"rpc.method": "SubmitJob", "cronwheel.jobs": 1}):
             job = runs.prepare_job(self._job(request, tenant), self.clock.now(), self.partitions())
             traced, fires = runs.traced_jobs([job])
@@ -228,7 +230,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
                 row, dedup = await self.batcher.submit(traced[0])
             finally:
                 tracing.end_all(fires)
-        return scheduler_pb2.SubmitJobResponse(execution=cv.execution_out(row), deduplicated=dedup)
+        return _submitted(job, row, dedup)
 
     async def SubmitJobs(self, request: scheduler_pb2.SubmitJobsRequest,  # noqa: N802
                          context: Ctx) -> scheduler_pb2.SubmitJobsResponse:
@@ -252,8 +254,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         state = enums.by_name(cv.STATE)
         return scheduler_pb2.SubmitJobsResponse(results=[
             scheduler_pb2.SubmittedJob(execution_id=str(r["id"]), deduplicated=dedup, state=state[r["state"]],
-                                       partition=r["partition"], run_at=cv.ts(r["run_at"]))
-            for r, dedup in got])
+                                       partition=r["partition"], run_at=cv.ts(r["run_at"]),
+                                       deduplicated_by=_DEDUP[runs.deduplicated_by(j, r, dedup)])
+            for j, (r, dedup) in zip(jobs, got, strict=True)])
 
     async def GetExecution(self, request: scheduler_pb2.GetExecutionRequest,  # noqa: N802
                            context: Ctx) -> scheduler_pb2.GetExecutionResponse:
@@ -304,3 +307,11 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
 
 def _unspecified_state() -> str:
     raise InvalidArgument("states", "EXECUTION_STATE_UNSPECIFIED is not a state")
+
+
+_DEDUP: dict[str | None, int] = {None: 0, **enums.by_name(enums.words(scheduler_pb2.Deduplication, "DEDUPLICATION_"))}
+
+
+def _submitted(job: SubmittedJob, row: Row, dedup: bool) -> scheduler_pb2.SubmitJobResponse:
+    return scheduler_pb2.SubmitJobResponse(execution=cv.execution_out(row), deduplicated=dedup,
+                                           deduplicated_by=_DEDUP[runs.deduplicated_by(job, row, dedup)])

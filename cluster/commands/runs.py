@@ -29,6 +29,8 @@ from typing import Any
 
 from cronwheel import tracing
 from cronwheel.cluster.commands.schedules import get_schedule, lock_schedule, spec_of, validate_cron
+from cronwheel.cluster.commands.unique import UniqueSpec, unique_key
+from cronwheel.cluster.commands.unique import validate as validate_unique
 from cronwheel.cluster.commands.values import (
     MAX_RUN_AT_AHEAD,
     JsonText,
@@ -184,6 +186,7 @@ class JobSpec:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout_s: float | None = None
     idempotency_key: str | None = None
+    unique: UniqueSpec | None = None  # unique job options (cluster/commands/unique.py)
 
 
 def _day_start(now: datetime) -> datetime:
@@ -208,13 +211,17 @@ def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
         raise InvalidArgument("run_at", f"must be at most 10 years ahead, got {run_at.isoformat()}")
     run_at = max(run_at, now)
     retry = job.retry.validate()
+    ukey = umask = None
+    if job.unique is not None:
+        rule = validate_unique(job.unique)
+        ukey, umask = unique_key(rule, tenant, jtype, str(payload), run_at), rule.mask
     eid = new_execution_id()
     state = "queued" if run_at <= now else "scheduled"
     return SubmittedJob(
         id=eid, tenant=tenant, type=jtype, payload=str(payload), partition=partition_of(eid, partitions),
         run_at=run_at, priority=priority(job.priority), state=state, max_attempts=retry.max_attempts,
         retry_initial_s=retry.initial_s, retry_multiplier=retry.multiplier, retry_max_s=retry.max_s,
-        timeout_s=timeout("timeout", job.timeout_s), idempotency_key=key,
+        timeout_s=timeout("timeout", job.timeout_s), idempotency_key=key, unique_key=ukey, unique_states=umask,
     )
 
 
@@ -256,19 +263,51 @@ async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime
     taken by a committed or concurrent transaction is resolved per job by the insert's
     ON CONFLICT DO NOTHING and a read-back of the existing rows.
 
+    Unique jobs (cluster/commands/unique.py): the same, by unique key, against the execution that
+    holds it now (in its unique states): the partial unique index decides, so an earlier job of
+    `jobs`, another group on this node and a submit on another node are one rule. The key is
+    checked after the idempotency key (a taken idempotency key wins, whatever `unique` says). A
+    job that lost its key to a holder that then left its states before the read-back (it finished
+    in between) has no execution to return: it is written again, in a transaction of its own
+    (UNIQUE_ATTEMPTS in all), so the answer is always the holder or a new execution.
+
     Two paths. When none of the jobs' tenants has a daily quota (the common case) the group is
     one round trip to PostgreSQL (`insert_unless_quota`: quota read, guarded insert, coalesced
     notifications and commit pipelined), plus a read-back only if a key was taken. Otherwise the
     counted path, exact without a row lock: one advisory transaction lock per quota tenant per
     group (`lock_quotas`), then a count of today's executions taken after the lock (READ
     COMMITTED: a fresh snapshot that sees every group that held the lock before), then at most
-    `limit - used` new jobs; existing keys are read first so they do not count. The lock is held
-    to commit, so two groups of one tenant count one after the other. A job lost to a concurrent
-    key counts as used for its group (never over, possibly one refused that would have fitted).
-    A quota set while a group is in flight applies from the next group.
+    `limit - used` new jobs; existing keys (idempotency and unique) are read first so they do not
+    count, and a unique key repeated inside `jobs` counts once. The lock is held to commit, so two
+    groups of one tenant count one after the other. A job lost to a concurrent key counts as used
+    for its group (never over, possibly one refused that would have fitted). A quota set while a
+    group is in flight applies from the next group.
 
     `brief`: the rows of new jobs hold only id, tenant, idempotency_key, state, partition,
     run_at and priority (storage's BRIEF_COLUMNS: a SubmitJobs answer); a deduplicated job's row is whole."""
+    results = await _write_once(store, jobs, now, all_or_nothing, brief)
+    for _ in range(UNIQUE_ATTEMPTS - 1):
+        again = [i for i, r in enumerate(results) if isinstance(r, _HolderGone)]
+        if not again:
+            break
+        for i, r in zip(again, await _write_once(store, [jobs[i] for i in again], now, all_or_nothing, brief),
+                        strict=True):
+            results[i] = r
+    return [AlreadyExists("execution", f"unique key of job {jobs[i].id}", "the execution holding this unique key "
+                          "kept changing state; submit again") if isinstance(r, _HolderGone) else r
+            for i, r in enumerate(results)]
+
+
+UNIQUE_ATTEMPTS = 3
+
+
+class _HolderGone(Exception):  # noqa: N818 - a marker, never raised
+    """A unique job lost its key, and no execution held the key at the read-back."""
+
+
+async def _write_once(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime,
+                      all_or_nothing: bool, brief: bool) -> list[Submitted | Exception]:
+    """One attempt of `write_jobs` (one transaction); a unique job may come back _HolderGone."""
     n = len(jobs)
     results: list[Submitted | Exception | None] = [None] * n
     first: dict[tuple[str, str], int] = {}
@@ -287,11 +326,10 @@ async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime
     if fast is not None:
         inserted = {r["id"]: r for r in fast}
         lost = [i for i in unique if jobs[i].id not in inserted]
-        back: dict[tuple[str, str], Row] = {}
+        back: tuple[dict[tuple[str, str], Row], dict[bytes, Row]] = ({}, {})
         if lost:
             async with store.connection() as conn:
-                back = await ex.by_idempotency_keys(conn, [(jobs[i].tenant, jobs[i].idempotency_key or "")
-                                                           for i in lost])
+                back = await _read_back(store, conn, jobs, lost)
         _settle(jobs, unique, inserted, back, results)
     else:
         async with store.transaction() as conn:
@@ -303,29 +341,36 @@ async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime
                     results[i] = (r, True)
                 else:
                     candidates.append(i)
+            held = await ex.by_unique_keys(conn, [k for i in candidates if (k := jobs[i].unique_key) is not None])
+            if held:
+                for i in candidates:
+                    if (k := jobs[i].unique_key) is not None and (r := held.get(k)) is not None:
+                        results[i] = (r, True)
+                candidates = [i for i in candidates if results[i] is None]
             quotas = await ex.daily_quotas(conn, sorted({jobs[i].tenant for i in candidates})) if candidates else {}
             accepted = candidates
             if quotas:
                 await ex.lock_quotas(conn, list(quotas))
                 used = await ex.used_since(conn, list(quotas), _day_start(now))
                 left = {t: limit - used.get(t, 0) for t, limit in quotas.items()}
+                counted: set[bytes] = set()  # a unique key repeated inside `jobs` makes one execution
                 accepted = []
                 for i in candidates:
-                    t = jobs[i].tenant
-                    if t in left:
+                    t, k = jobs[i].tenant, jobs[i].unique_key
+                    if t in left and k not in counted:
                         if left[t] <= 0:
                             if all_or_nothing:
                                 raise _quota_error(t, quotas[t])
                             results[i] = _quota_error(t, quotas[t])
                             continue
                         left[t] -= 1
+                        if k is not None:
+                            counted.add(k)
                     accepted.append(i)
             inserted = {r["id"]: r for r in await ex.insert_submitted_many(conn, [jobs[i] for i in accepted], now,
                                                                          brief)}
             lost = [i for i in accepted if jobs[i].id not in inserted]
-            back = await ex.by_idempotency_keys(
-                conn, [(jobs[i].tenant, jobs[i].idempotency_key or "") for i in lost]) if lost else {}
-            _settle(jobs, accepted, inserted, back, results)
+            _settle(jobs, accepted, inserted, await _read_back(store, conn, jobs, lost), results)
             await ex.notify_submitted(
                 conn, [(r["partition"], r["id"], r["run_at"]) for r in inserted.values() if r["state"] == "scheduled"],
                 [r["priority"] for r in inserted.values() if r["state"] == "queued"])
@@ -339,17 +384,47 @@ async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime
     return out
 
 
+async def _read_back(store: PgStore, conn: Conn, jobs: Sequence[SubmittedJob],
+                     lost: Sequence[int]) -> tuple[dict[tuple[str, str], Row], dict[bytes, Row]]:
+    """The rows holding the keys of the jobs the insert left out: by idempotency key, then (for
+    unique jobs the idempotency key did not explain) by unique key."""
+    if not lost:
+        return {}, {}
+    ex = store.executions
+    by_key = await ex.by_idempotency_keys(conn, [(jobs[i].tenant, k) for i in lost
+                                                 if (k := jobs[i].idempotency_key) is not None])
+    ukeys = [u for i in lost if (u := jobs[i].unique_key) is not None
+             and (jobs[i].tenant, jobs[i].idempotency_key) not in by_key]
+    return by_key, await ex.by_unique_keys(conn, ukeys)
+
+
 def _settle(jobs: Sequence[SubmittedJob], written: Sequence[int], inserted: dict[uuid.UUID, Row],
-            back: dict[tuple[str, str], Row], results: list[Submitted | Exception | None]) -> None:
-    """The result of each job the insert was given: its row, or the row that holds its key."""
+            back: tuple[dict[tuple[str, str], Row], dict[bytes, Row]],
+            results: list[Submitted | Exception | None]) -> None:
+    """The result of each job the insert was given: its row, or the row that holds its key
+    (idempotency key first, then unique key)."""
+    by_key, by_unique = back
     for i in written:
         j = jobs[i]
         if (r := inserted.get(j.id)) is not None:
             results[i] = (r, False)
-        elif (r := back.get((j.tenant, j.idempotency_key or ""))) is not None:
+        elif j.idempotency_key is not None and (r := by_key.get((j.tenant, j.idempotency_key))) is not None:
             results[i] = (r, True)  # the key was taken (before, or by a concurrent call)
+        elif j.unique_key is not None:
+            r = by_unique.get(j.unique_key)
+            results[i] = (r, True) if r is not None else _HolderGone()
         else:
             results[i] = AlreadyExists("execution", j.idempotency_key or str(j.id))
+
+
+def deduplicated_by(job: SubmittedJob, row: Row, deduplicated: bool) -> str | None:
+    """Why a submit returned an existing execution: "idempotency_key" (the job's key names it),
+    "unique" (it holds the job's unique key), or None (created)."""
+    if not deduplicated:
+        return None
+    if job.idempotency_key is not None and row["idempotency_key"] == job.idempotency_key:
+        return "idempotency_key"
+    return "unique"
 
 
 def check_batch_size(n: int) -> None:
@@ -447,6 +522,10 @@ async def retry_execution(store: PgStore, execution_id: uuid.UUID, now: datetime
         if row["state"] not in RETRYABLE:
             raise FailedPrecondition(f"execution {execution_id} is {row['state']}: only dead, cancelled and "
                                      f"skipped executions can be retried")
+        if (key := row.get("unique_key")) is not None and (holder := (await store.executions.by_unique_keys(
+                conn, [bytes(key)])).get(bytes(key))) is not None and holder["id"] != execution_id:
+            raise AlreadyExists("execution", str(holder["id"]), f"execution {holder['id']} holds this unique job's "
+                                f"key ({holder['state']}): retry {execution_id} once it has left its unique states")
         why = f"retried by {actor}" + (f": {reason}" if reason else "")
         new = await store.executions.retry(conn, Retry(execution_id, state, at, additional_attempts, why, now))
         assert new is not None

@@ -141,12 +141,37 @@ CREATE TABLE executions (
     finished_at      timestamptz,
     -- W3C traceparent of the execution's trace (0013); NULL: not traced.
     trace_context    text,
+    -- Unique jobs (0015): sha256 of (tenant, type, compared args, period bucket) and the bitmask
+    -- of the states in which the row holds it (cronwheel_unique_holds); NULL for other rows.
+    unique_key       bytea,
+    unique_states    smallint,
     -- The whole fire-once story: one execution per (schedule, tick).
     CONSTRAINT executions_schedule_tick UNIQUE (schedule_id, scheduled_for)
 );
 -- Submissions are deduplicated per tenant (partial: cron ticks carry no key).
 CREATE UNIQUE INDEX executions_idempotency ON executions (tenant, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
+-- Unique jobs (0015): whether a row whose unique_states is `states` holds its unique_key in
+-- `state`. The one definition of each state's bit (storage/executions.py UNIQUE_STATE_BITS mirrors it).
+CREATE FUNCTION cronwheel_unique_holds(states smallint, state text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT (states & CASE state
+                         WHEN 'scheduled' THEN 1
+                         WHEN 'queued' THEN 2
+                         WHEN 'running' THEN 4
+                         WHEN 'retry_scheduled' THEN 8
+                         WHEN 'succeeded' THEN 16
+                         WHEN 'failed' THEN 32
+                         WHEN 'dead' THEN 64
+                         WHEN 'cancelled' THEN 128
+                         WHEN 'skipped' THEN 256
+                         ELSE 0
+                     END) <> 0
+$$;
+-- One execution per unique key among the rows in their unique states (two racing submits: one).
+CREATE UNIQUE INDEX executions_unique ON executions (unique_key)
+    WHERE unique_key IS NOT NULL AND cronwheel_unique_holds(unique_states, state);
 -- One-off half of the due index (state scheduled) and the retry timer (retry_scheduled).
 CREATE INDEX executions_due ON executions (partition, run_at)
     WHERE state IN ('scheduled', 'retry_scheduled');

@@ -30,6 +30,12 @@ class TickOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TICK_OUTCOME_MISSED: _ClassVar[TickOutcome]
     TICK_OUTCOME_PENDING: _ClassVar[TickOutcome]
     TICK_OUTCOME_PRUNED_BY_RETENTION: _ClassVar[TickOutcome]
+
+class Deduplication(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DEDUPLICATION_UNSPECIFIED: _ClassVar[Deduplication]
+    DEDUPLICATION_IDEMPOTENCY_KEY: _ClassVar[Deduplication]
+    DEDUPLICATION_UNIQUE: _ClassVar[Deduplication]
 TICK_OUTCOME_UNSPECIFIED: TickOutcome
 TICK_OUTCOME_FIRED: TickOutcome
 TICK_OUTCOME_SKIPPED_OVERLAP: TickOutcome
@@ -45,6 +51,9 @@ TICK_OUTCOME_DST_REPEATED: TickOutcome
 TICK_OUTCOME_MISSED: TickOutcome
 TICK_OUTCOME_PENDING: TickOutcome
 TICK_OUTCOME_PRUNED_BY_RETENTION: TickOutcome
+DEDUPLICATION_UNSPECIFIED: Deduplication
+DEDUPLICATION_IDEMPOTENCY_KEY: Deduplication
+DEDUPLICATION_UNIQUE: Deduplication
 
 class CreateScheduleRequest(_message.Message):
     __slots__ = ("schedule",)
@@ -287,7 +296,7 @@ class ExplainScheduleResponse(_message.Message):
     def __init__(self, ticks: _Optional[_Iterable[_Union[ExplainedTick, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("tenant", "type", "payload_json", "run_at", "priority", "retry_policy", "timeout", "idempotency_key")
+    __slots__ = ("tenant", "type", "payload_json", "run_at", "priority", "retry_policy", "timeout", "idempotency_key", "unique")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +305,7 @@ class SubmitJobRequest(_message.Message):
     RETRY_POLICY_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    UNIQUE_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     type: str
     payload_json: str
@@ -304,15 +314,18 @@ class SubmitJobRequest(_message.Message):
     retry_policy: _common_pb2.RetryPolicy
     timeout: _duration_pb2.Duration
     idempotency_key: str
-    def __init__(self, tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    unique: UniqueOptions
+    def __init__(self, tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., unique: _Optional[_Union[UniqueOptions, _Mapping]] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
-    __slots__ = ("execution", "deduplicated")
+    __slots__ = ("execution", "deduplicated", "deduplicated_by")
     EXECUTION_FIELD_NUMBER: _ClassVar[int]
     DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
+    DEDUPLICATED_BY_FIELD_NUMBER: _ClassVar[int]
     execution: _common_pb2.Execution
     deduplicated: bool
-    def __init__(self, execution: _Optional[_Union[_common_pb2.Execution, _Mapping]] = ..., deduplicated: _Optional[bool] = ...) -> None: ...
+    deduplicated_by: Deduplication
+    def __init__(self, execution: _Optional[_Union[_common_pb2.Execution, _Mapping]] = ..., deduplicated: _Optional[bool] = ..., deduplicated_by: _Optional[_Union[Deduplication, str]] = ...) -> None: ...
 
 class SubmitJobsRequest(_message.Message):
     __slots__ = ("jobs",)
@@ -321,18 +334,20 @@ class SubmitJobsRequest(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[SubmitJobRequest, _Mapping]]] = ...) -> None: ...
 
 class SubmittedJob(_message.Message):
-    __slots__ = ("execution_id", "deduplicated", "state", "partition", "run_at")
+    __slots__ = ("execution_id", "deduplicated", "state", "partition", "run_at", "deduplicated_by")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     RUN_AT_FIELD_NUMBER: _ClassVar[int]
+    DEDUPLICATED_BY_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     deduplicated: bool
     state: _common_pb2.ExecutionState
     partition: int
     run_at: _timestamp_pb2.Timestamp
-    def __init__(self, execution_id: _Optional[str] = ..., deduplicated: _Optional[bool] = ..., state: _Optional[_Union[_common_pb2.ExecutionState, str]] = ..., partition: _Optional[int] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    deduplicated_by: Deduplication
+    def __init__(self, execution_id: _Optional[str] = ..., deduplicated: _Optional[bool] = ..., state: _Optional[_Union[_common_pb2.ExecutionState, str]] = ..., partition: _Optional[int] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deduplicated_by: _Optional[_Union[Deduplication, str]] = ...) -> None: ...
 
 class SubmitJobsResponse(_message.Message):
     __slots__ = ("results",)
@@ -409,3 +424,15 @@ class RetryExecutionResponse(_message.Message):
     EXECUTION_FIELD_NUMBER: _ClassVar[int]
     execution: _common_pb2.Execution
     def __init__(self, execution: _Optional[_Union[_common_pb2.Execution, _Mapping]] = ...) -> None: ...
+
+class UniqueOptions(_message.Message):
+    __slots__ = ("by_args", "args_keys", "period", "states")
+    BY_ARGS_FIELD_NUMBER: _ClassVar[int]
+    ARGS_KEYS_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    by_args: bool
+    args_keys: _containers.RepeatedScalarFieldContainer[str]
+    period: _duration_pb2.Duration
+    states: _containers.RepeatedScalarFieldContainer[_common_pb2.ExecutionState]
+    def __init__(self, by_args: _Optional[bool] = ..., args_keys: _Optional[_Iterable[str]] = ..., period: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., states: _Optional[_Iterable[_Union[_common_pb2.ExecutionState, str]]] = ...) -> None: ...

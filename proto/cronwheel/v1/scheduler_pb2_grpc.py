@@ -277,7 +277,9 @@ class SchedulerServiceServicer:
         up.
         Concurrent SubmitJob calls on one node share transactions (group commit, about 1 ms of
         collection): each call still gets its own answer or its own error, and only after the
-        transaction holding its execution committed.
+        transaction holding its execution committed. With `unique` (UniqueOptions), a submission of
+        a job that has an execution in the chosen states returns that execution with
+        deduplicated = true and deduplicated_by = DEDUPLICATION_UNIQUE, exactly once across nodes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -291,8 +293,11 @@ class SchedulerServiceServicer:
         nothing is stored. Idempotency is per item: an item whose key (same tenant) already names
         an execution returns that execution with deduplicated = true and creates nothing; a key
         repeated inside one call is one job (the first such item), the later items return it with
-        deduplicated = true. The daily execution quota counts the items that create an execution:
-        if they do not all fit, the call fails and nothing is stored. Results are in item order.
+        deduplicated = true. Unique jobs (`unique`) likewise per item: an item whose job has an
+        execution in its unique states, or repeats an earlier item's unique job, returns that
+        execution (deduplicated_by = DEDUPLICATION_UNIQUE). The daily execution quota counts the items
+        that create an execution: if they do not all fit, the call fails and nothing is stored.
+        Results are in item order.
         Errors: INVALID_ARGUMENT naming the item's field, e.g. "jobs[7777].type" (the rules of
         SubmitJob), or "jobs" when the call has no item or more than 10,000; PERMISSION_DENIED
         when a tenant caller names another tenant in any item (jobs[i].tenant);
@@ -343,7 +348,9 @@ class SchedulerServiceServicer:
         cancel_requested is cleared. Records an "execution_retried" event.
         Errors: INVALID_ARGUMENT (execution_id, additional_attempts, run_at more than 10 years
         ahead, reason too long); NOT_FOUND; FAILED_PRECONDITION when the execution is in any other
-        state (SUCCEEDED: use TriggerSchedule or SubmitJob to run the work again).
+        state (SUCCEEDED: use TriggerSchedule or SubmitJob to run the work again); ALREADY_EXISTS
+        when the execution is a unique job (SubmitJobRequest.unique) whose key another execution
+        holds now (retry it once that one has left its unique states).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -147,26 +147,33 @@ UPDATE executions e
 -- Many one-off jobs from SubmitJobs or one SubmitJob group, ONE statement. `jobs` is one JSON
 -- array with one array per job: [id, tenant, type, payload (JSON text), partition, run_at (Unix
 -- microseconds), priority, state, max_attempts, retry_initial_s, retry_multiplier, retry_max_s,
--- timeout_s, idempotency_key, trace_context] (one text parameter: psycopg adapts fourteen Python lists of a
--- thousand items four times slower than json.dumps writes this). A (tenant, idempotency_key)
+-- timeout_s, idempotency_key, trace_context, unique_key (hex), unique_states] (the last two only
+-- for a unique job: absent, they read as NULL) (one text parameter: psycopg adapts fourteen Python
+-- lists of a thousand items four times slower than json.dumps writes this). A (tenant, idempotency_key)
 -- already taken, by a committed row or by an earlier job of the array, inserts nothing for that
--- job: the caller reads the existing row back (`api_by_idempotency_keys`). RETURNING order is not
+-- job: the caller reads the existing row back (`api_by_idempotency_keys`). A group holding a unique
+-- job runs this statement with a bare ON CONFLICT DO NOTHING (storage/executions.py), so a taken
+-- unique key (executions_unique) also inserts nothing (`api_by_unique_keys`), and its rows in
+-- unique-key order; a group without one reads NULL constants for the two unique columns instead of
+-- items 15 and 16. RETURNING order is not
 -- the input order. `unless_quota`: insert nothing at all if any of the tenants has a daily quota
 -- (the caller then takes the locked, counted path instead).
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, trigger, max_attempts, retry_initial_s,
                         retry_multiplier, retry_max_s, timeout_s, idempotency_key, queued_at, created_at,
-                        trace_context)
+                        trace_context, unique_key, unique_states)
 SELECT v.id, NULL, v.tenant, v.type, v.payload, v.partition, v.run_at, v.run_at, v.priority, v.state,
        'submit', v.max_attempts, v.retry_initial_s, v.retry_multiplier, v.retry_max_s, v.timeout_s,
-       v.idempotency_key, CASE WHEN v.state = 'queued' THEN %(now)s::timestamptz END, %(now)s, v.trace_context
+       v.idempotency_key, CASE WHEN v.state = 'queued' THEN %(now)s::timestamptz END, %(now)s, v.trace_context,
+       v.unique_key, v.unique_states
   FROM (SELECT (j->>0)::uuid AS id, j->>1 AS tenant, j->>2 AS type, (j->>3)::jsonb AS payload,
                (j->>4)::int AS partition,
                timestamptz 'epoch' + (j->>5)::bigint * interval '1 microsecond' AS run_at,
                j->>6 AS priority, j->>7 AS state, (j->>8)::int AS max_attempts,
                (j->>9)::float8 AS retry_initial_s, (j->>10)::float8 AS retry_multiplier,
                (j->>11)::float8 AS retry_max_s, (j->>12)::float8 AS timeout_s, j->>13 AS idempotency_key,
-               j->>14 AS trace_context, ord
+               j->>14 AS trace_context, decode(j->>15, 'hex') AS unique_key, (j->>16)::smallint AS unique_states,
+               ord
           FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)) AS v
  WHERE NOT (%(unless_quota)s::boolean AND EXISTS (
            SELECT 1 FROM tenants t WHERE t.id = ANY(%(tenants)s::text[]) AND t.max_executions_per_day IS NOT NULL))
@@ -179,6 +186,13 @@ RETURNING *;
 SELECT e.* FROM executions e
   JOIN unnest(%(tenants)s::text[], %(idempotency_keys)s::text[]) AS k(tenant, idempotency_key)
     ON e.tenant = k.tenant AND e.idempotency_key = k.idempotency_key;
+
+-- name: api_by_unique_keys
+-- The executions that hold the given unique keys now (in their unique states): the partial unique
+-- index executions_unique, whose predicate this repeats so the planner uses it.
+SELECT e.* FROM executions e
+ WHERE e.unique_key = ANY(%(unique_keys)s::bytea[])
+   AND e.unique_key IS NOT NULL AND cronwheel_unique_holds(e.unique_states, e.state);
 
 -- name: api_daily_quotas
 -- The tenants among `tenants` that have a daily execution quota, and the quota. No lock.
