@@ -19,7 +19,8 @@ epochs, health) live in `chaos.checker_fencing`; this module holds the tick, job
                            reaper failed on no row (reap_row_failed / reap_failed)
 
 The timing checks (no_stuck_running, not_fired_early, fire_lag_bounded) are in
-`chaos.checker_timing`.
+`chaos.checker_timing`; the tenancy checks (concurrency_keys, rate_limits) in
+`chaos.checker_limits`.
 """
 
 from __future__ import annotations
@@ -355,6 +356,7 @@ def check_long_retry_history(h: History) -> InvariantResult:
 
 def check(h: History) -> list[InvariantResult]:
     from chaos.checker_fencing import check_epochs_increase, check_health, check_no_stale_write, check_takeover
+    from chaos.checker_limits import check_concurrency_keys, check_rate_limits
     from chaos.checker_timing import check_fire_lag_bounded, check_no_stuck_running, check_not_fired_early
 
     return [
@@ -371,6 +373,8 @@ def check(h: History) -> list[InvariantResult]:
         check_not_fired_early(h),
         check_fire_lag_bounded(h),
         check_long_retry_history(h),
+        check_concurrency_keys(h),
+        check_rate_limits(h),
     ]
 
 

@@ -25,6 +25,7 @@ from chaos.history import (
     RunRec,
     ScheduleRec,
     SubmittedJob,
+    TenantLimitRec,
     run_from_json,
 )
 
@@ -58,14 +59,17 @@ def read_db(dsn: str, partitions_table: str = "partitions") -> dict[str, Any]:
             state=r[6], trigger=r[7], state_reason=r[8], attempt=r[9], fencing_token=int(r[10]),
             fired_epoch=None if r[11] is None else int(r[11]), fired_at=_f(r[12]), started_at=_f(r[13]),
             finished_at=_f(r[14]), lease_expires=_f(r[15]), result_token=None if r[16] is None else int(r[16]),
-            error=r[17],
+            error=r[17], tenant=r[18], concurrency_key=r[19], concurrency_limit=r[20],
         ) for r in c.execute(
             "SELECT id::text, schedule_id::text, partition, type, extract(epoch FROM scheduled_for),"
             " extract(epoch FROM run_at), state, trigger, state_reason, attempt, fencing_token, fired_epoch,"
             " extract(epoch FROM fired_at), extract(epoch FROM started_at), extract(epoch FROM finished_at),"
             " extract(epoch FROM lease_expires),"
             " CASE WHEN jsonb_typeof(result -> 'token') = 'number' THEN (result ->> 'token')::bigint END,"
-            " left(error, 400) FROM executions ORDER BY scheduled_for, id"))
+            " left(error, 400), tenant, concurrency_key, concurrency_limit FROM executions"
+            " ORDER BY scheduled_for, id"))
+        limits = tuple(TenantLimitRec(tenant=r[0], rate_per_s=_f(r[1]), burst=_f(r[2]))
+                       for r in c.execute("SELECT id, rate_per_s, burst FROM tenants ORDER BY id"))
         committed = "extract(epoch FROM pg_xact_commit_timestamp(xmin))" if commit_ts else "NULL"
         ownership = tuple(OwnershipRec(
             id=r[0], partition=r[1], epoch=int(r[2]), owner=r[3], kind=r[4], at=float(r[5]), committed_at=_f(r[6]),
@@ -79,7 +83,7 @@ def read_db(dsn: str, partitions_table: str = "partitions") -> dict[str, Any]:
             "SELECT kind, extract(epoch FROM at), schedule_id::text, alert, data FROM events"
             " WHERE kind IN ('misfire_refused', 'misfire_skipped', 'dead_letter') ORDER BY id"))
     return {"schedules": schedules, "executions": executions, "ownership": ownership, "partitions_now": now,
-            "events": events, "commit_ts": commit_ts}
+            "events": events, "commit_ts": commit_ts, "tenant_limits": limits}
 
 
 def log_files(workdir: Path, name: str) -> list[Path]:
@@ -131,5 +135,5 @@ def collect(dsn: str, workdir: Path, jsonl_dir: Path, meta: RunMeta, processes: 
         meta=meta, schedules=db["schedules"], executions=db["executions"], ownership=db["ownership"],
         partitions_now=db["partitions_now"], events=db["events"], runs=read_runs(jsonl_dir),
         log_events=read_log_events(workdir, processes), submitted=tuple(submitted), injections=tuple(injections),
-        health=tuple(health),
+        health=tuple(health), tenant_limits=db["tenant_limits"],
     )

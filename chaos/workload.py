@@ -20,6 +20,13 @@ replace schedules):
 One-off jobs, from a seeded rng (the same sequence for a seed): `tick` (60%), `flaky` (25%),
 `long` checkpointing jobs of 3-6 s (15%); 30% due at once, the rest delayed 0.5-6 s. Each has an
 idempotency key, so a submission retried across a PostgreSQL restart is stored once.
+
+Tenancy (created through the tenant API before any traffic, `TENANT_LIMITS`): every
+`BURST_EVERY`-th submission also sends two bursts with submit_many, so the limits bind while the
+faults run: `KEYED_BURST` `hold` jobs (0.5 s each) of tenant chaos-keys on one of two
+concurrency keys with limit 2, and `RATE_BURST` `tick` jobs of tenant chaos-rate, limited to
+4 starts/s (burst 4). The checker proves no key ever had a third run and no claim of chaos-rate
+went past its bucket (chaos/checker_limits.py).
 """
 
 from __future__ import annotations
@@ -32,11 +39,17 @@ from datetime import timedelta
 from typing import Any
 
 from chaos.history import SubmittedJob
-from cronwheel.client import ApiError, ApplyPlan, Client, RetryPolicy
+from cronwheel.client import AlreadyExists, ApiError, ApplyPlan, Client, JobSpec, RetryPolicy
 
 RETRY = RetryPolicy(initial_backoff=timedelta(seconds=0.5), backoff_multiplier=2.0,
                     max_backoff=timedelta(seconds=2), max_attempts=6)
 TENANTS = ("chaos-a", "chaos-b")
+TENANT_LIMITS: dict[str, dict[str, Any]] = {
+    "chaos-rate": {"rate_per_s": 4.0, "burst": 4.0},
+    "chaos-keys": {"max_concurrency": 50},
+}
+KEY_LIMIT = 2
+BURST_EVERY, KEYED_BURST, RATE_BURST = 5, 6, 10
 
 SCHEDULES: tuple[tuple[str, str, str, str, str, dict[str, Any]], ...] = (
     ("sec-utc-skip", "* * * * * *", "UTC", "skip", "tick", {}),
@@ -79,7 +92,27 @@ def create_workload(addresses: Sequence[str], overlap: bool = False) -> list[App
     """The schedules, created through the public door: `Client.apply` per tenant (safe to run
     again: a second apply changes nothing)."""
     with Client(addresses) as cw:
+        for tenant, limits in TENANT_LIMITS.items():
+            try:
+                cw.create_tenant(tenant, **limits)
+            except AlreadyExists:  # a second run on the same cluster
+                cw.update_tenant(tenant, **limits)
         return [cw.apply(specs, tenant=tenant) for tenant, specs in schedule_specs(overlap).items()]
+
+
+def burst_plan(seed: int, i: int) -> list[tuple[str, dict[str, Any]]]:
+    """The bursts sent with the i-th submission: (key, submit kwargs) per job; none unless i is a
+    multiple of BURST_EVERY. Pure."""
+    if i % BURST_EVERY:
+        return []
+    n = i // BURST_EVERY
+    key = f"customer:{n % 2}"
+    keyed = [(f"chaos-{seed}-{i}-hold-{k}", {"type": "hold", "payload": {"i": i, "k": k}, "tenant": "chaos-keys",
+                                               "concurrency_key": key, "concurrency_limit": KEY_LIMIT})
+             for k in range(KEYED_BURST)]
+    rated = [(f"chaos-{seed}-{i}-rate-{k}", {"type": "tick", "payload": {"i": i, "k": k}, "tenant": "chaos-rate"})
+             for k in range(RATE_BURST)]
+    return keyed + rated
 
 
 def job_plan(seed: int, i: int) -> tuple[str, float, dict[str, Any]]:
@@ -146,6 +179,31 @@ class Traffic:
                 continue
             assert ex.run_at is not None
             self.submitted.append(SubmittedJob(ex.id, kind, ex.run_at.timestamp(), key, time.time()))
-            return cw
+            return self._bursts(cw, i)
         self.failed.append(f"{key}: gave up after 40 attempts")
+        return cw
+
+    def _bursts(self, cw: Client, i: int) -> Client:
+        plan = burst_plan(self.seed, i)
+        if not plan:
+            return cw
+        specs = [JobSpec(idempotency_key=key, retry_policy=RETRY, **kw) for key, kw in plan]
+        for _attempt in range(40):
+            try:
+                got = cw.submit_many(specs)
+            except ApiError:
+                self.retries += 1
+                if self._stop.is_set():
+                    self.failed.append(f"bursts of {i}: stopped while retrying")
+                    return cw
+                time.sleep(0.25)
+                cw.close()
+                cw = self._client()
+                continue
+            now = time.time()
+            for (key, kw), ex in zip(plan, got, strict=True):
+                assert ex.run_at is not None
+                self.submitted.append(SubmittedJob(ex.execution_id, kw["type"], ex.run_at.timestamp(), key, now))
+            return cw
+        self.failed.append(f"bursts of {i}: gave up after 40 attempts")
         return cw

@@ -13,6 +13,10 @@ names it in its message, so the checker can prove no stale token's completion la
     doomed  always fail (retryable): the long-retry-history failpoint's job, run to `dead`
     long    count payload["steps"] steps of payload["step_s"], checkpointing each; a later
             attempt resumes from the checkpoint (its `start` line says from_step)
+    hold    run 0.5 s (the keyed jobs: long enough that a concurrency limit binds)
+
+Every `start` line carries `leased_at`, the node's start of the attempt (its claim), for the
+rate-limit check.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ def record(ctx: JobContext, event: str, **extra: object) -> None:
     line = json.dumps({"event": event, "worker": worker.worker_id, "pid": os.getpid(),
                        "execution_id": ctx.execution_id, "schedule_id": ctx.schedule_id,
                        "scheduled_for": ctx.scheduled_for.isoformat(), "attempt": ctx.attempt,
-                       "token": ctx.fencing_token, "t": time.time(), **extra})
+                       "token": ctx.fencing_token, "t": time.time(), **extra,
+                       **({"leased_at": ctx.started_at.timestamp()} if event == "start" else {})})
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (line + "\n").encode())
@@ -72,6 +77,14 @@ async def doomed(ctx: JobContext) -> dict[str, object]:
     record(ctx, "start")
     record(ctx, "end", outcome="error")
     raise RuntimeError(f"planned failure of every attempt (token={ctx.fencing_token})")
+
+
+@worker.job("hold")
+async def hold(ctx: JobContext) -> dict[str, object]:
+    record(ctx, "start")
+    await asyncio.sleep(0.5)
+    record(ctx, "end", outcome="ok")
+    return result(ctx)
 
 
 @worker.job("long")
