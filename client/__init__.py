@@ -32,6 +32,7 @@ from cronwheel.client.errors import (
 from cronwheel.client.types import (
     Backfill,
     ClusterStatus,
+    CreatedToken,
     CreatedWebhook,
     Delivery,
     DeliveryState,
@@ -51,7 +52,9 @@ from cronwheel.client.types import (
     RetryPolicy,
     Schedule,
     SubmittedJob,
+    Tenant,
     TickOutcome,
+    Token,
     Trigger,
     Webhook,
 )
@@ -68,6 +71,7 @@ __all__ = [
     "RetryPolicy", "Schedule", "SubmittedJob", "TickOutcome", "Trigger", "Unauthenticated", "Unavailable", "Worker",
     "Webhook", "WorkerStopped", "load_worker", "verify_webhook_signature",
 ]
+__all__ += ["CreatedToken", "Tenant", "Token"]  # tenants and tokens
 __all__ += ["ApplyAction", "ApplyPlan", "FieldChange", "PlannedSchedule", "SpecError"]  # apply
 
 

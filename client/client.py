@@ -239,6 +239,14 @@ class Client:
     delete_webhook = _call(calls.delete_webhook)
     list_deliveries = _pages(calls.list_deliveries)
 
+    create_tenant = _call(calls.create_tenant)
+    update_tenant = _call(calls.update_tenant)
+    get_tenant = _call(calls.get_tenant)
+    list_tenants = _pages(calls.list_tenants)
+    create_token = _call(calls.create_token)
+    list_tokens = _pages(calls.list_tokens)
+    revoke_token = _call(calls.revoke_token)
+
     def events(self, since: int = 0, *, follow: bool = False, poll_s: float = 1.0, tenant: str | None = None,
                schedule_id: str | None = None, execution_id: str | None = None, kind: str | None = None,
                alerts_only: bool = False) -> Iterator[t.Event]:

@@ -30,6 +30,7 @@ UNIQUE_KEYS: dict[str, tuple[str, str]] = {
     "executions_pkey": ("execution", "execution id"),
     "executions_schedule_tick": ("execution", "execution of this schedule tick"),
     "executions_idempotency": ("execution", "idempotency key (unique per tenant)"),
+    "tenants_pkey": ("tenant", "tenant"),
 }
 _KEY = re.compile(r"Key (.*) already exists\.?$")
 

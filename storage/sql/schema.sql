@@ -30,11 +30,12 @@ CREATE INDEX partition_history_by_partition ON partition_history (partition, at)
 CREATE TABLE tenants (
     id                     text PRIMARY KEY,
     max_concurrency        integer NOT NULL DEFAULT 1000 CHECK (max_concurrency > 0),
-    rate_per_s             double precision NOT NULL DEFAULT 10000 CHECK (rate_per_s > 0),
+    rate_per_s             double precision CHECK (rate_per_s > 0),    -- NULL: no rate limit
     weight                 integer NOT NULL DEFAULT 1 CHECK (weight > 0),
     max_schedules          integer CHECK (max_schedules > 0),
     max_executions_per_day integer CHECK (max_executions_per_day > 0),
-    created_at             timestamptz NOT NULL DEFAULT now()
+    created_at             timestamptz NOT NULL DEFAULT now(),
+    burst                  double precision CHECK (burst > 0)          -- NULL: rate_per_s (one second's worth)
 );
 
 CREATE TABLE schedules (
@@ -237,3 +238,19 @@ CREATE TABLE webhook_deliveries (
 CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE state = 'pending';
 CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook_id, created_at);
 CREATE INDEX webhook_deliveries_by_event ON webhook_deliveries (event_id);
+
+-- Bearer tokens made through the API (TenantService.CreateToken), stored as the SHA-256 (hex) of
+-- the secret; every node keeps the live ones in memory, re-read every second.
+CREATE TABLE tokens (
+    id          uuid PRIMARY KEY,
+    name        text NOT NULL,
+    tenant      text,
+    admin       boolean NOT NULL DEFAULT false,
+    sha256      text NOT NULL UNIQUE,
+    created_at  timestamptz NOT NULL,
+    created_by  text,
+    expires_at  timestamptz,
+    revoked_at  timestamptz,
+    CHECK (admin OR tenant IS NOT NULL)
+);
+CREATE INDEX tokens_by_tenant ON tokens (tenant, id);

@@ -1,0 +1,117 @@
+"""The tenant API against a real cluster (PostgreSQL, etcd, a node process with an auth file):
+admins create, read, change and list tenants; bad values are refused naming the field and store
+nothing; the quotas set through the API are enforced (RESOURCE_EXHAUSTED naming the quota,
+nothing stored); tenant tokens cannot call it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from chaos.harness import ProcessCluster
+from cronwheel.client import (
+    AlreadyExists,
+    Client,
+    InvalidArgument,
+    JobSpec,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+)
+
+from .api_cluster import TOKENS, YEARLY, api_cluster
+
+pytestmark = [pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[tuple[ProcessCluster, str]]:
+    with api_cluster() as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def admin(node: tuple[ProcessCluster, str]) -> Iterator[Client]:
+    with Client(node[1], token=TOKENS["admin"][0]) as client:
+        yield client
+
+
+def test_admin_creates_reads_changes_and_lists_tenants(admin: Client) -> None:
+    made = admin.create_tenant("t-crud", rate_per_s=100, burst=20, weight=3, max_schedules=10)
+    assert (made.max_concurrency, made.rate_per_s, made.burst, made.weight) == (1000, 100.0, 20.0, 3)
+    assert (made.max_schedules, made.max_executions_per_day) == (10, None) and made.created_at is not None
+    assert admin.get_tenant("t-crud") == made
+    changed = admin.update_tenant("t-crud", max_concurrency=5, max_executions_per_day=1000, burst=None)
+    assert (changed.max_concurrency, changed.max_executions_per_day, changed.burst) == (5, 1000, None)
+    assert (changed.rate_per_s, changed.weight, changed.max_schedules) == (100.0, 3, 10)  # not in the mask
+    cleared = admin.update_tenant("t-crud", rate_per_s=None, max_schedules=None)
+    assert (cleared.rate_per_s, cleared.max_schedules) == (None, None)
+    with pytest.raises(AlreadyExists):
+        admin.create_tenant("t-crud")
+    admin.create_tenant("t-crud-2")
+    listed = [t.id for t in admin.list_tenants(page_size=1)]  # follows pages
+    assert listed == sorted(listed) and {"t-crud", "t-crud-2"} <= set(listed)
+
+
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"max_concurrency": -1}, "tenant.max_concurrency"),
+    ({"rate_per_s": 0.0}, "tenant.rate_per_s"),
+    ({"rate_per_s": float("inf")}, "tenant.rate_per_s"),
+    ({"burst": 5.0}, "tenant.burst"),  # a burst needs a rate
+    ({"weight": 5000}, "tenant.weight"),
+    ({"max_schedules": 0}, "tenant.max_schedules"),
+    ({"max_executions_per_day": -3}, "tenant.max_executions_per_day"),
+])
+def test_a_bad_tenant_field_is_named_and_nothing_is_stored(admin: Client, fields: dict[str, object],
+                                                           field: str) -> None:
+    with pytest.raises(InvalidArgument, match=f"^{field}: "):
+        admin.create_tenant("t-bad", **fields)  # type: ignore[arg-type]
+    with pytest.raises(NotFound):
+        admin.get_tenant("t-bad")
+
+
+def test_a_bad_update_is_named_and_changes_nothing(admin: Client) -> None:
+    before = admin.create_tenant("t-upd", max_concurrency=7)
+    with pytest.raises(InvalidArgument, match="^tenant.burst: "):
+        admin.update_tenant("t-upd", burst=10.0, max_concurrency=9)
+    with pytest.raises(InvalidArgument, match="^tenant.weight: "):
+        admin.update_tenant("t-upd", weight=0)
+    with pytest.raises(NotFound):
+        admin.update_tenant("t-nobody", weight=2)
+    with pytest.raises(InvalidArgument, match="^tenant.id: "):
+        admin.update_tenant("", weight=2)
+    assert admin.get_tenant("t-upd") == before
+
+
+def test_a_tenant_token_cannot_call_the_tenant_rpcs(node: tuple[ProcessCluster, str]) -> None:
+    with Client(node[1], token=TOKENS["acme"][0]) as acme:
+        for call in (lambda: acme.create_tenant("acme"), lambda: acme.get_tenant("acme"),
+                     lambda: list(acme.list_tenants()), lambda: acme.update_tenant("acme", weight=9)):
+            with pytest.raises(PermissionDenied, match="admin-only"):
+                call()
+
+
+def test_schedule_quota_set_through_the_api_refuses_naming_it_and_stores_nothing(admin: Client) -> None:
+    admin.create_tenant("t-sq", max_schedules=2)
+    for i in range(2):
+        admin.create_schedule(f"s{i}", YEARLY, "job", timezone="UTC", misfire_policy="skip", tenant="t-sq")
+    with pytest.raises(ResourceExhausted, match="^max_schedules: "):
+        admin.create_schedule("s2", YEARLY, "job", timezone="UTC", misfire_policy="skip", tenant="t-sq")
+    assert sorted(s.name for s in admin.list_schedules(tenant="t-sq")) == ["s0", "s1"]
+    admin.update_tenant("t-sq", max_schedules=3)  # raised through the API: room for one more
+    admin.create_schedule("s2", YEARLY, "job", timezone="UTC", misfire_policy="skip", tenant="t-sq")
+
+
+def test_daily_quota_set_through_the_api_refuses_naming_it_and_stores_nothing(admin: Client) -> None:
+    admin.create_tenant("t-dq", max_executions_per_day=3)
+    for i in range(2):
+        admin.submit("job", {"i": i}, tenant="t-dq")
+    with pytest.raises(ResourceExhausted, match="^max_executions_per_day: "):
+        admin.submit_many([JobSpec("job", {"i": i}, tenant="t-dq") for i in range(2, 4)])  # 2 more: over
+    admin.submit("job", {"i": 2}, tenant="t-dq")  # the third fits
+    with pytest.raises(ResourceExhausted, match="^max_executions_per_day: "):
+        admin.submit("job", {"i": 3}, tenant="t-dq")
+    assert len(list(admin.list_executions(tenant="t-dq"))) == 3
+    admin.update_tenant("t-dq", max_executions_per_day=None)  # cleared: no quota
+    admin.submit("job", {"i": 4}, tenant="t-dq")
