@@ -15,6 +15,7 @@
 
 from cronwheel.client.apply import Action as ApplyAction
 from cronwheel.client.apply import ApplyPlan, FieldChange, PlannedSchedule, SpecError
+from cronwheel.client.apply_tenants import PlannedTenant, TenantPlan, TenantSpecError
 from cronwheel.client.async_client import AsyncClient
 from cronwheel.client.client import Client
 from cronwheel.client.errors import (
@@ -71,7 +72,7 @@ __all__ = [
     "RetryPolicy", "Schedule", "SubmittedJob", "TickOutcome", "Trigger", "Unauthenticated", "Unavailable", "Worker",
     "Webhook", "WorkerStopped", "load_worker", "verify_webhook_signature",
 ]
-__all__ += ["CreatedToken", "Tenant", "Token"]  # tenants and tokens
+__all__ += ["CreatedToken", "PlannedTenant", "Tenant", "TenantPlan", "TenantSpecError", "Token"]  # tenants
 __all__ += ["ApplyAction", "ApplyPlan", "FieldChange", "PlannedSchedule", "SpecError"]  # apply
 
 

@@ -20,6 +20,7 @@ import grpc
 from cronwheel.clock import Clock, SystemClock
 
 from . import apply as declarative
+from . import apply_tenants as declarative_tenants
 from . import calls
 from . import types as t
 from .client import by_name, looks_like_uuid
@@ -176,6 +177,7 @@ class AsyncClient:
     preview = _call(calls.preview)
     explain = _gather(calls.explain)
     apply = _steps(declarative.apply)
+    apply_tenants = _steps(declarative_tenants.apply_tenants)
 
     async def get_schedule(self, id_or_name: str, *, tenant: str | None = None) -> t.Schedule:
         """As Client.get_schedule: by id or by name."""

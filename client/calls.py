@@ -383,7 +383,7 @@ TENANT_OPTIONAL = ("rate_per_s", "burst", "max_schedules", "max_executions_per_d
 _TENANT_REALS = ("rate_per_s", "burst")
 
 
-def _tenant_msg(tenant_id: str, values: dict[str, Any]) -> A.Tenant:
+def tenant_message(tenant_id: str, values: dict[str, Any]) -> A.Tenant:
     """A Tenant message from keyword values, checked for type (the server checks ranges)."""
     msg = A.Tenant(id=tenant_id if isinstance(tenant_id, str) else "")
     if not isinstance(tenant_id, str):
@@ -414,7 +414,7 @@ def create_tenant(ctx: Context, tenant_id: str, *, max_concurrency: int | None =
     row. Not retried."""
     values = {"max_concurrency": max_concurrency or 0, "weight": weight or 0, "rate_per_s": rate_per_s,
               "burst": burst, "max_schedules": max_schedules, "max_executions_per_day": max_executions_per_day}
-    req = A.CreateTenantRequest(tenant=_tenant_msg(tenant_id, values))
+    req = A.CreateTenantRequest(tenant=tenant_message(tenant_id, values))
     return Call(TENANTS, "CreateTenant", req, lambda r: c.tenant(r.tenant), safe=False)
 
 
@@ -424,7 +424,7 @@ def update_tenant(ctx: Context, tenant_id: str, **changes: Any) -> Call[t.Tenant
     (no quota). Returns the tenant as it is now."""
     if not changes:
         raise c.BadValue("changes", "name at least one field to change, e.g. rate_per_s=100")
-    req = A.UpdateTenantRequest(tenant=_tenant_msg(tenant_id, changes), update_mask=FieldMask(paths=sorted(changes)))
+    req = A.UpdateTenantRequest(tenant=tenant_message(tenant_id, changes), update_mask=FieldMask(paths=sorted(changes)))
     return Call(TENANTS, "UpdateTenant", req, lambda r: c.tenant(r.tenant), safe=True)
 
 

@@ -26,6 +26,7 @@ import grpc
 from cronwheel.clock import Clock, SystemClock
 
 from . import apply as declarative
+from . import apply_tenants as declarative_tenants
 from . import calls
 from . import types as t
 from .errors import ApiError, NotFound, from_rpc_error
@@ -195,6 +196,7 @@ class Client:
     preview = _call(calls.preview)
     explain = _gather(calls.explain)
     apply = _steps(declarative.apply)
+    apply_tenants = _steps(declarative_tenants.apply_tenants)
 
     def get_schedule(self, id_or_name: str, *, tenant: str | None = None) -> t.Schedule:
         """One live schedule, by id or by name (names are unique per tenant; an admin token that

@@ -5,7 +5,10 @@ nothing stored); tenant tokens cannot call it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +24,7 @@ from cronwheel.client import (
 )
 
 from .api_cluster import TOKENS, YEARLY, api_cluster
+from .helpers import run_cli
 
 pytestmark = [pytest.mark.e2e]
 
@@ -115,3 +119,69 @@ def test_daily_quota_set_through_the_api_refuses_naming_it_and_stores_nothing(ad
     assert len(list(admin.list_executions(tenant="t-dq"))) == 3
     admin.update_tenant("t-dq", max_executions_per_day=None)  # cleared: no quota
     admin.submit("job", {"i": 4}, tenant="t-dq")
+
+
+def _cli(node: tuple[ProcessCluster, str], *args: str, token: str = "admin") -> Any:
+    return run_cli(*args, "--address", node[1], env={"CRONWHEEL_TOKEN": TOKENS[token][0]})
+
+
+def test_cli_tenant_create_update_get_list(node: tuple[ProcessCluster, str]) -> None:
+    made = _cli(node, "tenant", "create", "t-cli", "--rate-per-s", "50", "--max-schedules", "5", "--json")
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout) | {"created_at": None} == {
+        "id": "t-cli", "max_concurrency": 1000, "rate_per_s": 50.0, "burst": None, "weight": 1,
+        "max_schedules": 5, "max_executions_per_day": None, "created_at": None}
+    upd = _cli(node, "tenant", "update", "t-cli", "--rate-per-s", "none", "--weight", "4")
+    assert upd.returncode == 0 and "rate_per_s=-" in upd.stdout and "weight=4" in upd.stdout, upd.stderr
+    got = _cli(node, "tenant", "get", "t-cli", "--json")
+    assert json.loads(got.stdout)["weight"] == 4
+    assert "t-cli " in _cli(node, "tenant", "list").stdout
+    bad = _cli(node, "tenant", "create", "t-cli-bad", "--weight", "0", "--burst", "3")
+    assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "--burst" in bad.stderr, bad.stderr
+    denied = _cli(node, "tenant", "list", token="acme")
+    assert denied.returncode != 0 and "admin-only" in denied.stderr
+
+
+APPLY = """\
+tenants:
+  - id: t-apply
+    rate_per_s: 20
+    weight: 2
+    max_schedules: 3
+  - id: t-apply-2
+tenant: t-apply
+schedules:
+  - name: nightly
+    cron: "0 0 1 1 *"
+    timezone: UTC
+    job_type: job
+    misfire_policy: skip
+"""
+
+
+def test_apply_file_with_tenants_plans_creates_updates_and_is_a_no_op_the_second_time(
+        node: tuple[ProcessCluster, str], tmp_path: Path) -> None:
+    f = tmp_path / "cw.yaml"
+    f.write_text(APPLY)
+    dry = _cli(node, "apply", "-f", str(f), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "+ create    tenant t-apply" in dry.stdout and "Tenants: 2 to create" in dry.stdout
+    first = _cli(node, "apply", "-f", str(f))
+    assert first.returncode == 0, first.stderr
+    with Client(node[1], token=TOKENS["admin"][0]) as admin:
+        t = admin.get_tenant("t-apply")
+        assert (t.rate_per_s, t.weight, t.max_schedules) == (20.0, 2, 3)
+        assert [s.name for s in admin.list_schedules(tenant="t-apply")] == ["nightly"]
+    again = _cli(node, "apply", "-f", str(f))
+    assert "Tenants: 0 to create, 0 to update, 2 unchanged." in again.stdout, again.stdout
+    f.write_text(APPLY.replace("rate_per_s: 20", "rate_per_s: null").replace("weight: 2", "weight: 5"))
+    changed = _cli(node, "apply", "-f", str(f))
+    assert "~ update    tenant t-apply" in changed.stdout and "rate_per_s: 20.0 -> (unset)" in changed.stdout
+    with Client(node[1], token=TOKENS["admin"][0]) as admin:
+        t = admin.get_tenant("t-apply")
+        assert (t.rate_per_s, t.weight) == (None, 5)
+    f.write_text(APPLY.replace("weight: 2", "wieght: 2").replace("max_schedules: 3", "max_schedules: 9"))
+    bad = _cli(node, "apply", "-f", str(f))
+    assert bad.returncode == 2 and f"{f}:4: tenants[0].wieght (tenant 't-apply'): unknown key" in bad.stderr, bad.stderr
+    with Client(node[1], token=TOKENS["admin"][0]) as admin:
+        assert admin.get_tenant("t-apply").max_schedules == 3  # nothing changed
