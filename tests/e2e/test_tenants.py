@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from cronwheel.client import (
 )
 
 from .api_cluster import TOKENS, YEARLY, api_cluster
-from .helpers import run_cli
+from .helpers import run_cli, wait_until
 
 pytestmark = [pytest.mark.e2e]
 
@@ -185,3 +186,31 @@ def test_apply_file_with_tenants_plans_creates_updates_and_is_a_no_op_the_second
     assert bad.returncode == 2 and f"{f}:4: tenants[0].wieght (tenant 't-apply'): unknown key" in bad.stderr, bad.stderr
     with Client(node[1], token=TOKENS["admin"][0]) as admin:
         assert admin.get_tenant("t-apply").max_schedules == 3  # nothing changed
+
+
+def test_cron_ticks_past_the_daily_quota_are_recorded_skipped_and_explained(admin: Client) -> None:
+    admin.create_tenant("t-cq", max_executions_per_day=3)
+    admin.submit("job", tenant="t-cq")  # one of the three
+    start = datetime.now(UTC) - timedelta(seconds=1)
+    plain = admin.create_schedule("every-second", "* * * * * *", "job", timezone="UTC", misfire_policy="skip",
+                                  tenant="t-cq")  # overlap allow: the plain fire path
+
+    def ticks(schedule_id: str) -> list[Any]:
+        return list(admin.list_executions(schedule_id=schedule_id))
+
+    wait_until(lambda: sum(e.state == "skipped" for e in ticks(plain.id)) >= 2, 20, "two ticks past the quota")
+    policed = admin.create_schedule("every-second-forbid", "* * * * * *", "job", timezone="UTC",
+                                    misfire_policy="skip", overlap_policy="forbid", tenant="t-cq")  # fire_executions
+    wait_until(lambda: len(ticks(policed.id)) >= 2, 20, "two ticks of the policed schedule")
+    runs = ticks(plain.id) + ticks(policed.id)
+    assert sum(e.state != "skipped" for e in runs) == 2  # 3 - the submitted job: the quota held
+    skipped = [e for e in runs if e.state == "skipped"]
+    assert skipped and all(e.state_reason == "quota: max_executions_per_day 3 used up (UTC day)" for e in skipped)
+    assert {e.schedule_id for e in skipped} == {plain.id, policed.id}
+    with pytest.raises(ResourceExhausted, match="^max_executions_per_day: "):
+        admin.submit("job", tenant="t-cq")  # the skip records do not free any room
+    admin.pause(plain.id)
+    admin.pause(policed.id)
+    told = {x.scheduled_for: x for x in admin.explain(plain.id, start).ticks}
+    by_quota = [x for x in told.values() if x.outcome == "skipped_quota"]
+    assert by_quota and all("max_executions_per_day" in x.reason and x.execution_id for x in by_quota)

@@ -30,6 +30,7 @@ class TickOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TICK_OUTCOME_MISSED: _ClassVar[TickOutcome]
     TICK_OUTCOME_PENDING: _ClassVar[TickOutcome]
     TICK_OUTCOME_PRUNED_BY_RETENTION: _ClassVar[TickOutcome]
+    TICK_OUTCOME_SKIPPED_QUOTA: _ClassVar[TickOutcome]
 TICK_OUTCOME_UNSPECIFIED: TickOutcome
 TICK_OUTCOME_FIRED: TickOutcome
 TICK_OUTCOME_SKIPPED_OVERLAP: TickOutcome
@@ -45,6 +46,7 @@ TICK_OUTCOME_DST_REPEATED: TickOutcome
 TICK_OUTCOME_MISSED: TickOutcome
 TICK_OUTCOME_PENDING: TickOutcome
 TICK_OUTCOME_PRUNED_BY_RETENTION: TickOutcome
+TICK_OUTCOME_SKIPPED_QUOTA: TickOutcome
 
 class CreateScheduleRequest(_message.Message):
     __slots__ = ("schedule",)

@@ -24,3 +24,18 @@ CREATE TABLE IF NOT EXISTS tokens (
     CHECK (admin OR tenant IS NOT NULL)
 );
 CREATE INDEX IF NOT EXISTS tokens_by_tenant ON tokens (tenant, id);
+
+-- The daily execution quota's room: for each of `tenants` that has a max_executions_per_day, the
+-- quota and how many more executions it may create on the UTC day of `at` (negative: over). The
+-- one definition of "used today" for the fire path's quota skips (fire_ticks_fenced,
+-- fire_executions, storage/sql/queries/executions.sql); the submit path counts the same rows
+-- (api_used_today) under its per-group advisory lock.
+CREATE OR REPLACE FUNCTION cronwheel_daily_room(tenants text[], at timestamptz)
+RETURNS TABLE (tenant text, quota integer, room bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT t.id, t.max_executions_per_day,
+           t.max_executions_per_day - (SELECT count(*) FROM executions e
+                                        WHERE e.tenant = t.id AND e.created_at >= date_trunc('day', at, 'UTC'))
+      FROM tenants t
+     WHERE t.id = ANY (tenants) AND t.max_executions_per_day IS NOT NULL
+$$;
