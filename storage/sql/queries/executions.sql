@@ -58,7 +58,7 @@ WITH g AS (
       JOIN schedule_due AS d ON d.schedule_id = v.schedule_id
      WHERE s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = v.cursor
        AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
-), over AS (
+), over AS MATERIALIZED (
     SELECT r.id, r.quota FROM (
         SELECT g.id, q.quota, q.room, row_number() OVER (PARTITION BY g.tenant ORDER BY g.scheduled_for, g.id) AS k
           FROM g JOIN cronwheel_daily_room(
@@ -126,7 +126,7 @@ WITH fence AS (
        AND s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = to_timestamp(v.tick)
     RETURNING s.id, s.tenant, s.job_type, s.payload, s.priority, s.max_attempts, s.retry_initial_s,
               s.retry_multiplier, s.retry_max_s, s.timeout_s, v.tick, v.run_at, d.partition, fence.epoch
-), over AS (  -- past a daily quota: recorded skipped (the rule of fire_executions; empty without quotas)
+), over AS MATERIALIZED (  -- past a daily quota: recorded skipped (fire_executions's rule; empty without quotas)
     SELECT r.id, r.quota FROM (
         SELECT adv.id, q.quota, q.room, row_number() OVER (PARTITION BY adv.tenant ORDER BY adv.tick, adv.id) AS k
           FROM adv JOIN cronwheel_daily_room(
