@@ -1,5 +1,8 @@
 """The tenants port (tenants.sql): a tenant's limits and quotas, as the tenant API sets them.
 
+Every create and change appends an audit event in its transaction (`tenant_created`,
+`tenant_updated` with the fields changed, old and new; the event's tenant is the tenant).
+
 A tenant without a row acts with the column defaults (max_concurrency 1000, weight 1, no rate
 limit, no quotas). `update` reads the row under a row lock, lets the caller check the merged
 values, and writes them in the same transaction, so two concurrent updates of one tenant apply
@@ -15,7 +18,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from cronwheel.errors import NotFound
-from cronwheel.storage.api import Row, row, rows
+from cronwheel.storage.api import Event, EventsPort, Row, row, rows
 from cronwheel.storage.db import Database
 
 
@@ -44,10 +47,13 @@ class TenantsPort:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def create(self, f: TenantFields, now: datetime) -> Row:
-        """AlreadyExists (tenants_pkey, from map_error) when the tenant has a row."""
+    async def create(self, f: TenantFields, now: datetime, actor: str = "api") -> Row:
+        """AlreadyExists (tenants_pkey, from map_error) when the tenant has a row. Appends a
+        `tenant_created` event in the same transaction."""
         async with self.db.transaction() as conn:
             got = await row(conn, "tenant_insert", {**asdict(f), "now": now})
+            await EventsPort(self.db).insert(Event("tenant_created", f.id, actor=actor, at=now,
+                                                   data={k: v for k, v in asdict(f).items() if k != "id"}), conn)
         assert got is not None
         return got
 
@@ -55,14 +61,21 @@ class TenantsPort:
         async with self.db.connection() as conn:
             return await row(conn, "tenant_get", {"id": tenant})
 
-    async def update(self, tenant: str, change: Callable[[TenantFields], TenantFields]) -> Row:
-        """Apply `change` (which validates, raising to store nothing) to the locked row.
-        NotFound when the tenant has no row."""
+    async def update(self, tenant: str, change: Callable[[TenantFields], TenantFields], now: datetime,
+                     actor: str = "api") -> Row:
+        """Apply `change` (which validates, raising to store nothing) to the locked row, with a
+        `tenant_updated` event (the fields changed, old and new). NotFound without a row."""
         async with self.db.transaction() as conn:
             current = await row(conn, "tenant_lock", {"id": tenant})
             if current is None:
                 raise NotFound("tenant", tenant)
-            got = await row(conn, "tenant_write", asdict(change(fields_of(current))))
+            old = fields_of(current)
+            new = change(old)
+            got = await row(conn, "tenant_write", asdict(new))
+            changed = {k: [v, getattr(new, k)] for k, v in asdict(old).items() if getattr(new, k) != v}
+            if changed:
+                await EventsPort(self.db).insert(Event("tenant_updated", tenant, actor=actor, at=now,
+                                                       data={"changed": changed}), conn)
         assert got is not None
         return got
 

@@ -73,7 +73,7 @@ class TenantService:
         fields = cmd.new_tenant(t.id, t.max_concurrency, *(_value(t, n) for n in ("rate_per_s", "burst")),
                                 weight=t.weight, max_schedules=_value(t, "max_schedules"),
                                 max_executions_per_day=_value(t, "max_executions_per_day"))
-        row = await self.store.tenants.create(fields, self.clock.now())
+        row = await self.store.tenants.create(fields, self.clock.now(), current_caller().name)
         return admin_pb2.CreateTenantResponse(tenant=tenant_out(row))
 
     async def UpdateTenant(self, request: admin_pb2.UpdateTenantRequest, context: Ctx  # noqa: N802
@@ -85,7 +85,7 @@ class TenantService:
         def change(current: TenantFields) -> TenantFields:
             return cmd.merged(current, changes)
 
-        row = await self.store.tenants.update(tenant_id, change)
+        row = await self.store.tenants.update(tenant_id, change, self.clock.now(), current_caller().name)
         return admin_pb2.UpdateTenantResponse(tenant=tenant_out(row))
 
     async def GetTenant(self, request: admin_pb2.GetTenantRequest, context: Ctx  # noqa: N802
@@ -135,7 +135,7 @@ class TenantService:
     async def RevokeToken(self, request: admin_pb2.RevokeTokenRequest, context: Ctx  # noqa: N802
                           ) -> admin_pb2.RevokeTokenResponse:
         token_id = cv.req_uuid(request.token_id, "token_id")
-        row = await self.store.tokens.revoke(token_id, self.clock.now())
+        row = await self.store.tokens.revoke(token_id, self.clock.now(), current_caller().name)
         if row is None:
             raise NotFound("token", token_id)
         await self._refresh()

@@ -57,6 +57,9 @@ def test_admin_creates_reads_changes_and_lists_tenants(admin: Client) -> None:
     admin.create_tenant("t-crud-2")
     listed = [t.id for t in admin.list_tenants(page_size=1)]  # follows pages
     assert listed == sorted(listed) and {"t-crud", "t-crud-2"} <= set(listed)
+    audit = [(e.kind, e.actor, e.data) for e in admin.events(tenant="t-crud") if e.kind.startswith("tenant_")]
+    assert [a[:2] for a in audit] == [("tenant_created", "ops"), ("tenant_updated", "ops"), ("tenant_updated", "ops")]
+    assert audit[1][2]["changed"]["max_concurrency"] == [1000, 5] and "weight" not in audit[1][2]["changed"]
 
 
 @pytest.mark.parametrize(("fields", "field"), [

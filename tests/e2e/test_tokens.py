@@ -81,6 +81,8 @@ def test_a_token_revoked_through_node_a_is_refused_on_node_b_within_5_s(cluster:
         assert time.monotonic() - revoked_at < 5
         again = admin.revoke_token(made.token.id)  # a second revoke changes nothing
         assert again.revoked_at == got.revoked_at
+        audit = [(e.kind, e.actor) for e in admin.events() if (e.data or {}).get("token_id") == made.token.id]
+        assert audit == [("token_created", "ops"), ("token_revoked", "ops")]
         with pytest.raises(NotFound):
             admin.revoke_token("00000000-0000-4000-8000-000000000000")
 
