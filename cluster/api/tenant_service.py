@@ -70,9 +70,7 @@ class TenantService:
     async def CreateTenant(self, request: admin_pb2.CreateTenantRequest, context: Ctx  # noqa: N802
                            ) -> admin_pb2.CreateTenantResponse:
         t = request.tenant
-        fields = cmd.new_tenant(t.id, t.max_concurrency, *(_value(t, n) for n in ("rate_per_s", "burst")),
-                                weight=t.weight, max_schedules=_value(t, "max_schedules"),
-                                max_executions_per_day=_value(t, "max_executions_per_day"))
+        fields = cmd.new_tenant(t.id, **{n: _value(t, n) for n in cmd.SETTABLE})
         row = await self.store.tenants.create(fields, self.clock.now(), current_caller().name)
         return admin_pb2.CreateTenantResponse(tenant=tenant_out(row))
 
