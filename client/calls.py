@@ -10,6 +10,8 @@ A plan returns one of:
 - `Gather`: every page of a List RPC, folded into one value (explain);
 - `Many`: several Calls sent one after the other, their results concatenated (submit_many);
 - `Steps`: several calls chosen as it goes (apply, client/apply.py).
+
+(Over 400 lines: one plan per Client method, in one place so the two clients cannot drift.)
 """
 
 from __future__ import annotations
