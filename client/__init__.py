@@ -15,6 +15,7 @@
 
 from cronwheel.client.apply import Action as ApplyAction
 from cronwheel.client.apply import ApplyPlan, FieldChange, PlannedSchedule, SpecError
+from cronwheel.client.apply_tenants import PlannedTenant, TenantPlan, TenantSpecError
 from cronwheel.client.async_client import AsyncClient
 from cronwheel.client.client import Client
 from cronwheel.client.errors import (
@@ -32,6 +33,7 @@ from cronwheel.client.errors import (
 from cronwheel.client.types import (
     Backfill,
     ClusterStatus,
+    CreatedToken,
     CreatedWebhook,
     Deduplication,
     Delivery,
@@ -52,7 +54,9 @@ from cronwheel.client.types import (
     RetryPolicy,
     Schedule,
     SubmittedJob,
+    Tenant,
     TickOutcome,
+    Token,
     Trigger,
     Unique,
     Webhook,
@@ -71,6 +75,7 @@ __all__ = [
     "Worker",
     "Webhook", "WorkerStopped", "load_worker", "verify_webhook_signature",
 ]
+__all__ += ["CreatedToken", "PlannedTenant", "Tenant", "TenantPlan", "TenantSpecError", "Token"]  # tenants
 __all__ += ["ApplyAction", "ApplyPlan", "FieldChange", "PlannedSchedule", "SpecError"]  # apply
 
 

@@ -20,6 +20,7 @@ import grpc
 from cronwheel.clock import Clock, SystemClock
 
 from . import apply as declarative
+from . import apply_tenants as declarative_tenants
 from . import calls
 from . import types as t
 from .client import by_name, looks_like_uuid
@@ -176,6 +177,7 @@ class AsyncClient:
     preview = _call(calls.preview)
     explain = _gather(calls.explain)
     apply = _steps(declarative.apply)
+    apply_tenants = _steps(declarative_tenants.apply_tenants)
 
     async def get_schedule(self, id_or_name: str, *, tenant: str | None = None) -> t.Schedule:
         """As Client.get_schedule: by id or by name."""
@@ -216,6 +218,14 @@ class AsyncClient:
     list_webhooks = _pages(calls.list_webhooks)
     delete_webhook = _call(calls.delete_webhook)
     list_deliveries = _pages(calls.list_deliveries)
+
+    create_tenant = _call(calls.create_tenant)
+    update_tenant = _call(calls.update_tenant)
+    get_tenant = _call(calls.get_tenant)
+    list_tenants = _pages(calls.list_tenants)
+    create_token = _call(calls.create_token)
+    list_tokens = _pages(calls.list_tokens)
+    revoke_token = _call(calls.revoke_token)
 
     async def events(self, since: int = 0, *, follow: bool = False, poll_s: float = 1.0,
                      tenant: str | None = None, schedule_id: str | None = None, execution_id: str | None = None,

@@ -10,6 +10,8 @@ A plan returns one of:
 - `Gather`: every page of a List RPC, folded into one value (explain);
 - `Many`: several Calls sent one after the other, their results concatenated (submit_many);
 - `Steps`: several calls chosen as it goes (apply, client/apply.py).
+
+(Over 400 lines: one plan per Client method, in one place so the two clients cannot drift.)
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from .errors import ApiError
 T = TypeVar("T")
 S = scheduler_pb2
 A = admin_pb2
-SCHEDULER, ADMIN, WEBHOOKS = "scheduler", "admin", "webhooks"
+SCHEDULER, ADMIN, WEBHOOKS, TENANTS = "scheduler", "admin", "webhooks", "tenants"
 UNSET: Any = object()  # update_schedule: a keyword argument that was not given
 
 
@@ -378,6 +380,103 @@ def list_deliveries(ctx: Context, *, webhook_id: str | None = None, event_id: in
                                   state=c.enum_number(t.DeliveryState, state, "state"),  # type: ignore[arg-type]
                                   page_size=_page_size(page_size))
     return Pages(WEBHOOKS, "ListDeliveries", req, lambda r: [c.delivery(d) for d in r.deliveries])
+
+
+# ------------------------------------------------------------------------------- tenants
+
+TENANT_INTS = ("max_concurrency", "weight")  # required numbers (None is refused)
+TENANT_OPTIONAL = ("rate_per_s", "burst", "max_schedules", "max_executions_per_day")  # None: no limit
+_TENANT_REALS = ("rate_per_s", "burst")
+
+
+def tenant_message(tenant_id: str, values: dict[str, Any]) -> A.Tenant:
+    """A Tenant message from keyword values, checked for type (the server checks ranges)."""
+    msg = A.Tenant(id=tenant_id if isinstance(tenant_id, str) else "")
+    if not isinstance(tenant_id, str):
+        raise c.BadValue("tenant_id", f"expected a string, got {tenant_id!r}")
+    for key, value in values.items():
+        if key not in TENANT_INTS + TENANT_OPTIONAL:
+            raise c.BadValue(key, f"not a tenant field (expected one of {', '.join(TENANT_INTS + TENANT_OPTIONAL)})")
+        if value is None:
+            if key in TENANT_INTS:
+                raise c.BadValue(key, "cannot be cleared (give a number >= 1)")
+            continue
+        real = key in _TENANT_REALS
+        if isinstance(value, bool) or not isinstance(value, (int, float) if real else int):
+            raise c.BadValue(key, f"expected {'a number' if real else 'an integer'}, got {value!r}")
+        if not real and not -(2**31) <= value < 2**31:
+            raise c.BadValue(key, f"out of range, got {value}")
+        setattr(msg, key, float(value) if real else value)
+    return msg
+
+
+def create_tenant(ctx: Context, tenant_id: str, *, max_concurrency: int | None = None,
+                  rate_per_s: float | None = None, burst: float | None = None, weight: int | None = None,
+                  max_schedules: int | None = None, max_executions_per_day: int | None = None) -> Call[t.Tenant]:
+    """Creates a tenant with its limits and quotas (admin tokens only): `max_concurrency` (default
+    1000) runs at once, `rate_per_s` starts per second with a bucket of `burst` (default: one
+    second's worth; None: no rate limit), `weight` (default 1) its share of starts,
+    `max_schedules` and `max_executions_per_day` quotas (None: none). AlreadyExists when it has a
+    row. Not retried."""
+    values = {"max_concurrency": max_concurrency or 0, "weight": weight or 0, "rate_per_s": rate_per_s,
+              "burst": burst, "max_schedules": max_schedules, "max_executions_per_day": max_executions_per_day}
+    req = A.CreateTenantRequest(tenant=tenant_message(tenant_id, values))
+    return Call(TENANTS, "CreateTenant", req, lambda r: c.tenant(r.tenant), safe=False)
+
+
+def update_tenant(ctx: Context, tenant_id: str, **changes: Any) -> Call[t.Tenant]:
+    """Changes the fields given as keyword arguments (those of create_tenant; the field mask is
+    their names). None clears rate_per_s (no rate limit), burst (one second's worth) or a quota
+    (no quota). Returns the tenant as it is now."""
+    if not changes:
+        raise c.BadValue("changes", "name at least one field to change, e.g. rate_per_s=100")
+    req = A.UpdateTenantRequest(tenant=tenant_message(tenant_id, changes), update_mask=FieldMask(paths=sorted(changes)))
+    return Call(TENANTS, "UpdateTenant", req, lambda r: c.tenant(r.tenant), safe=True)
+
+
+def get_tenant(ctx: Context, tenant_id: str) -> Call[t.Tenant]:
+    """One tenant's limits and quotas. NotFound when it has no row (it then acts with the
+    defaults)."""
+    return Call(TENANTS, "GetTenant", A.GetTenantRequest(tenant_id=tenant_id), lambda r: c.tenant(r.tenant),
+                safe=True)
+
+
+def list_tenants(ctx: Context, *, page_size: int = 100) -> Pages[t.Tenant]:
+    """Tenants by ascending id."""
+    req = A.ListTenantsRequest(page_size=_page_size(page_size))
+    return Pages(TENANTS, "ListTenants", req, lambda r: [c.tenant(x) for x in r.tenants])
+
+
+def create_token(ctx: Context, name: str, *, tenant: str | None = None, admin: bool = False,
+                 expires_at: datetime | None = None, expires_in: timedelta | None = None) -> Call[t.CreatedToken]:
+    """Creates a bearer token (admin tokens only): a tenant token for `tenant`, or with `admin`
+    an admin token (`tenant` then its default tenant); it stops working at `expires_at` (or
+    after `expires_in`; neither: never). Returns the token and its secret, which is shown only
+    here (the cluster keeps its SHA-256). Every node accepts it within about a second. Not
+    retried."""
+    if expires_at is not None and expires_in is not None:
+        raise c.BadValue("expires_in", "give expires_at or expires_in, not both")
+    if expires_in is not None:
+        if not isinstance(expires_in, timedelta):
+            raise c.BadValue("expires_in", f"expected a timedelta, got {expires_in!r}")
+        expires_at = ctx.clock.now() + expires_in
+    req = A.CreateTokenRequest(name=name, tenant=tenant or "", admin=bool(admin),
+                               expires_at=c.timestamp(expires_at, "expires_at"))
+    return Call(TENANTS, "CreateToken", req, c.created_token, safe=False)
+
+
+def list_tokens(ctx: Context, *, tenant: str | None = None, include_revoked: bool = False,
+                page_size: int = 100) -> Pages[t.Token]:
+    """API-made tokens by ascending id, without their secrets (the auth file's are not listed)."""
+    req = A.ListTokensRequest(tenant=tenant or "", include_revoked=include_revoked, page_size=_page_size(page_size))
+    return Pages(TENANTS, "ListTokens", req, lambda r: [c.token(x) for x in r.tokens])
+
+
+def revoke_token(ctx: Context, token_id: str) -> Call[t.Token]:
+    """Revokes a token: every node refuses it within about a second. Revoking it again changes
+    nothing. Returns the token with its revoked_at."""
+    return Call(TENANTS, "RevokeToken", A.RevokeTokenRequest(token_id=token_id), lambda r: c.token(r.token),
+                safe=True)
 
 
 def _submitted(keys: list[str], resp: S.SubmitJobsResponse) -> list[t.SubmittedJob]:

@@ -26,6 +26,7 @@ import grpc
 from cronwheel.clock import Clock, SystemClock
 
 from . import apply as declarative
+from . import apply_tenants as declarative_tenants
 from . import calls
 from . import types as t
 from .errors import ApiError, NotFound, from_rpc_error
@@ -195,6 +196,7 @@ class Client:
     preview = _call(calls.preview)
     explain = _gather(calls.explain)
     apply = _steps(declarative.apply)
+    apply_tenants = _steps(declarative_tenants.apply_tenants)
 
     def get_schedule(self, id_or_name: str, *, tenant: str | None = None) -> t.Schedule:
         """One live schedule, by id or by name (names are unique per tenant; an admin token that
@@ -238,6 +240,14 @@ class Client:
     list_webhooks = _pages(calls.list_webhooks)
     delete_webhook = _call(calls.delete_webhook)
     list_deliveries = _pages(calls.list_deliveries)
+
+    create_tenant = _call(calls.create_tenant)
+    update_tenant = _call(calls.update_tenant)
+    get_tenant = _call(calls.get_tenant)
+    list_tenants = _pages(calls.list_tenants)
+    create_token = _call(calls.create_token)
+    list_tokens = _pages(calls.list_tokens)
+    revoke_token = _call(calls.revoke_token)
 
     def events(self, since: int = 0, *, follow: bool = False, poll_s: float = 1.0, tenant: str | None = None,
                schedule_id: str | None = None, execution_id: str | None = None, kind: str | None = None,

@@ -334,3 +334,23 @@ def delivery(msg: admin_pb2.Delivery) -> t.Delivery:
                       next_attempt_at=_ts(msg, "next_attempt_at"), node=msg.node or None,
                       last_status=msg.last_status or None, last_error=msg.last_error or None,
                       created_at=_ts(msg, "created_at"), finished_at=_ts(msg, "finished_at"))
+
+
+def _opt(msg: Any, name: str) -> Any:
+    return getattr(msg, name) if msg.HasField(name) else None
+
+
+def tenant(msg: admin_pb2.Tenant) -> t.Tenant:
+    return t.Tenant(id=msg.id, max_concurrency=msg.max_concurrency, rate_per_s=_opt(msg, "rate_per_s"),
+                    burst=_opt(msg, "burst"), weight=msg.weight, max_schedules=_opt(msg, "max_schedules"),
+                    max_executions_per_day=_opt(msg, "max_executions_per_day"), created_at=_ts(msg, "created_at"))
+
+
+def token(msg: admin_pb2.Token) -> t.Token:
+    return t.Token(id=msg.id, name=msg.name, tenant=msg.tenant or None, admin=msg.admin,
+                   created_at=_ts(msg, "created_at"), created_by=msg.created_by,
+                   expires_at=_ts(msg, "expires_at"), revoked_at=_ts(msg, "revoked_at"))
+
+
+def created_token(msg: admin_pb2.CreateTokenResponse) -> t.CreatedToken:
+    return t.CreatedToken(token=token(msg.token), secret=msg.secret)

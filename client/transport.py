@@ -89,4 +89,5 @@ def retryable(exc: grpc.RpcError, safe: bool) -> bool:
 def stubs(channel: Any) -> dict[str, Any]:
     return {"scheduler": scheduler_pb2_grpc.SchedulerServiceStub(channel),
             "admin": admin_pb2_grpc.AdminServiceStub(channel),
-            "webhooks": admin_pb2_grpc.WebhookServiceStub(channel)}
+            "webhooks": admin_pb2_grpc.WebhookServiceStub(channel),
+            "tenants": admin_pb2_grpc.TenantServiceStub(channel)}

@@ -317,3 +317,39 @@ class Delivery:
     last_error: str | None
     created_at: datetime | None
     finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A tenant's limits and quotas (None: no rate limit, burst = one second's worth, no quota)."""
+
+    id: str
+    max_concurrency: int
+    rate_per_s: float | None
+    burst: float | None
+    weight: int
+    max_schedules: int | None
+    max_executions_per_day: int | None
+    created_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """A bearer token made through the API (its secret is shown only by create_token)."""
+
+    id: str
+    name: str
+    tenant: str | None  # a tenant token's tenant, or an admin token's default tenant
+    admin: bool
+    created_at: datetime | None
+    created_by: str
+    expires_at: datetime | None  # None: never
+    revoked_at: datetime | None  # None: not revoked
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedToken:
+    """What create_token returns: the token and its bearer secret, shown this once."""
+
+    token: Token
+    secret: str

@@ -33,6 +33,7 @@ from cronwheel import __version__, tracing
 from cronwheel.clock import Clock, SystemClock
 from cronwheel.cluster.api import reflection, services
 from cronwheel.cluster.api.health import Health, wait_ready
+from cronwheel.cluster.api.tokens import TokenCache
 from cronwheel.cluster.coordination.coordinator import Coordinator, OwnershipListener
 from cronwheel.cluster.coordination.etcd import Etcd
 from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
@@ -133,6 +134,7 @@ class Node:
         self._stop = asyncio.Event()
         self.metrics = Metrics()
         self.dispatcher = Dispatcher(self.store, self.clock, metrics=self.metrics)
+        self.tokens = TokenCache(self.store.tokens.live, self.clock)  # API-made tokens (cluster/api/tokens.py)
 
     def wheel_size(self) -> int:
         return self.firer.wheel_size() if hasattr(self, "firer") else 0
@@ -217,6 +219,7 @@ class Node:
             await self.store.open()
             self.partitions = await self.store.partitions.partition_count()
             await self.store.partitions.claim_cluster(self.config.lease.cluster)
+            await self.tokens.refresh()  # before serving: API-made tokens work from the first call
             self._bind()  # first: the advertised address names the bound port
             self._build()
             self._register_services()
@@ -257,6 +260,7 @@ class Node:
                     tg.create_task(self.webhook_sender.run(), name="webhook-sender"),
                     tg.create_task(self._become_ready(), name="readiness"),
                     tg.create_task(self.pruner.run(), name="pruner"),
+                    tg.create_task(self.tokens.run(), name="token-cache"),
                     tg.create_task(self.metrics.refresh_loop(
                         self.store, self.coordinator.owned.snapshot, self.wheel_size,
                         self.coordinator.lease_deadline_s, clock=self.clock, refresh_s=15.0), name="metrics"),

@@ -42,6 +42,7 @@ MODULES = (
     "cronwheel.cli_apply",  # apply
     "cronwheel.cli_commands",  # migrate, dev, node, worker
     "cronwheel.cli_webhook",  # webhook ...
+    "cronwheel.cli_tenant",  # tenant ...
     "cronwheel.cli_console",  # console
 )
 

@@ -5,7 +5,7 @@
     cronwheel job submit
     cronwheel exec list|get|retry|cancel
     cronwheel events [--follow] [--alerts-only]
-    cronwheel token new           (make a bearer token and its auth-file entry; no server)
+    cronwheel token new|list|revoke (bearer tokens through the API; `new --offline`: an auth-file entry)
 
 Every API command takes the connection flags of cli_api_flags: `--address` ($CRONWHEEL_ADDRESS,
 default 127.0.0.1:7070; several comma-separated for fail-over), `--token` ($CRONWHEEL_TOKEN),
@@ -191,14 +191,23 @@ def _events_parser(subparsers: Any) -> None:
 # ---------------------------------------------------------------------------------- tokens
 
 
-def _token_new(args: argparse.Namespace) -> int:
+def _token_who(args: argparse.Namespace) -> None:
+    from cronwheel.cli import UsageError
+
+    if not args.admin and not args.tenant:
+        raise UsageError("give --tenant NAME or --admin", "cronwheel token new")
+
+
+def _token_offline(args: argparse.Namespace) -> int:
+    """`token new --offline`: a random token and its auth-file entry (the bootstrap; no server)."""
     import hashlib
     import secrets
 
     from cronwheel.cli import UsageError
 
-    if not args.admin and not args.tenant:
-        raise UsageError("give --tenant NAME or --admin", "cronwheel token new")
+    if args.expires_in is not None:
+        raise UsageError("--expires-in needs a token made through the API (auth-file tokens never expire)",
+                         "cronwheel token new")
     token = "cw_" + secrets.token_urlsafe(32)
     entry: dict[str, Any] = {"name": args.name or (args.tenant or "admin"),
                              "sha256": hashlib.sha256(token.encode()).hexdigest()}
@@ -214,17 +223,66 @@ def _token_new(args: argparse.Namespace) -> int:
     return 0
 
 
+def _token_new(args: argparse.Namespace) -> int:
+    _token_who(args)
+    if args.offline:
+        return _token_offline(args)
+    with client_for(args) as client:
+        made = client.create_token(args.name or (args.tenant or "admin"), tenant=args.tenant or None,
+                                   admin=args.admin, expires_in=args.expires_in)
+    if args.json:
+        print(json.dumps({"token": plain(made.token), "secret": made.secret}, indent=2))
+        return 0
+    tok = made.token
+    print(f"token {tok.id}  name={tok.name}  {'admin' if tok.admin else 'tenant'}={tok.tenant or '*'}  "
+          f"expires={tok.expires_at.isoformat() if tok.expires_at else 'never'}")
+    print(f"secret (shown only now; every node accepts it within a second): {made.secret}")
+    return 0
+
+
+def _token_list(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        tokens = list(client.list_tokens(tenant=args.tenant or None, include_revoked=args.all))
+
+    def table() -> None:
+        for t in tokens:
+            state = f"revoked {t.revoked_at.isoformat()}" if t.revoked_at else (
+                f"expires {t.expires_at.isoformat()}" if t.expires_at else "no expiry")
+            print(f"{t.id}  {t.name}  {'admin' if t.admin else 'tenant'}={t.tenant or '*'}  {state}")
+
+    return show(args, tokens, table)
+
+
+def _token_revoke(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        tok = client.revoke_token(args.token_id)
+    return show(args, tok, lambda: print(f"token {tok.id} ({tok.name}) revoked: every node refuses it within "
+                                         "a second"))
+
+
 def _token_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("token", help="bearer tokens for --auth-file: new")
+    p = subparsers.add_parser("token", help="bearer tokens: new, list, revoke (admin; through the API)")
     sub = subcommands(p, "action")
-    n = sub.add_parser("new", help="make a random token and print its auth-file entry",
-                       description="make a random token and print its auth-file entry (no server involved)")
+    n = sub.add_parser("new", help="make a token through the API (prints its secret once); --offline: an auth-file "
+                                   "entry",
+                       description="make a bearer token through the API: stored hashed, accepted by every node "
+                                   "within a second, printed once. With --offline: a random token and its "
+                                   "auth-file entry (the bootstrap for the first admin; no server involved)")
     who = n.add_mutually_exclusive_group()
     who.add_argument("--tenant", default="", help="the tenant the token acts for")
     who.add_argument("--admin", action="store_true", help="an admin token (every tenant)")
     n.add_argument("--name", default="", help="actor name recorded in audit events")
-    n.add_argument("--json", action="store_true")
+    n.add_argument("--expires-in", type=duration_arg, default=None, metavar="DURATION",
+                   help="the token stops working after this long, e.g. 30d (default: never)")
+    n.add_argument("--offline", action="store_true",
+                   help="print an auth-file entry instead (no server; for --auth-file)")
+    connection_flags(n)
     n.set_defaults(handler=_token_new)
+    ls = leaf(sub, "list", "list API-made tokens (never their secrets)", _token_list)
+    ls.add_argument("--tenant", default="", help="only this tenant's tokens")
+    ls.add_argument("--all", action="store_true", help="include revoked tokens")
+    rv = leaf(sub, "revoke", "revoke a token: every node refuses it within a second", _token_revoke)
+    rv.add_argument("token_id", metavar="TOKEN_ID")
 
 
 def add_parser(subparsers: Any) -> None:

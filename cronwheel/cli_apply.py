@@ -12,6 +12,10 @@ reconciled by name through `Client.apply` (cronwheel.client.apply has the semant
         retry_policy: {max_attempts: 3, initial_backoff: 30s}
         jitter: 5m
 
+Admins may add a `tenants:` list (each `id` plus create_tenant's keyword arguments: max_concurrency,
+rate_per_s, burst, weight, max_schedules, max_executions_per_day; cronwheel.client.apply_tenants
+has the semantics), applied before the schedules; a file may have only `tenants:`.
+
 Each schedule's keys are create_schedule's keyword arguments (docs/apply.md lists them). Prints
 the plan (create / update with the changed fields / unchanged / delete), then applies it unless
 --dry-run. A file that cannot be read, is not YAML, or has a bad spec exits 2 with
@@ -32,7 +36,7 @@ from cronwheel.cli_api_flags import client_for, connection_flags
 
 HELP = "create, update (and with --prune delete) a tenant's schedules to match a YAML file"
 DEFAULT_ADDRESS = "127.0.0.1:7070"
-TOP_KEYS = ("tenant", "schedules")
+TOP_KEYS = ("tenant", "schedules", "tenants")
 
 
 class BadFile(Exception):
@@ -57,8 +61,26 @@ class Marks:
         return self.keys.get(head, self.line)
 
 
+@dataclass
+class Loaded:
+    """A file, read: its tenant, its schedule specs and tenant specs, and where each spec is."""
+
+    tenant: str | None
+    specs: list[dict[str, Any]]
+    marks: list[Marks]
+    tenants: list[dict[str, Any]]
+    tenant_marks: list[Marks]
+    has_schedules: bool = True  # the file has a `schedules:` key (an empty list prunes everything)
+
+
 def load(text: str) -> tuple[str | None, list[dict[str, Any]], list[Marks]]:
     """The file's tenant, its schedule specs (plain values) and where each spec is (BadFile)."""
+    f = load_file(text)
+    return f.tenant, f.specs, f.marks
+
+
+def load_file(text: str) -> Loaded:
+    """The whole file (BadFile): `schedules:` and/or `tenants:` (admins: tenants' limits)."""
     import yaml
 
     class Loader(yaml.SafeLoader):
@@ -93,8 +115,8 @@ def load(text: str) -> tuple[str | None, list[dict[str, Any]], list[Marks]]:
         raise BadFile(mark.line + 1 if mark else None, f"not valid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise BadFile(None, f"not valid YAML: {exc}") from None
-    if not isinstance(doc, dict) or "schedules" not in doc:
-        raise BadFile(1, "expected a mapping with a `schedules:` list (and optionally `tenant:`)")
+    if not isinstance(doc, dict) or ("schedules" not in doc and "tenants" not in doc):
+        raise BadFile(1, "expected a mapping with a `schedules:` list (and optionally `tenant:`, `tenants:`)")
     top = where[id(doc)]
     for key in doc:
         if key not in TOP_KEYS:
@@ -102,14 +124,19 @@ def load(text: str) -> tuple[str | None, list[dict[str, Any]], list[Marks]]:
     tenant = doc.get("tenant")
     if tenant is not None and not isinstance(tenant, str):
         raise BadFile(top.keys["tenant"], f"tenant: expected text, got {tenant!r}")
-    specs = doc["schedules"] or []
-    if not isinstance(specs, list):
-        raise BadFile(top.keys["schedules"], "schedules: expected a list of schedules (`- name: ...`)")
-    for i, spec in enumerate(specs):
-        if not isinstance(spec, dict):
-            raise BadFile(top.keys["schedules"], f"schedules[{i}]: expected a mapping of schedule fields, "
-                                                 f"got {spec!r}")
-    return tenant, specs, [where[id(s)] for s in specs]
+    lists: dict[str, list[dict[str, Any]]] = {}
+    for key, what in (("schedules", "schedule"), ("tenants", "tenant")):
+        items = doc.get(key) or []
+        if not isinstance(items, list):
+            first = "name" if key == "schedules" else "id"
+            raise BadFile(top.keys[key], f"{key}: expected a list of {what}s (`- {first}: ...`)")
+        for i, spec in enumerate(items):
+            if not isinstance(spec, dict):
+                raise BadFile(top.keys[key], f"{key}[{i}]: expected a mapping of {what} fields, got {spec!r}")
+        lists[key] = items
+    specs, tenants = lists["schedules"], lists["tenants"]
+    return Loaded(tenant, specs, [where[id(s)] for s in specs], tenants, [where[id(s)] for s in tenants],
+                  "schedules" in doc)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -129,20 +156,33 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         return fail(f"cannot read {name}: {getattr(exc, 'strerror', None) or exc}", EXIT_USAGE)
     try:
-        tenant, specs, marks = load(text)
+        f = load_file(text)
     except BadFile as exc:
         return fail(f"{name}:{exc.line}: {exc.message}" if exc.line else f"{name}: {exc.message}", EXIT_USAGE)
+    tenant, specs, marks = f.tenant, f.specs, f.marks
     if args.tenant and tenant and args.tenant != tenant:
         return fail(f"--tenant {args.tenant} but {name} says tenant: {tenant}", EXIT_USAGE)
+    from cronwheel.client import TenantSpecError
+    from cronwheel.client.apply import check_specs as check_schedules
+    from cronwheel.client.apply_tenants import check_specs as check_tenants
+    from cronwheel.client.calls import Context
+
     with client_for(args) as cw:
-        try:
-            plan = cw.apply(specs, tenant=args.tenant or tenant, prune=args.prune, dry_run=args.dry_run)
-        except SpecError as exc:
-            line = marks[exc.index].of(exc.key) if exc.key else marks[exc.index].line
-            where = f"schedules[{exc.index}]" + (f".{exc.key}" if exc.key else "")
-            who = f" (schedule {exc.name!r})" if exc.name else ""
+        try:  # every spec of both lists checked before anything changes; tenants first (their quotas)
+            check_tenants(f.tenants)
+            check_schedules(Context(cw.clock), specs, args.tenant or tenant)
+            tplan = cw.apply_tenants(f.tenants, dry_run=args.dry_run) if f.tenants else None
+            plan = cw.apply(specs, tenant=args.tenant or tenant, prune=args.prune,
+                            dry_run=args.dry_run) if f.has_schedules else None
+        except (SpecError, TenantSpecError) as exc:
+            kind, ms = ("tenant", f.tenant_marks) if isinstance(exc, TenantSpecError) else ("schedule", marks)
+            line = ms[exc.index].of(exc.key) if exc.key else ms[exc.index].line
+            where = f"{kind}s[{exc.index}]" + (f".{exc.key}" if exc.key else "")
+            who = f" ({kind} {exc.name!r})" if exc.name else ""
             return fail(f"{name}:{line}: {where}{who}: {exc.detail}", EXIT_USAGE)
-    print(plan.render())
+    for p in (tplan, plan):
+        if p is not None:
+            print(p.render())
     return EXIT_OK
 
 

@@ -64,7 +64,7 @@ def _doc(node: ast.AST) -> list[str]:
 
 def _methods() -> list[tuple[str, str, list[str]]]:
     """(name, signature, docstring paragraphs) of every public Client method, in class order."""
-    plans = {f.name: f for name in ("apply.py", "calls.py") for f in _tree(name).body  # apply: client/apply.py
+    plans = {f.name: f for name in ("apply.py", "apply_tenants.py", "calls.py") for f in _tree(name).body
              if isinstance(f, ast.FunctionDef)}
     cls = next(n for n in _tree("client.py").body if isinstance(n, ast.ClassDef) and n.name == "Client")
     out = []
@@ -107,7 +107,8 @@ def render(escape: Callable[[str], str]) -> list[str]:
         lines += doc
     lines += ['<a id="client-values"></a>', "", "### Values (`cronwheel.client.types`)", ""]
     lines += _paragraphs(_tree("types.py"))
-    for c in _classes("types.py") + [k for k in _classes("apply.py") if k.name in APPLY_VALUES]:
+    for c in _classes("types.py") + [k for k in _classes("apply.py") if k.name in APPLY_VALUES] + [
+            k for k in _classes("apply_tenants.py") if k.name in ("TenantPlan", "PlannedTenant")]:
         fields = [f"`{ast.unparse(s.target)}: {ast.unparse(s.annotation)}`" for s in c.body
                   if isinstance(s, ast.AnnAssign)]
         lines += [f"- **`{c.name}`**" + (f" — {' '.join(_doc(c))}" if _doc(c) else " —")
@@ -118,6 +119,7 @@ def render(escape: Callable[[str], str]) -> list[str]:
               "prefix): " + ", ".join(f"`{e}`" for e in enums) + "."), ""]
     lines += ['<a id="client-errors"></a>', "", "### Errors (`cronwheel.client.errors`)", ""]
     lines += _paragraphs(_tree("errors.py"))
-    for c in _classes("errors.py") + [k for k in _classes("apply.py") if k.name == "SpecError"]:
+    for c in _classes("errors.py") + [k for k in _classes("apply.py") if k.name == "SpecError"] + [
+            k for k in _classes("apply_tenants.py") if k.name == "TenantSpecError"]:
         lines += [f"- **`{c.name}`**" + (f" — {' '.join(_doc(c))}" if _doc(c) else "")]
     return lines + [""]

@@ -31,6 +31,7 @@ UNIQUE_KEYS: dict[str, tuple[str, str]] = {
     "executions_schedule_tick": ("execution", "execution of this schedule tick"),
     "executions_idempotency": ("execution", "idempotency key (unique per tenant)"),
     "executions_unique": ("execution", "unique job key (another execution of the same unique job holds it)"),
+    "tenants_pkey": ("tenant", "tenant"),
 }
 _KEY = re.compile(r"Key (.*) already exists\.?$")
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from cronwheel.storage.api import Conn, Row, json_text, notify_due, row, rows
 from cronwheel.storage.db import Database
+from cronwheel.storage.queries import q
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +87,15 @@ class SchedulesPort:
         return await row(conn, "api_lock_schedule", {"id": schedule_id})
 
     async def lock_tenant(self, conn: Conn, tenant: str) -> TenantQuota | None:
-        """The tenant's quotas, row-locked (concurrent creations count one after another)."""
-        r = await row(conn, "api_lock_tenant", {"tenant": tenant})
-        return TenantQuota(r["max_schedules"], r["max_executions_per_day"]) if r else None
+        """The tenant's quotas; when it has a schedule quota, also an advisory lock held to
+        commit, so that its creations count one after another (`count_live` after this sees
+        every creation that held the lock before). A tenant without one is not serialised."""
+        r = await row(conn, "api_tenant_quotas", {"tenant": tenant})
+        if r is None:
+            return None
+        if r["max_schedules"] is not None:
+            await conn.execute(q("api_lock_schedule_quota"), {"tenant": tenant})
+        return TenantQuota(r["max_schedules"], r["max_executions_per_day"])
 
     async def count_live(self, conn: Conn, tenant: str) -> int:
         r = await row(conn, "count_live_schedules", {"tenant": tenant})

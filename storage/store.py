@@ -28,6 +28,8 @@ from cronwheel.storage.firing import FiringPort
 from cronwheel.storage.partitions import PartitionsPort
 from cronwheel.storage.retention import RetentionPort
 from cronwheel.storage.schedules import SchedulesPort
+from cronwheel.storage.tenants import TenantsPort
+from cronwheel.storage.tokens import TokensPort
 from cronwheel.storage.webhooks import WebhooksPort
 
 
@@ -48,6 +50,8 @@ class PgStore(Database):
         self.partitions = PartitionsPort(self)
         self.webhooks = WebhooksPort(self)  # storage/webhooks.py
         self.retention = RetentionPort(self)
+        self.tenants = TenantsPort(self)  # storage/tenants.py
+        self.tokens = TokensPort(self)  # storage/tokens.py
 
     async def insert_event(
         self,

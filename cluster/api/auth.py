@@ -10,18 +10,22 @@ The auth file (`cronwheel node --auth-file PATH`, or $CRONWHEEL_AUTH_FILE) is JS
         {"name": "ops-acme", "sha256": "...", "admin": true, "tenant": "acme"}
     ]}
 
-Tokens are stored hashed (`printf %s "$TOKEN" | sha256sum`, or `cronwheel token new`). Each
+Tokens are stored hashed (`printf %s "$TOKEN" | sha256sum`, or `cronwheel token new --offline`). Each
 entry is a tenant token (`tenant`) or an admin token (`admin: true`; an optional `tenant` is
 then the default tenant of what it creates). `name` is the actor recorded in audit events
-(default "token-<first 8 hex digits>"). A bad file fails at start-up.
+(default "token-<first 8 hex digits>"). A bad file fails at start-up. The file is the bootstrap
+for the first admin; the other tokens are made through the API (TenantService.CreateToken),
+stored hashed in the `tokens` table and checked against every node's in-memory copy of it
+(`tokens.TokenCache`, re-read every second: a revocation reaches every node within about 1 s).
 
 Without an auth file the node runs in DEV MODE: no token is needed and every call is an admin
 whose default tenant is "default" (what `cronwheel dev` uses). A warning is logged at start.
 
-Rules: no, malformed or unknown token -> UNAUTHENTICATED; a tenant token naming another tenant
--> PERMISSION_DENIED; a tenant token on an admin-only RPC (AdminService.ClusterStatus) ->
-PERMISSION_DENIED; another tenant's object -> NOT_FOUND (the commands check it). Health and
-reflection need no token. The caller is available to servicers as `current_caller()`.
+Rules: no, malformed, unknown, revoked or expired token -> UNAUTHENTICATED; a tenant token
+naming another tenant -> PERMISSION_DENIED; a tenant token on an admin-only RPC
+(AdminService.ClusterStatus, every TenantService RPC: `admin_only`) -> PERMISSION_DENIED;
+another tenant's object -> NOT_FOUND (the commands check it). Health and reflection need no
+token. The caller is available to servicers as `current_caller()`.
 
 Concurrency: AuthConfig is immutable; the caller lives in a ContextVar set per call.
 """
@@ -36,15 +40,18 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import grpc
 
 from cronwheel import errors as e
+from cronwheel.clock import Clock
 from cronwheel.cluster.api import requests
 from cronwheel.cluster.api.grpc_errors import details, status_of
 from cronwheel.cluster.api.handlers import responses, rewrap
+from cronwheel.cluster.api.tokens import TokenCache
 from cronwheel.cluster.commands.values import text
 from cronwheel.errors import InvalidArgument
 
@@ -52,6 +59,13 @@ log = logging.getLogger("cronwheel.cluster.api.auth")
 
 PROTECTED_PREFIX = "/cronwheel.v1."
 ADMIN_ONLY = frozenset({"/cronwheel.v1.AdminService/ClusterStatus"})
+ADMIN_ONLY_SERVICES = ("/cronwheel.v1.TenantService/",)  # tenants and tokens
+
+
+def admin_only(method: str) -> bool:
+    """Whether an RPC (its full method name) is refused to tenant tokens: the one rule."""
+    return method in ADMIN_ONLY or method.startswith(ADMIN_ONLY_SERVICES)
+
 DEV_TENANT = "default"
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -113,20 +127,32 @@ class AuthConfig:
     tokens: Mapping[str, Caller] = field(default_factory=dict)  # sha256 hex -> caller
     dev: bool = False
 
-    def authenticate(self, metadata: Any) -> Caller:
+    def authenticate(self, metadata: Any, db: TokenCache | None = None, now: datetime | None = None) -> Caller:
+        """The caller of these metadata: an auth-file token, else (`db`) an API-made one, checked
+        for expiry at `now`."""
         if self.dev:
             return DEV_CALLER
-        values = [v for k, v in (metadata or ()) if k == "authorization"]
-        if not values:
-            raise e.Unauthenticated("missing credentials: send metadata 'authorization: Bearer <token>'")
-        value = values[0] if isinstance(values[0], str) else ""
-        scheme, _, token = value.strip().partition(" ")
-        if len(values) > 1 or scheme.lower() != "bearer" or not token.strip():
-            raise e.Unauthenticated("malformed authorization metadata: expected 'Bearer <token>'")
-        caller = self.tokens.get(hash_token(token.strip()))
+        digest = bearer_digest(metadata)
+        caller = self.tokens.get(digest)
+        if caller is None and db is not None and now is not None:
+            tok = db.lookup(digest, now)
+            caller = None if tok is None else Caller(tok.name, tok.tenant, tok.admin)
         if caller is None:
             raise e.Unauthenticated("unknown token")
         return caller
+
+
+def bearer_digest(metadata: Any) -> str:
+    """The SHA-256 (hex) of the bearer token in the metadata; Unauthenticated when there is none
+    or it is malformed."""
+    values = [v for k, v in (metadata or ()) if k == "authorization"]
+    if not values:
+        raise e.Unauthenticated("missing credentials: send metadata 'authorization: Bearer <token>'")
+    value = values[0] if isinstance(values[0], str) else ""
+    scheme, _, token = value.strip().partition(" ")
+    if len(values) > 1 or scheme.lower() != "bearer" or not token.strip():
+        raise e.Unauthenticated("malformed authorization metadata: expected 'Bearer <token>'")
+    return hash_token(token.strip())
 
 
 def load_auth(path: str | None) -> AuthConfig:
@@ -198,10 +224,13 @@ Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Authenticates every call to a cronwheel.v1 service and maps its errors."""
+    """Authenticates every call to a cronwheel.v1 service and maps its errors. `tokens`: the
+    node's copy of the API-made tokens (None: the auth file's only); `clock`: their expiry."""
 
-    def __init__(self, config: AuthConfig) -> None:
+    def __init__(self, config: AuthConfig, tokens: TokenCache | None = None, clock: Clock | None = None) -> None:
         self.config = config
+        self.tokens = tokens
+        self.clock = clock
         if config.dev:
             log.warning("authentication disabled (dev mode): every call is an admin of tenant 'default'",
                         extra={"event": "auth_dev_mode"})
@@ -209,8 +238,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             log.info("authentication enabled", extra={"event": "auth_enabled", "tokens": len(config.tokens)})
 
     def _authorize(self, context: grpc.aio.ServicerContext[Any, Any], method: str) -> Caller:
-        caller = self.config.authenticate(context.invocation_metadata())
-        if method in ADMIN_ONLY and not caller.admin:
+        now = self.clock.now() if self.clock is not None else None
+        caller = self.config.authenticate(context.invocation_metadata(), self.tokens, now)
+        if admin_only(method) and not caller.admin:
             raise e.PermissionDenied(f"{method.rsplit('/', 1)[-1]} is admin-only")
         return caller
 

@@ -2,7 +2,8 @@
 
 Interceptors: `auth.AuthInterceptor` authenticates every call to a cronwheel.v1 service (bearer
 token -> tenant or admin; dev mode without an auth file), refuses tenants on admin-only RPCs,
-and maps domain errors to status codes. Health and reflection are served without a token.
+and maps domain errors to status codes; API-made tokens are checked against `node.tokens`
+(cluster/api/tokens.py, refreshed by the node's `token-cache` task). Health and reflection are served without a token.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from cronwheel.cluster.api.admin_service import AdminService
 from cronwheel.cluster.api.auth import AuthInterceptor, load_auth, server_credentials
 from cronwheel.cluster.api.scheduler_service import SchedulerService
 from cronwheel.cluster.api.status import NodeStatus
+from cronwheel.cluster.api.tenant_service import TenantService
 from cronwheel.cluster.api.webhook_service import WebhookService
 from cronwheel.cluster.metrics import RpcMetricsInterceptor
 from cronwheel.v1 import admin_pb2, admin_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
@@ -47,12 +49,17 @@ def grpc_services(node: Node) -> list[tuple[Registrar, Any, str]]:
             WebhookService(node.store, node.clock),
             admin_pb2.DESCRIPTOR.services_by_name["WebhookService"].full_name,
         ),
+        (
+            admin_pb2_grpc.add_TenantServiceServicer_to_server,
+            TenantService(node.store, node.clock, node.tokens),
+            admin_pb2.DESCRIPTOR.services_by_name["TenantService"].full_name,
+        ),
     ]
 
 
 def interceptors(node: Node) -> list[grpc.aio.ServerInterceptor]:
     return [RpcMetricsInterceptor(node.metrics, node.clock),  # outermost: sees every code
-            AuthInterceptor(load_auth(getattr(node.config, "auth_file", "")))]
+            AuthInterceptor(load_auth(getattr(node.config, "auth_file", "")), node.tokens, node.clock)]
 
 
 def credentials(node: Node) -> grpc.ServerCredentials | None:

@@ -6,7 +6,8 @@ Each tick is then matched against the durable records, in this order:
 
     before creation / after deletion     NOT_YET_CREATED / DELETED
     an execution for (schedule, tick)    FIRED (DST_SHIFTED if its local time was in a gap),
-                                         SKIPPED_OVERLAP, SKIPPED_MISFIRE (state skipped)
+                                         SKIPPED_OVERLAP, SKIPPED_MISFIRE, SKIPPED_QUOTA (state
+                                         skipped)
     a misfire event covering the tick    REFUSED_CATCH_UP, COALESCED_MISFIRE, SKIPPED_MISFIRE
     paused at the tick                   PAUSED (from when, by whom)
     at or before the latest pruned tick  PRUNED_BY_RETENTION (it fired; retention removed its row)
@@ -217,6 +218,8 @@ def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]]
         reason = ex.get("state_reason") or ""
         if ex["state"] == "skipped" and reason.startswith("overlap"):
             return Explained(t, "SKIPPED_OVERLAP", reason, **common)
+        if ex["state"] == "skipped" and reason.startswith("quota"):  # the fire path's daily-quota skip
+            return Explained(t, "SKIPPED_QUOTA", reason, **common)
         if ex["state"] == "skipped" and reason.startswith("misfire"):
             if reason == "misfire:run_once":
                 return _coalesced(t, by_tick, misfires, ownership, reason)

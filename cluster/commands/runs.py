@@ -248,7 +248,8 @@ Submitted = tuple[Row, bool]  # (execution, deduplicated)
 
 
 def _quota_error(tenant: str, limit: int) -> QuotaExceeded:
-    return QuotaExceeded(f"tenant {tenant} has used its quota of {limit} executions today (UTC)")
+    return QuotaExceeded("max_executions_per_day",
+                         f"tenant {tenant} has used its quota of {limit} executions today (UTC)")
 
 
 async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob], now: datetime,

@@ -216,7 +216,8 @@ async def create_schedule(store: PgStore, spec: ScheduleSpec, now: datetime, par
         if quota is not None and quota.max_schedules is not None:
             live = await store.schedules.count_live(conn, spec.tenant)
             if live >= quota.max_schedules:
-                raise QuotaExceeded(f"tenant {spec.tenant} has {live} schedules, its quota is {quota.max_schedules}")
+                raise QuotaExceeded("max_schedules",
+                                    f"tenant {spec.tenant} has {live} schedules, its quota is {quota.max_schedules}")
         row = await store.schedules.insert(conn, _fields(spec), p, None if spec.paused else cron.next_after(now), now)
         await store.events.insert(Event("schedule_created", spec.tenant, spec.id, None, p, actor, at=now,
                                         data={"name": spec.name, "cron": spec.cron, "timezone": spec.timezone,

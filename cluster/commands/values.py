@@ -37,7 +37,12 @@ OVERLAP_POLICIES = tuple(p.value for p in OverlapPolicy)
 
 
 class QuotaExceeded(ResourceExhausted):
-    """A tenant quota is used up."""
+    """A tenant quota is used up. The message starts with the quota's name (the tenants column
+    and the TenantService field: "max_schedules: ...", "max_executions_per_day: ...")."""
+
+    def __init__(self, quota: str, detail: str) -> None:
+        self.quota = quota
+        super().__init__(f"{quota}: {detail}")
 
 
 class JsonText(str):

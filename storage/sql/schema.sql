@@ -30,11 +30,12 @@ CREATE INDEX partition_history_by_partition ON partition_history (partition, at)
 CREATE TABLE tenants (
     id                     text PRIMARY KEY,
     max_concurrency        integer NOT NULL DEFAULT 1000 CHECK (max_concurrency > 0),
-    rate_per_s             double precision NOT NULL DEFAULT 10000 CHECK (rate_per_s > 0),
+    rate_per_s             double precision CHECK (rate_per_s > 0),    -- NULL: no rate limit
     weight                 integer NOT NULL DEFAULT 1 CHECK (weight > 0),
     max_schedules          integer CHECK (max_schedules > 0),
     max_executions_per_day integer CHECK (max_executions_per_day > 0),
-    created_at             timestamptz NOT NULL DEFAULT now()
+    created_at             timestamptz NOT NULL DEFAULT now(),
+    burst                  double precision CHECK (burst > 0)          -- NULL: rate_per_s (one second's worth)
 );
 
 CREATE TABLE schedules (
@@ -315,4 +316,35 @@ $$;
 CREATE FUNCTION cronwheel_in_window(t timestamptz, after timestamptz, horizon timestamptz) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT t <= horizon AND (after IS NULL OR t > after)
+$$;
+-- Bearer tokens made through the API (TenantService.CreateToken), stored as the SHA-256 (hex) of
+-- the secret; every node keeps the live ones in memory, re-read every second.
+CREATE TABLE tokens (
+    id          uuid PRIMARY KEY,
+    name        text NOT NULL,
+    tenant      text,
+    admin       boolean NOT NULL DEFAULT false,
+    sha256      text NOT NULL UNIQUE,
+    created_at  timestamptz NOT NULL,
+    created_by  text,
+    expires_at  timestamptz,
+    revoked_at  timestamptz,
+    CHECK (admin OR tenant IS NOT NULL)
+);
+CREATE INDEX tokens_by_tenant ON tokens (tenant, id);
+
+-- Tenant quotas (0016).
+-- The daily execution quota's room: for each of `tenants` that has a max_executions_per_day, the
+-- quota and how many more executions it may create on the UTC day of `at` (negative: over). The
+-- one definition of "used today" for the fire path's quota skips (fire_ticks_fenced,
+-- fire_executions, storage/sql/queries/executions.sql); the submit path counts the same rows
+-- (api_used_today) under its per-group advisory lock.
+CREATE FUNCTION cronwheel_daily_room(tenants text[], at timestamptz)
+RETURNS TABLE (tenant text, quota integer, room bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT t.id, t.max_executions_per_day,
+           t.max_executions_per_day - (SELECT count(*) FROM executions e
+                                        WHERE e.tenant = t.id AND e.created_at >= date_trunc('day', at, 'UTC'))
+      FROM tenants t
+     WHERE t.id = ANY (tenants) AND t.max_executions_per_day IS NOT NULL
 $$;

@@ -32,7 +32,7 @@ def nodes() -> Iterator[Nodes]:
     with ProcessCluster(partitions=4, lease_ttl_s=3) as c:
         tokens, entries = {}, []
         for who, flags in (("acme", ["--tenant", "acme"]), ("ops", ["--admin"])):
-            r = run_cli("token", "new", *flags, "--name", who, "--json")
+            r = run_cli("token", "new", "--offline", *flags, "--name", who, "--json")
             assert r.returncode == 0, r.stderr
             out = json.loads(r.stdout)
             tokens[who] = out["token"]

@@ -74,3 +74,14 @@ def test_address_mistakes_are_refused_with_what_was_meant(address: str, hint: st
 def test_good_addresses_pass() -> None:
     for a in ("127.0.0.1:7070", "a:1,b:2", "[::1]:7070", "unix:/tmp/s", "dns:///node:7070"):
         check_address(a)
+
+
+def test_every_tenant_field_maps_to_a_flag_tenant_create_and_update_have() -> None:
+    from cronwheel.client import calls
+
+    create, update = _flags_of(["tenant", "create"]), _flags_of(["tenant", "update"])
+    for name in calls.TENANT_INTS + calls.TENANT_OPTIONAL:
+        for path in (f"tenant.{name}", name):  # the server's path and the Client's keyword
+            flag = flag_for(path, "tenant")
+            assert flag in create and flag in update, (path, flag)
+    assert flag_for("tenant.id", "tenant") == "TENANT"

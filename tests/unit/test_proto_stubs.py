@@ -322,6 +322,7 @@ def test_enum_values_of_the_design() -> None:
         "MISSED",
         "PENDING",
         "PRUNED_BY_RETENTION",
+        "SKIPPED_QUOTA",
     }
 
 

@@ -382,3 +382,385 @@ class WebhookService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class TenantServiceStub:
+    """Tenants and the bearer tokens that act for them. ADMIN ONLY: every RPC of this service
+    refuses a tenant token with PERMISSION_DENIED.
+
+    A tenant that has no row acts with the defaults (max_concurrency 1000, weight 1, no rate
+    limit, no quotas); CreateTenant gives it a row, UpdateTenant changes it.
+
+    Tokens. A node accepts the tokens of its auth file (the bootstrap for the first admin,
+    read once at start) and the tokens created here, which are stored only as their SHA-256 and
+    reach every node within a few seconds (each node re-reads the token table every second):
+    a revoked token is refused everywhere within that time, without a restart. A token past its
+    expires_at is UNAUTHENTICATED ("token expired").
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.CreateTenant = channel.unary_unary(
+                '/cronwheel.v1.TenantService/CreateTenant',
+                request_serializer=cronwheel_dot_v1_dot_admin__pb2.CreateTenantRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_admin__pb2.CreateTenantResponse.FromString,
+                _registered_method=True)
+        self.UpdateTenant = channel.unary_unary(
+                '/cronwheel.v1.TenantService/UpdateTenant',
+                request_serializer=cronwheel_dot_v1_dot_admin__pb2.UpdateTenantRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_admin__pb2.UpdateTenantResponse.FromString,
+                _registered_method=True)
+        self.GetTenant = channel.unary_unary(
+                '/cronwheel.v1.TenantService/GetTenant',
+                request_serializer=cronwheel_dot_v1_dot_admin__pb2.GetTenantRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_admin__pb2.GetTenantResponse.FromString,
+                _registered_method=True)
+        self.ListTenants = channel.unary_unary(
+                '/cronwheel.v1.TenantService/ListTenants',
+                request_serializer=cronwheel_dot_v1_dot_admin__pb2.ListTenantsRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_admin__pb2.ListTenantsResponse.FromString,
+                _registered_method=True)
+        self.CreateToken = channel.unary_unary(
+                '/cronwheel.v1.TenantService/CreateToken',
+                request_serializer=cronwheel_dot_v1_dot_admin__pb2.CreateTokenRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_admin__pb2.CreateTokenResponse.FromString,
+                _registered_method=True)
+        self.ListTokens = channel.unary_unary(
+                '/cronwheel.v1.TenantService/ListTokens',
+                request_serializer=cronwheel_dot_v1_dot_admin__pb2.ListTokensRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_admin__pb2.ListTokensResponse.FromString,
+                _registered_method=True)
+        self.RevokeToken = channel.unary_unary(
+                '/cronwheel.v1.TenantService/RevokeToken',
+                request_serializer=cronwheel_dot_v1_dot_admin__pb2.RevokeTokenRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_admin__pb2.RevokeTokenResponse.FromString,
+                _registered_method=True)
+
+
+class TenantServiceServicer:
+    """Tenants and the bearer tokens that act for them. ADMIN ONLY: every RPC of this service
+    refuses a tenant token with PERMISSION_DENIED.
+
+    A tenant that has no row acts with the defaults (max_concurrency 1000, weight 1, no rate
+    limit, no quotas); CreateTenant gives it a row, UpdateTenant changes it.
+
+    Tokens. A node accepts the tokens of its auth file (the bootstrap for the first admin,
+    read once at start) and the tokens created here, which are stored only as their SHA-256 and
+    reach every node within a few seconds (each node re-reads the token table every second):
+    a revoked token is refused everywhere within that time, without a restart. A token past its
+    expires_at is UNAUTHENTICATED ("token expired").
+    """
+
+    def CreateTenant(self, request, context):
+        """Creates a tenant with its limits and quotas.
+        Errors: INVALID_ARGUMENT (tenant.id, tenant.max_concurrency, tenant.rate_per_s,
+        tenant.burst, tenant.weight, tenant.max_schedules, tenant.max_executions_per_day);
+        ALREADY_EXISTS when the tenant has a row already.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateTenant(self, request, context):
+        """Changes the fields of a tenant named by update_mask. A path of an optional field that is
+        unset in `tenant` clears it (rate_per_s: no rate limit; a quota: no quota).
+        Errors: INVALID_ARGUMENT (update_mask, the fields as for CreateTenant); NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTenant(self, request, context):
+        """One tenant.
+        Errors: INVALID_ARGUMENT (tenant_id); NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTenants(self, request, context):
+        """Tenants by ascending id, paginated.
+        Errors: INVALID_ARGUMENT (page_size, page_token).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateToken(self, request, context):
+        """Creates a bearer token. The secret is returned only in this response; the server keeps its
+        SHA-256.
+        Errors: INVALID_ARGUMENT (name, tenant, expires_at).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTokens(self, request, context):
+        """Lists tokens by creation, paginated (never their secrets).
+        Errors: INVALID_ARGUMENT (tenant, page_size, page_token).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeToken(self, request, context):
+        """Revokes a token: every node refuses it (UNAUTHENTICATED) within a few seconds. Revoking a
+        revoked token changes nothing (its first revoked_at is kept).
+        Errors: INVALID_ARGUMENT (token_id); NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_TenantServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'CreateTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateTenant,
+                    request_deserializer=cronwheel_dot_v1_dot_admin__pb2.CreateTenantRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_admin__pb2.CreateTenantResponse.SerializeToString,
+            ),
+            'UpdateTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateTenant,
+                    request_deserializer=cronwheel_dot_v1_dot_admin__pb2.UpdateTenantRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_admin__pb2.UpdateTenantResponse.SerializeToString,
+            ),
+            'GetTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTenant,
+                    request_deserializer=cronwheel_dot_v1_dot_admin__pb2.GetTenantRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_admin__pb2.GetTenantResponse.SerializeToString,
+            ),
+            'ListTenants': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTenants,
+                    request_deserializer=cronwheel_dot_v1_dot_admin__pb2.ListTenantsRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_admin__pb2.ListTenantsResponse.SerializeToString,
+            ),
+            'CreateToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateToken,
+                    request_deserializer=cronwheel_dot_v1_dot_admin__pb2.CreateTokenRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_admin__pb2.CreateTokenResponse.SerializeToString,
+            ),
+            'ListTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTokens,
+                    request_deserializer=cronwheel_dot_v1_dot_admin__pb2.ListTokensRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_admin__pb2.ListTokensResponse.SerializeToString,
+            ),
+            'RevokeToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeToken,
+                    request_deserializer=cronwheel_dot_v1_dot_admin__pb2.RevokeTokenRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_admin__pb2.RevokeTokenResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'cronwheel.v1.TenantService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('cronwheel.v1.TenantService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class TenantService:
+    """Tenants and the bearer tokens that act for them. ADMIN ONLY: every RPC of this service
+    refuses a tenant token with PERMISSION_DENIED.
+
+    A tenant that has no row acts with the defaults (max_concurrency 1000, weight 1, no rate
+    limit, no quotas); CreateTenant gives it a row, UpdateTenant changes it.
+
+    Tokens. A node accepts the tokens of its auth file (the bootstrap for the first admin,
+    read once at start) and the tokens created here, which are stored only as their SHA-256 and
+    reach every node within a few seconds (each node re-reads the token table every second):
+    a revoked token is refused everywhere within that time, without a restart. A token past its
+    expires_at is UNAUTHENTICATED ("token expired").
+    """
+
+    @staticmethod
+    def CreateTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.TenantService/CreateTenant',
+            cronwheel_dot_v1_dot_admin__pb2.CreateTenantRequest.SerializeToString,
+            cronwheel_dot_v1_dot_admin__pb2.CreateTenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.TenantService/UpdateTenant',
+            cronwheel_dot_v1_dot_admin__pb2.UpdateTenantRequest.SerializeToString,
+            cronwheel_dot_v1_dot_admin__pb2.UpdateTenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.TenantService/GetTenant',
+            cronwheel_dot_v1_dot_admin__pb2.GetTenantRequest.SerializeToString,
+            cronwheel_dot_v1_dot_admin__pb2.GetTenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTenants(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.TenantService/ListTenants',
+            cronwheel_dot_v1_dot_admin__pb2.ListTenantsRequest.SerializeToString,
+            cronwheel_dot_v1_dot_admin__pb2.ListTenantsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.TenantService/CreateToken',
+            cronwheel_dot_v1_dot_admin__pb2.CreateTokenRequest.SerializeToString,
+            cronwheel_dot_v1_dot_admin__pb2.CreateTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.TenantService/ListTokens',
+            cronwheel_dot_v1_dot_admin__pb2.ListTokensRequest.SerializeToString,
+            cronwheel_dot_v1_dot_admin__pb2.ListTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.TenantService/RevokeToken',
+            cronwheel_dot_v1_dot_admin__pb2.RevokeTokenRequest.SerializeToString,
+            cronwheel_dot_v1_dot_admin__pb2.RevokeTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -30,6 +30,7 @@ class TickOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TICK_OUTCOME_MISSED: _ClassVar[TickOutcome]
     TICK_OUTCOME_PENDING: _ClassVar[TickOutcome]
     TICK_OUTCOME_PRUNED_BY_RETENTION: _ClassVar[TickOutcome]
+    TICK_OUTCOME_SKIPPED_QUOTA: _ClassVar[TickOutcome]
 
 class Deduplication(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -51,6 +52,7 @@ TICK_OUTCOME_DST_REPEATED: TickOutcome
 TICK_OUTCOME_MISSED: TickOutcome
 TICK_OUTCOME_PENDING: TickOutcome
 TICK_OUTCOME_PRUNED_BY_RETENTION: TickOutcome
+TICK_OUTCOME_SKIPPED_QUOTA: TickOutcome
 DEDUPLICATION_UNSPECIFIED: Deduplication
 DEDUPLICATION_IDEMPOTENCY_KEY: Deduplication
 DEDUPLICATION_UNIQUE: Deduplication

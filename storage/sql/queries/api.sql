@@ -16,9 +16,15 @@ SELECT s.*, d.next_run_at, d.last_scheduled_for
  WHERE s.id = %(id)s AND s.deleted_at IS NULL
    FOR UPDATE OF s;
 
--- name: api_lock_tenant
--- A tenant's quotas, row-locked so that concurrent creations count one after another.
-SELECT max_schedules, max_executions_per_day FROM tenants WHERE id = %(tenant)s FOR UPDATE;
+-- name: api_tenant_quotas
+-- A tenant's quotas (no lock: a tenant without a schedule quota creates schedules in parallel).
+SELECT max_schedules, max_executions_per_day FROM tenants WHERE id = %(tenant)s;
+
+-- name: api_lock_schedule_quota
+-- Transaction-scoped advisory lock of one tenant's schedule quota: creations of a tenant WITH a
+-- max_schedules count one after another (the count that follows, in its own statement, takes its
+-- snapshot after the lock: READ COMMITTED), without locking the tenants row.
+SELECT pg_advisory_xact_lock(hashtext('cronwheel.schedules'), hashtext(%(tenant)s));
 
 -- name: api_write_schedule
 -- Write every settable field of a live schedule, its paused flag, and soft-delete it when

@@ -58,21 +58,44 @@ RETURNING id;
 -- cursor `next_run_at` still at the tick this decision was made from); a tick already fired is
 -- left alone. `fired_at` is the database's commit-time evidence (clock_timestamp(), not the
 -- node's clock): the chaos checker compares it with the ownership history the database keeps.
+-- Daily quota: a tick that would run (queued, or scheduled: buffered / replacing) of a tenant
+-- whose max_executions_per_day is used up (cronwheel_daily_room, ticks of one tenant counted in
+-- tick order) is recorded as skipped with state_reason 'quota: max_executions_per_day ...' (the
+-- same rule as fire_ticks_fenced).
+WITH g AS (
+    SELECT v.*, s.tenant
+      FROM unnest(%(ids)s::uuid[], %(schedule_ids)s::uuid[], %(scheduled_fors)s::timestamptz[],
+                  %(run_ats)s::timestamptz[], %(states)s::text[], %(state_reasons)s::text[],
+                  %(triggers)s::text[], %(versions)s::bigint[], %(cursors)s::timestamptz[])
+           AS v(id, schedule_id, scheduled_for, run_at, state, state_reason, trigger, version, cursor)
+      JOIN schedules AS s ON s.id = v.schedule_id AND s.partition = %(partition)s
+      JOIN schedule_due AS d ON d.schedule_id = v.schedule_id
+     WHERE s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = v.cursor
+       AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+), over AS MATERIALIZED (
+    SELECT r.id, r.quota FROM (
+        SELECT g.id, q.quota, q.room, row_number() OVER (PARTITION BY g.tenant ORDER BY g.scheduled_for, g.id) AS k
+          FROM g JOIN cronwheel_daily_room(
+                   ARRAY(SELECT t.id FROM tenants t  -- the few tenants with a quota, if any ticks here
+                          WHERE t.max_executions_per_day IS NOT NULL
+                            AND EXISTS (SELECT 1 FROM g a WHERE a.tenant = t.id)),
+                   coalesce(%(now)s::timestamptz, now())) AS q ON q.tenant = g.tenant
+         WHERE g.state <> 'skipped') AS r
+     WHERE r.k > r.room
+)
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, state_reason, trigger, max_attempts, retry_initial_s,
                         retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
-SELECT v.id, s.id, s.tenant, s.job_type, s.payload, s.partition, v.scheduled_for, v.run_at,
-       s.priority, v.state, v.state_reason, v.trigger, s.max_attempts, s.retry_initial_s,
+SELECT g.id, s.id, s.tenant, s.job_type, s.payload, s.partition, g.scheduled_for, g.run_at,
+       s.priority, CASE WHEN o.id IS NULL THEN g.state ELSE 'skipped' END,
+       CASE WHEN o.id IS NULL THEN g.state_reason
+            ELSE 'quota: max_executions_per_day ' || o.quota || ' used up (UTC day)' END,
+       g.trigger, s.max_attempts, s.retry_initial_s,
        s.retry_multiplier, s.retry_max_s, s.timeout_s, %(epoch)s, clock_timestamp(),
-       CASE WHEN v.state = 'queued' THEN coalesce(%(now)s::timestamptz, now()) END
-  FROM unnest(%(ids)s::uuid[], %(schedule_ids)s::uuid[], %(scheduled_fors)s::timestamptz[],
-              %(run_ats)s::timestamptz[], %(states)s::text[], %(state_reasons)s::text[],
-              %(triggers)s::text[], %(versions)s::bigint[], %(cursors)s::timestamptz[])
-       AS v(id, schedule_id, scheduled_for, run_at, state, state_reason, trigger, version, cursor)
-  JOIN schedules AS s ON s.id = v.schedule_id AND s.partition = %(partition)s
-  JOIN schedule_due AS d ON d.schedule_id = v.schedule_id
- WHERE s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = v.cursor
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+       CASE WHEN g.state = 'queued' AND o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END
+  FROM g
+  JOIN schedules AS s ON s.id = g.schedule_id
+  LEFT JOIN over AS o ON o.id = g.id
 ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
 RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;
 
@@ -97,7 +120,8 @@ SELECT pg_notify('cronwheel_queued', %(payload)s);
 -- execution (ON CONFLICT: left alone). A tick joins ITS partition's `fence` row: share-locked
 -- while it carries the caller's epoch for it, before any schedule is touched, to commit; a stale
 -- partition writes nothing, the others commit. Answer: (partition, advanced, inserted) per fenced
--- partition. fired_at: database commit evidence; queued_at: the node's %(now)s.
+-- partition. fired_at: database commit evidence; queued_at: the node's %(now)s. A tick of a tenant
+-- whose daily quota is used up is recorded skipped ('quota: ...', see fire_executions).
 WITH fence AS (
     SELECT p.id, p.epoch
       FROM partitions AS p
@@ -116,15 +140,27 @@ WITH fence AS (
        AND s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = to_timestamp(v.tick)
     RETURNING s.id, s.tenant, s.job_type, s.payload, s.priority, s.max_attempts, s.retry_initial_s,
               s.retry_multiplier, s.retry_max_s, s.timeout_s, v.tick, v.run_at, d.partition, fence.epoch
+), over AS MATERIALIZED (  -- past a daily quota: recorded skipped (fire_executions's rule; empty without quotas)
+    SELECT r.id, r.quota FROM (
+        SELECT adv.id, q.quota, q.room, row_number() OVER (PARTITION BY adv.tenant ORDER BY adv.tick, adv.id) AS k
+          FROM adv JOIN cronwheel_daily_room(
+                   ARRAY(SELECT t.id FROM tenants t  -- the few tenants with a quota, if any ticks here
+                          WHERE t.max_executions_per_day IS NOT NULL
+                            AND EXISTS (SELECT 1 FROM adv a WHERE a.tenant = t.id)),
+                   coalesce(%(now)s::timestamptz, now())) AS q ON q.tenant = adv.tenant
+    ) AS r
+     WHERE r.k > r.room
 ), ins AS (
     INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
-                            priority, state, trigger, max_attempts, retry_initial_s, retry_multiplier,
-                            retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
+                            priority, state, state_reason, trigger, max_attempts, retry_initial_s,
+                            retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
     SELECT cronwheel_uuid7(), adv.id, adv.tenant, adv.job_type, adv.payload, adv.partition,
-           to_timestamp(adv.tick), to_timestamp(adv.run_at), adv.priority, 'queued', 'cron',
-           adv.max_attempts, adv.retry_initial_s, adv.retry_multiplier, adv.retry_max_s, adv.timeout_s,
-           adv.epoch, clock_timestamp(), coalesce(%(now)s::timestamptz, now())
-      FROM adv
+           to_timestamp(adv.tick), to_timestamp(adv.run_at), adv.priority,
+           CASE WHEN o.id IS NULL THEN 'queued' ELSE 'skipped' END,
+           CASE WHEN o.id IS NOT NULL THEN 'quota: max_executions_per_day ' || o.quota || ' used up (UTC day)' END,
+           'cron', adv.max_attempts, adv.retry_initial_s, adv.retry_multiplier, adv.retry_max_s, adv.timeout_s,
+           adv.epoch, clock_timestamp(), CASE WHEN o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END
+      FROM adv LEFT JOIN over AS o ON o.id = adv.id
     ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
     RETURNING partition
 )

@@ -1,0 +1,152 @@
+"""Declarative tenants: `Client.apply_tenants(specs, dry_run=False)` reconciles tenants BY ID with
+a list of specs (the `tenants:` list of a `cronwheel apply` file), as `apply` does schedules.
+
+    plan = cw.apply_tenants([{"id": "acme", "rate_per_s": 100, "weight": 3, "max_schedules": 50}])
+    print(plan.render())   # + create    tenant acme / Tenants: 1 to create, 0 to update, 0 unchanged.
+
+A spec is a mapping of `id` and create_tenant's keyword arguments (max_concurrency, rate_per_s,
+burst, weight, max_schedules, max_executions_per_day). Semantics, precisely:
+- a key a spec leaves out is not managed (the server's default on create, unchanged on update);
+- `null` clears rate_per_s (no rate limit), burst (one second's worth) or a quota (no quota);
+  it is refused for max_concurrency and weight;
+- the plan is `create` (the tenant has no row), `update` (the fields that differ, old -> new,
+  applied with one update_tenant) or `unchanged`; tenants are never deleted by apply;
+- every spec's keys and types are checked before anything changes (TenantSpecError naming
+  `tenants[i].key`); the ranges are the server's (INVALID_ARGUMENT at write time, naming the
+  field), so an out-of-range value stops apply at that tenant, the ones before it applied;
+- applying the same specs twice changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Generator, Iterable, Mapping
+from typing import Any
+
+from . import calls
+from . import types as t
+from .apply import Action, FieldChange, show
+from .errors import ApiError, InvalidArgument
+
+KEYS = calls.TENANT_INTS + calls.TENANT_OPTIONAL  # besides "id"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlannedTenant:
+    """One entry of a tenant plan; `tenant`: after a real apply, the tenant as stored."""
+
+    action: Action
+    id: str
+    changes: tuple[FieldChange, ...] = ()
+    index: int | None = None
+    tenant: t.Tenant | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TenantPlan:
+    items: tuple[PlannedTenant, ...]
+    applied: bool
+
+    def count(self, action: Action | str) -> int:
+        return sum(1 for i in self.items if i.action == action)
+
+    @property
+    def changes(self) -> bool:
+        return any(i.action != Action.UNCHANGED for i in self.items)
+
+    def render(self) -> str:
+        marks = {Action.CREATE: "+", Action.UPDATE: "~", Action.UNCHANGED: "="}
+        out = []
+        for i in self.items:
+            out.append(f"{marks[i.action]} {i.action:<9} tenant {i.id}")
+            out += [f"      {ch.field}: {show(ch.old)} -> {show(ch.new)}" for ch in i.changes]
+        verb = "" if self.applied else " (dry run: nothing changed)"
+        out.append(f"Tenants: {self.count('create')} to create, {self.count('update')} to update, "
+                   f"{self.count('unchanged')} unchanged.{verb}")
+        return "\n".join(out)
+
+
+class TenantSpecError(InvalidArgument):
+    """A tenant spec refused before anything changes: `.index`, `.name` (its id), `.key`;
+    `.field` is `tenants[<index>].<key>`."""
+
+    def __init__(self, index: int, name: str | None, key: str, detail: str) -> None:
+        self.index, self.name, self.key, self.detail = index, name, key, detail
+        where = f"tenants[{index}]" + (f".{key}" if key else "")
+        who = f" (tenant {name!r})" if name else ""
+        InvalidArgument.__init__(self, "INVALID_ARGUMENT", f"{where}{who}: {detail}")
+        self.field = where
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Desired:
+    index: int
+    id: str
+    values: dict[str, Any]
+
+
+def check_specs(specs: Iterable[Mapping[str, Any]]) -> list[_Desired]:
+    out: list[_Desired] = []
+    seen: dict[str, int] = {}
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, Mapping):
+            raise TenantSpecError(i, None, "", f"expected a mapping of tenant fields, got {spec!r}")
+        ident = spec.get("id")
+        name = ident.strip() if isinstance(ident, str) else None
+        for key in spec:
+            if key != "id" and key not in KEYS:
+                raise TenantSpecError(i, name, str(key), f"unknown key (expected id or one of {', '.join(KEYS)})")
+        if not name:
+            raise TenantSpecError(i, None, "id", "required: the tenant's name")
+        if name in seen:
+            raise TenantSpecError(i, name, "id", f"the same id as tenants[{seen[name]}]")
+        seen[name] = i
+        values = {k: v for k, v in spec.items() if k != "id"}
+        try:  # the client's own checks (types): the request update_tenant would send
+            calls.tenant_message(name, values)
+        except InvalidArgument as exc:
+            raise TenantSpecError(i, name, exc.field, str(exc).partition(": ")[2] or str(exc)) from None
+        out.append(_Desired(i, name, {k: float(v) if k in ("rate_per_s", "burst") and v is not None else v
+                                      for k, v in values.items()}))
+    return out
+
+
+def apply_tenants(ctx: calls.Context, specs: Iterable[Mapping[str, Any]], *,
+                  dry_run: bool = False) -> calls.Steps[TenantPlan]:
+    """Reconciles tenants by id with `specs` (each `{"id": ..., <create_tenant keyword>: ...}`):
+    creates the missing, updates those that differ (only the keys a spec gives; null clears a
+    rate or quota). With `dry_run`, changes nothing. Returns the TenantPlan (`render()`: the text
+    `cronwheel apply` prints). Admin tokens only. Applying the same specs twice changes nothing."""
+    desired = check_specs(specs)
+    return calls.Steps(_reconcile(ctx, desired, dry_run))
+
+
+Step = calls.Call[Any] | calls.Pages[Any]
+
+
+def _reconcile(ctx: calls.Context, desired: list[_Desired], dry_run: bool) -> Generator[Step, Any, TenantPlan]:
+    current: list[t.Tenant] = yield calls.list_tenants(ctx, page_size=1000)
+    by_id = {x.id: x for x in current}
+    plan: list[PlannedTenant] = []
+    for d in desired:
+        cur = by_id.get(d.id)
+        if cur is None:
+            plan.append(PlannedTenant(Action.CREATE, d.id, index=d.index))
+            continue
+        changes = tuple(FieldChange(k, getattr(cur, k), v) for k, v in d.values.items() if getattr(cur, k) != v)
+        plan.append(PlannedTenant(Action.UPDATE if changes else Action.UNCHANGED, d.id, changes, d.index, cur))
+    if dry_run:
+        return TenantPlan(tuple(plan), applied=False)
+    done = []
+    for item, d in zip(plan, desired, strict=True):
+        try:
+            if item.action == Action.CREATE:
+                made = yield calls.create_tenant(ctx, d.id, **d.values)
+                item = dataclasses.replace(item, tenant=made)
+            elif item.action == Action.UPDATE:
+                now = yield calls.update_tenant(ctx, d.id, **{ch.field: ch.new for ch in item.changes})
+                item = dataclasses.replace(item, tenant=now)
+        except ApiError as exc:
+            raise type(exc)(exc.code, f"tenants[{d.index}] ({d.id!r}): {item.action} refused: {exc}") from None
+        done.append(item)
+    return TenantPlan(tuple(done), applied=True)

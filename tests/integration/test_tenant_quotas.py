@@ -1,0 +1,44 @@
+"""The schedule quota against real PostgreSQL: exact under concurrent creations (an advisory lock
+per tenant WITH a quota, held to commit), and a tenant without one is not serialised at all (its
+tenants row is never locked, so an open transaction on it does not hold up a creation)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from cronwheel.cluster.commands import schedules as sch
+from cronwheel.cluster.commands.tenants import new_tenant
+from cronwheel.cluster.commands.values import QuotaExceeded
+from cronwheel.storage import PgStore
+
+from .conftest import TEST_PARTITIONS as P
+
+pytestmark = pytest.mark.integration
+
+NOW = datetime(2026, 3, 10, 12, 0, 30, tzinfo=UTC)
+
+
+def spec(**kw: Any) -> sch.ScheduleSpec:
+    base: dict[str, Any] = dict(tenant="acme", name="s", cron="0 3 * * *", timezone="UTC", job_type="report",
+                                misfire_policy="skip")
+    base.update(kw)
+    return sch.ScheduleSpec(**base)
+
+
+async def test_concurrent_creations_never_exceed_the_schedule_quota(store: PgStore) -> None:
+    await store.tenants.create(new_tenant("capped", max_schedules=5), NOW)
+    got = await asyncio.gather(*(sch.create_schedule(store, spec(tenant="capped", name=f"s{i}"), NOW, P)
+                                 for i in range(20)), return_exceptions=True)
+    assert sum(isinstance(g, dict) for g in got) == 5
+    assert all(isinstance(g, QuotaExceeded) and g.quota == "max_schedules" for g in got if not isinstance(g, dict))
+
+
+async def test_a_tenant_without_a_schedule_quota_is_not_serialised(store: PgStore) -> None:
+    await store.tenants.create(new_tenant("free", max_executions_per_day=10), NOW)
+    async with store.transaction() as conn:  # an open creation of the same tenant, not committed yet
+        await store.schedules.lock_tenant(conn, "free")
+        await asyncio.wait_for(sch.create_schedule(store, spec(tenant="free", name="b"), NOW, P), 5)
