@@ -23,14 +23,16 @@ from cronwheel.v1.webhook_signature import (
 )
 
 # The kinds of event a webhook may subscribe to: every kind the cluster appends to its event log
-# (admin.proto Event.kind). The alerts are the default subscription; the cluster's alerts (no
-# tenant: about partitions, not anyone's schedules) only of a webhook without a tenant.
+# (admin.proto Event.kind). The alerts are the default subscription. The cluster's events have
+# no tenant (partitions; the admin audit of tenants and tokens): only a webhook without a tenant
+# may subscribe to them, and the cluster's alert is in its default subscription.
 TENANT_ALERT_KINDS = ("dead_letter", "no_success_alert", "misfire_refused", "execution_failed")
-CLUSTER_KINDS = ("partition_unowned",)
-ALERT_KINDS = (*TENANT_ALERT_KINDS, *CLUSTER_KINDS)
+CLUSTER_ALERT_KINDS = ("partition_unowned",)
+CLUSTER_KINDS = (*CLUSTER_ALERT_KINDS, "tenant_created", "tenant_updated", "token_created", "token_revoked")
+ALERT_KINDS = (*TENANT_ALERT_KINDS, *CLUSTER_ALERT_KINDS)
 EVENT_KINDS = (*ALERT_KINDS, "misfire_skipped", "schedule_created", "schedule_updated", "schedule_deleted",
                "schedule_paused", "schedule_resumed", "schedule_triggered", "schedule_backfilled",
-               "execution_cancelled", "execution_retried")
+               "execution_cancelled", "execution_retried", *CLUSTER_KINDS[len(CLUSTER_ALERT_KINDS):])
 USER_AGENT = "cronwheel-webhooks/1"
 
 

@@ -38,7 +38,7 @@ def kinds(values: Iterable[str], tenant: str | None = None) -> tuple[str, ...]:
         if k not in EVENT_KINDS:
             raise InvalidArgument(f"kinds[{i}]", f"unknown event kind {k!r}; one of {', '.join(EVENT_KINDS)}")
         if tenant is not None and k in CLUSTER_KINDS:
-            raise InvalidArgument(f"kinds[{i}]", f"{k} is a cluster event: only a webhook without a tenant "
+            raise InvalidArgument(f"kinds[{i}]", f"{k} is a cluster event (no tenant): only a webhook without a tenant "
                                                  "(an admin's, without --tenant) receives it")
         if k not in out:
             out.append(k)

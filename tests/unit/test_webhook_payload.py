@@ -126,6 +126,10 @@ def test_a_tenants_webhook_cannot_subscribe_to_a_cluster_event_and_is_told_why()
         subscriptions.kinds(["dead_letter", "partition_unowned"], tenant="acme")
     assert err.value.field == "kinds[1]" and "cluster event" in err.value.message
     assert subscriptions.kinds(["partition_unowned"]) == ("partition_unowned",)
+    with pytest.raises(InvalidArgument) as err:
+        subscriptions.kinds(["token_revoked"], tenant="acme")
+    assert err.value.field == "kinds[0]"
+    assert subscriptions.kinds(["token_revoked", "tenant_updated"]) == ("token_revoked", "tenant_updated")
 
 
 def test_the_partition_unowned_text_says_which_partition_how_long_and_what_it_means() -> None:
