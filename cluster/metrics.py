@@ -158,13 +158,14 @@ class Metrics:
         if n:
             self.entered.labels(state, self.job_type_label(job_type)).inc(n)
 
-    def executions_entered(self, pairs: Iterable[tuple[str, str]], untyped_queued: int = 0) -> None:
-        """execution_entered for many (state, job_type) pairs: one counter update per pair kind.
-        `untyped_queued`: runs queued whose job type the caller does not know (the firer's plain
-        cron ticks: its schedule cache holds no job type), counted with an empty job_type."""
+    def executions_entered(self, pairs: Iterable[tuple[str, str]],
+                           counted: Iterable[tuple[str, str, int]] = ()) -> None:
+        """execution_entered for many (state, job_type) pairs, one counter update per pair kind,
+        and for (state, job_type, n) already counted (the fire statement's plain ticks)."""
         for (state, job_type), n in Tally(pairs).items():
             self.execution_entered(state, job_type, n)
-        self.execution_entered("queued", "", untyped_queued)
+        for state, job_type, n in counted:
+            self.execution_entered(state, job_type, n)
 
     def record_outcome(self, state: str, error_type: str, job_type: str = "") -> None:
         """The outcome of one attempt (a worker's report, or the reaper's verdict on a lapsed lease

@@ -163,6 +163,7 @@ class FireBatchResult:
     advanced: int
     plain_inserted: int = 0  # plain ticks inserted (they are not listed in `fired`)
     plain_stale: int = 0  # plain ticks not fired: their schedule changed, was paused or deleted
+    plain_entered: tuple[tuple[str, str, int], ...] = ()  # of those inserted: (state, job type, count)
 
 
 # schedule id -> (runs in flight, runs buffered)
@@ -279,8 +280,9 @@ class FiringPort:
                 if got is None:
                     out[partition] = await stale_epoch(conn, partition, epoch)
                     continue
-                adv, inserted = got
-                out[partition] = FireBatchResult((), adv - inserted, adv, inserted, len(plain.schedule_ids) - adv)
+                adv, inserted, entered = got
+                out[partition] = FireBatchResult((), adv - inserted, adv, inserted, len(plain.schedule_ids) - adv,
+                                                 entered)
         return out
 
     async def active_counts(
@@ -363,9 +365,10 @@ class FiringPort:
             cur = await conn.execute(q("queue_oneoffs"), {**fence, "now": p.now, "ids": list(p.oneoff_ids)})
             fired.extend(Fired(*r) for r in await cur.fetchall())
         plain_inserted = plain_stale = 0
+        plain_entered: tuple[tuple[str, str, int], ...] = ()
         if p.plain is not None and p.plain.schedule_ids:
             fenced = await _fire_ticks(conn, [(p.partition, p.epoch, p.plain)], p.now)  # fence held
-            adv, plain_inserted = fenced.get(p.partition, (0, 0))
+            adv, plain_inserted, plain_entered = fenced.get(p.partition, (0, 0, ()))
             advanced += adv
             dupes += adv - plain_inserted
             plain_stale = len(p.plain.schedule_ids) - adv
@@ -377,7 +380,7 @@ class FiringPort:
             )
             if (got := await cur.fetchone()) is not None:  # its webhook deliveries, in this transaction
                 await enqueue_deliveries(conn, int(got[0]))
-        return FireBatchResult(tuple(fired), dupes, advanced, plain_inserted, plain_stale)
+        return FireBatchResult(tuple(fired), dupes, advanced, plain_inserted, plain_stale, plain_entered)
 
     async def set_tick_trace_contexts(self, ticks: Sequence[tuple[uuid.UUID, float, str]]) -> None:
         """Tracing only: store each fired tick's fire-span traceparent, `(schedule_id, tick as
@@ -394,11 +397,12 @@ class FiringPort:
 
 
 async def _fire_ticks(conn: AsyncConnection[Any], batches: Sequence[tuple[int, int, PlainTicks]],
-                      now: datetime | None) -> dict[int, tuple[int, int]]:
+                      now: datetime | None) -> dict[int, tuple[int, int, tuple[tuple[str, str, int], ...]]]:
     """`fire_ticks_fenced` for `(partition, epoch, ticks)` batches: fenced partition -> (schedules
-    advanced, executions inserted); a partition missing from the answer was stale (nothing of
-    it written). Arrays go as array literals, one string each: psycopg's list dumper works
-    element by element in Python, which held the event loop for 14% of a 300k burst."""
+    advanced, executions inserted, what they entered: (state, job type, count)...); a partition
+    missing from the answer was stale (nothing of it written). Arrays go as array literals, one
+    string each: psycopg's list dumper works element by element in Python, which held the event
+    loop for 14% of a 300k burst."""
     parts = [b[0] for b in batches]
     if len(set(parts)) != len(parts):
         raise ValueError(f"one batch per partition, got partitions {parts}")
@@ -421,4 +425,5 @@ async def _fire_ticks(conn: AsyncConnection[Any], batches: Sequence[tuple[int, i
         "ticks": _array_literal(ticks), "run_ats": _array_literal(run_ats), "nexts": _array_literal(nexts),
         "versions": _array_literal(versions),
     })
-    return {int(r[0]): (int(r[1]), int(r[2])) for r in await cur.fetchall()}
+    return {int(r[0]): (int(r[1]), int(r[2]), tuple((str(st), str(jt), int(n)) for st, jt, n in r[3]))
+            for r in await cur.fetchall()}

@@ -717,7 +717,7 @@ class Firer:
         if self.metrics is not None:
             observe_many(self.metrics.fire_lag, lags)
             self.metrics.fired.inc(len(res.fired) + res.plain_inserted)
-            self.metrics.executions_entered(((f.state, f.type) for f in res.fired), untyped_queued=res.plain_inserted)
+            self.metrics.executions_entered(((f.state, f.type) for f in res.fired), res.plain_entered)
         self.stats.duplicates += res.duplicates
         if res.plain_inserted or any(f.state == "queued" for f in res.fired):
             self._announce()

@@ -93,3 +93,22 @@ def test_a_submitted_one_off_is_counted_as_queued_where_its_partition_owner_fire
     owner = cluster.nodes[cluster.owners()[ex.partition][0]]
     wait_until(lambda: value(owner, ENTERED, state="queued", job_type="delayed") == 1, 30,
                "the delayed job's fire in its owner's state counters")
+
+
+def test_cron_ticks_on_the_fast_path_are_counted_with_their_job_type_where_they_fired(
+        cluster: ProcessCluster) -> None:
+    """A plain cron tick (overlap allow) goes through the one-statement fast path; the statement
+    reports what it inserted by state and job type. Before, those ticks were counted as queued
+    with an empty job_type (fails without the fix)."""
+    with grpc.insecure_channel(cluster.nodes["n1"].address) as ch:
+        s = scheduler_pb2_grpc.SchedulerServiceStub(ch).CreateSchedule(scheduler_pb2.CreateScheduleRequest(
+            schedule=common_pb2.Schedule(name="every-second-metrics", cron="* * * * * *", timezone="UTC",
+                                         job_type="sec.tick", tenant="default",
+                                         misfire_policy=common_pb2.MISFIRE_POLICY_SKIP)), timeout=10).schedule
+    owner = cluster.nodes[cluster.owners()[s.partition][0]]
+    wait_until(lambda: value(owner, ENTERED, state="queued", job_type="sec.tick") >= 2, 30,
+               "the schedule's ticks in its owner's state counters under their job type")
+    assert value(owner, ENTERED, state="queued", job_type="") == 0
+    with grpc.insecure_channel(cluster.nodes["n1"].address) as ch:
+        scheduler_pb2_grpc.SchedulerServiceStub(ch).DeleteSchedule(
+            scheduler_pb2.DeleteScheduleRequest(schedule_id=s.id), timeout=10)

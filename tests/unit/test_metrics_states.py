@@ -40,11 +40,12 @@ def test_an_outcome_counts_the_state_entered_and_the_failure_retry_and_dead_lett
     assert m.registry.get_sample_value("cronwheel_failures_total", {"type": "lease_expired"}) == 1
 
 
-def test_a_fire_batch_is_counted_per_state_and_type_with_untyped_plain_ticks_queued() -> None:
+def test_a_fire_batch_is_counted_per_state_and_type_with_the_statements_counts_of_plain_ticks() -> None:
     m = Metrics()
-    m.executions_entered([("queued", "a"), ("skipped", "a"), ("queued", "a"), ("scheduled", "b")], untyped_queued=5)
-    assert entered(m, "queued", "a") == 2 and entered(m, "skipped", "a") == 1 and entered(m, "scheduled", "b") == 1
-    assert entered(m, "queued", "") == 5
+    m.executions_entered([("queued", "a"), ("skipped", "a"), ("queued", "a"), ("scheduled", "b")],
+                         [("queued", "a", 5), ("skipped", "c", 2)])
+    assert entered(m, "queued", "a") == 7 and entered(m, "skipped", "a") == 1 and entered(m, "scheduled", "b") == 1
+    assert entered(m, "skipped", "c") == 2 and entered(m, "queued", "") == 0
 
 
 def test_the_node_registry_serves_process_metrics() -> None:

@@ -162,12 +162,16 @@ WITH fence AS (
            adv.epoch, clock_timestamp(), CASE WHEN o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END
       FROM adv LEFT JOIN over AS o ON o.id = adv.id
     ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
-    RETURNING partition
+    RETURNING partition, state, type
+), entered AS (  -- what entered which state, by job type: the state counters (metrics)
+    SELECT partition, state, type, count(*) AS n FROM ins GROUP BY partition, state, type
 )
-SELECT fence.id, coalesce(a.n, 0) AS advanced, coalesce(i.n, 0) AS inserted
+SELECT fence.id, coalesce(a.n, 0) AS advanced, coalesce(i.n, 0) AS inserted,
+       coalesce(i.entered, '[]'::json) AS entered
   FROM fence
   LEFT JOIN (SELECT partition, count(*) AS n FROM adv GROUP BY partition) AS a ON a.partition = fence.id
-  LEFT JOIN (SELECT partition, count(*) AS n FROM ins GROUP BY partition) AS i ON i.partition = fence.id;
+  LEFT JOIN (SELECT partition, sum(n) AS n, json_agg(json_build_array(state, type, n)) AS entered
+               FROM entered GROUP BY partition) AS i ON i.partition = fence.id;
 
 -- name: set_tick_trace_contexts
 -- Tracing only (cronwheel/tracing.py): store the traceparent of each just-fired cron tick's fire
