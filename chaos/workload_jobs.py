@@ -43,7 +43,7 @@ def record(ctx: JobContext, event: str, **extra: object) -> None:
                        "execution_id": ctx.execution_id, "schedule_id": ctx.schedule_id,
                        "scheduled_for": ctx.scheduled_for.isoformat(), "attempt": ctx.attempt,
                        "token": ctx.fencing_token, "t": time.time(), **extra,
-                       **({"leased_at": ctx.started_at.timestamp()} if event == "start" else {})})
+                       **({"leased_at": ctx.started_at.timestamp()} if event == "start" and ctx.started_at else {})})
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (line + "\n").encode())

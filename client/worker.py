@@ -336,6 +336,7 @@ class Worker:
             checkpoint_value=json.loads(ex.checkpoint_json) if ex.checkpoint_json else None,
             deadline=ex.deadline.ToDatetime().replace(tzinfo=UTC) if ex.HasField("deadline") else None,
             trace=ex.trace_context or None, _worker=self,
+            started_at=ex.started_at.ToDatetime().replace(tzinfo=UTC) if ex.HasField("started_at") else None,
         )
         timeout_s: float | None = None
         if ex.HasField("timeout"):

@@ -40,6 +40,9 @@ class JobContext:
     # starts join the execution's trace; `cronwheel.tracing.span_context(ctx.trace)` gives the
     # SpanContext, e.g. to propagate it by hand.
     trace: str | None = None
+    # When the node leased this attempt (its claim, the node's clock; None from a node that does
+    # not say): `started_at - scheduled_for` is how long the run waited to start.
+    started_at: datetime | None = None
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     stop_reason: str | None = None  # why cancelled is set: "cancel", "timeout", "shutdown", "stale"
     _worker: Worker | None = field(default=None, repr=False)

@@ -74,6 +74,7 @@ def leased(row: Leased) -> dispatch_pb2.LeasedExecution:
         scheduled_for=epoch_ts(row.scheduled_for),
         run_at=epoch_ts(row.run_at),
         lease_expires_at=epoch_ts(row.lease_expires),
+        started_at=epoch_ts(row.started_at),
     )
     if row.timeout_s:
         m.timeout.FromNanoseconds(int(row.timeout_s * 1e9))

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -358,3 +359,25 @@ def test_a_worker_whose_settings_the_node_refuses_stops_with_a_typed_error(
         wait_for(lambda: w._stopping.is_set(), 20, "the worker to stop by itself")
     assert ei.value.code == "INVALID_ARGUMENT" and ei.value.exit_code == 2
     assert "lease_duration" in ei.value.message and "w-bad-lease" in ei.value.message
+
+
+def test_a_handler_knows_when_the_node_leased_its_attempt(node: tuple[ProcessCluster, str]) -> None:
+    """ctx.started_at is the node's claim time (the execution's started_at), between submit and
+    the handler's own start."""
+    _, address = node
+    api = Api(address, "acme")
+    w = Worker(address, token=ADMIN, worker_id="w-started-at")
+    seen: dict[str, Any] = {}
+
+    @w.job("when")
+    async def handler(ctx: JobContext) -> None:
+        seen[ctx.execution_id] = (ctx.started_at, time.time())
+
+    before = time.time()
+    eid = api.submit(type="when").id
+    with serving(w):
+        ex = wait_state(api, eid, {E.EXECUTION_STATE_SUCCEEDED})
+    leased, handler_start = seen[eid]
+    assert leased is not None and leased.tzinfo is not None
+    assert leased == ex.started_at.ToDatetime().replace(tzinfo=UTC)
+    assert before - 1 <= leased.timestamp() <= handler_start + 1

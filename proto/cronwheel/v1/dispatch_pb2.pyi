@@ -26,7 +26,7 @@ class LeaseExecutionsRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., job_types: _Optional[_Iterable[str]] = ..., max_count: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LeasedExecution(_message.Message):
-    __slots__ = ("execution_id", "schedule_id", "tenant", "type", "payload_json", "scheduled_for", "run_at", "attempt", "max_attempts", "fencing_token", "checkpoint_json", "lease_expires_at", "deadline", "timeout", "priority", "trigger", "trace_context")
+    __slots__ = ("execution_id", "schedule_id", "tenant", "type", "payload_json", "scheduled_for", "run_at", "attempt", "max_attempts", "fencing_token", "checkpoint_json", "lease_expires_at", "deadline", "timeout", "priority", "trigger", "trace_context", "started_at")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,7 @@ class LeasedExecution(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     schedule_id: str
     tenant: str
@@ -61,7 +62,8 @@ class LeasedExecution(_message.Message):
     priority: _common_pb2.Priority
     trigger: _common_pb2.Trigger
     trace_context: str
-    def __init__(self, execution_id: _Optional[str] = ..., schedule_id: _Optional[str] = ..., tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., fencing_token: _Optional[int] = ..., checkpoint_json: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., trigger: _Optional[_Union[_common_pb2.Trigger, str]] = ..., trace_context: _Optional[str] = ...) -> None: ...
+    started_at: _timestamp_pb2.Timestamp
+    def __init__(self, execution_id: _Optional[str] = ..., schedule_id: _Optional[str] = ..., tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., fencing_token: _Optional[int] = ..., checkpoint_json: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., trigger: _Optional[_Union[_common_pb2.Trigger, str]] = ..., trace_context: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class LeaseExecutionsResponse(_message.Message):
     __slots__ = ("executions",)
