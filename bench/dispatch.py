@@ -131,7 +131,7 @@ def baseline(dsn: str, n: int, batched: bool) -> float:
             with c.transaction():
                 c.execute(q("claim_lock_tenants"), {"tenant": None})
                 rows = c.execute(q("claim"), {"priorities": ["critical", "default", "bulk"], "types": ["bench"],
-                                              "tenant": None, "limit": 100, "worker": "base",
+                                              "tenant": None, "limit": 100, "worker": "base", "fair_tau_s": 1.0,
                                               "lease_s": 60, "now": SystemClock().now()}).fetchall()
                 if not rows:
                     break

@@ -65,6 +65,7 @@ class ClaimParams:
     lease_s: float
     tenant: str | None  # None: any tenant
     now: datetime
+    fair_tau_s: float  # the fair share's memory: a tenant's served count decays by exp(-age / this)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,8 +215,17 @@ class DispatchPort:
     async def claim(self, conn: Conn, p: ClaimParams) -> list[Leased]:
         cur = await conn.execute(q("claim"), {
             "priorities": list(p.priorities), "types": list(p.types) if p.types else None, "limit": p.limit,
-            "tenant": p.tenant, "worker": p.worker, "lease_s": p.lease_s, "now": p.now})
+            "tenant": p.tenant, "worker": p.worker, "lease_s": p.lease_s, "now": p.now,
+            "fair_tau_s": p.fair_tau_s})
         return [Leased._make(r) for r in await cur.fetchall()]
+
+    async def rate_wait(self, tenant: str | None, now: datetime) -> float | None:
+        """Seconds until the soonest rate-limited tenant with queued work has a whole token
+        (`claim_rate_wait`); None when no tenant is waiting for one."""
+        async with self.db.connection() as conn:
+            cur = await conn.execute(q("claim_rate_wait"), {"tenant": tenant, "now": now})
+            row = await cur.fetchone()
+        return None if row is None or row[0] is None else max(0.0, float(row[0]))
 
     async def heartbeat(self, conn: Conn, call: TokenCall, lease_s: float,
                         now: datetime) -> tuple[datetime, bool] | None:

@@ -30,12 +30,25 @@ CREATE INDEX partition_history_by_partition ON partition_history (partition, at)
 CREATE TABLE tenants (
     id                     text PRIMARY KEY,
     max_concurrency        integer NOT NULL DEFAULT 1000 CHECK (max_concurrency > 0),
-    rate_per_s             double precision NOT NULL DEFAULT 10000 CHECK (rate_per_s > 0),
+    rate_per_s             double precision CHECK (rate_per_s > 0),  -- NULL: no rate limit (0015)
     weight                 integer NOT NULL DEFAULT 1 CHECK (weight > 0),
     max_schedules          integer CHECK (max_schedules > 0),
     max_executions_per_day integer CHECK (max_executions_per_day > 0),
-    created_at             timestamptz NOT NULL DEFAULT now()
+    created_at             timestamptz NOT NULL DEFAULT now(),
+    burst                  double precision CHECK (burst > 0)  -- token bucket size; NULL: rate_per_s
 );
+
+-- Per-tenant claim state (0015), written only by a claim holding the tenant's claim lock: the
+-- token bucket (tokens as of refilled_at; NULL: full) and the decaying fair-share count.
+CREATE TABLE tenant_dispatch (
+    tenant      text PRIMARY KEY,
+    tokens      double precision,
+    refilled_at timestamptz,
+    served      double precision NOT NULL DEFAULT 0,
+    served_at   timestamptz
+);
+
+-- (0015 also defines cronwheel_bucket_tokens(), the token-bucket rule; functions are in their migrations.)
 
 CREATE TABLE schedules (
     id                           uuid PRIMARY KEY,
@@ -141,6 +154,11 @@ CREATE TABLE executions (
     finished_at      timestamptz,
     -- W3C traceparent of the execution's trace (0013); NULL: not traced.
     trace_context    text,
+    -- Concurrency key (0015): at most concurrency_limit running runs of the tenant with this key.
+    concurrency_key   text,
+    concurrency_limit integer,
+    CONSTRAINT executions_concurrency_key_limit
+        CHECK ((concurrency_key IS NULL) = (concurrency_limit IS NULL) AND (concurrency_limit IS NULL OR concurrency_limit >= 1)),
     -- The whole fire-once story: one execution per (schedule, tick).
     CONSTRAINT executions_schedule_tick UNIQUE (schedule_id, scheduled_for)
 );
@@ -189,6 +207,9 @@ CREATE INDEX executions_queued_by_tenant ON executions (tenant, priority, run_at
 -- Running work per tenant (concurrency caps).
 CREATE INDEX executions_running_by_tenant ON executions (tenant)
     WHERE state = 'running';
+-- Running runs per concurrency key (0015).
+CREATE INDEX executions_running_by_key ON executions (tenant, concurrency_key)
+    WHERE state = 'running' AND concurrency_key IS NOT NULL;
 -- Buffered cron runs (overlap buffer_*) waiting for the run ahead of them.
 CREATE INDEX executions_buffered ON executions (schedule_id, scheduled_for)
     WHERE state = 'scheduled' AND state_reason = 'buffered';
