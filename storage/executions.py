@@ -62,6 +62,8 @@ class SubmittedJob:
     timeout_s: float | None
     idempotency_key: str | None
     trace_context: str | None = None  # W3C traceparent of its fire span (tracing on only)
+    concurrency_key: str | None = None  # with concurrency_limit (both or neither): the claim's key cap
+    concurrency_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +151,8 @@ class ExecutionsPort:
         """The parameters of `insert_submitted_many`: the jobs as one JSON array (see the query)."""
         doc = json.dumps([[str(j.id), j.tenant, j.type, j.payload, j.partition, _micros(j.run_at), j.priority,
                            j.state, j.max_attempts, j.retry_initial_s, j.retry_multiplier, j.retry_max_s,
-                           j.timeout_s, j.idempotency_key, j.trace_context] for j in jobs],
+                           j.timeout_s, j.idempotency_key, j.trace_context, j.concurrency_key,
+                           j.concurrency_limit] for j in jobs],
                          ensure_ascii=False, allow_nan=False)
         return {"jobs": doc, "tenants": sorted({j.tenant for j in jobs}), "now": now}
 

@@ -144,7 +144,8 @@ class Dispatcher:
             if rows or left <= 0:
                 return rows
             pause = min(left, self.config.fallback_poll_s)
-            rate_wait = await self.port.rate_wait(tenant, self.clock.now())  # rate-limited work is due at its next token
+            # Rate-limited work is due at its next token, not at the next fallback poll.
+            rate_wait = await self.port.rate_wait(tenant, self.clock.now())
             if rate_wait is not None:
                 pause = min(pause, max(rate_wait, MIN_RATE_WAIT_S))
             await self.clock.wait(waiter, pause)

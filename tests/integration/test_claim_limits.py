@@ -40,8 +40,8 @@ async def backlog(store: PgStore, name: str, n: int, *, key: str | None = None, 
     await sql(store, """
         INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state, trigger,
                                 concurrency_key, concurrency_limit)
-        SELECT cronwheel_uuid7(), %(t)s, 'job', g %% 8, %(at)s, %(at)s - (%(n)s - g) * interval '1 microsecond', 'queued',
-               'submit', %(key)s, %(limit)s
+        SELECT cronwheel_uuid7(), %(t)s, 'job', g %% 8, %(at)s, %(at)s - (%(n)s - g) * interval '1 microsecond',
+               'queued', 'submit', %(key)s, %(limit)s
           FROM generate_series(1, %(n)s) g""", {"t": name, "n": n, "key": key, "limit": limit, "at": at})
 
 
