@@ -219,12 +219,13 @@ class DispatchPort:
             "fair_tau_s": p.fair_tau_s})
         return [Leased._make(r) for r in await cur.fetchall()]
 
-    async def rate_wait(self, tenant: str | None, now: datetime) -> float | None:
-        """Seconds until the soonest rate-limited tenant with queued work has a whole token
-        (`claim_rate_wait`); None when no tenant is waiting for one."""
-        async with self.db.connection() as conn:
-            cur = await conn.execute(q("claim_rate_wait"), {"tenant": tenant, "now": now})
-            row = await cur.fetchone()
+    async def rate_wait(self, conn: Conn, tenant: str | None, now: datetime) -> float | None:
+        """Seconds after `now` until the soonest rate-limited tenant with queued work has a whole
+        token (`claim_rate_wait`); None when no tenant is waiting for one. Run in the claim's
+        transaction with the claim's `now`: under its tenant locks it reads the buckets exactly as
+        the claim left them."""
+        cur = await conn.execute(q("claim_rate_wait"), {"tenant": tenant, "now": now})
+        row = await cur.fetchone()
         return None if row is None or row[0] is None else max(0.0, float(row[0]))
 
     async def heartbeat(self, conn: Conn, call: TokenCall, lease_s: float,

@@ -139,30 +139,33 @@ class Dispatcher:
         deadline = self.clock.monotonic() + wait_s
         while True:
             waiter = self._wakeup  # taken before the claim, so a wake-up during it is not lost
-            rows = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
+            rows, rate_wait = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
             left = deadline - self.clock.monotonic()
             if rows or left <= 0:
                 return rows
             pause = min(left, self.config.fallback_poll_s)
-            # Rate-limited work is due at its next token, not at the next fallback poll.
-            rate_wait = await self.port.rate_wait(tenant, self.clock.now())
-            if rate_wait is not None:
+            if rate_wait is not None:  # rate-limited work is due at its next token, not at the fallback poll
                 pause = min(pause, max(rate_wait, MIN_RATE_WAIT_S))
             await self.clock.wait(waiter, pause)
 
     async def _claim_once(self, worker: str, types: list[str] | None, max_count: int,
-                          lease_s: float, tenant: str | None) -> list[Leased]:
+                          lease_s: float, tenant: str | None) -> tuple[list[Leased], float | None]:
+        """The runs leased, and (when none) the seconds until a rate-limited tenant's next token."""
         order = priority_order(self.config.weights, self.rng.random())
+        rate_wait = None
         async with self._claiming, self.store.transaction() as conn:
             await self.port.lock_claim_tenants(conn, tenant)  # caps hold across nodes
+            now = self.clock.now()
             out = await self.port.claim(conn, ClaimParams(
                 worker=worker, priorities=order, types=types, limit=max_count, lease_s=lease_s, tenant=tenant,
-                now=self.clock.now(), fair_tau_s=self.config.fair_tau_s))
+                now=now, fair_tau_s=self.config.fair_tau_s))
+            if not out:  # still under the tenants' locks: the buckets as this claim left them
+                rate_wait = await self.port.rate_wait(conn, tenant, now)
         if self.metrics is not None:
             for r in out:
                 self.metrics.start_lag.observe(r.started_at - r.run_at)
             self.metrics.executions_entered(("running", r.type) for r in out)
-        return out
+        return out, rate_wait
 
     async def _explain_mismatch(self, conn: Conn, call: TokenCall) -> Exception:
         st = await self.port.execution_token_state(conn, call.id, call.tenant)

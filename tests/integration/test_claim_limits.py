@@ -111,12 +111,16 @@ async def test_the_rate_wait_says_when_the_next_whole_token_is_due(store: PgStor
     await tenant(store, "r", rate=4, burst=2)
     await backlog(store, "r", 10)
     d = dispatcher(store, clock)
-    assert await store.dispatch.rate_wait(None, clock.now()) is None  # a full bucket waits for nothing
+    async def rate_wait(tenant: str | None = None) -> float | None:
+        async with store.transaction() as conn:
+            return await store.dispatch.rate_wait(conn, tenant, clock.now())
+
+    assert await rate_wait() is None  # a full bucket waits for nothing
     assert len(await d.lease("w", [], 100, 30.0, 0.0)) == 2
-    assert await store.dispatch.rate_wait(None, clock.now()) == pytest.approx(0.25)
+    assert await rate_wait() == pytest.approx(0.25)
     clock.advance(0.1)
-    assert await store.dispatch.rate_wait(None, clock.now()) == pytest.approx(0.15)
-    assert await store.dispatch.rate_wait("other", clock.now()) is None
+    assert await rate_wait() == pytest.approx(0.15)
+    assert await rate_wait("other") is None
 
 
 async def test_a_waiting_lease_of_a_rate_limited_tenant_returns_at_its_next_token(store: PgStore) -> None:
