@@ -154,11 +154,13 @@ class Dispatcher:
         order = priority_order(self.config.weights, self.rng.random())
         rate_wait = None
         async with self._claiming, self.store.transaction() as conn:
-            await self.port.lock_claim_tenants(conn, tenant)  # caps hold across nodes
+            locked = await self.port.lock_claim_tenants(conn, tenant)  # limits hold across nodes
+            if not locked:
+                return [], None
             now = self.clock.now()
             out = await self.port.claim(conn, ClaimParams(
                 worker=worker, priorities=order, types=types, limit=max_count, lease_s=lease_s, tenant=tenant,
-                now=now, fair_tau_s=self.config.fair_tau_s))
+                now=now, fair_tau_s=self.config.fair_tau_s, locked=locked))
             if not out:  # still under the tenants' locks: the buckets as this claim left them
                 rate_wait = await self.port.rate_wait(conn, tenant, now)
         if self.metrics is not None:

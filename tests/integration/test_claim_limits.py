@@ -6,6 +6,7 @@ concurrency key never has more than its limit running while other keys and key-l
 from __future__ import annotations
 
 import asyncio
+import random
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -229,3 +230,39 @@ async def test_concurrency_key_and_limit_go_together(dsn: str) -> None:
     with psycopg.connect(dsn) as c, pytest.raises(psycopg.errors.CheckViolation):
         c.execute("INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state, concurrency_key)"
                   " VALUES (gen_random_uuid(), 't', 'j', 0, now(), now(), 'queued', 'k')")
+
+
+async def test_a_tenant_with_no_work_of_the_workers_types_does_not_take_their_claims(store: PgStore) -> None:
+    clock = FakeClock(start_ts=T0.timestamp())
+    await tenant(store, "idle-types", weight=1)
+    await sql(store, """INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state, trigger)
+                        SELECT cronwheel_uuid7(), 'idle-types', 'other', 0, %(at)s, %(at)s, 'queued', 'submit'
+                          FROM generate_series(1, 500)""", {"at": T0})
+    for name in ("a", "b", "c"):
+        await tenant(store, name, weight=1)
+        await backlog(store, name, 2000)
+    d = dispatcher(store, clock)
+    for _ in range(20):  # a, b and c run up their served counts; idle-types' stays 0
+        got = await d.lease("w", ["job"], 100, 30.0, 0.0)
+        await finish_all(store, [r.id for r in got])
+        clock.advance(0.05)
+    got = await d.lease("w", ["job"], 100, 30.0, 0.0)
+    assert len(got) >= 75  # at most idle-types' weight part (1 of 4) of the read goes unused
+
+
+async def test_critical_runs_of_any_tenant_go_before_default_ones_in_a_claim(store: PgStore) -> None:
+    clock = FakeClock(start_ts=T0.timestamp())
+    await tenant(store, "a", weight=5)
+    await tenant(store, "b", weight=1)
+    await backlog(store, "a", 300)  # default priority
+    await sql(store, """INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state, trigger,
+                                                priority)
+                        SELECT cronwheel_uuid7(), 'b', 'job', 0, %(at)s, %(at)s, 'queued', 'submit', 'critical'
+                          FROM generate_series(1, 60)""", {"at": T0})
+    class CriticalFirst(random.Random):
+        def random(self) -> float:
+            return 0.0  # the priority draw (weights 16:4:1) puts critical first
+
+    d = Dispatcher(store, clock, rng=CriticalFirst())
+    got = await d.lease("w", [], 100, 30.0, 0.0)
+    assert Counter(r.priority for r in got) == {"critical": 60, "default": 40}
