@@ -17,6 +17,16 @@ handler is a no-op: this measures the scheduler, not work).
 2. Start lag at a steady arrival rate (default 1,000 jobs/s for 20 s): a submitter inserts due
    jobs in 10 ms batches and NOTIFYs; 4 worker processes run them. Start lag = started_at (the
    claim's now()) - run_at. p50/p99 reported.
+3. Multi-tenant (issue 18): 20 tenants, tenant i of weight 1 + i % 5, the even ones rate-limited
+   to 20 * weight starts/s (burst NULL: one second's worth); tenant i has 1/60 * weight of the N
+   jobs (so the unlimited ones would drain together); 16 workers as in 1. Measured over the
+   window from the first start to the moment the first tenant has nothing left queued (every
+   tenant backlogged throughout): starts/s = starts in the window / its length; fairness =
+   Jain's index of x_i = starts_i / e_i, where e_i is tenant i's weighted share of the window's
+   starts with the rate caps applied (water-filling: a capped tenant gets its rate, the rest is
+   split by weight). The same run with limits off (every rate NULL, every weight 1: the claim
+   before this issue, round-robin) is measured against the same weighted shares. The two
+   alternate, `--repeat` times each; medians printed, and the ratio on / off of starts/s.
 """
 
 from __future__ import annotations
@@ -129,9 +139,10 @@ def baseline(dsn: str, n: int, batched: bool) -> float:
     with psycopg.connect(dsn, autocommit=True) as c:
         while True:
             with c.transaction():
-                c.execute(q("claim_lock_tenants"), {"tenant": None})
+                locked = [r[0] for r in c.execute(q("claim_lock_tenants"), {"tenant": None}).fetchall()]
                 rows = c.execute(q("claim"), {"priorities": ["critical", "default", "bulk"], "types": ["bench"],
-                                              "tenant": None, "limit": 100, "worker": "base",
+                                              "tenant": None, "limit": 100, "worker": "base", "fair_tau_s": 1.0,
+                                              "tenants": locked,
                                               "lease_s": 60, "now": SystemClock().now()}).fetchall()
                 if not rows:
                     break
@@ -194,6 +205,79 @@ def start_lag(c: ProcessCluster, address: str, rate: int, seconds: float) -> tup
     return lags[len(lags) // 2], lags[int(len(lags) * 0.99)], total
 
 
+MT_TENANTS = 20
+
+
+def mt_weight(i: int) -> int:
+    return 1 + i % 5
+
+
+def mt_rate(i: int) -> float | None:
+    return 20.0 * mt_weight(i) if i % 2 == 0 else None
+
+
+def weighted_shares(total: float, weights: list[float], caps: list[float | None]) -> list[float]:
+    """Max-min fair shares of `total` by weight, each at most its cap (water-filling)."""
+    share = [0.0] * len(weights)
+    free = set(range(len(weights)))
+    left = total
+    while free:
+        w = sum(weights[i] for i in free)
+        capped = {i for i in free if caps[i] is not None and caps[i] < left * weights[i] / w}  # type: ignore[operator]
+        if not capped:
+            for i in free:
+                share[i] = left * weights[i] / w
+            break
+        for i in capped:
+            share[i] = caps[i]  # type: ignore[assignment]
+            left -= caps[i]  # type: ignore[operator]
+        free -= capped
+    return share
+
+
+def jain(xs: list[float]) -> float:
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)) if any(xs) else 0.0
+
+
+def multi_tenant(c: ProcessCluster, address: str, n: int, limits: bool) -> tuple[float, float, float]:
+    """(starts/s, Jain's index against the weighted shares, window s): see the docstring, 3."""
+    names = [f"mt{i:02d}" for i in range(MT_TENANTS)]
+    c.sql("DELETE FROM executions RETURNING 1")
+    c.sql("DELETE FROM tenant_dispatch RETURNING 1")
+    c.sql("DELETE FROM tenants WHERE id LIKE 'mt%%' RETURNING 1")
+    per_unit = n / sum(mt_weight(i) for i in range(MT_TENANTS))
+    with psycopg.connect(c.dsn) as conn:
+        for i, name in enumerate(names):
+            conn.execute("INSERT INTO tenants (id, weight, rate_per_s) VALUES (%s, %s, %s)",
+                         (name, mt_weight(i) if limits else 1, mt_rate(i) if limits else None))
+            conn.execute("""INSERT INTO executions (id, tenant, type, payload, partition, scheduled_for, run_at,
+                                                    priority, state, trigger)
+                            SELECT cronwheel_uuid7(), %s, 'bench', '{}', g %% 16, now(), now(), 'default', 'queued',
+                                   'submit' FROM generate_series(1, %s) g""",
+                         (name, round(per_unit * mt_weight(i))))
+    procs = run_workers(address, 16, False, time.time() + 600)
+    try:
+        while c.sql("SELECT count(*) FROM (SELECT tenant FROM executions WHERE state = 'queued'"
+                    " GROUP BY tenant) q")[0][0] == MT_TENANTS:
+            time.sleep(0.05)  # every tenant still has queued work
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join()
+    # The window ends at the first tenant's last start (it had nothing queued after it).
+    last = dict(c.sql("SELECT tenant, max(started_at) FROM executions GROUP BY tenant"))
+    t0 = c.sql("SELECT min(started_at) FROM executions")[0][0]
+    t1 = min(last[t] for t in names if not c.sql(
+        "SELECT 1 FROM executions WHERE tenant = %s AND state = 'queued' LIMIT 1", t))
+    counts = dict(c.sql("SELECT tenant, count(*) FROM executions WHERE started_at <= %s GROUP BY tenant", t1))
+    window = (t1 - t0).total_seconds()
+    total = sum(counts.values())
+    caps = [None if mt_rate(i) is None else mt_rate(i) * window + mt_rate(i) for i in range(MT_TENANTS)]  # + burst
+    shares = weighted_shares(total, [float(mt_weight(i)) for i in range(MT_TENANTS)], caps)
+    return total / window, jain([counts.get(t, 0) / s for t, s in zip(names, shares, strict=True)]), window
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -201,12 +285,31 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--rate-s", type=float, default=20)
     ap.add_argument("--repeat", type=int, default=3, help="throughput runs per worker count (median printed)")
+    ap.add_argument("--part", choices=("all", "single", "multi"), default="all",
+                    help="single: 1 and 2 only; multi: 3 only")
     a = ap.parse_args()
     n = 3000 if a.quick else a.jobs
     with ProcessCluster(partitions=P, lease_ttl_s=5, fsync=True) as c:
         base_db = c.pg.create_database("baseline", template="cronwheel")  # before the node uses it
         node = c.start_node("n1")
         c.wait_converged(["n1"])
+        if a.part != "single":
+            on: list[tuple[float, float, float]] = []
+            off: list[tuple[float, float, float]] = []
+            for _ in range(max(1, a.repeat)):
+                on.append(multi_tenant(c, node.address, n, limits=True))
+                off.append(multi_tenant(c, node.address, n, limits=False))
+            c.sql("DELETE FROM executions RETURNING 1")
+            for name, runs in (("limits on ", on), ("limits off", off)):
+                tp = statistics.median(r[0] for r in runs)
+                print(f"multi-tenant, 20 tenants, {name}: median {tp:,.0f} starts/s, "
+                      f"Jain's index vs weighted shares {statistics.median(r[1] for r in runs):.4f} "
+                      f"(runs: {', '.join(f'{r[0]:,.0f}/s {r[1]:.4f} over {r[2]:.1f} s' for r in runs)})", flush=True)
+            ratio = statistics.median(r[0] for r in on) / statistics.median(r[0] for r in off)
+            print(f"multi-tenant starts/s, limits on / off: {ratio:.2f} (target >= 0.8: "
+                  f"{'met' if ratio >= 0.8 else 'NOT met'})", flush=True)
+            if a.part == "multi":
+                return
         base = baseline(base_db, n, batched=False)
         print(f"baseline (a) same SQL, one connection, no gRPC, one completion per transaction: "
               f"{base:,.0f} leases+completions/s")

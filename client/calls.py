@@ -269,17 +269,21 @@ def submit(ctx: Context, type: str, payload: Any = None, *, run_at: datetime | N
            delay: timedelta | None = None, idempotency_key: str | None = None,
            priority: t.Priority | str | None = None,  # type: ignore[valid-type]
            retry_policy: t.RetryPolicy | None = None, attempt_timeout: timedelta | None = None,
-           tenant: str | None = None, unique: t.Unique | None = None) -> Call[t.Execution]:
+           tenant: str | None = None, unique: t.Unique | None = None, concurrency_key: str | None = None,
+           concurrency_limit: int | None = None) -> Call[t.Execution]:
     """Submits a one-off job of `type` with `payload` (any JSON value), now, at `run_at` or after
     `delay`. A second submit with the same idempotency key returns the first execution
     (`deduplicated` true, `deduplicated_by` "idempotency_key"). The Client adds a key (a random
     UUID) when none is given, so a submit it retries after UNAVAILABLE never creates two jobs.
     `unique=Unique(by_args=True)` (or `args_keys=[...]`, `period=`, `states=[...]`): no second
     execution of the same job while one is queued, running, ... (`deduplicated_by` "unique"),
-    exact across nodes; see `Unique`."""
+    exact across nodes; see `Unique`. `concurrency_key` with `concurrency_limit` (both or
+    neither): at most that many of the tenant's runs with the key run at once, anywhere in the
+    cluster."""
     req = _job_request(ctx, "", t.JobSpec(type, payload, run_at=run_at, delay=delay, idempotency_key=idempotency_key,
                                           priority=priority, retry_policy=retry_policy,
-                                          attempt_timeout=attempt_timeout, tenant=tenant, unique=unique))
+                                          attempt_timeout=attempt_timeout, tenant=tenant, unique=unique,
+                                          concurrency_key=concurrency_key, concurrency_limit=concurrency_limit))
     return Call(SCHEDULER, "SubmitJob", req,
                 lambda r: c.execution(r.execution, r.deduplicated, r.deduplicated_by), safe=True)
 
@@ -512,6 +516,14 @@ def _job_request(ctx: Context, prefix: str, job: t.JobSpec) -> S.SubmitJobReques
         if not isinstance(job.delay, timedelta):
             raise c.BadValue(f"{prefix}delay", f"expected a timedelta, got {job.delay!r}")
         run_at = ctx.clock.now() + job.delay
+    ckey, climit = job.concurrency_key, job.concurrency_limit
+    if ckey is not None and (not isinstance(ckey, str) or not ckey.strip() or len(ckey.strip()) > MAX_NAME):
+        raise c.BadValue(f"{prefix}concurrency_key", f"expected a non-empty string of at most {MAX_NAME} characters")
+    if climit is not None and (isinstance(climit, bool) or not isinstance(climit, int) or climit < 1):
+        raise c.BadValue(f"{prefix}concurrency_limit", f"expected an int >= 1, got {climit!r}")
+    if (ckey is None) != (climit is None):
+        missing = "concurrency_limit" if climit is None else "concurrency_key"
+        raise c.BadValue(f"{prefix}{missing}", "concurrency_key and concurrency_limit go together")
     payload = "" if job.payload is None else c.json_text(job.payload, f"{prefix}payload")
     if len(payload.encode()) > MAX_PAYLOAD_BYTES:
         raise c.BadValue(f"{prefix}payload", f"at most {MAX_PAYLOAD_BYTES} bytes as JSON, got {len(payload.encode())}")
@@ -521,7 +533,8 @@ def _job_request(ctx: Context, prefix: str, job: t.JobSpec) -> S.SubmitJobReques
         priority=c.enum_number(t.Priority, job.priority, f"{prefix}priority"),
         retry_policy=c.retry_policy(job.retry_policy, f"{prefix}retry_policy"),
         timeout=c.duration(job.attempt_timeout, f"{prefix}attempt_timeout"),
-        idempotency_key=key or str(uuid.uuid4()), unique=c.unique(job.unique, f"{prefix}unique"))
+        idempotency_key=key or str(uuid.uuid4()), unique=c.unique(job.unique, f"{prefix}unique"),
+        concurrency_key=ckey or "", concurrency_limit=min(climit or 0, 2**31 - 1))
 
 
 def get_execution(ctx: Context, execution_id: str) -> Call[t.Execution]:

@@ -167,6 +167,8 @@ class JobSpec:
     attempt_timeout: timedelta | None = None
     tenant: str | None = None
     unique: Unique | None = None
+    concurrency_key: str | None = None  # with concurrency_limit: at most that many running at once
+    concurrency_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

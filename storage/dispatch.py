@@ -65,6 +65,8 @@ class ClaimParams:
     lease_s: float
     tenant: str | None  # None: any tenant
     now: datetime
+    fair_tau_s: float  # the fair share's memory: a tenant's served count decays by exp(-age / this)
+    locked: Sequence[str] = ()  # the tenants claim_lock_tenants locked: the only ones the claim takes from
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,15 +209,27 @@ class DispatchPort:
 
     # ------------------------------------------------------------------ worker calls
 
-    async def lock_claim_tenants(self, conn: Conn, tenant: str | None) -> None:
-        """First statement of a claim's transaction (`claim_lock_tenants`)."""
-        await conn.execute(q("claim_lock_tenants"), {"tenant": tenant})
+    async def lock_claim_tenants(self, conn: Conn, tenant: str | None) -> list[str]:
+        """First statement of a claim's transaction (`claim_lock_tenants`): the tenants with
+        queued work now locked for this transaction, which the claim may take from."""
+        cur = await conn.execute(q("claim_lock_tenants"), {"tenant": tenant})
+        return [r[0] for r in await cur.fetchall()]
 
     async def claim(self, conn: Conn, p: ClaimParams) -> list[Leased]:
         cur = await conn.execute(q("claim"), {
             "priorities": list(p.priorities), "types": list(p.types) if p.types else None, "limit": p.limit,
-            "tenant": p.tenant, "worker": p.worker, "lease_s": p.lease_s, "now": p.now})
+            "tenant": p.tenant, "worker": p.worker, "lease_s": p.lease_s, "now": p.now,
+            "fair_tau_s": p.fair_tau_s, "tenants": list(p.locked)})
         return [Leased._make(r) for r in await cur.fetchall()]
+
+    async def rate_wait(self, conn: Conn, tenant: str | None, now: datetime) -> float | None:
+        """Seconds after `now` until the soonest rate-limited tenant with queued work has a whole
+        token (`claim_rate_wait`); None when no tenant is waiting for one. Run in the claim's
+        transaction with the claim's `now`: under its tenant locks it reads the buckets exactly as
+        the claim left them."""
+        cur = await conn.execute(q("claim_rate_wait"), {"tenant": tenant, "now": now})
+        row = await cur.fetchone()
+        return None if row is None or row[0] is None else max(0.0, float(row[0]))
 
     async def heartbeat(self, conn: Conn, call: TokenCall, lease_s: float,
                         now: datetime) -> tuple[datetime, bool] | None:

@@ -38,7 +38,7 @@ UNIQUE_STATE_BITS: dict[str, int] = {
 
 _KEY_CONFLICT: LiteralString = "ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
 _UNIQUE_READS: tuple[tuple[LiteralString, LiteralString], ...] = (
-    ("decode(j->>15, 'hex')", "NULL::bytea"), ("(j->>16)::smallint", "NULL::smallint"))
+    ("decode(j->>17, 'hex')", "NULL::bytea"), ("(j->>18)::smallint", "NULL::smallint"))
 
 
 def unique_states_mask(states: Sequence[str]) -> int:
@@ -107,6 +107,8 @@ class SubmittedJob:
     trace_context: str | None = None  # W3C traceparent of its fire span (tracing on only)
     unique_key: bytes | None = None  # unique jobs: sha256 (cluster/commands/unique.py)
     unique_states: int | None = None  # with unique_key: the UNIQUE_STATE_BITS it holds the key in
+    concurrency_key: str | None = None  # with concurrency_limit (both or neither): the claim's key cap
+    concurrency_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +198,8 @@ class ExecutionsPort:
         for j in jobs:
             item: list[object] = [str(j.id), j.tenant, j.type, j.payload, j.partition, _micros(j.run_at), j.priority,
                                   j.state, j.max_attempts, j.retry_initial_s, j.retry_multiplier, j.retry_max_s,
-                                  j.timeout_s, j.idempotency_key, j.trace_context]
+                                  j.timeout_s, j.idempotency_key, j.trace_context, j.concurrency_key,
+                                  j.concurrency_limit]
             if j.unique_key is not None:
                 item += [j.unique_key.hex(), j.unique_states]
             items.append(item)

@@ -36,6 +36,7 @@ from cronwheel.cluster.commands.values import (
     JsonText,
     QuotaExceeded,
     RetryPolicy,
+    concurrency_key,
     partition_of,
     payload_json,
     priority,
@@ -187,6 +188,8 @@ class JobSpec:
     timeout_s: float | None = None
     idempotency_key: str | None = None
     unique: UniqueSpec | None = None  # unique job options (cluster/commands/unique.py)
+    concurrency_key: str | None = None  # with concurrency_limit: at most that many running at once
+    concurrency_limit: int | None = None
 
 
 def _day_start(now: datetime) -> datetime:
@@ -204,6 +207,7 @@ def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
     jtype = text("type", job.type)
     payload = payload_json("payload_json", job.payload)
     key = _key(job.idempotency_key)
+    ckey, climit = concurrency_key(job.concurrency_key, job.concurrency_limit)
     run_at = job.run_at or now
     if run_at.utcoffset() is None:
         raise InvalidArgument("run_at", "must carry a time zone")
@@ -222,6 +226,7 @@ def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
         run_at=run_at, priority=priority(job.priority), state=state, max_attempts=retry.max_attempts,
         retry_initial_s=retry.initial_s, retry_multiplier=retry.multiplier, retry_max_s=retry.max_s,
         timeout_s=timeout("timeout", job.timeout_s), idempotency_key=key, unique_key=ukey, unique_states=umask,
+        concurrency_key=ckey, concurrency_limit=climit,
     )
 
 

@@ -101,6 +101,25 @@ def text(fieldname: str, value: object, required: bool = True, limit: int = MAX_
     return v
 
 
+MAX_CONCURRENCY_LIMIT = 100_000
+
+
+def concurrency_key(key: str | None, limit: int | None) -> tuple[str | None, int | None]:
+    """A job's concurrency key (a name, scoped to its tenant) and limit (1..MAX_CONCURRENCY_LIMIT),
+    given together or not at all; (None, None) when neither is given."""
+    k = text("concurrency_key", key, required=False) if key else ""
+    if not k and not limit:
+        return None, None
+    if not k:
+        raise InvalidArgument("concurrency_key", "is required with concurrency_limit")
+    if not limit:
+        raise InvalidArgument("concurrency_limit", "is required with concurrency_key: the most runs with the key "
+                                                   "at once, >= 1")
+    if not 1 <= limit <= MAX_CONCURRENCY_LIMIT:
+        raise InvalidArgument("concurrency_limit", f"must be 1..{MAX_CONCURRENCY_LIMIT}, got {limit}")
+    return k, limit
+
+
 def reason_text(value: str, fieldname: str = "reason") -> str:
     """Free text (reasons): <= 1000 code points; newlines and tabs allowed, NUL never."""
     if not isinstance(value, str):

@@ -1,12 +1,17 @@
 """Claiming and finishing executions for workers (the logic behind DispatchService).
 
 Claim: priorities are polled in a weighted order (critical first most of the time, bulk first
-sometimes, so bulk is slow but never starved); within a priority, tenants are interleaved
-round-robin and capped by their free concurrency; the runs are locked `FOR UPDATE SKIP LOCKED`
-where they are read and leased in the same statement (`claim`): attempt + 1, fencing token + 1.
+sometimes, so bulk is slow but never starved); within a priority, tenants share by weighted fair
+queueing (policy.FAIR_SHARE_TAU_S) and each is capped by its free concurrency and the whole
+tokens of its rate limit's bucket, spent in the same statement; a run with a concurrency key
+starts only while its key has fewer than its limit running; the runs are locked `FOR UPDATE
+SKIP LOCKED` where they are read and leased in the same statement (`claim`): attempt + 1,
+fencing token + 1. A claim that found nothing because a rate-limited tenant had no whole token
+waits until that token is due (`claim_rate_wait`) rather than the fallback poll.
 A claim first takes transaction-scoped advisory locks on the tenants it may take from
 (`claim_lock_tenants`), so claims for one tenant never overlap anywhere in the cluster and its
-concurrency cap is exact; within a node, claims run one at a time.
+concurrency cap, its concurrency keys' limits (a key belongs to one tenant) and its token
+bucket are exact; within a node, claims run one at a time.
 Waiting workers long-poll: they are woken by `wake()` (NOTIFY cronwheel_queued from any node,
 or this node's own fire batches) rather than by fixed polling; a slow fallback poll covers
 missed notifications.
@@ -28,7 +33,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cronwheel.clock import Clock
-from cronwheel.cluster.dispatch.policy import TERMINAL_STATES, PriorityWeights, decide_failure, priority_order
+from cronwheel.cluster.dispatch.policy import (
+    FAIR_SHARE_TAU_S,
+    MIN_RATE_WAIT_S,
+    TERMINAL_STATES,
+    PriorityWeights,
+    decide_failure,
+    priority_order,
+)
 from cronwheel.cluster.metrics import Metrics
 from cronwheel.errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken
 from cronwheel.storage import PgStore
@@ -56,6 +68,7 @@ class DispatchConfig:
     min_lease_s: float = 1.0
     max_wait_s: float = 60.0
     max_count: int = 100
+    fair_tau_s: float = FAIR_SHARE_TAU_S
 
     def validate(self) -> DispatchConfig:
         self.weights.validate()
@@ -126,25 +139,35 @@ class Dispatcher:
         deadline = self.clock.monotonic() + wait_s
         while True:
             waiter = self._wakeup  # taken before the claim, so a wake-up during it is not lost
-            rows = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
+            rows, rate_wait = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
             left = deadline - self.clock.monotonic()
             if rows or left <= 0:
                 return rows
-            await self.clock.wait(waiter, min(left, self.config.fallback_poll_s))
+            pause = min(left, self.config.fallback_poll_s)
+            if rate_wait is not None:  # rate-limited work is due at its next token, not at the fallback poll
+                pause = min(pause, max(rate_wait, MIN_RATE_WAIT_S))
+            await self.clock.wait(waiter, pause)
 
     async def _claim_once(self, worker: str, types: list[str] | None, max_count: int,
-                          lease_s: float, tenant: str | None) -> list[Leased]:
+                          lease_s: float, tenant: str | None) -> tuple[list[Leased], float | None]:
+        """The runs leased, and (when none) the seconds until a rate-limited tenant's next token."""
         order = priority_order(self.config.weights, self.rng.random())
+        rate_wait = None
         async with self._claiming, self.store.transaction() as conn:
-            await self.port.lock_claim_tenants(conn, tenant)  # caps hold across nodes
+            locked = await self.port.lock_claim_tenants(conn, tenant)  # limits hold across nodes
+            if not locked:
+                return [], None
+            now = self.clock.now()
             out = await self.port.claim(conn, ClaimParams(
                 worker=worker, priorities=order, types=types, limit=max_count, lease_s=lease_s, tenant=tenant,
-                now=self.clock.now()))
+                now=now, fair_tau_s=self.config.fair_tau_s, locked=locked))
+            if not out:  # still under the tenants' locks: the buckets as this claim left them
+                rate_wait = await self.port.rate_wait(conn, tenant, now)
         if self.metrics is not None:
             for r in out:
                 self.metrics.start_lag.observe(r.started_at - r.run_at)
             self.metrics.executions_entered(("running", r.type) for r in out)
-        return out
+        return out, rate_wait
 
     async def _explain_mismatch(self, conn: Conn, call: TokenCall) -> Exception:
         st = await self.port.execution_token_state(conn, call.id, call.tenant)

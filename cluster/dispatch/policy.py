@@ -20,6 +20,15 @@ from cronwheel.cron import Priority
 
 PRIORITIES = tuple(p.value for p in Priority)  # most urgent first: the one list (cron.Priority)
 
+# Fair share between tenants (the claim, storage/sql/queries/dispatch.sql): a tenant's starts
+# divided by its weight, decayed by exp(-age / FAIR_SHARE_TAU_S), order the pick; backlogged
+# tenants' starts converge to their weights' ratio. The memory is short so a tenant back from
+# idle catches up with about one tau's worth of its share, not with the whole time it was idle.
+FAIR_SHARE_TAU_S = 1.0
+# A claim that came back empty because rate-limited tenants had no whole token waits until the
+# soonest token (claim_rate_wait), but at least this long (no busy loop on a fractional token).
+MIN_RATE_WAIT_S = 0.002
+
 
 @dataclass(frozen=True, slots=True)
 class PriorityWeights:

@@ -38,6 +38,17 @@ CREATE TABLE tenants (
     burst                  double precision CHECK (burst > 0)          -- NULL: rate_per_s (one second's worth)
 );
 
+-- Per-tenant claim state (0017), written only by a claim holding the tenant's claim lock: the
+-- token bucket (tokens as of refilled_at; NULL: full) and the decaying fair-share count.
+CREATE TABLE tenant_dispatch (
+    tenant      text PRIMARY KEY,
+    tokens      double precision,
+    refilled_at timestamptz,
+    served      double precision NOT NULL DEFAULT 0,
+    served_at   timestamptz
+);
+
+
 CREATE TABLE schedules (
     id                           uuid PRIMARY KEY,
     tenant                       text NOT NULL,
@@ -146,6 +157,11 @@ CREATE TABLE executions (
     -- of the states in which the row holds it (cronwheel_unique_holds); NULL for other rows.
     unique_key       bytea,
     unique_states    smallint,
+    -- Concurrency key (0017): at most concurrency_limit running runs of the tenant with this key.
+    concurrency_key   text,
+    concurrency_limit integer,
+    CONSTRAINT executions_concurrency_key_limit
+        CHECK ((concurrency_key IS NULL) = (concurrency_limit IS NULL) AND (concurrency_limit IS NULL OR concurrency_limit >= 1)),
     -- The whole fire-once story: one execution per (schedule, tick).
     CONSTRAINT executions_schedule_tick UNIQUE (schedule_id, scheduled_for)
 );
@@ -215,6 +231,9 @@ CREATE INDEX executions_queued_by_tenant ON executions (tenant, priority, run_at
 -- Running work per tenant (concurrency caps).
 CREATE INDEX executions_running_by_tenant ON executions (tenant)
     WHERE state = 'running';
+-- Running runs per concurrency key (0017).
+CREATE INDEX executions_running_by_key ON executions (tenant, concurrency_key)
+    WHERE state = 'running' AND concurrency_key IS NOT NULL;
 -- Buffered cron runs (overlap buffer_*) waiting for the run ahead of them.
 CREATE INDEX executions_buffered ON executions (schedule_id, scheduled_for)
     WHERE state = 'scheduled' AND state_reason = 'buffered';
@@ -347,4 +366,19 @@ LANGUAGE sql STABLE AS $$
                                         WHERE e.tenant = t.id AND e.created_at >= date_trunc('day', at, 'UTC'))
       FROM tenants t
      WHERE t.id = ANY (tenants) AND t.max_executions_per_day IS NOT NULL
+$$;
+
+-- Limits at lease time (0017).
+-- The one token-bucket rule (the claim spends, claim_rate_wait reads): the bucket's level at
+-- `at`, refilled at `rate` per second from `level` at `refilled_at`, capped at the bucket size
+-- (burst, NULL: rate; at least 1, or no run could ever start). NULL rate: no limit (NULL).
+-- A clock that went backwards refills nothing.
+CREATE FUNCTION cronwheel_bucket_tokens(rate double precision, burst double precision,
+                                                   level double precision, refilled_at timestamptz,
+                                                   at timestamptz) RETURNS double precision
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN rate IS NULL THEN NULL
+                WHEN level IS NULL OR refilled_at IS NULL THEN GREATEST(coalesce(burst, rate), 1)
+                ELSE LEAST(GREATEST(coalesce(burst, rate), 1),
+                           level + rate * GREATEST(0, extract(epoch FROM at - refilled_at)::float8)) END
 $$;

@@ -117,7 +117,7 @@ def test_a_group_without_unique_jobs_keeps_its_statement_and_a_unique_group_take
     from cronwheel.storage.executions import _insert_query
 
     plain, unique = _insert_query(True, False), _insert_query(True, True)
-    assert "j->>15" not in plain and "NULL::bytea AS unique_key" in plain  # no unique column read per row
+    assert "j->>17" not in plain and "NULL::bytea AS unique_key" in plain  # no unique column read per row
     assert "WHERE idempotency_key IS NOT NULL DO NOTHING" in plain and "ORDER BY v.ord" in plain
     assert "ON CONFLICT DO NOTHING" in unique and "ORDER BY v.unique_key, v.ord" in unique
-    assert "decode(j->>15, 'hex') AS unique_key" in unique
+    assert "decode(j->>17, 'hex') AS unique_key" in unique

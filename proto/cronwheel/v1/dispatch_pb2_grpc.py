@@ -75,9 +75,12 @@ class DispatchServiceServicer:
         """Leases up to max_count QUEUED executions of the given job types whose run_at has come, by
         long poll: returns as soon as at least one execution is leased, or with an empty list when
         wait_timeout elapses. Priorities are served by weight (CRITICAL most, BULK least but never
-        starved), tenants are interleaved round-robin and each tenant's concurrency cap
-        (max_concurrency) is respected, so one tenant's backlog does not delay another tenant's
-        work. (A per-tenant rate limit is not enforced yet.) Each leased execution becomes RUNNING with
+        starved); within a priority, tenants share by weighted fair queueing (a tenant of weight 3
+        gets three times the starts of one of weight 1 while both are backlogged), and each tenant's
+        concurrency cap (max_concurrency), its rate limit (rate_per_s with burst, a token bucket) and
+        the concurrency keys of its jobs are respected, exactly across the cluster, so one tenant's
+        backlog does not delay another tenant's work (docs/semantics.md, Limits and fairness).
+        Each leased execution becomes RUNNING with
         attempt + 1, a new fencing_token, lease_owner = worker_id, lease_expires_at = now +
         lease_duration and started_at = now. Set the call's gRPC deadline above wait_timeout.
         Executions leased for a call whose response never reached the worker (the call was

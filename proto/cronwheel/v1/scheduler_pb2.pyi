@@ -298,7 +298,7 @@ class ExplainScheduleResponse(_message.Message):
     def __init__(self, ticks: _Optional[_Iterable[_Union[ExplainedTick, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("tenant", "type", "payload_json", "run_at", "priority", "retry_policy", "timeout", "idempotency_key", "unique")
+    __slots__ = ("tenant", "type", "payload_json", "run_at", "priority", "retry_policy", "timeout", "idempotency_key", "unique", "concurrency_key", "concurrency_limit")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -308,6 +308,8 @@ class SubmitJobRequest(_message.Message):
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     UNIQUE_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_LIMIT_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     type: str
     payload_json: str
@@ -317,7 +319,9 @@ class SubmitJobRequest(_message.Message):
     timeout: _duration_pb2.Duration
     idempotency_key: str
     unique: UniqueOptions
-    def __init__(self, tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., unique: _Optional[_Union[UniqueOptions, _Mapping]] = ...) -> None: ...
+    concurrency_key: str
+    concurrency_limit: int
+    def __init__(self, tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., unique: _Optional[_Union[UniqueOptions, _Mapping]] = ..., concurrency_key: _Optional[str] = ..., concurrency_limit: _Optional[int] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("execution", "deduplicated", "deduplicated_by")

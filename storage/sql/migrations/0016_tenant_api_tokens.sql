@@ -3,7 +3,7 @@
 --
 -- tenants.rate_per_s: NULL means "no rate limit" (was NOT NULL DEFAULT 10000, a limit no query
 -- read); rows still at that old default become NULL. tenants.burst: the token bucket's size,
--- NULL = one second's worth (rate_per_s). Idempotent (the limits migration does the same).
+-- NULL = one second's worth (rate_per_s); the claim enforces both (0017).
 ALTER TABLE tenants ALTER COLUMN rate_per_s DROP NOT NULL;
 ALTER TABLE tenants ALTER COLUMN rate_per_s DROP DEFAULT;
 UPDATE tenants SET rate_per_s = NULL WHERE rate_per_s = 10000;

@@ -1,59 +1,135 @@
 -- name: claim_lock_tenants
 -- First statement of a claim's transaction: lock (transaction-scoped, in tenant order, so no two
--- claimers can deadlock) every tenant with queued work that the claim may take from. Claims for
--- the same tenant then run one after another, and the `claim` statement that follows takes its
--- snapshot after the previous claim committed: its count of running work is exact and the
--- tenant's concurrency cap holds across nodes.
-SELECT pg_advisory_xact_lock(hashtext('cronwheel.claim'), hashtext(t.tenant))
-  FROM (SELECT tenant FROM queued_tenants
+-- claimers can deadlock) every tenant with queued work that the claim may take from, and return
+-- them: the `claim` that follows takes from these tenants only (one that got queued work after
+-- this read waits for the next claim). Claims for the same tenant then run one after another,
+-- and the `claim` statement takes its snapshot after the previous claim committed: its counts of
+-- running work, its buckets and fair-share counts are exact across nodes. It also turns JIT off
+-- for the rest of the transaction: on a large backlog the claim's estimated cost passes
+-- jit_above_cost and compiling took 120-140 ms of a 2-10 ms statement.
+SELECT t.tenant, pg_advisory_xact_lock(hashtext('cronwheel.claim'), hashtext(t.tenant))::text
+  FROM (SELECT set_config('jit', 'off', true)) AS j(jit),
+       (SELECT tenant FROM queued_tenants
          WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s
          ORDER BY tenant) t;
 
 -- name: claim
--- Lease up to `limit` queued runs in one statement. Tenants with queued work (queued_tenants)
--- are capped by their free concurrency. Per tenant and priority, the oldest
--- ready runs are locked FOR UPDATE SKIP LOCKED right where they are read, so concurrent claimers
--- (other workers, other nodes) take the next runs instead of colliding on the same ones. The
--- pick is in the given priority order (the caller draws it by weight), tenants round-robin
--- within a priority. Leasing is one more attempt, a new fencing token and a lease deadline.
--- Rows locked but not picked (a cut across tenants or priorities) are freed at commit.
--- Ids, payloads and checkpoints come back as text and times as epoch seconds: the caller only
--- forwards them.
+-- Lease up to `limit` queued runs in one statement, after `claim_lock_tenants` (so every count
+-- and bucket read here is exact: no other claim of these tenants is in flight). Per tenant it
+-- locked (`tenants`):
+--   cap    = min(free concurrency, whole tokens in its bucket): the token bucket
+--            (cronwheel_bucket_tokens, refilled from the claim's `now`) is spent below, in this
+--            statement, so a claim takes at most floor(tokens) runs of a rate-limited tenant;
+--   served = its starts divided by its weight, decayed by exp(-age / fair_tau_s): the fair share.
+-- Per tenant and priority, the oldest ready runs are read (no row lock: no other claim takes
+-- from these tenants now; a run changed since, e.g. cancelled, is left out by the UPDATE's
+-- `state = 'queued'`, re-checked on the row's latest version); a keyed run whose key already has
+-- concurrency_limit runs running is passed over in that scan (so a full key does not hide the
+-- tenant's other runs), and within the claim a key takes at most its free slots. The pick goes by the given priority order (the caller draws it by weight), then by
+-- weighted fair queueing within a priority: the k-th run of a tenant is tagged
+-- served + (k - 1) / weight and the smallest tags go first, so backlogged tenants' starts
+-- converge to their weights' ratio. The tenants' buckets and counts are written in the same
+-- statement, from the runs actually leased. Leasing is one more attempt, a new fencing token and
+-- a lease deadline; only the leased rows are locked. Ids, payloads and checkpoints come back as
+-- text and times as epoch seconds: the caller only forwards them.
 WITH room AS MATERIALIZED (  -- counted once per tenant (inlined, the count ran once per candidate)
     SELECT tq.tenant,
            coalesce(t.max_concurrency, 1000)
-             - (SELECT count(*) FROM executions r WHERE r.tenant = tq.tenant AND r.state = 'running') AS free
-      FROM queued_tenants tq LEFT JOIN tenants t ON t.id = tq.tenant
-     WHERE %(tenant)s::text IS NULL OR tq.tenant = %(tenant)s
-), cand AS (
-    SELECT c.id, c.run_at, p.rank, room.free,
-           row_number() OVER (PARTITION BY room.tenant, p.rank ORDER BY c.run_at) AS rn,
-           row_number() OVER (PARTITION BY room.tenant ORDER BY p.rank, c.run_at) AS rn_tenant
+             - (SELECT count(*) FROM executions r WHERE r.tenant = tq.tenant AND r.state = 'running') AS free,
+           coalesce(t.weight, 1)::float8 AS weight,
+           cronwheel_bucket_tokens(t.rate_per_s, t.burst, d.tokens, d.refilled_at, %(now)s) AS tokens,
+           coalesce(d.served * exp(-GREATEST(0, extract(epoch FROM %(now)s - d.served_at)::float8)
+                                   / %(fair_tau_s)s::float8), 0) AS served
+      FROM unnest(%(tenants)s::text[]) AS tq(tenant)
+      LEFT JOIN tenants t ON t.id = tq.tenant
+      LEFT JOIN tenant_dispatch d ON d.tenant = tq.tenant
+), elig AS MATERIALIZED (
+    SELECT tenant, weight, tokens, served,
+           LEAST(free, coalesce(floor(tokens + 1e-9)::bigint, free)) AS cap
       FROM room
+), virt AS (  -- the tags each tenant's runs would get if it had enough ready work
+    SELECT elig.tenant, elig.served + (k - 1) / elig.weight AS tag
+      FROM elig CROSS JOIN LATERAL generate_series(1, LEAST(elig.cap, 2 * %(limit)s)) AS k
+     WHERE elig.cap > 0
+), quota AS MATERIALIZED (  -- how many of its runs of a priority after the first each tenant
+    -- reads: its place among the smallest 2 * limit tags, and at least its weight's part of
+    -- `limit` (so a tenant with nothing of these types cannot take the whole read), never more
+    -- than its cap or `limit`. The first priority (drawn by weight) is read in full, so its runs
+    -- of every tenant go before any of the next.
+    SELECT elig.tenant, elig.cap, elig.weight, elig.served,
+           LEAST(elig.cap, %(limit)s,
+                 GREATEST(coalesce(v.n, 0), ceil(%(limit)s * elig.weight / w.total)::bigint)) AS q
+      FROM elig
+     CROSS JOIN (SELECT sum(weight) AS total FROM elig WHERE cap > 0) w
+      LEFT JOIN (SELECT tenant, count(*) AS n
+                   FROM (SELECT tenant FROM virt ORDER BY tag, tenant LIMIT 2 * %(limit)s) x
+                  GROUP BY tenant) v USING (tenant)
+     WHERE elig.cap > 0
+), cand AS (
+    SELECT c.id, c.run_at, c.ckey, c.klimit, p.rank, elig.tenant, elig.cap, elig.weight, elig.served
+      FROM quota elig
      CROSS JOIN unnest(%(priorities)s::text[]) WITH ORDINALITY AS p(priority, rank)
      CROSS JOIN LATERAL (
-          SELECT e.id, e.run_at FROM executions e
-           WHERE e.tenant = room.tenant AND e.state = 'queued' AND e.priority = p.priority
+          SELECT e.id, e.run_at, e.concurrency_key AS ckey, e.concurrency_limit AS klimit FROM executions e
+           WHERE e.tenant = elig.tenant AND e.state = 'queued' AND e.priority = p.priority
              AND e.run_at <= %(now)s
              AND (%(types)s::text[] IS NULL OR e.type = ANY(%(types)s::text[]))
+             AND CASE WHEN e.concurrency_key IS NULL THEN true
+                      ELSE (SELECT count(*) FROM executions k
+                             WHERE k.tenant = e.tenant AND k.concurrency_key = e.concurrency_key
+                               AND k.state = 'running') < e.concurrency_limit END
            ORDER BY e.run_at
-           LIMIT LEAST(room.free, %(limit)s)
-           FOR UPDATE SKIP LOCKED
+           LIMIT CASE WHEN p.rank = 1 THEN LEAST(elig.cap, %(limit)s) ELSE elig.q END
       ) c
-     WHERE room.free > 0
-), picked AS (
-    SELECT id FROM cand WHERE rn_tenant <= free ORDER BY rank, rn, run_at LIMIT %(limit)s
+), keyed AS (  -- a key takes at most its free slots within this claim too
+    SELECT cand.*,
+           ckey IS NULL OR row_number() OVER (PARTITION BY tenant, ckey ORDER BY rank, run_at)
+             + (SELECT count(*) FROM executions k
+                 WHERE k.tenant = cand.tenant AND k.concurrency_key = cand.ckey AND k.state = 'running')
+             <= klimit AS fits
+      FROM cand
+), fitting AS (
+    SELECT id, tenant, rank, cap, weight, served,
+           row_number() OVER (PARTITION BY tenant ORDER BY rank, run_at) AS rt
+      FROM keyed WHERE fits
+), picked AS MATERIALIZED (
+    SELECT id, tenant FROM fitting WHERE rt <= cap
+     ORDER BY rank, served + (rt - 1) / weight, tenant, rt
+     LIMIT %(limit)s
+), leased AS (
+    UPDATE executions e
+       SET state = 'running', attempt = e.attempt + 1, fencing_token = e.fencing_token + 1,
+           lease_owner = %(worker)s, lease_expires = %(now)s + make_interval(secs => %(lease_s)s),
+           started_at = %(now)s, heartbeat_at = %(now)s, error = NULL, error_type = NULL
+      FROM picked
+     WHERE e.id = picked.id AND e.state = 'queued'
+    RETURNING e.id::text, e.schedule_id::text, e.tenant, e.type, e.payload::text,
+              extract(epoch FROM e.scheduled_for)::float8 AS scheduled_for, extract(epoch FROM e.run_at)::float8 AS run_at,
+              e.attempt, e.max_attempts, e.fencing_token, e.checkpoint::text,
+              extract(epoch FROM e.lease_expires)::float8 AS lease_expires, e.timeout_s, e.priority, e.trigger,
+              extract(epoch FROM e.started_at)::float8 AS started_at, e.trace_context
+), spent AS (  -- spend the tokens, count the starts: still under the tenants' claim locks
+    INSERT INTO tenant_dispatch AS d (tenant, tokens, refilled_at, served, served_at)
+    SELECT elig.tenant, elig.tokens - n.n, %(now)s, elig.served + n.n / elig.weight, %(now)s
+      FROM (SELECT tenant, count(*) AS n FROM leased GROUP BY tenant) n JOIN elig USING (tenant)
+    ON CONFLICT (tenant) DO UPDATE
+       SET tokens = EXCLUDED.tokens, refilled_at = GREATEST(d.refilled_at, EXCLUDED.refilled_at),
+           served = EXCLUDED.served, served_at = GREATEST(d.served_at, EXCLUDED.served_at)
 )
-UPDATE executions e
-   SET state = 'running', attempt = e.attempt + 1, fencing_token = e.fencing_token + 1,
-       lease_owner = %(worker)s, lease_expires = %(now)s + make_interval(secs => %(lease_s)s),
-       started_at = %(now)s, heartbeat_at = %(now)s, error = NULL, error_type = NULL
-  FROM picked
- WHERE e.id = picked.id
-RETURNING e.id::text, e.schedule_id::text, e.tenant, e.type, e.payload::text,
-          extract(epoch FROM e.scheduled_for)::float8, extract(epoch FROM e.run_at)::float8, e.attempt,
-          e.max_attempts, e.fencing_token, e.checkpoint::text, extract(epoch FROM e.lease_expires)::float8,
-          e.timeout_s, e.priority, e.trigger, extract(epoch FROM e.started_at)::float8, e.trace_context;
+SELECT * FROM leased;
+
+-- name: claim_rate_wait
+-- Seconds until the soonest rate-limited tenant with queued work (of `tenant` only, unless
+-- NULL) has a whole token again; NULL when none is waiting for one. A claim that came back empty
+-- waits at most this long before it tries again (instead of the fallback poll).
+SELECT min((1 - b.tokens) / b.rate) FROM (
+    SELECT t.rate_per_s AS rate, cronwheel_bucket_tokens(t.rate_per_s, t.burst, d.tokens, d.refilled_at, %(now)s) AS tokens
+      FROM queued_tenants tq
+      JOIN tenants t ON t.id = tq.tenant
+      LEFT JOIN tenant_dispatch d ON d.tenant = tq.tenant
+     WHERE t.rate_per_s IS NOT NULL AND (%(tenant)s::text IS NULL OR tq.tenant = %(tenant)s)
+) b
+ WHERE b.tokens < 1;
 
 -- name: heartbeat
 -- Extend a lease held with the current token; answers whether cancellation was requested.

@@ -187,9 +187,10 @@ UPDATE executions e
 -- Many one-off jobs from SubmitJobs or one SubmitJob group, ONE statement. `jobs` is one JSON
 -- array with one array per job: [id, tenant, type, payload (JSON text), partition, run_at (Unix
 -- microseconds), priority, state, max_attempts, retry_initial_s, retry_multiplier, retry_max_s,
--- timeout_s, idempotency_key, trace_context, unique_key (hex), unique_states] (the last two only
--- for a unique job: absent, they read as NULL) (one text parameter: psycopg adapts fourteen Python
--- lists of a thousand items four times slower than json.dumps writes this). A (tenant, idempotency_key)
+-- timeout_s, idempotency_key, trace_context, concurrency_key, concurrency_limit, unique_key (hex),
+-- unique_states] (the last two only for a unique job: absent, they read as NULL) (one text
+-- parameter: psycopg adapts fourteen Python lists of a thousand items four times slower than
+-- json.dumps writes this). A (tenant, idempotency_key)
 -- already taken, by a committed row or by an earlier job of the array, inserts nothing for that
 -- job: the caller reads the existing row back (`api_by_idempotency_keys`). A group holding a unique
 -- job runs this statement with a bare ON CONFLICT DO NOTHING (storage/executions.py), so a taken
@@ -201,18 +202,19 @@ UPDATE executions e
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, trigger, max_attempts, retry_initial_s,
                         retry_multiplier, retry_max_s, timeout_s, idempotency_key, queued_at, created_at,
-                        trace_context, unique_key, unique_states)
+                        trace_context, concurrency_key, concurrency_limit, unique_key, unique_states)
 SELECT v.id, NULL, v.tenant, v.type, v.payload, v.partition, v.run_at, v.run_at, v.priority, v.state,
        'submit', v.max_attempts, v.retry_initial_s, v.retry_multiplier, v.retry_max_s, v.timeout_s,
        v.idempotency_key, CASE WHEN v.state = 'queued' THEN %(now)s::timestamptz END, %(now)s, v.trace_context,
-       v.unique_key, v.unique_states
+       v.concurrency_key, v.concurrency_limit, v.unique_key, v.unique_states
   FROM (SELECT (j->>0)::uuid AS id, j->>1 AS tenant, j->>2 AS type, (j->>3)::jsonb AS payload,
                (j->>4)::int AS partition,
                timestamptz 'epoch' + (j->>5)::bigint * interval '1 microsecond' AS run_at,
                j->>6 AS priority, j->>7 AS state, (j->>8)::int AS max_attempts,
                (j->>9)::float8 AS retry_initial_s, (j->>10)::float8 AS retry_multiplier,
                (j->>11)::float8 AS retry_max_s, (j->>12)::float8 AS timeout_s, j->>13 AS idempotency_key,
-               j->>14 AS trace_context, decode(j->>15, 'hex') AS unique_key, (j->>16)::smallint AS unique_states,
+               j->>14 AS trace_context, j->>15 AS concurrency_key, (j->>16)::int AS concurrency_limit,
+               decode(j->>17, 'hex') AS unique_key, (j->>18)::smallint AS unique_states,
                ord
           FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)) AS v
  WHERE NOT (%(unless_quota)s::boolean AND EXISTS (

@@ -1,0 +1,23 @@
+"""Handlers for tests/e2e/test_limits.py, run by `cronwheel worker tests.e2e.limits_jobs`: `noop`
+returns at once, `nap` sleeps payload["ms"] milliseconds. The starts and finishes the tests check
+are the executions' own started_at / finished_at."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from cronwheel.client import JobContext, Worker
+
+worker = Worker(os.environ.get("CRONWHEEL_ADDRESS", "127.0.0.1:7070"),
+                concurrency=int(os.environ.get("CRONWHEEL_TEST_CONCURRENCY", "8")))
+
+
+@worker.job("noop")
+async def noop(ctx: JobContext) -> None:
+    return None
+
+
+@worker.job("nap")
+async def nap(ctx: JobContext) -> None:
+    await asyncio.sleep(float(ctx.payload["ms"]) / 1000)
