@@ -40,7 +40,7 @@ import re
 import types
 import typing
 import uuid
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -80,13 +80,12 @@ class PlannedSchedule:
     schedule: t.Schedule | None = None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ApplyPlan:
-    """What apply found (and, unless `applied` is false, did): one entry per spec in order, then
-    the deletes by name. `render()` is the text `cronwheel apply` prints."""
+class Plan:
+    """What an apply plan of any kind answers: its `items` (each with `action` and `changes`),
+    `applied`, the counts, and the rendering `cronwheel apply` prints."""
 
-    tenant: str | None
-    items: tuple[PlannedSchedule, ...]
+    __slots__ = ()
+    items: tuple[Any, ...]
     applied: bool
 
     def count(self, action: Action | str) -> int:
@@ -97,18 +96,31 @@ class ApplyPlan:
         """True when the plan creates, updates or deletes anything."""
         return any(i.action != Action.UNCHANGED for i in self.items)
 
-    def render(self) -> str:
+    def _render(self, header: Callable[[Any], str], summary: str) -> str:
         marks = {Action.CREATE: "+", Action.UPDATE: "~", Action.UNCHANGED: "=", Action.DELETE: "-"}
         out = []
         for i in self.items:
-            ident = f"  ({i.schedule_id})" if i.schedule_id else ""
-            out.append(f"{marks[i.action]} {i.action:<9} {i.name}{ident}")
+            out.append(f"{marks[i.action]} {i.action:<9} {header(i)}")
             out += [f"      {ch.field}: {show(ch.old)} -> {show(ch.new)}" for ch in i.changes]
         verb = "" if self.applied else " (dry run: nothing changed)"
-        tenant = f" in tenant {self.tenant}" if self.tenant else ""
-        out.append(f"Plan{tenant}: {self.count('create')} to create, {self.count('update')} to update, "
-                   f"{self.count('unchanged')} unchanged, {self.count('delete')} to delete.{verb}")
+        out.append(f"{summary}{verb}")
         return "\n".join(out)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApplyPlan(Plan):
+    """What apply found (and, unless `applied` is false, did): one entry per spec in order, then
+    the deletes by name. `render()` is the text `cronwheel apply` prints."""
+
+    tenant: str | None
+    items: tuple[PlannedSchedule, ...]
+    applied: bool
+
+    def render(self) -> str:
+        tenant = f" in tenant {self.tenant}" if self.tenant else ""
+        return self._render(lambda i: f"{i.name}  ({i.schedule_id})" if i.schedule_id else i.name,
+                            f"Plan{tenant}: {self.count('create')} to create, {self.count('update')} to update, "
+                            f"{self.count('unchanged')} unchanged, {self.count('delete')} to delete.")
 
 
 class SpecError(InvalidArgument):

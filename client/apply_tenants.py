@@ -25,7 +25,7 @@ from typing import Any
 
 from . import calls
 from . import types as t
-from .apply import Action, FieldChange, show
+from .apply import Action, FieldChange, Plan
 from .errors import ApiError, InvalidArgument
 
 KEYS = calls.TENANT_INTS + calls.TENANT_OPTIONAL  # besides "id"
@@ -43,27 +43,14 @@ class PlannedTenant:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class TenantPlan:
+class TenantPlan(Plan):
     items: tuple[PlannedTenant, ...]
     applied: bool
 
-    def count(self, action: Action | str) -> int:
-        return sum(1 for i in self.items if i.action == action)
-
-    @property
-    def changes(self) -> bool:
-        return any(i.action != Action.UNCHANGED for i in self.items)
-
     def render(self) -> str:
-        marks = {Action.CREATE: "+", Action.UPDATE: "~", Action.UNCHANGED: "="}
-        out = []
-        for i in self.items:
-            out.append(f"{marks[i.action]} {i.action:<9} tenant {i.id}")
-            out += [f"      {ch.field}: {show(ch.old)} -> {show(ch.new)}" for ch in i.changes]
-        verb = "" if self.applied else " (dry run: nothing changed)"
-        out.append(f"Tenants: {self.count('create')} to create, {self.count('update')} to update, "
-                   f"{self.count('unchanged')} unchanged.{verb}")
-        return "\n".join(out)
+        return self._render(lambda i: f"tenant {i.id}",
+                            f"Tenants: {self.count('create')} to create, {self.count('update')} to update, "
+                            f"{self.count('unchanged')} unchanged.")
 
 
 class TenantSpecError(InvalidArgument):
