@@ -2,12 +2,17 @@
 
     concurrency_keys   no more runs of one (tenant, concurrency key) at once than its limit, from
                        what the workers really ran: each attempt from its `start` line to its `end`
-                       line. An attempt whose lease was taken back (the execution has a later
-                       attempt) counts only until that later attempt started: from then on the
-                       cluster no longer held a lease for it, and a worker that goes on running it
-                       (paused, partitioned) is the at-least-once case the fencing token settles.
-                       An attempt with no `end` (its worker was killed) counts until its
-                       execution's next attempt, or its finish.
+                       line, while the cluster provably held its lease. An attempt whose lease was
+                       taken back (the execution has a later attempt) counts only while its lease
+                       certainly still ran: until its claim + the worker lease, or, when a fault
+                       stopped its worker, until the fault's start + the lease - one heartbeat
+                       interval (its last heartbeat extended it that far), and never past the next
+                       attempt's claim. A worker that goes on running a run whose lease lapsed
+                       (paused, partitioned) is the at-least-once case the fencing token settles;
+                       the reaper may requeue it any time after that point (the time is not in the
+                       history), so counting it longer would blame the limit for a zombie. An
+                       attempt with no `end` (its worker was killed) is bounded the same way, or
+                       by its execution's finish when it was the last.
     rate_limits        the claims of each rate-limited tenant conform to its token bucket
                        (rate_per_s, burst; a bucket starts full): replaying the attempts' claim
                        times (`leased_at`, the node's clock), a claim never finds less than one
@@ -22,33 +27,46 @@ from __future__ import annotations
 from collections import defaultdict
 
 from chaos.checker import CLOCK_SLACK_S, InvariantResult, _Collector, iso
-from chaos.history import ExecutionRec, History
+from chaos.history import ExecutionRec, History, RunRec
+
+HEARTBEATS_PER_LEASE = 4  # chaos.workload_jobs: a heartbeat every lease / 4
 
 
 def attempt_spans(h: History) -> dict[tuple[str, int], tuple[float, float]]:
-    """(execution id, token) -> (start, end) of what the cluster leased and the worker ran."""
-    starts: dict[tuple[str, int], float] = {}
+    """(execution id, token) -> (start, end) of what the worker ran while the cluster provably
+    held the attempt's lease (see concurrency_keys above)."""
+    starts: dict[tuple[str, int], RunRec] = {}
     ends: dict[tuple[str, int], float] = {}
     for r in h.runs:
         k = (r.execution_id, r.token)
         if r.event == "start":
-            starts[k] = min(r.t, starts.get(k, r.t))
+            if k not in starts or r.t < starts[k].t:
+                starts[k] = r
         elif r.event == "end":
             ends[k] = max(r.t, ends.get(k, r.t))
-    by_exec: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for (eid, tok), t in starts.items():
-        by_exec[eid].append((tok, t))
+    by_exec: dict[str, list[tuple[int, RunRec]]] = defaultdict(list)
+    for (eid, tok), r in starts.items():
+        by_exec[eid].append((tok, r))
     finished = {e.id: e.finished_at for e in h.executions}
+    lease = h.meta.worker_lease_s
+    beat = lease / HEARTBEATS_PER_LEASE
     out = {}
     for eid, attempts in by_exec.items():
-        attempts.sort()
-        for i, (tok, t) in enumerate(attempts):
-            later = attempts[i + 1][1] if i + 1 < len(attempts) else None
+        attempts.sort(key=lambda a: a[0])
+        for i, (tok, r) in enumerate(attempts):
+            t = r.t
             end = ends.get((eid, tok))
-            if end is None:
-                end = later if later is not None else (finished.get(eid) or h.meta.collected_at)
-            elif later is not None:
-                end = min(end, later)
+            if i + 1 < len(attempts):  # superseded: its lease was taken back at some point
+                nxt = attempts[i + 1][1]
+                next_claim = nxt.leased_at if nxt.leased_at is not None else nxt.t
+                held = (r.leased_at if r.leased_at is not None else t) + lease
+                for inj in h.injections:  # a fault that stopped its worker: heartbeats ran until then
+                    if inj.target == r.worker and t <= inj.start <= next_claim:
+                        held = max(held, inj.start + lease - beat)
+                bound = min(held, next_claim)
+                end = bound if end is None else min(end, bound)
+            elif end is None:
+                end = finished.get(eid) or h.meta.collected_at
             out[(eid, tok)] = (t, max(t, end))
     return out
 

@@ -47,6 +47,30 @@ def test_an_attempt_whose_lease_was_taken_back_counts_only_until_the_next_attemp
     assert check_concurrency_keys(h).ok
 
 
+def test_a_paused_workers_attempt_counts_until_its_lease_provably_ran_out_not_until_the_next_claim() -> None:
+    """Seed 1 of the first run: w2 paused with two runs of a key (limit 2); their leases lapsed and
+    the reaper requeued them; a third run of the key started; one of the two was claimed again
+    only later. A lease is certain for its first worker-lease seconds (and, with heartbeats, until
+    the pause + the lease - one heartbeat interval), not until the next claim. The cluster held
+    two leases at a time throughout: no violation. A run started while the paused worker's
+    leases certainly still held would be one."""
+    from chaos.history import InjectionRecord
+
+    m = RunMeta("limits", 1, 8, 3.0, 10.0, 4.0, T0, T0 + 60, T0 + 70)  # worker lease 4 s, heartbeat 1 s
+    ex = (keyed("a", token=2), keyed("b", token=2), keyed("c"))
+    paused = (InjectionRecord("pause-worker", "w2", T0 + 0.2, T0 + 6),)
+    runs = (RunRec("start", "w2", "a", 1, 1, T0, leased_at=T0), RunRec("start", "w2", "b", 1, 1, T0, leased_at=T0),
+            *span("c", T0 + 4.05, T0 + 4.5),  # after the two leases' first 4 s: the reaper may have taken them
+            RunRec("start", "w1", "a", 2, 2, T0 + 4.2, leased_at=T0 + 4.2), RunRec("end", "w1", "a", 2, 2, T0 + 4.5),
+            RunRec("start", "w1", "b", 2, 2, T0 + 5.0, leased_at=T0 + 5.0), RunRec("end", "w1", "b", 2, 2, T0 + 5.5),
+            RunRec("end", "w2", "a", 1, 1, T0 + 6.1), RunRec("end", "w2", "b", 1, 1, T0 + 6.1))
+    h = History(m, executions=ex, runs=runs, injections=paused)
+    assert attempt_spans(h)[("b", 1)] == (T0, T0 + 4.0)
+    assert check_concurrency_keys(h).ok
+    early = (*runs[:2], *span("c", T0 + 3.5, T0 + 4.5), *runs[4:])  # while both leases still held
+    assert not check_concurrency_keys(History(m, executions=ex, runs=early, injections=paused)).ok
+
+
 def test_claims_within_the_bucket_pass_and_one_claim_too_many_is_named() -> None:
     ex = tuple(keyed(f"e{i}", key="", tenant="slow") for i in range(8))
     limits = (TenantLimitRec("slow", 2.0, 3.0),)
