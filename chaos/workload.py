@@ -23,10 +23,10 @@ idempotency key, so a submission retried across a PostgreSQL restart is stored o
 
 Tenancy (created through the tenant API before any traffic, `TENANT_LIMITS`): every
 `BURST_EVERY`-th submission also sends two bursts with submit_many, so the limits bind while the
-faults run: `KEYED_BURST` `hold` jobs (0.5 s each) of tenant chaos-keys on one of two
-concurrency keys with limit 2, and `RATE_BURST` `tick` jobs of tenant chaos-rate, limited to
-4 starts/s (burst 4). The checker proves no key ever had a third run and no claim of chaos-rate
-went past its bucket (chaos/checker_limits.py).
+faults run: `KEYED_BURST` `hold` jobs (0.5 s each) of tenant chaos-keys (10 starts/s, burst 3)
+on one of two concurrency keys with limit 2, and `RATE_BURST` `tick` jobs of tenant chaos-rate,
+limited to 4 starts/s (burst 4). The checker proves no key ever had a third run and no claim of
+either tenant went past its bucket (chaos/checker_limits.py).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ RETRY = RetryPolicy(initial_backoff=timedelta(seconds=0.5), backoff_multiplier=2
 TENANTS = ("chaos-a", "chaos-b")
 TENANT_LIMITS: dict[str, dict[str, Any]] = {
     "chaos-rate": {"rate_per_s": 4.0, "burst": 4.0},
-    "chaos-keys": {"max_concurrency": 50},
+    "chaos-keys": {"max_concurrency": 50, "rate_per_s": 10.0, "burst": 3.0},
 }
 KEY_LIMIT = 2
 BURST_EVERY, KEYED_BURST, RATE_BURST = 5, 6, 10
