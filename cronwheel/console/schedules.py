@@ -56,6 +56,8 @@ LOOKS: dict[Any, Look] = {
     Tk("dst_repeated"): Look("warn", "»", "skipped: DST repeat"),
     Tk("missed"): Look("bad", "⚠", "missed"),
     Tk("pending"): Look("muted", "…", "pending"),
+    Tk("pruned_by_retention"): Look("muted", "⌫", "pruned by retention"),
+    Tk("skipped_quota"): Look("warn", "»", "skipped: daily quota"),
 }
 
 

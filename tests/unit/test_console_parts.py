@@ -67,3 +67,12 @@ def test_the_chart_is_inline_svg_with_its_values_in_text_and_names_escaped() -> 
     assert svg.startswith("<svg") and "<polyline" in svg
     assert "&lt;n1&gt; p50: 500 ms" in svg  # the last value, readable without the line's colour
     assert "no data yet" in str(chart("start lag", {}, now))
+
+
+def test_every_tick_outcome_has_its_own_look_in_the_timeline() -> None:
+    """A new outcome (pruned_by_retention, skipped_quota came without one) must not fall back to
+    the '?' look: fails without their entries."""
+    from cronwheel.client.types import TickOutcome
+    from cronwheel.console.schedules import LOOKS
+
+    assert set(TickOutcome) <= set(LOOKS), sorted(set(TickOutcome) - set(LOOKS))
