@@ -72,15 +72,16 @@ WITH g AS (
       JOIN schedule_due AS d ON d.schedule_id = v.schedule_id
      WHERE s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = v.cursor
        AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+), quota_tenants AS MATERIALIZED (  -- the few tenants with a quota that have ticks here; NULL: none
+    SELECT array_agg(t.id) AS ids FROM tenants t
+     WHERE t.max_executions_per_day IS NOT NULL AND EXISTS (SELECT 1 FROM g a WHERE a.tenant = t.id)
 ), over AS MATERIALIZED (
     SELECT r.id, r.quota FROM (
         SELECT g.id, q.quota, q.room, row_number() OVER (PARTITION BY g.tenant ORDER BY g.scheduled_for, g.id) AS k
-          FROM g JOIN cronwheel_daily_room(
-                   ARRAY(SELECT t.id FROM tenants t  -- the few tenants with a quota, if any ticks here
-                          WHERE t.max_executions_per_day IS NOT NULL
-                            AND EXISTS (SELECT 1 FROM g a WHERE a.tenant = t.id)),
-                   coalesce(%(now)s::timestamptz, now())) AS q ON q.tenant = g.tenant
-         WHERE g.state <> 'skipped') AS r
+          FROM quota_tenants qt  -- no quota tenant: the room is never computed
+         CROSS JOIN LATERAL cronwheel_daily_room(qt.ids, coalesce(%(now)s::timestamptz, now())) AS q
+          JOIN g ON g.tenant = q.tenant
+         WHERE qt.ids IS NOT NULL AND g.state <> 'skipped') AS r
      WHERE r.k > r.room
 )
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
@@ -140,14 +141,16 @@ WITH fence AS (
        AND s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = to_timestamp(v.tick)
     RETURNING s.id, s.tenant, s.job_type, s.payload, s.priority, s.max_attempts, s.retry_initial_s,
               s.retry_multiplier, s.retry_max_s, s.timeout_s, v.tick, v.run_at, d.partition, fence.epoch
+), quota_tenants AS MATERIALIZED (  -- the few tenants with a quota that have ticks here; NULL: none
+    SELECT array_agg(t.id) AS ids FROM tenants t
+     WHERE t.max_executions_per_day IS NOT NULL AND EXISTS (SELECT 1 FROM adv a WHERE a.tenant = t.id)
 ), over AS MATERIALIZED (  -- past a daily quota: recorded skipped (fire_executions's rule; empty without quotas)
     SELECT r.id, r.quota FROM (
         SELECT adv.id, q.quota, q.room, row_number() OVER (PARTITION BY adv.tenant ORDER BY adv.tick, adv.id) AS k
-          FROM adv JOIN cronwheel_daily_room(
-                   ARRAY(SELECT t.id FROM tenants t  -- the few tenants with a quota, if any ticks here
-                          WHERE t.max_executions_per_day IS NOT NULL
-                            AND EXISTS (SELECT 1 FROM adv a WHERE a.tenant = t.id)),
-                   coalesce(%(now)s::timestamptz, now())) AS q ON q.tenant = adv.tenant
+          FROM quota_tenants qt  -- no quota tenant: the room is never computed (it cost 40 ms a statement)
+         CROSS JOIN LATERAL cronwheel_daily_room(qt.ids, coalesce(%(now)s::timestamptz, now())) AS q
+          JOIN adv ON adv.tenant = q.tenant
+         WHERE qt.ids IS NOT NULL
     ) AS r
      WHERE r.k > r.room
 ), ins AS (
