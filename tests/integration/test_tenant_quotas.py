@@ -52,7 +52,8 @@ def _fire_ticks_plan(dsn: str, sid: Any, partition: int, tick: float) -> str:
     with psycopg.connect(dsn) as c:
         (epoch,) = c.execute("SELECT epoch FROM partitions WHERE id = %s", (partition,)).fetchone() or (0,)
         rows = c.execute("EXPLAIN (ANALYZE, COSTS OFF) " + q("fire_ticks_fenced"), {  # type: ignore[operator]
-            "partitions": f"{{{partition}}}", "epochs": f"{{{epoch}}}", "now": None, "tick_partitions": f"{{{partition}}}",
+            "partitions": f"{{{partition}}}", "epochs": f"{{{epoch}}}", "now": None,
+            "tick_partitions": f"{{{partition}}}",
             "schedule_ids": f"{{{sid}}}", "ticks": f"{{{tick!r}}}", "run_ats": f"{{{tick!r}}}",
             "nexts": f"{{{tick + 60!r}}}", "versions": "{1}"}).fetchall()
         c.rollback()
