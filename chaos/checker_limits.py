@@ -76,19 +76,19 @@ def check_concurrency_keys(h: History) -> InvariantResult:
     keyed: dict[str, ExecutionRec] = {e.id: e for e in h.executions if e.concurrency_key is not None}
     groups: dict[tuple[str, str], list[tuple[float, float, str]]] = defaultdict(list)
     limits: dict[tuple[str, str], int] = {}
-    for (eid, _tok), (t0, t1) in attempt_spans(h).items():
+    for (eid, tok), (t0, t1) in attempt_spans(h).items():
         e = keyed.get(eid)
-        if e is None:
+        if e is None or t1 <= t0:  # no instant at which it ran while its lease provably held
             continue
         g = (e.tenant, e.concurrency_key or "")
         limits[g] = e.concurrency_limit or 1
-        groups[g].append((t0, t1, eid))
+        groups[g].append((t0, t1, f"{eid}#{tok}"))
     c.counts["keys"] = len(groups)
     for g, spans in sorted(groups.items()):
         c.counts["attempts"] += len(spans)
         events = sorted([(t0, 1, eid) for t0, _t1, eid in spans] + [(t1, -1, eid) for _t0, t1, eid in spans],
                         key=lambda x: (x[0], x[1]))  # an end at the same instant as a start goes first
-        running: set[str] = set()
+        running: set[str] = set()  # attempts (execution#token)
         peak = 0
         for t, d, eid in events:
             if d < 0:

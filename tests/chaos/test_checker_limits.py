@@ -89,3 +89,23 @@ def test_a_tenant_without_a_rate_is_not_judged() -> None:
     runs = tuple(r for i in range(5) for r in span(f"e{i}", T0, T0 + 0.01))
     assert check_rate_limits(History(meta(), executions=ex, runs=runs,
                                      tenant_limits=(TenantLimitRec("free", None, None),))).ok
+
+
+def test_an_attempt_started_after_its_lease_lapsed_is_not_counted_and_does_not_stick() -> None:
+    """Seed 5: a worker paused with its long poll in flight read two runs' leases after they had
+    lapsed and started them anyway (zombies: the reaper had requeued them). Their provable spans
+    are empty; counted, the sweep met their end before their start and kept them running for
+    ever (4 'runs at once'). Fails without the fix."""
+    from chaos.history import InjectionRecord
+
+    m = RunMeta("limits", 5, 8, 3.0, 10.0, 4.0, T0, T0 + 60, T0 + 70)
+    ex = (keyed("a", token=2), keyed("b", token=2), keyed("c"), keyed("d"))
+    runs = (RunRec("start", "w2", "a", 1, 1, T0 + 5.5, leased_at=T0), RunRec("end", "w2", "a", 1, 1, T0 + 6.0),
+            RunRec("start", "w2", "b", 1, 1, T0 + 5.5, leased_at=T0), RunRec("end", "w2", "b", 1, 1, T0 + 6.0),
+            *span("c", T0 + 5.5, T0 + 6.0), *span("d", T0 + 5.5, T0 + 6.0),
+            RunRec("start", "w1", "a", 2, 2, T0 + 6.1, leased_at=T0 + 6.1), RunRec("end", "w1", "a", 2, 2, T0 + 6.5),
+            RunRec("start", "w1", "b", 2, 2, T0 + 6.1, leased_at=T0 + 6.1), RunRec("end", "w1", "b", 2, 2, T0 + 6.5))
+    h = History(m, executions=ex, runs=runs, injections=(InjectionRecord("pause-worker", "w2", T0 - 0.1, T0 + 5.4),))
+    r = check_concurrency_keys(h)
+    assert r.ok, r.violations
+    assert r.counts["peak:a/customer:42"] == 2
