@@ -319,9 +319,17 @@ class Worker:
         return t0, self.clock.monotonic(), resp
 
     def _start_pending(self) -> None:
-        """Start leased runs, oldest first, while slots are free."""
+        """Start leased runs, oldest first, while slots are free. A run whose lease may have
+        lapsed already (its answer was read, or its slot freed, more than lease_s after the call
+        or its last heartbeat: a paused worker, a congested link) is not started: the node may
+        have requeued it, and running it would be a zombie beside its next attempt."""
         while self.pending and len(self.running) < self.concurrency:
             p = self.pending.pop(0)
+            if self.clock.monotonic() >= p.t0 + self.lease_s:
+                log.warning("leased run not started: its lease may have lapsed", extra={
+                    "event": "lease_lapsed_before_start", "worker": self.worker_id,
+                    "execution_id": p.ex.execution_id, "late_s": round(self.clock.monotonic() - p.t0, 3)})
+                continue
             self._start(p.ex, p.t0, p.t1)
 
     def _start(self, ex: dispatch_pb2.LeasedExecution, t0: float, t1: float) -> None:

@@ -206,3 +206,39 @@ def test_prefetch_defaults_to_one_lease_calls_worth() -> None:
     assert Worker("fake:1").prefetch == 100
     assert Worker("fake:1", concurrency=500).prefetch == 100
     assert Worker("fake:1", prefetch=0).prefetch == 0
+
+
+class SlowAnswer(FakeDispatch):
+    """The first lease call's answer arrives `delay_s` (fake) after it was sent: a worker paused
+    with its long poll in flight, or a congested network."""
+
+    def __init__(self, queue: list[dispatch_pb2.LeasedExecution], clock: FakeClock, delay_s: float) -> None:
+        super().__init__(queue)
+        self.clock, self.delay_s, self.calls = clock, delay_s, 0
+
+    async def LeaseExecutions(self, req: Any, **kw: Any) -> Any:  # noqa: N802
+        self.calls += 1
+        if self.calls == 1:
+            await self.clock.sleep(self.delay_s)
+            return dispatch_pb2.LeaseExecutionsResponse(executions=[leased("late")])
+        return await super().LeaseExecutions(req, **kw)
+
+
+async def test_a_run_whose_lease_lapsed_before_its_answer_was_read_is_not_started() -> None:
+    """Its lease counts from the call: past lease_s the node may have requeued it, and starting it
+    would run a zombie next to its next attempt (chaos seed 5 saw a concurrency key's runs double).
+    Fails without the check (the handler runs 'late')."""
+    clock = FakeClock()
+    w = Worker("fake:1", clock=clock, lease_s=4.0, prefetch=0)
+    ran: list[str] = []
+
+    @w.job("job")
+    async def handler(ctx: JobContext) -> None:
+        ran.append(ctx.execution_id)
+
+    stub = SlowAnswer([leased("fresh")], clock, delay_s=5.0)
+    serving = asyncio.create_task(w.serve_on(stub))
+    await run_until(clock, lambda: "fresh" in stub.completes)
+    assert ran == ["fresh"] and "late" not in stub.completes
+    w.stop()
+    await serving
