@@ -18,6 +18,7 @@ import pytest
 
 from chaos.harness import ProcessCluster
 from cronwheel.client import Client
+from cronwheel.cluster.coordination.assignment import assign
 from cronwheel.cluster.coordination.etcd import Etcd
 
 from .helpers import observe_for, wait_until
@@ -59,7 +60,9 @@ def test_partitions_of_a_stuck_member_raise_one_partition_unowned_alert_each(
         cl.create_webhook(receiver.url, kinds=["partition_unowned"])
         etcd(cluster, "join")
         # The live nodes hand the stuck member its share (rendezvous) and release those keys.
-        stuck = wait_until(lambda: set(range(P)) - set(cluster.owners()) or None, 30, "a share for the member")
+        stuck = {p for p, node in assign(["n1", "n2", "stuck"], P).items() if node == "stuck"}
+        wait_until(lambda: set(range(P)) - set(cluster.owners()) == stuck or None, 30,
+                   f"the member's share {sorted(stuck)} released")
 
         def alerted() -> dict[int, dict[str, object]]:
             docs = [json.loads(r.body)["event"] for r in receiver.requests()]
