@@ -4,9 +4,9 @@ Claim: priorities are polled in a weighted order (critical first most of the tim
 sometimes, so bulk is slow but never starved); within a priority, tenants share by weighted fair
 queueing (policy.FAIR_SHARE_TAU_S) and each is capped by its free concurrency and the whole
 tokens of its rate limit's bucket, spent in the same statement; a run with a concurrency key
-starts only while its key has fewer than its limit running; the runs are locked `FOR UPDATE
-SKIP LOCKED` where they are read and leased in the same statement (`claim`): attempt + 1,
-fencing token + 1. A claim that found nothing because a rate-limited tenant had no whole token
+starts only while its key has fewer than its limit running; the runs are read without row
+locks (the tenant locks below keep other claims out; the UPDATE re-checks `queued`) and leased in
+the same statement (`claim`): attempt + 1, fencing token + 1. A claim that found nothing because a rate-limited tenant had no whole token
 waits until that token is due (`claim_rate_wait`) rather than the fallback poll.
 A claim first takes transaction-scoped advisory locks on the tenants it may take from
 (`claim_lock_tenants`), so claims for one tenant never overlap anywhere in the cluster and its

@@ -43,6 +43,10 @@ WITH room AS MATERIALIZED (  -- counted once per tenant (inlined, the count ran 
       FROM unnest(%(tenants)s::text[]) AS tq(tenant)
       LEFT JOIN tenants t ON t.id = tq.tenant
       LEFT JOIN tenant_dispatch d ON d.tenant = tq.tenant
+), key_running AS MATERIALIZED (  -- running runs per concurrency key of the locked tenants, counted once
+    SELECT k.tenant, k.concurrency_key AS ckey, count(*) AS n FROM executions k
+     WHERE k.tenant = ANY(%(tenants)s::text[]) AND k.state = 'running' AND k.concurrency_key IS NOT NULL
+     GROUP BY k.tenant, k.concurrency_key
 ), elig AS MATERIALIZED (
     SELECT tenant, weight, tokens, served,
            LEAST(free, coalesce(floor(tokens + 1e-9)::bigint, free)) AS cap
@@ -74,18 +78,17 @@ WITH room AS MATERIALIZED (  -- counted once per tenant (inlined, the count ran 
            WHERE e.tenant = elig.tenant AND e.state = 'queued' AND e.priority = p.priority
              AND e.run_at <= %(now)s
              AND (%(types)s::text[] IS NULL OR e.type = ANY(%(types)s::text[]))
-             AND CASE WHEN e.concurrency_key IS NULL THEN true
-                      ELSE (SELECT count(*) FROM executions k
-                             WHERE k.tenant = e.tenant AND k.concurrency_key = e.concurrency_key
-                               AND k.state = 'running') < e.concurrency_limit END
+             AND (e.concurrency_key IS NULL
+                  OR coalesce((SELECT kr.n FROM key_running kr
+                                WHERE kr.tenant = e.tenant AND kr.ckey = e.concurrency_key), 0)
+                     < e.concurrency_limit)
            ORDER BY e.run_at
            LIMIT CASE WHEN p.rank = 1 THEN LEAST(elig.cap, %(limit)s) ELSE elig.q END
       ) c
 ), keyed AS (  -- a key takes at most its free slots within this claim too
     SELECT cand.*,
            ckey IS NULL OR row_number() OVER (PARTITION BY tenant, ckey ORDER BY rank, run_at)
-             + (SELECT count(*) FROM executions k
-                 WHERE k.tenant = cand.tenant AND k.concurrency_key = cand.ckey AND k.state = 'running')
+             + coalesce((SELECT kr.n FROM key_running kr WHERE kr.tenant = cand.tenant AND kr.ckey = cand.ckey), 0)
              <= klimit AS fits
       FROM cand
 ), fitting AS (
