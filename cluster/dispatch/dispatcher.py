@@ -6,8 +6,9 @@ queueing (policy.FAIR_SHARE_TAU_S) and each is capped by its free concurrency an
 tokens of its rate limit's bucket, spent in the same statement; a run with a concurrency key
 starts only while its key has fewer than its limit running; the runs are read without row
 locks (the tenant locks below keep other claims out; the UPDATE re-checks `queued`) and leased in
-the same statement (`claim`): attempt + 1, fencing token + 1. A claim that found nothing because a rate-limited tenant had no whole token
-waits until that token is due (`claim_rate_wait`) rather than the fallback poll.
+the same statement (`claim`): attempt + 1, fencing token + 1. A claim that found nothing
+because a rate-limited tenant had no whole token waits until that token is due
+(`claim_rate_wait`) rather than the fallback poll.
 A claim first takes transaction-scoped advisory locks on the tenants it may take from
 (`claim_lock_tenants`), so claims for one tenant never overlap anywhere in the cluster and its
 concurrency cap, its concurrency keys' limits (a key belongs to one tenant) and its token
