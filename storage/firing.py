@@ -161,9 +161,13 @@ class FireBatchResult:
     fired: tuple[Fired, ...]
     duplicates: int  # ticks not inserted: already fired, or refused by the fire guard
     advanced: int
-    plain_inserted: int = 0  # plain ticks inserted (they are not listed in `fired`)
     plain_stale: int = 0  # plain ticks not fired: their schedule changed, was paused or deleted
-    plain_entered: tuple[tuple[str, str, int], ...] = ()  # of those inserted: (state, job type, count)
+    plain_entered: tuple[tuple[str, str, int], ...] = ()  # plain ticks inserted: (state, job type, count)
+
+    @property
+    def plain_inserted(self) -> int:
+        """Plain ticks inserted (they are not listed in `fired`)."""
+        return sum(n for _state, _type, n in self.plain_entered)
 
 
 # schedule id -> (runs in flight, runs buffered)
@@ -280,9 +284,9 @@ class FiringPort:
                 if got is None:
                     out[partition] = await stale_epoch(conn, partition, epoch)
                     continue
-                adv, inserted, entered = got
-                out[partition] = FireBatchResult((), adv - inserted, adv, inserted, len(plain.schedule_ids) - adv,
-                                                 entered)
+                adv, entered = got
+                inserted = sum(n for _state, _type, n in entered)
+                out[partition] = FireBatchResult((), adv - inserted, adv, len(plain.schedule_ids) - adv, entered)
         return out
 
     async def active_counts(
@@ -364,11 +368,12 @@ class FiringPort:
         if p.oneoff_ids:
             cur = await conn.execute(q("queue_oneoffs"), {**fence, "now": p.now, "ids": list(p.oneoff_ids)})
             fired.extend(Fired(*r) for r in await cur.fetchall())
-        plain_inserted = plain_stale = 0
+        plain_stale = 0
         plain_entered: tuple[tuple[str, str, int], ...] = ()
         if p.plain is not None and p.plain.schedule_ids:
             fenced = await _fire_ticks(conn, [(p.partition, p.epoch, p.plain)], p.now)  # fence held
-            adv, plain_inserted, plain_entered = fenced.get(p.partition, (0, 0, ()))
+            adv, plain_entered = fenced.get(p.partition, (0, ()))
+            plain_inserted = sum(n for _state, _type, n in plain_entered)
             advanced += adv
             dupes += adv - plain_inserted
             plain_stale = len(p.plain.schedule_ids) - adv
@@ -380,7 +385,7 @@ class FiringPort:
             )
             if (got := await cur.fetchone()) is not None:  # its webhook deliveries, in this transaction
                 await enqueue_deliveries(conn, int(got[0]))
-        return FireBatchResult(tuple(fired), dupes, advanced, plain_inserted, plain_stale, plain_entered)
+        return FireBatchResult(tuple(fired), dupes, advanced, plain_stale, plain_entered)
 
     async def set_tick_trace_contexts(self, ticks: Sequence[tuple[uuid.UUID, float, str]]) -> None:
         """Tracing only: store each fired tick's fire-span traceparent, `(schedule_id, tick as
@@ -397,9 +402,9 @@ class FiringPort:
 
 
 async def _fire_ticks(conn: AsyncConnection[Any], batches: Sequence[tuple[int, int, PlainTicks]],
-                      now: datetime | None) -> dict[int, tuple[int, int, tuple[tuple[str, str, int], ...]]]:
+                      now: datetime | None) -> dict[int, tuple[int, tuple[tuple[str, str, int], ...]]]:
     """`fire_ticks_fenced` for `(partition, epoch, ticks)` batches: fenced partition -> (schedules
-    advanced, executions inserted, what they entered: (state, job type, count)...); a partition
+    advanced, the executions inserted as (state, job type, count)...); a partition
     missing from the answer was stale (nothing of it written). Arrays go as array literals, one
     string each: psycopg's list dumper works element by element in Python, which held the event
     loop for 14% of a 300k burst."""
@@ -425,5 +430,5 @@ async def _fire_ticks(conn: AsyncConnection[Any], batches: Sequence[tuple[int, i
         "ticks": _array_literal(ticks), "run_ats": _array_literal(run_ats), "nexts": _array_literal(nexts),
         "versions": _array_literal(versions),
     })
-    return {int(r[0]): (int(r[1]), int(r[2]), tuple((str(st), str(jt), int(n)) for st, jt, n in r[3]))
+    return {int(r[0]): (int(r[1]), tuple((str(st), str(jt), int(n)) for st, jt, n in r[2]))
             for r in await cur.fetchall()}

@@ -120,8 +120,8 @@ SELECT pg_notify('cronwheel_queued', %(payload)s);
 -- paused or deleted, cursor still AT this tick: compare-and-set) advances and gets its tick's
 -- execution (ON CONFLICT: left alone). A tick joins ITS partition's `fence` row: share-locked
 -- while it carries the caller's epoch for it, before any schedule is touched, to commit; a stale
--- partition writes nothing, the others commit. Answer: (partition, advanced, inserted) per fenced
--- partition. fired_at: database commit evidence; queued_at: the node's %(now)s. A tick of a tenant
+-- partition writes nothing, the others commit. Answer: (partition, advanced, entered: the rows
+-- inserted as [state, type, count]...) per fenced partition. fired_at: database commit evidence; queued_at: the node's %(now)s. A tick of a tenant
 -- whose daily quota is used up is recorded skipped ('quota: ...', see fire_executions).
 WITH fence AS (
     SELECT p.id, p.epoch
@@ -169,11 +169,10 @@ WITH fence AS (
 ), entered AS (  -- what entered which state, by job type: the state counters (metrics)
     SELECT partition, state, type, count(*) AS n FROM ins GROUP BY partition, state, type
 )
-SELECT fence.id, coalesce(a.n, 0) AS advanced, coalesce(i.n, 0) AS inserted,
-       coalesce(i.entered, '[]'::json) AS entered
+SELECT fence.id, coalesce(a.n, 0) AS advanced, coalesce(i.entered, '[]'::json) AS entered
   FROM fence
   LEFT JOIN (SELECT partition, count(*) AS n FROM adv GROUP BY partition) AS a ON a.partition = fence.id
-  LEFT JOIN (SELECT partition, sum(n) AS n, json_agg(json_build_array(state, type, n)) AS entered
+  LEFT JOIN (SELECT partition, json_agg(json_build_array(state, type, n)) AS entered
                FROM entered GROUP BY partition) AS i ON i.partition = fence.id;
 
 -- name: set_tick_trace_contexts
