@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from chaos.history import SubmittedJob
 from cronwheel.client import AlreadyExists, ApiError, ApplyPlan, Client, JobSpec, RetryPolicy
@@ -44,6 +44,7 @@ from cronwheel.client import AlreadyExists, ApiError, ApplyPlan, Client, JobSpec
 RETRY = RetryPolicy(initial_backoff=timedelta(seconds=0.5), backoff_multiplier=2.0,
                     max_backoff=timedelta(seconds=2), max_attempts=6)
 TENANTS = ("chaos-a", "chaos-b")
+T = TypeVar("T")
 TENANT_LIMITS: dict[str, dict[str, Any]] = {
     "chaos-rate": {"rate_per_s": 4.0, "burst": 4.0},
     "chaos-keys": {"max_concurrency": 50, "rate_per_s": 10.0, "burst": 3.0},
@@ -161,49 +162,42 @@ class Traffic:
         finally:
             cw.close()
 
-    def _submit(self, cw: Client, i: int) -> Client:
-        kind, delay, payload = job_plan(self.seed, i)
-        key = f"chaos-{self.seed}-{i}"
+    def _retrying(self, cw: Client, what: str, call: Callable[[Client], T]) -> tuple[Client, T | None]:
+        """`call(cw)` until it answers (a submission carries its idempotency keys, so a retry is
+        stored once): after a failure the Client is made again for the nodes live now. None when
+        stopped while retrying or after 40 attempts (recorded in `failed`)."""
         for _attempt in range(40):
             try:
-                ex = cw.submit(kind, payload, delay=timedelta(seconds=delay) if delay else None, retry_policy=RETRY,
-                               idempotency_key=key, tenant=TENANTS[i % 2])
+                return cw, call(cw)
             except ApiError as exc:
                 self.retries += 1
                 if self._stop.is_set():
-                    self.failed.append(f"{key}: {exc}")
-                    return cw
-                time.sleep(0.25)
-                cw.close()
-                cw = self._client()  # the live nodes now
-                continue
-            assert ex.run_at is not None
-            self.submitted.append(SubmittedJob(ex.id, kind, ex.run_at.timestamp(), key, time.time()))
-            return self._bursts(cw, i)
-        self.failed.append(f"{key}: gave up after 40 attempts")
-        return cw
-
-    def _bursts(self, cw: Client, i: int) -> Client:
-        plan = burst_plan(self.seed, i)
-        if not plan:
-            return cw
-        specs = [JobSpec(idempotency_key=key, retry_policy=RETRY, **kw) for key, kw in plan]
-        for _attempt in range(40):
-            try:
-                got = cw.submit_many(specs)
-            except ApiError:
-                self.retries += 1
-                if self._stop.is_set():
-                    self.failed.append(f"bursts of {i}: stopped while retrying")
-                    return cw
+                    self.failed.append(f"{what}: {exc}")
+                    return cw, None
                 time.sleep(0.25)
                 cw.close()
                 cw = self._client()
-                continue
-            now = time.time()
-            for (key, kw), ex in zip(plan, got, strict=True):
-                assert ex.run_at is not None
-                self.submitted.append(SubmittedJob(ex.execution_id, kw["type"], ex.run_at.timestamp(), key, now))
+        self.failed.append(f"{what}: gave up after 40 attempts")
+        return cw, None
+
+    def _submit(self, cw: Client, i: int) -> Client:
+        kind, delay, payload = job_plan(self.seed, i)
+        key = f"chaos-{self.seed}-{i}"
+        cw, ex = self._retrying(cw, key, lambda c: c.submit(
+            kind, payload, delay=timedelta(seconds=delay) if delay else None, retry_policy=RETRY,
+            idempotency_key=key, tenant=TENANTS[i % 2]))
+        if ex is None:
             return cw
-        self.failed.append(f"bursts of {i}: gave up after 40 attempts")
+        assert ex.run_at is not None
+        self.submitted.append(SubmittedJob(ex.id, kind, ex.run_at.timestamp(), key, time.time()))
+        plan = burst_plan(self.seed, i)
+        if not plan:
+            return cw
+        specs = [JobSpec(idempotency_key=k, retry_policy=RETRY, **kw) for k, kw in plan]
+        cw, got = self._retrying(cw, f"bursts of {i}", lambda c: list(c.submit_many(specs)))
+        if got is not None:
+            now = time.time()
+            for (k, kw), job in zip(plan, got, strict=True):
+                assert job.run_at is not None
+                self.submitted.append(SubmittedJob(job.execution_id, kw["type"], job.run_at.timestamp(), k, now))
         return cw

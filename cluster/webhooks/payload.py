@@ -28,11 +28,12 @@ from cronwheel.v1.webhook_signature import (
 # may subscribe to them, and the cluster's alert is in its default subscription.
 TENANT_ALERT_KINDS = ("dead_letter", "no_success_alert", "misfire_refused", "execution_failed")
 CLUSTER_ALERT_KINDS = ("partition_unowned",)
-CLUSTER_KINDS = (*CLUSTER_ALERT_KINDS, "tenant_created", "tenant_updated", "token_created", "token_revoked")
+CLUSTER_AUDIT_KINDS = ("tenant_created", "tenant_updated", "token_created", "token_revoked")
+CLUSTER_KINDS = (*CLUSTER_ALERT_KINDS, *CLUSTER_AUDIT_KINDS)
 ALERT_KINDS = (*TENANT_ALERT_KINDS, *CLUSTER_ALERT_KINDS)
 EVENT_KINDS = (*ALERT_KINDS, "misfire_skipped", "schedule_created", "schedule_updated", "schedule_deleted",
                "schedule_paused", "schedule_resumed", "schedule_triggered", "schedule_backfilled",
-               "execution_cancelled", "execution_retried", *CLUSTER_KINDS[len(CLUSTER_ALERT_KINDS):])
+               "execution_cancelled", "execution_retried", *CLUSTER_AUDIT_KINDS)
 USER_AGENT = "cronwheel-webhooks/1"
 
 
