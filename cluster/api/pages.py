@@ -102,6 +102,27 @@ def text_id_cursor(cursor: list[Any] | None) -> tuple[str | None, uuid.UUID | No
         raise InvalidArgument("page_token", "malformed; pass the next_page_token of the previous response") from None
 
 
+def one_key_page(rows: list[dict[str, Any]], size: int, kind: str, filters: dict[str, Any],
+                 key: str = "id") -> tuple[list[dict[str, Any]], str]:
+    """As time_id_page, keyed on rows[key] alone (a unique key: an id)."""
+    if len(rows) <= size:
+        return rows, ""
+    return rows[:size], encode(kind, filters, [str(rows[size - 1][key])])
+
+
+def one_cursor(cursor: list[Any] | None, of: type) -> Any:
+    """The single value of a one_key_page cursor as `of` (str, uuid.UUID); None on the first page."""
+    if cursor is None:
+        return None
+    try:
+        (value,) = cursor
+        if not isinstance(value, str):
+            raise ValueError
+        return of(value)
+    except (ValueError, TypeError, AttributeError):
+        raise InvalidArgument("page_token", "malformed; pass the next_page_token of the previous response") from None
+
+
 def id_cursor(cursor: list[Any] | None) -> int:
     if cursor is None:
         return 0

@@ -24,7 +24,7 @@ from cronwheel.cluster.api.auth import current_caller, hash_token
 from cronwheel.cluster.api.tokens import TokenCache
 from cronwheel.cluster.commands import tenants as cmd
 from cronwheel.cluster.commands.values import text
-from cronwheel.errors import InvalidArgument, NotFound
+from cronwheel.errors import NotFound
 from cronwheel.storage import PgStore
 from cronwheel.storage.tenants import TenantFields
 from cronwheel.storage.tokens import NewToken
@@ -97,13 +97,9 @@ class TenantService:
     async def ListTenants(self, request: admin_pb2.ListTenantsRequest, context: Ctx  # noqa: N802
                           ) -> admin_pb2.ListTenantsResponse:
         size = cv.page_size(request.page_size)
-        cursor = pages.decode(request.page_token, "tenants", {})
-        after = _one(cursor, str)
-        rows = await self.store.tenants.list(after, size + 1)
-        resp = admin_pb2.ListTenantsResponse(tenants=[tenant_out(r) for r in rows[:size]])
-        if len(rows) > size:
-            resp.next_page_token = pages.encode("tenants", {}, [rows[size - 1]["id"]])
-        return resp
+        after = pages.one_cursor(pages.decode(request.page_token, "tenants", {}), str)
+        page, token = pages.one_key_page(await self.store.tenants.list(after, size + 1), size, "tenants", {})
+        return admin_pb2.ListTenantsResponse(tenants=[tenant_out(r) for r in page], next_page_token=token)
 
     async def CreateToken(self, request: admin_pb2.CreateTokenRequest, context: Ctx  # noqa: N802
                           ) -> admin_pb2.CreateTokenResponse:
@@ -123,12 +119,10 @@ class TenantService:
         tenant = text("tenant", request.tenant, required=False) or None
         size = cv.page_size(request.page_size)
         filters = {"tenant": tenant, "include_revoked": request.include_revoked}
-        after = _one(pages.decode(request.page_token, "tokens", filters), uuid.UUID)
+        after = pages.one_cursor(pages.decode(request.page_token, "tokens", filters), uuid.UUID)
         rows = await self.store.tokens.list(tenant, request.include_revoked, after, size + 1)
-        resp = admin_pb2.ListTokensResponse(tokens=[token_out(r) for r in rows[:size]])
-        if len(rows) > size:
-            resp.next_page_token = pages.encode("tokens", filters, [str(rows[size - 1]["id"])])
-        return resp
+        page, token = pages.one_key_page(rows, size, "tokens", filters)
+        return admin_pb2.ListTokensResponse(tokens=[token_out(r) for r in page], next_page_token=token)
 
     async def RevokeToken(self, request: admin_pb2.RevokeTokenRequest, context: Ctx  # noqa: N802
                           ) -> admin_pb2.RevokeTokenResponse:
@@ -142,14 +136,3 @@ class TenantService:
     async def _refresh(self) -> None:
         if self.tokens is not None:
             await self.tokens.refresh()
-
-
-def _one(cursor: list[Any] | None, kind: type) -> Any:
-    """The single value of a page cursor (None on the first page)."""
-    if cursor is None:
-        return None
-    try:
-        (value,) = cursor
-        return kind(value)
-    except (ValueError, TypeError, AttributeError):
-        raise InvalidArgument("page_token", "malformed; pass the next_page_token of the previous response") from None

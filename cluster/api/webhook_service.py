@@ -75,13 +75,10 @@ class WebhookService:
         tenant = current_caller().filter(request.tenant, "tenant")
         size = cv.page_size(request.page_size)
         filters = {"tenant": tenant}
-        cursor = pages.decode(request.page_token, "webhooks", filters)
-        after = _uuid_cursor(cursor)
-        rows = await self.store.webhooks.list(tenant, after, size + 1)
-        resp = admin_pb2.ListWebhooksResponse(webhooks=[webhook_out(r) for r in rows[:size]])
-        if len(rows) > size:
-            resp.next_page_token = pages.encode("webhooks", filters, [str(rows[size - 1]["id"])])
-        return resp
+        after = pages.one_cursor(pages.decode(request.page_token, "webhooks", filters), uuid.UUID)
+        page, token = pages.one_key_page(await self.store.webhooks.list(tenant, after, size + 1), size, "webhooks",
+                                         filters)
+        return admin_pb2.ListWebhooksResponse(webhooks=[webhook_out(r) for r in page], next_page_token=token)
 
     async def DeleteWebhook(self, request: admin_pb2.DeleteWebhookRequest, context: Ctx  # noqa: N802
                             ) -> admin_pb2.DeleteWebhookResponse:
@@ -111,13 +108,3 @@ class WebhookService:
             limit=size + 1))
         page, token = pages.time_id_page(rows, size, "deliveries", filters, "created_at")
         return admin_pb2.ListDeliveriesResponse(deliveries=[delivery_out(r) for r in page], next_page_token=token)
-
-
-def _uuid_cursor(cursor: list[Any] | None) -> uuid.UUID | None:
-    if cursor is None:
-        return None
-    try:
-        (ident,) = cursor
-        return uuid.UUID(ident)
-    except (ValueError, TypeError, AttributeError):
-        raise InvalidArgument("page_token", "malformed; pass the next_page_token of the previous response") from None
