@@ -75,7 +75,11 @@ def test_killed_worker_job_runs_again_and_the_late_completion_is_refused(cluster
     log = tmp_path / "history.jsonl"
     env = wenv(log, lease_s="2")
     w1 = cluster.start_worker("w1", MODULE, env=env)
-    [job] = submit_jobs(cluster, [dict(tenant="t", type="long", payload={"steps": 40, "step_s": 0.1})])
+    # The paused w1 keeps its long polls open; the node can hand the requeued run to each of them in
+    # turn (unread, it lapses again: at-least-once). CI saw five such lapses use up the default five
+    # attempts (dead): the job allows enough attempts that the zombie's polls cannot exhaust them.
+    [job] = submit_jobs(cluster, [dict(tenant="t", type="long", payload={"steps": 40, "step_s": 0.1},
+                                       retry_policy=RetryPolicy(max_attempts=20))])
     eid = job.id
     wait_state(cluster, eid, {"running"})
     wait_checkpoint(cluster, eid, 5)  # w1 has made progress the next worker can resume from
