@@ -108,7 +108,8 @@ class Pending:
     """A run leased ahead of a free slot: started in lease order once one frees."""
 
     ex: dispatch_pb2.LeasedExecution
-    t0: float  # monotonic: its lease counts from here (the call was sent, or its last heartbeat)
+    t0: float  # monotonic: its lease counts from here (the call was sent plus the node's hold, or
+    #            its last heartbeat)
     t1: float  # monotonic: the lease's answer arrived (its timeout counts from here)
 
 
@@ -292,7 +293,10 @@ class Worker:
                         continue
                     failures = 0
                     self._connected = True
-                    self.pending.extend(Pending(ex, t0, t1) for ex in resp.executions)
+                    # The node held the call `held` before it leased these: their leases count
+                    # from then (a long poll's runs keep their whole lease; a late read does not).
+                    leased_at = t0 + resp.held.ToTimedelta().total_seconds() if resp.HasField("held") else t0
+                    self.pending.extend(Pending(ex, min(leased_at, t1), t1) for ex in resp.executions)
                     self._start_pending()
         finally:
             for task in calls:

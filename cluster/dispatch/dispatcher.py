@@ -130,6 +130,13 @@ class Dispatcher:
     async def lease(self, worker: str, types: list[str], max_count: int, lease_s: float,
                     wait_s: float, tenant: str | None = None) -> list[Leased]:
         """Up to max_count runs (of `tenant` only, for a tenant's worker; None: any tenant)."""
+        rows, _held = await self.lease_held(worker, types, max_count, lease_s, wait_s, tenant)
+        return rows
+
+    async def lease_held(self, worker: str, types: list[str], max_count: int, lease_s: float,
+                         wait_s: float, tenant: str | None = None) -> tuple[list[Leased], float]:
+        """`lease`, and the seconds the call was held before the claim that leased its runs (its
+        leases began that long after the call arrived): the worker counts its leases from there."""
         if not worker.strip():
             raise InvalidArgument("worker_id", "is required")
         if not 1 <= max_count <= self.config.max_count:
@@ -137,13 +144,15 @@ class Dispatcher:
         if not 0 <= wait_s <= self.config.max_wait_s:
             raise InvalidArgument("wait_timeout", f"must be 0..{self.config.max_wait_s:g} s, got {wait_s:g}")
         self.check_lease(lease_s)
-        deadline = self.clock.monotonic() + wait_s
+        arrived = self.clock.monotonic()
+        deadline = arrived + wait_s
         while True:
             waiter = self._wakeup  # taken before the claim, so a wake-up during it is not lost
+            claimed = self.clock.monotonic()  # before the claim's own now(): its leases start later
             rows, rate_wait = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
             left = deadline - self.clock.monotonic()
             if rows or left <= 0:
-                return rows
+                return rows, claimed - arrived
             pause = min(left, self.config.fallback_poll_s)
             if rate_wait is not None:  # rate-limited work is due at its next token, not at the fallback poll
                 pause = min(pause, max(rate_wait, MIN_RATE_WAIT_S))

@@ -112,9 +112,11 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
         remaining = context.time_remaining()
         if remaining is not None:
             wait_s = min(wait_s, max(0.0, remaining - 0.2))  # answer before the client gives up
-        rows = await self.d.lease(request.worker_id, list(request.job_types), request.max_count or 1,
-                                  lease_s, wait_s, tenant=scope())
-        return dispatch_pb2.LeaseExecutionsResponse(executions=[leased(r) for r in rows])
+        rows, held_s = await self.d.lease_held(request.worker_id, list(request.job_types), request.max_count or 1,
+                                               lease_s, wait_s, tenant=scope())
+        r = dispatch_pb2.LeaseExecutionsResponse(executions=[leased(r) for r in rows])
+        r.held.FromNanoseconds(int(held_s * 1e9))
+        return r
 
     async def Heartbeat(self, request: dispatch_pb2.HeartbeatRequest,  # noqa: N802
                         context: Ctx) -> dispatch_pb2.HeartbeatResponse:

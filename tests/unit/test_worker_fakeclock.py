@@ -209,18 +209,22 @@ def test_prefetch_defaults_to_one_lease_calls_worth() -> None:
 
 
 class SlowAnswer(FakeDispatch):
-    """The first lease call's answer arrives `delay_s` (fake) after it was sent: a worker paused
-    with its long poll in flight, or a congested network."""
+    """The first lease call's answer arrives `delay_s` (fake) after it was sent. With held_s = 0
+    the node leased the run at once and the answer was read late (a worker paused with its long
+    poll in flight, or a congested network); with held_s = delay_s the node held the long poll
+    that long and leased the run just before answering."""
 
-    def __init__(self, queue: list[dispatch_pb2.LeasedExecution], clock: FakeClock, delay_s: float) -> None:
+    def __init__(self, queue: list[dispatch_pb2.LeasedExecution], clock: FakeClock, delay_s: float,
+                 held_s: float = 0.0) -> None:
         super().__init__(queue)
-        self.clock, self.delay_s, self.calls = clock, delay_s, 0
+        self.clock, self.delay_s, self.held_s, self.calls = clock, delay_s, held_s, 0
 
     async def LeaseExecutions(self, req: Any, **kw: Any) -> Any:  # noqa: N802
         self.calls += 1
         if self.calls == 1:
             await self.clock.sleep(self.delay_s)
-            return dispatch_pb2.LeaseExecutionsResponse(executions=[leased("late")])
+            return dispatch_pb2.LeaseExecutionsResponse(executions=[leased("late")],
+                                                        held=Duration(seconds=int(self.held_s)))
         return await super().LeaseExecutions(req, **kw)
 
 
@@ -240,5 +244,26 @@ async def test_a_run_whose_lease_lapsed_before_its_answer_was_read_is_not_starte
     serving = asyncio.create_task(w.serve_on(stub))
     await run_until(clock, lambda: "fresh" in stub.completes)
     assert ran == ["fresh"] and "late" not in stub.completes
+    w.stop()
+    await serving
+
+
+async def test_a_run_handed_out_after_a_long_poll_held_past_lease_s_is_started() -> None:
+    """The node held the poll 5 s (no work yet) and then leased the run: its lease began then, and
+    the worker counts it from the call plus the hold the node reports. Fails without the hold (the
+    worker took the 5 s wait for a lapsed lease and dropped every run handed out after a wait
+    longer than lease_s: CI saw a job go dead after five such attempts)."""
+    clock = FakeClock()
+    w = Worker("fake:1", clock=clock, lease_s=4.0, prefetch=0)
+    ran: list[str] = []
+
+    @w.job("job")
+    async def handler(ctx: JobContext) -> None:
+        ran.append(ctx.execution_id)
+
+    stub = SlowAnswer([], clock, delay_s=5.0, held_s=5.0)
+    serving = asyncio.create_task(w.serve_on(stub))
+    await run_until(clock, lambda: "late" in stub.completes)
+    assert ran == ["late"]
     w.stop()
     await serving

@@ -66,10 +66,12 @@ class LeasedExecution(_message.Message):
     def __init__(self, execution_id: _Optional[str] = ..., schedule_id: _Optional[str] = ..., tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., fencing_token: _Optional[int] = ..., checkpoint_json: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., trigger: _Optional[_Union[_common_pb2.Trigger, str]] = ..., trace_context: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class LeaseExecutionsResponse(_message.Message):
-    __slots__ = ("executions",)
+    __slots__ = ("executions", "held")
     EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     executions: _containers.RepeatedCompositeFieldContainer[LeasedExecution]
-    def __init__(self, executions: _Optional[_Iterable[_Union[LeasedExecution, _Mapping]]] = ...) -> None: ...
+    held: _duration_pb2.Duration
+    def __init__(self, executions: _Optional[_Iterable[_Union[LeasedExecution, _Mapping]]] = ..., held: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("execution_id", "fencing_token", "worker_id", "lease_extension")
