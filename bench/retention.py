@@ -122,7 +122,7 @@ def wait_until_ts(t: datetime) -> None:
     time.sleep(max(0.0, (t - datetime.now(UTC)).total_seconds()))
 
 
-def run(backlog: int, phase_s: float, prune_cap_s: float) -> dict[str, Any]:
+def run(backlog: int, phase_s: float, prune_cap_s: float, node_args: tuple[str, ...] = ()) -> dict[str, Any]:
     with ProcessCluster(partitions=P, lease_ttl_s=5, fsync=True) as c:
         copy_schedules(c.dsn, [(uuid.uuid4(), "* * * * * *", None, f"old-{i}") for i in range(OLD_SCHEDULES)],
                        partitions=P)
@@ -141,7 +141,7 @@ def run(backlog: int, phase_s: float, prune_cap_s: float) -> dict[str, Any]:
             cron = "H/10 * * * * *"
             rows.append((ident, cron, cron_for(cron, "UTC", None, None, ident).next_after(start), f"s{i}"))
         copy_schedules(c.dsn, rows, jitter_s=1.0, partitions=P)
-        c.start_node("n1", *NODE_ARGS)  # the steady load runs from here to the end
+        c.start_node("n1", *NODE_ARGS, *node_args)  # the steady load runs from here to the end
         c.wait_converged(["n1"])
         url = metrics_url(c, "n1")
         a_from = start + timedelta(seconds=15)
@@ -217,9 +217,16 @@ def main() -> None:
                     help="seconds of each phase without pruning (A and C; default 120)")
     ap.add_argument("--prune-cap-s", type=float, default=1800.0, help="give up pruning after this long")
     ap.add_argument("--repeat", type=int, default=1, help="runs; the ratio's median is printed last")
+    ap.add_argument("--retention-batch", type=int, help="the node's --retention-batch (default: the node's default)")
+    ap.add_argument("--retention-pause", type=float, help="the node's --retention-pause (default: the node's default)")
     a = ap.parse_args()
     backlog, phase_s = (500_000, 30.0) if a.quick else (a.backlog, a.phase_s)
-    ratios = [report(run(backlog, phase_s, a.prune_cap_s)) for _ in range(max(1, a.repeat))]
+    node_args: tuple[str, ...] = ()
+    if a.retention_batch is not None:
+        node_args += ("--retention-batch", str(a.retention_batch))
+    if a.retention_pause is not None:
+        node_args += ("--retention-pause", str(a.retention_pause))
+    ratios = [report(run(backlog, phase_s, a.prune_cap_s, node_args)) for _ in range(max(1, a.repeat))]
     if len(ratios) > 1:
         print(f"p99 ratio over {len(ratios)} runs: " + ", ".join(f"{x:.2f}" for x in ratios)
               + f"; median {statistics.median(ratios):.2f}x")

@@ -122,12 +122,15 @@ def _configure_retention(p: argparse.ArgumentParser) -> None:
                    metavar="TYPE=SUCCEEDED[,FAILED]",
                    help="a job type's own windows, e.g. report=2d,14d (repeatable; "
                         "$CRONWHEEL_RETENTION_JOB_TYPES, ';'-separated)")
-    p.add_argument("--retention-batch", type=_positive_int("--retention-batch", 1, 100_000), default=1000,
-                   help="rows deleted per prune transaction (default 1000)")
-    p.add_argument("--retention-pause", type=float, default=0.1,
-                   help="seconds between prune batches (default 0.1)")
-    p.add_argument("--retention-idle", type=float, default=30.0,
-                   help="seconds between prune passes once nothing is left (default 30)")
+    from cronwheel.cluster.retention.policy import MAX_BATCH_ROWS, RetentionConfig
+
+    d = RetentionConfig()  # the defaults are the config's own: one place
+    p.add_argument("--retention-batch", type=_positive_int("--retention-batch", 1, MAX_BATCH_ROWS),
+                   default=d.batch_rows, help=f"rows deleted per prune transaction (default {d.batch_rows})")
+    p.add_argument("--retention-pause", type=float, default=d.pause_s,
+                   help=f"seconds between prune batches (default {d.pause_s:g})")
+    p.add_argument("--retention-idle", type=float, default=d.idle_s,
+                   help=f"seconds between prune passes once nothing is left (default {d.idle_s:g})")
     p.add_argument("--no-pruning", action="store_true", help="never prune finished executions on this node")
 
 

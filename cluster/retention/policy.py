@@ -61,6 +61,9 @@ def parse_type_windows(fieldname: str, text: str) -> TypeWindows:
     return TypeWindows(job_type.strip(), ok_s, parse_window(fieldname, failed) if failed else ok_s)
 
 
+MAX_BATCH_ROWS = 100_000  # --retention-batch's upper bound (one prune transaction)
+
+
 @dataclass(frozen=True, slots=True)
 class RetentionConfig:
     """The node's retention: cluster default windows (None: kept forever by time), job types'
@@ -85,8 +88,8 @@ class RetentionConfig:
             seen.add(t.job_type)
             keep_for("--retention-job-type", t.succeeded_s)
             keep_for("--retention-job-type", t.failed_s)
-        if not 1 <= self.batch_rows <= 100_000:
-            raise InvalidArgument("--retention-batch", f"must be in 1..100000, got {self.batch_rows}")
+        if not 1 <= self.batch_rows <= MAX_BATCH_ROWS:
+            raise InvalidArgument("--retention-batch", f"must be in 1..{MAX_BATCH_ROWS}, got {self.batch_rows}")
         if not 1 <= self.keep_last_schedules <= 10_000:
             raise InvalidArgument("keep_last_schedules", f"must be in 1..10000, got {self.keep_last_schedules}")
         if self.pause_s < 0 or self.idle_s <= 0:
