@@ -167,7 +167,12 @@ class FireBatchResult:
     @property
     def plain_inserted(self) -> int:
         """Plain ticks inserted (they are not listed in `fired`)."""
-        return sum(n for _state, _type, n in self.plain_entered)
+        return entered_count(self.plain_entered)
+
+
+def entered_count(entered: Sequence[tuple[str, str, int]]) -> int:
+    """Rows inserted, from the fire statement's (state, job type, count) answer."""
+    return sum(n for _state, _type, n in entered)
 
 
 # schedule id -> (runs in flight, runs buffered)
@@ -285,7 +290,7 @@ class FiringPort:
                     out[partition] = await stale_epoch(conn, partition, epoch)
                     continue
                 adv, entered = got
-                inserted = sum(n for _state, _type, n in entered)
+                inserted = entered_count(entered)
                 out[partition] = FireBatchResult((), adv - inserted, adv, len(plain.schedule_ids) - adv, entered)
         return out
 
@@ -373,7 +378,7 @@ class FiringPort:
         if p.plain is not None and p.plain.schedule_ids:
             fenced = await _fire_ticks(conn, [(p.partition, p.epoch, p.plain)], p.now)  # fence held
             adv, plain_entered = fenced.get(p.partition, (0, ()))
-            plain_inserted = sum(n for _state, _type, n in plain_entered)
+            plain_inserted = entered_count(plain_entered)
             advanced += adv
             dupes += adv - plain_inserted
             plain_stale = len(p.plain.schedule_ids) - adv
