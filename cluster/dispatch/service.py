@@ -114,9 +114,9 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
             wait_s = min(wait_s, max(0.0, remaining - 0.2))  # answer before the client gives up
         rows, held_s = await self.d.lease_held(request.worker_id, list(request.job_types), request.max_count or 1,
                                                lease_s, wait_s, tenant=scope())
-        r = dispatch_pb2.LeaseExecutionsResponse(executions=[leased(r) for r in rows])
-        r.held.FromNanoseconds(int(held_s * 1e9))
-        return r
+        resp = dispatch_pb2.LeaseExecutionsResponse(executions=[leased(row) for row in rows])
+        resp.held.FromNanoseconds(int(held_s * 1e9))
+        return resp
 
     async def Heartbeat(self, request: dispatch_pb2.HeartbeatRequest,  # noqa: N802
                         context: Ctx) -> dispatch_pb2.HeartbeatResponse:

@@ -228,11 +228,9 @@ class SlowAnswer(FakeDispatch):
         return await super().LeaseExecutions(req, **kw)
 
 
-async def test_a_run_whose_lease_lapsed_before_its_answer_was_read_is_not_started() -> None:
-    """Its lease counts from the call: past lease_s the node may have requeued it, and starting it
-    would run a zombie next to its next attempt (chaos seed 5 saw a concurrency key's runs double).
-    Fails without the check (the handler runs 'late')."""
-    clock = FakeClock()
+async def serve_until(stub: SlowAnswer, clock: FakeClock, done: str) -> list[str]:
+    """A Worker with lease_s 4 s and no prefetch served by `stub` until `done` is completed: the
+    executions its handler ran."""
     w = Worker("fake:1", clock=clock, lease_s=4.0, prefetch=0)
     ran: list[str] = []
 
@@ -240,12 +238,21 @@ async def test_a_run_whose_lease_lapsed_before_its_answer_was_read_is_not_starte
     async def handler(ctx: JobContext) -> None:
         ran.append(ctx.execution_id)
 
-    stub = SlowAnswer([leased("fresh")], clock, delay_s=5.0)
     serving = asyncio.create_task(w.serve_on(stub))
-    await run_until(clock, lambda: "fresh" in stub.completes)
-    assert ran == ["fresh"] and "late" not in stub.completes
+    await run_until(clock, lambda: done in stub.completes)
     w.stop()
     await serving
+    return ran
+
+
+async def test_a_run_whose_lease_lapsed_before_its_answer_was_read_is_not_started() -> None:
+    """Its lease counts from the call: past lease_s the node may have requeued it, and starting it
+    would run a zombie next to its next attempt (chaos seed 5 saw a concurrency key's runs double).
+    Fails without the check (the handler runs 'late')."""
+    clock = FakeClock()
+    stub = SlowAnswer([leased("fresh")], clock, delay_s=5.0)
+    ran = await serve_until(stub, clock, "fresh")
+    assert ran == ["fresh"] and "late" not in stub.completes
 
 
 async def test_a_run_handed_out_after_a_long_poll_held_past_lease_s_is_started() -> None:
@@ -254,16 +261,5 @@ async def test_a_run_handed_out_after_a_long_poll_held_past_lease_s_is_started()
     worker took the 5 s wait for a lapsed lease and dropped every run handed out after a wait
     longer than lease_s: CI saw a job go dead after five such attempts)."""
     clock = FakeClock()
-    w = Worker("fake:1", clock=clock, lease_s=4.0, prefetch=0)
-    ran: list[str] = []
-
-    @w.job("job")
-    async def handler(ctx: JobContext) -> None:
-        ran.append(ctx.execution_id)
-
     stub = SlowAnswer([], clock, delay_s=5.0, held_s=5.0)
-    serving = asyncio.create_task(w.serve_on(stub))
-    await run_until(clock, lambda: "late" in stub.completes)
-    assert ran == ["late"]
-    w.stop()
-    await serving
+    assert await serve_until(stub, clock, "late") == ["late"]
