@@ -3,8 +3,8 @@
 What the firer reads: the due index of a partition (`due_schedules`, `due_oneoffs`, streamed in
 chunks), one schedule or job after a change (`schedule_for_fire`, `oneoff_for_fire`). What it
 writes: one fenced batch (`fire`: mixed ticks, misfire records, one-offs, events), or the
-one-statement hot path (`fire_plain_many`: the plain ticks of many partitions at once, each
-fenced by its own partition's epoch; `fire_plain`: one partition). Rows come back as
+one-statement hot path (`fire_plain_many`: the plain ticks and due one-off jobs of many
+partitions at once, each fenced by its own partition's epoch; `fire_plain`: one partition). Rows come back as
 NamedTuples (built straight from the driver's tuples: a million-row preload must not pay for a
 dict and a dataclass per row).
 
@@ -27,7 +27,7 @@ import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from psycopg import AsyncConnection
@@ -112,15 +112,18 @@ class PartitionEvent:
 
 @dataclass(frozen=True, slots=True)
 class PlainTicks:
-    """Cron ticks with nothing special about them (state queued, no overlap policy to apply):
-    parallel columns, Unix seconds. The fast path of the firing hot loop. Each tick is also its
-    schedule's expected cursor (the compare-and-set of `fire_ticks_fenced`)."""
+    """What the one-statement fast path (`fire_ticks_fenced`) writes for one partition: cron
+    ticks with nothing special about them (state queued, no overlap policy to apply) as parallel
+    columns, Unix seconds, each tick also its schedule's expected cursor (the compare-and-set);
+    and the ids of due one-off jobs to queue (`oneoffs`: a job no longer `scheduled`, cancelled
+    meanwhile, is left alone)."""
 
     schedule_ids: list[uuid.UUID]
     ticks: list[float]
     run_ats: list[float]
     nexts: list[float]
     versions: list[int]
+    oneoffs: list[uuid.UUID] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +132,6 @@ class FireBatchParams:
     epoch: int
     ticks: Sequence[Tick] = ()
     advances: Sequence[ScheduleAdvance] = ()
-    oneoff_ids: Sequence[uuid.UUID] = ()
     replace_schedule_ids: Sequence[uuid.UUID] = ()  # overlap `replace`: stop their active runs
     plain: PlainTicks | None = None
     events: Sequence[PartitionEvent] = ()
@@ -137,8 +139,8 @@ class FireBatchParams:
 
     @property
     def only_plain(self) -> bool:
-        """Nothing but plain ticks: `fire_plain` can write it as one statement."""
-        return (self.plain is not None and not self.ticks and not self.advances and not self.oneoff_ids
+        """Nothing but plain ticks and one-off jobs: `fire_plain` can write it as one statement."""
+        return (self.plain is not None and not self.ticks and not self.advances
                 and not self.replace_schedule_ids and not self.events)
 
 
@@ -158,7 +160,7 @@ class Fired:
 
 @dataclass(frozen=True, slots=True)
 class FireBatchResult:
-    fired: tuple[Fired, ...]
+    fired: tuple[Fired, ...]  # general-path ticks and every one-off job queued
     duplicates: int  # ticks not inserted: already fired, or refused by the fire guard
     advanced: int
     plain_stale: int = 0  # plain ticks not fired: their schedule changed, was paused or deleted
@@ -276,8 +278,8 @@ class FiringPort:
 
     async def fire_plain_many(self, batches: Sequence[tuple[int, int, PlainTicks]],
                               now: datetime | None = None) -> dict[int, FireBatchResult | StaleEpoch]:
-        """Plain ticks of many partitions, `(partition, epoch, ticks)` each (partitions
-        distinct), the hot path: ONE statement and so one transaction and one commit for all of
+        """Plain ticks and due one-off jobs of many partitions, `(partition, epoch, ticks)` each
+        (partitions distinct), the hot path: ONE statement and so one transaction and one commit for all of
         them (`fire_ticks_fenced`), same effect per partition as `write_fire` inside its own
         `fenced()`. Each tick is fenced by its own partition's epoch: a partition whose epoch is
         stale answers StaleEpoch and writes nothing, the others are written and committed."""
@@ -289,9 +291,9 @@ class FiringPort:
                 if got is None:
                     out[partition] = await stale_epoch(conn, partition, epoch)
                     continue
-                adv, entered = got
+                adv, entered, queued = got
                 inserted = entered_count(entered)
-                out[partition] = FireBatchResult((), adv - inserted, adv, len(plain.schedule_ids) - adv, entered)
+                out[partition] = FireBatchResult(queued, adv - inserted, adv, len(plain.schedule_ids) - adv, entered)
         return out
 
     async def active_counts(
@@ -354,9 +356,10 @@ class FiringPort:
         staged = [f for f in fired if f.schedule_id in replacing and f.state == "scheduled"]
         if staged:
             await self.replace_active(conn, p.partition, p.epoch, [f.schedule_id for f in staged], p.now)
-            cur = await conn.execute(q("queue_oneoffs"), {**fence, "now": p.now, "ids": [f.id for f in staged]})
-            queued = {f.id: f for f in (Fired(*r) for r in await cur.fetchall())}
-            fired = [queued.get(f.id, f) for f in fired]
+            staged_ids = PlainTicks([], [], [], [], [], [f.id for f in staged])
+            got = await _fire_ticks(conn, [(p.partition, p.epoch, staged_ids)], p.now)  # fence held: like a one-off
+            queued = {f.id: f.state for f in got.get(p.partition, (0, (), ()))[2]}
+            fired = [dataclasses.replace(f, state=queued[f.id]) if f.id in queued else f for f in fired]
         if p.advances:
             cur = await conn.execute(
                 q("advance_schedules"),
@@ -370,14 +373,12 @@ class FiringPort:
                 },
             )
             advanced = cur.rowcount
-        if p.oneoff_ids:
-            cur = await conn.execute(q("queue_oneoffs"), {**fence, "now": p.now, "ids": list(p.oneoff_ids)})
-            fired.extend(Fired(*r) for r in await cur.fetchall())
         plain_stale = 0
         plain_entered: tuple[tuple[str, str, int], ...] = ()
-        if p.plain is not None and p.plain.schedule_ids:
+        if p.plain is not None and (p.plain.schedule_ids or p.plain.oneoffs):
             fenced = await _fire_ticks(conn, [(p.partition, p.epoch, p.plain)], p.now)  # fence held
-            adv, plain_entered = fenced.get(p.partition, (0, ()))
+            adv, plain_entered, queued_oneoffs = fenced.get(p.partition, (0, (), ()))
+            fired.extend(queued_oneoffs)
             plain_inserted = entered_count(plain_entered)
             advanced += adv
             dupes += adv - plain_inserted
@@ -407,10 +408,11 @@ class FiringPort:
 
 
 async def _fire_ticks(conn: AsyncConnection[Any], batches: Sequence[tuple[int, int, PlainTicks]],
-                      now: datetime | None) -> dict[int, tuple[int, tuple[tuple[str, str, int], ...]]]:
+                      now: datetime | None
+                      ) -> dict[int, tuple[int, tuple[tuple[str, str, int], ...], tuple[Fired, ...]]]:
     """`fire_ticks_fenced` for `(partition, epoch, ticks)` batches: fenced partition -> (schedules
-    advanced, the executions inserted as (state, job type, count)...); a partition
-    missing from the answer was stale (nothing of it written). Arrays go as array literals, one
+    advanced, the tick executions inserted as (state, job type, count)..., the one-off jobs
+    queued); a partition missing from the answer was stale (nothing of it written). Arrays go as array literals, one
     string each: psycopg's list dumper works element by element in Python, which held the event
     loop for 14% of a 300k burst."""
     parts = [b[0] for b in batches]
@@ -422,6 +424,8 @@ async def _fire_ticks(conn: AsyncConnection[Any], batches: Sequence[tuple[int, i
     run_ats: list[str] = []
     nexts: list[str] = []
     versions: list[str] = []
+    oneoff_parts: list[str] = []
+    oneoff_ids: list[str] = []
     for partition, _epoch, plain in batches:
         tick_parts.extend([str(partition)] * len(plain.schedule_ids))
         ids.extend(map(str, plain.schedule_ids))
@@ -429,11 +433,29 @@ async def _fire_ticks(conn: AsyncConnection[Any], batches: Sequence[tuple[int, i
         run_ats.extend(map(repr, plain.run_ats))
         nexts.extend(map(repr, plain.nexts))
         versions.extend(map(str, plain.versions))
+        oneoff_parts.extend([str(partition)] * len(plain.oneoffs))
+        oneoff_ids.extend(map(str, plain.oneoffs))
     cur = await conn.execute(q("fire_ticks_fenced"), {
         "partitions": _array_literal(map(str, parts)), "epochs": _array_literal(str(b[1]) for b in batches),
         "now": now, "tick_partitions": _array_literal(tick_parts), "schedule_ids": _array_literal(ids),
         "ticks": _array_literal(ticks), "run_ats": _array_literal(run_ats), "nexts": _array_literal(nexts),
-        "versions": _array_literal(versions),
+        "versions": _array_literal(versions), "oneoff_partitions": _array_literal(oneoff_parts),
+        "oneoff_ids": _array_literal(oneoff_ids),
     })
-    return {int(r[0]): (int(r[1]), tuple((str(st), str(jt), int(n)) for st, jt, n in r[2]))
+    return {int(r[0]): (int(r[1]), tuple((str(st), str(jt), int(n)) for st, jt, n in r[2]),
+                        tuple(_queued(row) for row in r[3]))
             for r in await cur.fetchall()}
+
+
+def _queued(row: list[Any]) -> Fired:
+    """One one-off row of `fire_ticks_fenced`'s `queued` answer (JSON: times as Unix microseconds)."""
+    ident, sid, scheduled_for, run_at, state, priority, jtype, tenant = row
+    return Fired(uuid.UUID(ident), None if sid is None else uuid.UUID(sid),
+                 _from_unix(scheduled_for), _from_unix(run_at), state, priority, jtype, tenant)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _from_unix(us: int | None) -> Any:
+    return None if us is None else _EPOCH + timedelta(microseconds=us)

@@ -544,12 +544,13 @@ class Firer:
                     self._after(b, await self._write(p, st, b.params))
 
     def _prepare(self, p: int, st: PartitionState, chunk: list[Item]) -> _Batch:
-        # Hot loop: plain ticks (overlap `allow`) go as parallel columns of floats to the one-statement
-        # fast path; ticks whose overlap policy needs a look at running work take the general path.
+        # Hot loop: plain ticks (overlap `allow`) go as parallel columns of floats, and due one-off
+        # jobs as ids, to the one-statement fast path; ticks whose overlap policy needs a look at
+        # running work take the general path (with the rest of the chunk).
         plain = PlainTicks([], [], [], [], [])
         ticks: list[Tick] = []
         advances: dict[uuid.UUID, ScheduleAdvance] = {}
-        oneoffs: list[uuid.UUID] = []
+        oneoffs = plain.oneoffs
         nexts: dict[uuid.UUID, tuple[SchedInfo, float]] = {}
         get = self.schedules.get
         next_of: dict[tuple[int, float], float] = {}  # (id of a parsed expression, tick) -> next tick
@@ -575,8 +576,8 @@ class Firer:
                 tick = utc(tick_ts)
                 ticks.append(Tick(ident, tick, utc(info.run_at(tick_ts)), version=info.version, cursor=tick))
                 advances[ident] = ScheduleAdvance(ident, utc(nxt), tick, info.version, cursor=tick)
-        params = FireBatchParams(p, st.epoch, ticks=ticks, advances=list(advances.values()), oneoff_ids=oneoffs,
-                                 plain=plain, now=self.clock.now())
+        params = FireBatchParams(p, st.epoch, ticks=ticks, advances=list(advances.values()), plain=plain,
+                                 now=self.clock.now())
         return _Batch(p, st, chunk, params, nexts)
 
     def _after(self, b: _Batch, outcome: WriteOutcome) -> None:

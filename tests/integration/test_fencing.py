@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -125,12 +126,13 @@ async def test_concurrent_epoch_bumps_leave_exactly_one_winner(dsn: str) -> None
 
 def test_every_fenced_query_names_the_epoch() -> None:
     fenced = [n for n, body in all_queries().items() if "%(epoch)s" in body]
-    assert {"fire_executions", "advance_schedules", "queue_oneoffs", "check_fence"} <= set(fenced)
+    assert {"fire_executions", "advance_schedules", "check_fence"} <= set(fenced)
     # A write to a partition-scoped table by an owner-path query must carry the epoch.
-    owner_writes = {"fire_executions", "advance_schedules", "queue_oneoffs", "insert_partition_event"}
+    owner_writes = {"fire_executions", "advance_schedules", "insert_partition_event"}
     for name in owner_writes:
         assert "%(epoch)s" in q(name), name
-    # The cross-partition hot path names one epoch per partition (its fence) instead.
+    # The cross-partition hot path (plain ticks and due one-off jobs) names one epoch per
+    # partition (its fence) instead.
     assert "%(epochs)s" in q("fire_ticks_fenced")
 
 
@@ -276,3 +278,50 @@ async def test_a_fire_across_partitions_takes_one_batch_per_partition(store: PgS
     sid = await make_schedule(store, 6)
     with pytest.raises(ValueError, match="one batch per partition"):
         await store.firing.fire_plain_many([(6, 1, _plain(sid, T0)), (6, 1, _plain(sid, T0))])
+
+
+async def make_oneoff(store: PgStore, partition: int, state: str = "scheduled") -> uuid.UUID:
+    ident = uuid.uuid4()
+    async with store.connection() as conn:
+        await conn.execute(
+            "INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state, trigger)"
+            " VALUES (%s, 't1', 'noop', %s, %s, %s, %s, 'submit')", (ident, partition, T0, T0, state))
+    return ident
+
+
+async def oneoff_state(store: PgStore, ident: uuid.UUID) -> tuple[str, int | None]:
+    async with store.connection() as conn:
+        cur = await conn.execute("SELECT state, fired_epoch FROM executions WHERE id = %s", (ident,))
+        row = await cur.fetchone()
+        assert row is not None
+        return row[0], row[1]
+
+
+async def test_due_oneoffs_of_many_partitions_are_queued_by_one_statement_fenced_per_partition(
+        store: PgStore) -> None:
+    """Due one-off jobs ride the cross-partition hot path with plain ticks (they were a fenced
+    transaction per partition, which held W2's 2,000 delayed jobs/s to about 450/s): each is
+    queued under its own partition's epoch, a stale partition's jobs and ticks stay as they were,
+    and a job cancelled before the fire is left alone."""
+    sids = {p: await make_schedule(store, p) for p in (1, 2)}
+    jobs = {p: await make_oneoff(store, p) for p in (1, 2, 3)}
+    cancelled = await make_oneoff(store, 3, state="cancelled")
+    for p in (1, 2, 3):
+        assert await store.partitions.record_epoch(p, 60 + p, "a")
+    assert await store.partitions.record_epoch(2, 99, "b")  # another node took 2
+    batches = [(1, 61, dataclasses.replace(_plain(sids[1], T0), oneoffs=[jobs[1]])),
+               (2, 62, dataclasses.replace(_plain(sids[2], T0), oneoffs=[jobs[2]])),
+               (3, 63, PlainTicks([], [], [], [], [], [jobs[3], cancelled]))]
+    res = await store.firing.fire_plain_many(batches)
+    assert isinstance(res[2], StaleEpoch) and res[2].current == 99
+    one, three = res[1], res[3]
+    assert not isinstance(one, StaleEpoch) and not isinstance(three, StaleEpoch)
+    assert (one.plain_inserted, [f.id for f in one.fired]) == (1, [jobs[1]])
+    assert [(f.id, f.state, f.run_at, f.schedule_id) for f in three.fired] == [(jobs[3], "queued", T0, None)]
+    assert await oneoff_state(store, jobs[1]) == ("queued", 61)
+    assert await oneoff_state(store, jobs[3]) == ("queued", 63)
+    assert await oneoff_state(store, jobs[2]) == ("scheduled", None)
+    assert await oneoff_state(store, cancelled) == ("cancelled", None)
+    assert await executions_of(store, sids[2]) == []
+    again = await store.firing.fire_plain_many([(3, 63, PlainTicks([], [], [], [], [], [jobs[3]]))])
+    assert not isinstance(again[3], StaleEpoch) and again[3].fired == (), "a queued job is not queued twice"

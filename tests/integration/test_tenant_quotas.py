@@ -55,7 +55,8 @@ def _fire_ticks_plan(dsn: str, sid: Any, partition: int, tick: float) -> str:
             "partitions": f"{{{partition}}}", "epochs": f"{{{epoch}}}", "now": None,
             "tick_partitions": f"{{{partition}}}",
             "schedule_ids": f"{{{sid}}}", "ticks": f"{{{tick!r}}}", "run_ats": f"{{{tick!r}}}",
-            "nexts": f"{{{tick + 60!r}}}", "versions": "{1}"}).fetchall()
+            "nexts": f"{{{tick + 60!r}}}", "versions": "{1}", "oneoff_partitions": "{}",
+            "oneoff_ids": "{}"}).fetchall()
         c.rollback()
     return "\n".join(r[0] for r in rows)
 

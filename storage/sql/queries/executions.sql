@@ -100,29 +100,19 @@ SELECT g.id, s.id, s.tenant, s.job_type, s.payload, s.partition, g.scheduled_for
 ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
 RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;
 
--- name: queue_oneoffs
--- Fenced: move due one-off jobs from scheduled to queued (fired_at: database time, see
--- fire_executions).
-UPDATE executions
-   SET state = 'queued', queued_at = coalesce(%(now)s::timestamptz, now()), fired_at = clock_timestamp(),
-       fired_epoch = %(epoch)s
- WHERE id = ANY(%(ids)s::uuid[]) AND partition = %(partition)s AND state = 'scheduled'
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
-RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;
-
 -- name: notify_queued
 -- Wake dispatchers: work of this priority was queued (delivered at commit).
 SELECT pg_notify('cronwheel_queued', %(payload)s);
 
 -- name: fire_ticks_fenced
--- Fenced fast path for plain cron ticks of one or many partitions, ONE statement (see
--- storage/firing.py fire_plain_many): each schedule passing the fire guard (version as loaded, not
--- paused or deleted, cursor still AT this tick: compare-and-set) advances and gets its tick's
--- execution (ON CONFLICT: left alone). A tick joins ITS partition's `fence` row: share-locked
--- while it carries the caller's epoch for it, before any schedule is touched, to commit; a stale
--- partition writes nothing, the others commit. Answer: (partition, advanced, entered: the rows
--- inserted as [state, type, count]...) per fenced partition. fired_at: database commit evidence; queued_at: the node's %(now)s. A tick of a tenant
--- whose daily quota is used up is recorded skipped ('quota: ...', see fire_executions).
+-- Fenced fast path, ONE statement for the plain cron ticks and due one-off jobs of many
+-- partitions (storage/firing.py fire_plain_many). A tick advances its schedule if the fire guard
+-- passes (version as loaded, not paused or deleted, cursor AT this tick) and gets its execution;
+-- a one-off still `scheduled` is queued (the one statement that does so). Each row joins ITS
+-- partition's `fence` row, share-locked while it carries the caller's epoch: a stale partition
+-- writes nothing. Answer per fenced partition: advanced, entered [state, type, count]..., queued
+-- one-offs [id, schedule_id, scheduled_for, run_at (Unix us), state, priority, type, tenant]....
+-- Quota-skipped ticks: see fire_executions. Keep this under 1 KB: pg_stat_activity cuts there.
 WITH fence AS (
     SELECT p.id, p.epoch
       FROM partitions AS p
@@ -168,12 +158,26 @@ WITH fence AS (
     RETURNING partition, state, type
 ), entered AS (  -- what entered which state, by job type: the state counters (metrics)
     SELECT partition, state, type, count(*) AS n FROM ins GROUP BY partition, state, type
+), oq AS (  -- due one-off jobs: scheduled -> queued (fired_at: database time, see fire_executions)
+    UPDATE executions AS e
+       SET state = 'queued', queued_at = coalesce(%(now)s::timestamptz, now()), fired_at = clock_timestamp(),
+           fired_epoch = fence.epoch
+      FROM unnest(%(oneoff_partitions)s::integer[], %(oneoff_ids)s::uuid[]) AS w(partition, id)
+      JOIN fence ON fence.id = w.partition
+     WHERE e.id = w.id AND e.partition = w.partition AND e.state = 'scheduled'
+    RETURNING e.partition, e.id, e.schedule_id, e.scheduled_for, e.run_at, e.state, e.priority, e.type, e.tenant
 )
-SELECT fence.id, coalesce(a.n, 0) AS advanced, coalesce(i.entered, '[]'::json) AS entered
+SELECT fence.id, coalesce(a.n, 0) AS advanced, coalesce(i.entered, '[]'::json) AS entered,
+       coalesce(o.queued, '[]'::json) AS queued
   FROM fence
   LEFT JOIN (SELECT partition, count(*) AS n FROM adv GROUP BY partition) AS a ON a.partition = fence.id
   LEFT JOIN (SELECT partition, json_agg(json_build_array(state, type, n)) AS entered
-               FROM entered GROUP BY partition) AS i ON i.partition = fence.id;
+               FROM entered GROUP BY partition) AS i ON i.partition = fence.id
+  LEFT JOIN (SELECT partition, json_agg(json_build_array(
+                        id, schedule_id, (extract(epoch FROM scheduled_for) * 1000000)::bigint,
+                        (extract(epoch FROM run_at) * 1000000)::bigint, state, priority, type, tenant))
+                    AS queued
+               FROM oq GROUP BY partition) AS o ON o.partition = fence.id;
 
 -- name: set_tick_trace_contexts
 -- Tracing only (cronwheel/tracing.py): store the traceparent of each just-fired cron tick's fire
