@@ -2,9 +2,14 @@
 
 A caller hands `submit()` a job it has already validated (`runs.prepare_job`: a bad call fails
 alone, before it joins a group). With no group being written, a call is written at once (a lone
-caller pays no window); while groups are being written, the batcher collects calls for up to
-`window_s` (or until `max_batch` wait), then writes them with `runs.write_jobs`, the same single insert statement as
-SubmitJobs, and answers each caller with its own result or its own error (a repeated idempotency
+caller pays no window); while groups are being written, the batcher collects calls until a
+whole `quiet_s` (2 ms) passes with none arriving, `window_s` (10 ms) has passed, or `max_batch`
+wait, whichever comes first. So a busy node, whose calls keep arriving, writes them in large
+groups and pays the per-transaction cost (about 2.6 ms of the node's CPU) once for many callers,
+while a second caller of a quiet node waits at most a few ms. (A fixed 1 ms window gave 64
+closed-loop callers groups of 1-4 and 660 jobs/s; this rule about 1,500 jobs/s, see README.)
+Then it writes them with `runs.write_jobs`, the same single insert
+statement as SubmitJobs, and answers each caller with its own result or its own error (a repeated idempotency
 key is deduplicated for that caller alone, a tenant over its daily quota fails only its calls).
 An error of the transaction itself (database down) fails every call of that group, none of which
 was stored. A caller is answered only after its group committed: acknowledged = durable.
@@ -33,10 +38,12 @@ _Waiting = tuple[SubmittedJob, "asyncio.Future[Submitted]"]
 
 
 class SubmitBatcher:
-    def __init__(self, store: PgStore, clock: Clock, window_s: float = 0.001, max_batch: int = 512,
-                 max_in_flight: int = 2) -> None:
+    def __init__(self, store: PgStore, clock: Clock, window_s: float = 0.01, max_batch: int = 512,
+                 max_in_flight: int = 2, quiet_s: float = 0.002) -> None:
         if not 0 <= window_s <= 1:
             raise ValueError(f"window_s must be in 0..1, got {window_s}")
+        if not 0 <= quiet_s <= window_s:
+            raise ValueError(f"quiet_s must be in 0..window_s, got {quiet_s}")
         if not 1 <= max_batch <= 10_000:
             raise ValueError(f"max_batch must be in 1..10000, got {max_batch}")
         if max_in_flight < 1:
@@ -44,11 +51,12 @@ class SubmitBatcher:
         self.store = store
         self.clock = clock
         self.window_s = window_s
+        self.quiet_s = quiet_s
         self.max_batch = max_batch
         self._slots = asyncio.Semaphore(max_in_flight)
         self._waiting: list[_Waiting] = []
         self._arrived = asyncio.Event()
-        self._full = asyncio.Event()
+        self._full = asyncio.Event()  # max_batch calls wait: stop collecting
         self._runner: asyncio.Task[None] | None = None
         self._groups: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -74,8 +82,8 @@ class SubmitBatcher:
     async def _run(self) -> None:
         while True:
             await self._arrived.wait()
-            if self._in_flight and len(self._waiting) < self.max_batch and self.window_s > 0:
-                await self.clock.wait(self._full, self.window_s)
+            if self._in_flight and self.window_s > 0:
+                await self._collect()
             await self._slots.acquire()
             group, self._waiting = self._waiting[:self.max_batch], self._waiting[self.max_batch:]
             if not self._waiting:
@@ -89,6 +97,19 @@ class SubmitBatcher:
             task = asyncio.create_task(self._write(group), name="submit-group")
             self._groups.add(task)
             task.add_done_callback(self._groups.discard)
+
+    async def _collect(self) -> None:
+        """While a group is in flight: let calls join until a whole `quiet_s` period passes with
+        none arriving (so a group goes quiet_s to 2 x quiet_s after its last call), `window_s`
+        has passed, or max_batch wait."""
+        deadline = self.clock.monotonic() + self.window_s
+        while len(self._waiting) < self.max_batch:
+            left = deadline - self.clock.monotonic()
+            if left <= 0:
+                return
+            n = len(self._waiting)
+            if await self.clock.wait(self._full, min(self.quiet_s, left)) or len(self._waiting) == n:
+                return
 
     async def _write(self, group: list[_Waiting]) -> None:
         try:

@@ -152,3 +152,72 @@ async def test_a_lone_caller_never_waits_for_the_collection_window(store: PgStor
     finally:
         await batcher.close()
     assert batcher.groups_written == 20
+
+
+async def test_while_a_group_is_in_flight_calls_join_until_none_arrives_for_quiet_s(store: PgStore, dsn: str) -> None:
+    """Group commit under load: with a group in flight, the next group keeps collecting while
+    calls keep arriving (each within quiet_s of the last) and goes once quiet_s passes with none,
+    or at window_s. A 1 ms window let each call of 64 busy callers commit on its own (groups of
+    1-4, 660 jobs/s, the node's CPU spent on transactions). Fails without the quiet rule: the
+    old batcher holds b and c for its whole window (1 s here) although nobody else comes."""
+    import psycopg
+
+    from cronwheel.clock import FakeClock
+
+    clock = FakeClock()
+    batcher = SubmitBatcher(store, clock, window_s=1.0, quiet_s=0.1)
+    async with await psycopg.AsyncConnection.connect(dsn) as holder:  # holds group 1 on its key
+        await holder.execute(
+            "INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state, trigger,"
+            " idempotency_key) VALUES (gen_random_uuid(), 'acme', 't', 0, now(), now(), 'queued', 'submit', 'hold')")
+        try:
+            first = asyncio.create_task(batcher.submit(prep([job(0, key="hold")], clock.now())[0]))
+            await wait_until_in_flight(batcher)
+            b = asyncio.create_task(batcher.submit(prep([job(1)], clock.now())[0]))
+            await settle(clock)
+            clock.advance(0.06)
+            c = asyncio.create_task(batcher.submit(prep([job(2)], clock.now())[0]))  # within quiet_s of b
+            await settle(clock)
+            clock.advance(0.06)  # 0.12 s after b, 0.06 s after c: still collecting
+            await settle(clock)
+            assert not b.done() and not c.done() and batcher.groups_written == 0
+            clock.advance(0.11)  # a whole quiet_s period (0.12-0.22) with no arrival: the group goes
+            await asyncio.wait_for(asyncio.gather(b, c), 10)
+            assert (batcher.groups_written, batcher.largest_group) == (1, 2), "b and c shared one transaction"
+            await holder.rollback()
+            await asyncio.wait_for(first, 10)
+            # window_s caps it: calls arriving every 0.09 s still go once 1 s has passed.
+            await holder.execute(
+                "INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state, trigger,"
+                " idempotency_key) VALUES (gen_random_uuid(), 'acme', 't', 0, now(), now(), 'queued', 'submit',"
+                " 'hold2')")
+            held = asyncio.create_task(batcher.submit(prep([job(3, key="hold2")], clock.now())[0]))
+            await wait_until_in_flight(batcher)
+            calls = []
+            for i in range(15):  # arrivals at 0, 0.09, ... 1.26 s: never a quiet period
+                calls.append(asyncio.create_task(batcher.submit(prep([job(10 + i)], clock.now())[0])))
+                await settle(clock)
+                clock.advance(0.09)
+                await settle(clock)  # the batcher sees the time before the next call arrives
+            await asyncio.wait_for(asyncio.gather(*calls[:12]), 10)  # the ones before the 1 s window
+            assert batcher.largest_group == 12, "the window cut the group while calls still arrived"
+            await holder.rollback()
+            clock.advance(5)
+            await asyncio.wait_for(asyncio.gather(held, *calls), 10)
+        finally:
+            await holder.rollback()  # a failed assertion must not leave close() waiting on the held key
+            await batcher.close()
+
+
+async def wait_until_in_flight(batcher: SubmitBatcher) -> None:
+    for _ in range(500):
+        if batcher._in_flight:
+            await asyncio.sleep(0.05)  # its insert reaches the held key and waits
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("no group in flight")
+
+
+async def settle(clock: object) -> None:
+    for _ in range(50):
+        await asyncio.sleep(0)

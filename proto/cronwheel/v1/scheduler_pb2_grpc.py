@@ -275,8 +275,9 @@ class SchedulerServiceServicer:
         of range, tenant missing for an admin caller); PERMISSION_DENIED when a tenant caller
         names another tenant; RESOURCE_EXHAUSTED when the tenant's daily execution quota is used
         up.
-        Concurrent SubmitJob calls on one node share transactions (group commit, about 1 ms of
-        collection): each call still gets its own answer or its own error, and only after the
+        Concurrent SubmitJob calls on one node share transactions (group commit: while a group is
+        written the next one collects calls until 2 ms pass with none arriving, at most 10 ms):
+        each call still gets its own answer or its own error, and only after the
         transaction holding its execution committed. With `unique` (UniqueOptions), a submission of
         a job that has an execution in the chosen states returns that execution with
         deduplicated = true and deduplicated_by = DEDUPLICATION_UNIQUE, exactly once across nodes.
