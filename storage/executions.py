@@ -86,6 +86,12 @@ def _micros(at: datetime) -> int:
     return (at - _EPOCH) // _MICROSECOND
 
 
+def from_micros(us: int) -> datetime:
+    """`_micros` back: exact integer microseconds since the Unix epoch as an aware UTC instant
+    (how statements that answer in JSON send times: the fire statement's queued one-offs)."""
+    return _EPOCH + us * _MICROSECOND
+
+
 @dataclass(frozen=True, slots=True)
 class SubmittedJob:
     """A one-off job from SubmitJob, validated (payload: JSON text)."""

@@ -27,7 +27,7 @@ import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from psycopg import AsyncConnection
@@ -35,6 +35,7 @@ from psycopg.types.json import Jsonb
 
 from cronwheel.errors import StaleEpoch
 from cronwheel.storage.db import Database, stale_epoch
+from cronwheel.storage.executions import from_micros
 from cronwheel.storage.ids import new_execution_id
 from cronwheel.storage.queries import q
 from cronwheel.storage.webhooks import enqueue_deliveries
@@ -448,14 +449,8 @@ async def _fire_ticks(conn: AsyncConnection[Any], batches: Sequence[tuple[int, i
 
 
 def _queued(row: list[Any]) -> Fired:
-    """One one-off row of `fire_ticks_fenced`'s `queued` answer (JSON: times as Unix microseconds)."""
+    """One one-off row of `fire_ticks_fenced`'s `queued` answer (JSON: times as Unix microseconds;
+    schedule_id is NULL for a submitted job, set for overlap replace's staged tick)."""
     ident, sid, scheduled_for, run_at, state, priority, jtype, tenant = row
     return Fired(uuid.UUID(ident), None if sid is None else uuid.UUID(sid),
-                 _from_unix(scheduled_for), _from_unix(run_at), state, priority, jtype, tenant)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _from_unix(us: int | None) -> Any:
-    return None if us is None else _EPOCH + timedelta(microseconds=us)
+                 from_micros(scheduled_for), from_micros(run_at), state, priority, jtype, tenant)

@@ -172,14 +172,14 @@ async def test_while_a_group_is_in_flight_calls_join_until_none_arrives_for_quie
             " idempotency_key) VALUES (gen_random_uuid(), 'acme', 't', 0, now(), now(), 'queued', 'submit', 'hold')")
         try:
             first = asyncio.create_task(batcher.submit(prep([job(0, key="hold")], clock.now())[0]))
-            await wait_until_in_flight(batcher)
+            await wait_until_in_flight(batcher, store)
             b = asyncio.create_task(batcher.submit(prep([job(1)], clock.now())[0]))
-            await settle(clock)
+            await settle()
             clock.advance(0.06)
             c = asyncio.create_task(batcher.submit(prep([job(2)], clock.now())[0]))  # within quiet_s of b
-            await settle(clock)
+            await settle()
             clock.advance(0.06)  # 0.12 s after b, 0.06 s after c: still collecting
-            await settle(clock)
+            await settle()
             assert not b.done() and not c.done() and batcher.groups_written == 0
             clock.advance(0.11)  # a whole quiet_s period (0.12-0.22) with no arrival: the group goes
             await asyncio.wait_for(asyncio.gather(b, c), 10)
@@ -192,13 +192,13 @@ async def test_while_a_group_is_in_flight_calls_join_until_none_arrives_for_quie
                 " idempotency_key) VALUES (gen_random_uuid(), 'acme', 't', 0, now(), now(), 'queued', 'submit',"
                 " 'hold2')")
             held = asyncio.create_task(batcher.submit(prep([job(3, key="hold2")], clock.now())[0]))
-            await wait_until_in_flight(batcher)
+            await wait_until_in_flight(batcher, store)
             calls = []
             for i in range(15):  # arrivals at 0, 0.09, ... 1.26 s: never a quiet period
                 calls.append(asyncio.create_task(batcher.submit(prep([job(10 + i)], clock.now())[0])))
-                await settle(clock)
+                await settle()
                 clock.advance(0.09)
-                await settle(clock)  # the batcher sees the time before the next call arrives
+                await settle()  # the batcher sees the time before the next call arrives
             await asyncio.wait_for(asyncio.gather(*calls[:12]), 10)  # the ones before the 1 s window
             assert batcher.largest_group == 12, "the window cut the group while calls still arrived"
             await holder.rollback()
@@ -209,15 +209,19 @@ async def test_while_a_group_is_in_flight_calls_join_until_none_arrives_for_quie
             await batcher.close()
 
 
-async def wait_until_in_flight(batcher: SubmitBatcher) -> None:
-    for _ in range(500):
-        if batcher._in_flight:
-            await asyncio.sleep(0.05)  # its insert reaches the held key and waits
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("no group in flight")
+async def wait_until_in_flight(batcher: SubmitBatcher, store: PgStore) -> None:
+    """Until the held group is in flight and its insert waits on the held key (a lock wait seen
+    in pg_stat_activity: a signal, not a sleep)."""
+    from tests.e2e.helpers import wait_until_async
+
+    from .test_fencing import lock_waiters
+
+    await wait_until_async(lambda: lock_waiters(store, "%Many one-off jobs from SubmitJobs%"), 10,
+                           "the held group's insert to wait on the held idempotency key")
+    assert batcher._in_flight
 
 
-async def settle(clock: object) -> None:
+async def settle() -> None:
+    """Let every runnable task run (the fake clock does not move)."""
     for _ in range(50):
         await asyncio.sleep(0)
