@@ -92,8 +92,10 @@ class RetentionConfig:
             raise InvalidArgument("--retention-batch", f"must be in 1..{MAX_BATCH_ROWS}, got {self.batch_rows}")
         if not 1 <= self.keep_last_schedules <= 10_000:
             raise InvalidArgument("keep_last_schedules", f"must be in 1..10000, got {self.keep_last_schedules}")
-        if self.pause_s < 0 or self.idle_s <= 0:
-            raise InvalidArgument("--retention-every", "pause must be >= 0 and the idle interval > 0")
+        if self.pause_s < 0:
+            raise InvalidArgument("--retention-pause", f"must be >= 0 seconds, got {self.pause_s:g}")
+        if self.idle_s <= 0:
+            raise InvalidArgument("--retention-idle", f"must be > 0 seconds, got {self.idle_s:g}")
         return self
 
     def windows(self) -> Windows:

@@ -69,6 +69,9 @@ def test_node_on_a_database_never_migrated_exits_3_database_is_not_migrated(clus
     ("--unowned-alert-after", "abc", "--unowned-alert-after must be a number of seconds, got 'abc'"),
     ("--unowned-alert-after", "0", "--unowned-alert-after must be between 1 and 86400 seconds, got 0"),
     ("--lease-ttl", "1", "--lease-ttl must be between 2 and 300, got 1"),
+    # These two named a flag that does not exist (--retention-every) before the fix.
+    ("--retention-pause", "-1", "--retention-pause: must be >= 0 seconds, got -1"),
+    ("--retention-idle", "0", "--retention-idle: must be > 0 seconds, got 0"),
 ])
 def test_a_bad_node_flag_exits_2_naming_the_flag_before_anything_starts(flag: str, value: str, says: str) -> None:
     r = run_cli("node", "--etcd", "127.0.0.1:1", "--dsn", "postgresql://nobody@127.0.0.1:1/x", flag, value)
