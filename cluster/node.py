@@ -206,7 +206,7 @@ class Node:
                                             metrics=WebhookMetrics(self.metrics.registry))
         self.pruner = Pruner(self.store.retention, lambda: self.coordinator.owned.snapshot().items(),
                              clock=self.clock, config=self.config.retention,
-                             metrics=RetentionMetrics(self.metrics.registry))
+                             metrics=RetentionMetrics(self.metrics.registry), fires=self.firer)
         self.listeners.subscribers.append(self.firer)
         self.changes = ChangeListener(self.config.dsn, self._on_change, self._after_reconnect,
                                       self.dispatcher.wake, clock=self.clock,

@@ -126,7 +126,10 @@ def _configure_retention(p: argparse.ArgumentParser) -> None:
 
     d = RetentionConfig()  # the defaults are the config's own: one place
     p.add_argument("--retention-batch", type=_positive_int("--retention-batch", 1, MAX_BATCH_ROWS),
-                   default=d.batch_rows, help=f"rows deleted per prune transaction (default {d.batch_rows})")
+                   default=d.batch_rows, help=f"at most this many rows per prune transaction (default {d.batch_rows})")
+    p.add_argument("--retention-gap-share", type=float, default=d.gap_share,
+                   help="a prune batch waits for the fire loop to rest and is sized to take at most this share "
+                        f"of the rest, 0-1 (default {d.gap_share:g})")
     p.add_argument("--retention-pause", type=float, default=d.pause_s,
                    help=f"seconds between prune batches (default {d.pause_s:g})")
     p.add_argument("--retention-idle", type=float, default=d.idle_s,
@@ -142,7 +145,7 @@ def _retention(args: argparse.Namespace) -> RetentionConfig:
         failed_s=parse_window("--retention-failed", args.retention_failed),
         by_type=tuple(parse_type_windows("--retention-job-type", t) for t in args.retention_job_type),
         enabled=not args.no_pruning, batch_rows=args.retention_batch, pause_s=args.retention_pause,
-        idle_s=args.retention_idle,
+        idle_s=args.retention_idle, gap_share=args.retention_gap_share,
     ).validate()
 
 

@@ -1,8 +1,9 @@
 """Retention's storage port (retention.sql): prune finished executions, one fenced batch at a time.
 
-Each prune method is its own short transaction inside `fenced(partition, epoch)` (StaleEpoch when
-the partition moved on, nothing deleted) and deletes at most `limit` rows, so no lock it takes is
-held for long and no batch competes with a fire for more than a few milliseconds. Finding
+Each prune method is ONE statement, its own short transaction, fenced in the statement as the
+fire path is (it share-locks the partition row at the caller's epoch; StaleEpoch when the partition
+moved on, nothing deleted), and deletes at most `limit` rows: one round trip, no lock held for
+long, small enough to run between two fires of the node (cluster/retention/pruner.py). Finding
 prunable rows walks `executions_finished` (partition, finished time, id) from a keyset cursor the
 caller keeps; a batch never rereads what the previous one passed over.
 
@@ -18,10 +19,10 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from cronwheel.storage.api import Conn, row, rows
-from cronwheel.storage.db import Database
-from cronwheel.storage.queries import q
+from cronwheel.storage.api import Row, row, rows
+from cronwheel.storage.db import Database, stale_epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,14 @@ class ExpiredCursor:
 
 
 START = ExpiredCursor()
+
+
+@dataclass(frozen=True, slots=True)
+class DuePasses:
+    """Which passes have anything to look at in a partition now."""
+
+    age: bool  # a finished execution older than the partition's horizon
+    keep_last: bool  # a schedule with keep_last
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,14 +116,15 @@ class RetentionPort:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def due_partitions(self, partitions: list[int], windows: Windows, now: datetime) -> set[int]:
-        """Which of `partitions` have anything for a pass to look at now (`prune_due_partitions`)."""
+    async def due_partitions(self, partitions: list[int], windows: Windows, now: datetime) -> dict[int, DuePasses]:
+        """Those of `partitions` with anything for a pass to look at now, and which pass
+        (`prune_due_partitions`); a partition with nothing is left out."""
         if not partitions:
-            return set()
+            return {}
         async with self.db.connection() as conn:
             got = await rows(conn, "prune_due_partitions",
                              {"partitions": partitions, "now": now, "shortest_s": windows.shortest_s()})
-        return {int(r["partition"]) for r in got}
+        return {int(r["partition"]): DuePasses(age=bool(r["age"]), keep_last=bool(r["keep_last"])) for r in got}
 
     async def prune_expired(self, p: PruneExpiredParams) -> PruneExpiredResult:
         w = p.windows
@@ -124,11 +134,8 @@ class RetentionPort:
             "types": [t.job_type for t in w.by_type], "types_succeeded_s": [t.succeeded_s for t in w.by_type],
             "types_failed_s": [t.failed_s for t in w.by_type], "after_at": p.after.at, "after_id": p.after.id,
         }
-        async with self.db.fenced(p.partition, p.epoch) as conn:
-            await conn.execute(q("prune_commit_async"))
-            r = await row(conn, "prune_expired", params)
-            assert r is not None
-            deleted = await self._delete(conn, p.partition, p.epoch, p.now, r["doomed"])
+        r = await self._fenced_batch("prune_expired", p.partition, p.epoch, params)
+        deleted = int(r["deleted"])
         done = r["scanned"] < p.limit or r["last_at"] is None
         nxt = START if done else ExpiredCursor(r["last_at"], r["last_id"])
         return PruneExpiredResult(int(r["scanned"]), deleted, nxt)
@@ -136,25 +143,24 @@ class RetentionPort:
     async def prune_keep_last(self, p: PruneKeepLastParams) -> PruneKeepLastResult:
         params = {"partition": p.partition, "epoch": p.epoch, "now": p.now, "after_id": p.after_id,
                   "schedules": p.schedules, "limit": p.limit}
-        async with self.db.fenced(p.partition, p.epoch) as conn:
-            await conn.execute(q("prune_commit_async"))
-            r = await row(conn, "prune_keep_last", params)
-            assert r is not None
-            deleted = await self._delete(conn, p.partition, p.epoch, p.now, r["doomed"])
-        if len(r["doomed"]) >= p.limit:  # the page may hold more: the same page again (what went is gone)
+        r = await self._fenced_batch("prune_keep_last", p.partition, p.epoch, params)
+        deleted = int(r["deleted"])
+        if r["doomed"] >= p.limit:  # the page may hold more: the same page again (what went is gone)
             return PruneKeepLastResult(int(r["schedules"]), deleted, p.after_id, done=False)
         if r["schedules"] < p.schedules:
             return PruneKeepLastResult(int(r["schedules"]), deleted, None, done=True)
         return PruneKeepLastResult(int(r["schedules"]), deleted, r["last_id"], done=False)
 
-    @staticmethod
-    async def _delete(conn: Conn, partition: int, epoch: int, now: datetime, ids: list[uuid.UUID]) -> int:
-        """The one write of both passes (`prune_delete`), in the pass's transaction."""
-        if not ids:
-            return 0
-        r = await row(conn, "prune_delete", {"partition": partition, "epoch": epoch, "now": now, "ids": ids})
-        assert r is not None
-        return int(r["deleted"])
+    async def _fenced_batch(self, name: str, partition: int, epoch: int, params: dict[str, Any]) -> Row:
+        """One batch of a pass: ONE statement, its own transaction, that share-locks the partition
+        row at `epoch` and deletes through cronwheel_prune_delete (the one write of both passes);
+        StaleEpoch (nothing deleted) when the partition moved on."""
+        async with self.db.connection() as conn:
+            r = await row(conn, name, params)
+            assert r is not None
+            if not r["fenced"]:
+                raise await stale_epoch(conn, partition, epoch)
+        return r
 
     async def pruned_through(self, schedule_id: uuid.UUID) -> PrunedMark | None:
         async with self.db.connection() as conn:

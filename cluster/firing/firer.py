@@ -186,6 +186,9 @@ class Firer:
         # When the fire loop sleeps, until when (-inf while it is awake): an insert earlier than
         # that wakes it. Comparing with wheel.next_deadline() per insert cost 9% of a preload.
         self._sleeping_until = float("-inf")
+        # Set (and replaced by a fresh one) each time the fire loop goes to sleep: what background
+        # writers (the pruner) wait on to use the database between fires (`quiet_for`, `next_rest`).
+        self._resting = asyncio.Event()
         self._announce_due = False  # queued runs committed since the last NOTIFY went out
         self.recent_lags: deque[float] = deque(maxlen=10_000)  # for ClusterStatus percentiles
 
@@ -457,8 +460,20 @@ class Firer:
             now = self.clock.now_ts()
             delay = 1.0 if nd is None else min(1.0, max(nd - now, tick / 2))
             self._sleeping_until = now + delay
+            rested, self._resting = self._resting, asyncio.Event()
+            rested.set()
             await self.clock.wait(self._wake, delay)
             self._sleeping_until = float("-inf")  # awake: the loop advances the wheel next anyway
+
+    def quiet_for(self) -> float:
+        """Seconds from now until the fire loop next wakes (0 while it fires): how long a
+        background writer may hold the database without meeting a fire statement of this node.
+        A new job due earlier than that wakes the loop sooner."""
+        return max(0.0, self._sleeping_until - self.clock.now_ts())
+
+    async def next_rest(self, timeout_s: float) -> bool:
+        """Wait until the fire loop next goes to sleep (its fire done), at most timeout_s."""
+        return await self.clock.wait(self._resting, timeout_s)
 
     async def _fire_due(self, due: list[Item]) -> None:
         """Everything due at one instant, across partitions. Each partition's entries are cut into

@@ -62,6 +62,7 @@ def parse_type_windows(fieldname: str, text: str) -> TypeWindows:
 
 
 MAX_BATCH_ROWS = 100_000  # --retention-batch's upper bound (one prune transaction)
+MIN_BATCH_ROWS = 20  # a batch sized to a rest of the fire loop never has fewer rows (pruning never starves)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +76,14 @@ class RetentionConfig:
     enabled: bool = True
     batch_rows: int = 1000  # rows per batch (one short transaction)
     keep_last_schedules: int = 200  # keep_last schedules looked at per batch
-    pause_s: float = 0.1  # between batches: firing gets the database most of the time
+    pause_s: float = 0.01  # after a batch that deleted, before the next one waits for a rest of the fire loop
     idle_s: float = 30.0  # between passes once a pass found nothing more to prune
+    # Beside a fire loop (the node), a batch starts when the loop goes to rest and is sized, at
+    # the rate batches were measured to go, to take at most `gap_share` of that rest (never more
+    # than batch_rows, never fewer than MIN_BATCH_ROWS); after `yield_wait_s` without a rest it
+    # goes anyway (cluster/retention/pruner.py).
+    gap_share: float = 0.8
+    yield_wait_s: float = 1.0
 
     def validate(self) -> RetentionConfig:
         keep_for("--retention-succeeded", self.succeeded_s)
@@ -92,6 +99,10 @@ class RetentionConfig:
             raise InvalidArgument("--retention-batch", f"must be in 1..{MAX_BATCH_ROWS}, got {self.batch_rows}")
         if not 1 <= self.keep_last_schedules <= 10_000:
             raise InvalidArgument("keep_last_schedules", f"must be in 1..10000, got {self.keep_last_schedules}")
+        if not 0 < self.gap_share <= 1:
+            raise InvalidArgument("--retention-gap-share", f"must be in (0, 1], got {self.gap_share:g}")
+        if self.yield_wait_s < 0:
+            raise InvalidArgument("yield_wait_s", f"must be >= 0, got {self.yield_wait_s:g}")
         if self.pause_s < 0:
             raise InvalidArgument("--retention-pause", f"must be >= 0 seconds, got {self.pause_s:g}")
         if self.idle_s <= 0:

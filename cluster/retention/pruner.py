@@ -1,14 +1,24 @@
 """The Pruner: per owned partition, fenced, in bounded batches, paced by the node's Clock.
 
 A round first asks, in one read for all of them, which owned partitions have anything to look
-at (`RetentionPort.due_partitions`); the others rest. It then takes one batch of each pass for
-every partition that has: the age pass (the oldest
+at, and for which pass (`RetentionPort.due_partitions`); the others rest. It then takes one
+batch of each pass with work for every partition that has some: the age pass (the oldest
 finished runs, from a keyset cursor kept per partition and epoch) and the keep_last pass (a page
 of the partition's keep_last schedules, from an id cursor). Between batches that deleted
 something the pruner sleeps `pause_s`, so it holds a connection and row locks for one short
 transaction at a time and firing gets the database most of the time; once a round finds nothing
 more anywhere it sleeps `idle_s`. A cursor belongs to an epoch: a partition regained later starts
 a fresh pass.
+
+Pruning yields to firing. Beside the node's fire loop (`fires`), a paced batch starts when the
+loop goes to rest between two fires; its budget is `gap_share` of that rest, and it takes as many
+rows as the pruner's rate says fit in the budget (between MIN_BATCH_ROWS and `batch_rows`), so it
+runs while no fire statement of this node does and ends before the loop wakes. On a quiet node
+(the loop rests long enough for a whole batch) it goes at once with `batch_rows`. The rate (rows
+per second of budget) adapts to what batches take, fixed costs and all: a batch that ended within
+its budget raises it by RATE_UP, one that overran cuts it by RATE_DOWN. With no rest within
+`yield_wait_s` (the loop fires back to back) a batch goes with MIN_BATCH_ROWS: pruning slows down
+but never stops.
 
 Not task-safe: one task per node (`run`); tests call `round()` / `drain()` directly on a
 FakeClock instead.
@@ -21,17 +31,21 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from cronwheel.clock import Clock
-from cronwheel.cluster.retention.policy import RetentionConfig
+from cronwheel.cluster.retention.policy import MIN_BATCH_ROWS, RetentionConfig
 from cronwheel.errors import StaleEpoch, Unavailable
 from cronwheel.storage.retention import (
     START,
+    DuePasses,
     ExpiredCursor,
     PruneExpiredParams,
+    PruneExpiredResult,
     PruneKeepLastParams,
+    PruneKeepLastResult,
     RetentionPort,
 )
 
@@ -53,6 +67,24 @@ class RetentionMetrics:
                                 registry=r)
 
 
+class FireRests(Protocol):
+    """What the pruner yields to: the node's fire loop (cluster/firing/firer.py, Firer)."""
+
+    def quiet_for(self) -> float:
+        """Seconds until the fire loop next wakes (0 while it fires)."""
+        ...
+
+    async def next_rest(self, timeout_s: float) -> bool:
+        """Until the fire loop next goes to sleep, at most timeout_s."""
+        ...
+
+
+BOTH = DuePasses(age=True, keep_last=True)
+RATE_START = 20_000.0  # rows per second of budget before any paced batch was measured
+RATE_UP, RATE_DOWN = 1.1, 0.5  # after a rate-sized batch that ended within its budget / overran it
+RATE_MIN, RATE_MAX = 1_000.0, 1_000_000.0
+
+
 @dataclass
 class _Cursors:
     epoch: int
@@ -63,8 +95,11 @@ class _Cursors:
 
 class Pruner:
     def __init__(self, port: RetentionPort, owned: Callable[[], Iterable[tuple[int, int]]], *, clock: Clock,
-                 config: RetentionConfig | None = None, metrics: RetentionMetrics | None = None) -> None:
+                 config: RetentionConfig | None = None, metrics: RetentionMetrics | None = None,
+                 fires: FireRests | None = None) -> None:
         self.port = port
+        self.fires = fires
+        self.rate = RATE_START  # rows a paced batch takes per second of its budget (adapted)
         self.owned = owned
         self.clock = clock
         self.config = (config or RetentionConfig()).validate()
@@ -110,7 +145,7 @@ class Pruner:
             log.warning("prune deferred", extra={"event": "prune_deferred", "error": str(exc)})
             self.round_done.set()
             return False
-        for p in set(awake) - due:  # nothing to look at: rests like a partition whose passes ended
+        for p in set(awake) - due.keys():  # nothing to look at: rests like a partition whose passes ended
             cur = self._cursors.get(p)
             if cur is None or cur.epoch != awake[p]:
                 cur = self._cursors[p] = _Cursors(awake[p])
@@ -119,7 +154,7 @@ class Pruner:
             if p not in due:
                 continue
             try:
-                deleted, has_more = await self.step(p, epoch)
+                deleted, has_more = await self.step(p, epoch, pace=pace, passes=due[p])
             except StaleEpoch:
                 self._cursors.pop(p, None)  # the partition moved on; its new owner prunes it
                 continue
@@ -138,23 +173,58 @@ class Pruner:
         self.round_done.set()
         return more
 
-    async def step(self, p: int, epoch: int) -> tuple[int, bool]:
-        """One batch of each pass for partition p: (rows deleted, more to do)."""
+    async def batch_rows(self, pace: bool) -> tuple[int, float | None]:
+        """The next batch's rows and its time budget in seconds (None: none to learn from):
+        unpaced, `batch_rows`; paced beside a fire loop, `batch_rows` at once if what is left of
+        the loop's rest fits them, else what the rate fits in `gap_share` of its next rest (waited
+        for, at most `yield_wait_s`; with none, MIN_BATCH_ROWS)."""
+        c = self.config
+        if not pace or self.fires is None:
+            return c.batch_rows, None
+        budget = self.fires.quiet_for() * c.gap_share
+        if budget * self.rate >= c.batch_rows:  # a long rest (a quiet node): a whole batch now
+            return c.batch_rows, budget
+        if not await self.fires.next_rest(c.yield_wait_s):  # firing back to back
+            return min(MIN_BATCH_ROWS, c.batch_rows), None
+        budget = self.fires.quiet_for() * c.gap_share
+        return max(MIN_BATCH_ROWS, min(int(budget * self.rate), c.batch_rows)), budget
+
+    def _adapt(self, rows: int, budget: float | None, seconds: float) -> None:
+        """After a paced batch: over its budget, the rate goes down; within it, up, unless
+        batch_rows capped the batch (a long rest says nothing about a short one)."""
+        if budget is None:
+            return
+        if seconds > budget:
+            self.rate = max(RATE_MIN, self.rate * RATE_DOWN)
+        elif rows < self.config.batch_rows:
+            self.rate = min(RATE_MAX, self.rate * RATE_UP)
+
+    async def step(self, p: int, epoch: int, pace: bool = False, passes: DuePasses = BOTH) -> tuple[int, bool]:
+        """One batch of each of `passes` for partition p: (rows deleted, more to do)."""
         cur = self._cursors.get(p)
         if cur is None or cur.epoch != epoch:
             cur = self._cursors[p] = _Cursors(epoch)
         c = self.config
-        t0 = self.clock.monotonic()
-        exp = await self.port.prune_expired(PruneExpiredParams(
-            p, epoch, self.windows, self.clock.now(), cur.expired, c.batch_rows))
-        t1 = self.clock.monotonic()
-        keep = await self.port.prune_keep_last(PruneKeepLastParams(
-            p, epoch, self.clock.now(), cur.keep_after, c.keep_last_schedules, c.batch_rows))
-        t2 = self.clock.monotonic()
-        cur.expired, cur.keep_after = exp.next, keep.next_after_id
         m = self.metrics
-        m.batch_s.labels("age").observe(t1 - t0)
-        m.batch_s.labels("keep_last").observe(t2 - t1)
+        exp = PruneExpiredResult(0, 0, START)
+        if passes.age:
+            rows, budget = await self.batch_rows(pace)
+            t0 = self.clock.monotonic()
+            exp = await self.port.prune_expired(PruneExpiredParams(
+                p, epoch, self.windows, self.clock.now(), cur.expired, rows))
+            age_s = self.clock.monotonic() - t0
+            self._adapt(rows, budget, age_s)
+            m.batch_s.labels("age").observe(age_s)
+        keep = PruneKeepLastResult(0, 0, None, done=True)
+        if passes.keep_last:
+            rows, budget = await self.batch_rows(pace)
+            t1 = self.clock.monotonic()
+            keep = await self.port.prune_keep_last(PruneKeepLastParams(
+                p, epoch, self.clock.now(), cur.keep_after, c.keep_last_schedules, rows))
+            keep_s = self.clock.monotonic() - t1
+            self._adapt(rows, budget, keep_s)
+            m.batch_s.labels("keep_last").observe(keep_s)
+        cur.expired, cur.keep_after = exp.next, keep.next_after_id
         if exp.deleted:
             m.pruned.labels("age").inc(exp.deleted)
         if keep.deleted:

@@ -329,6 +329,29 @@ RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE AS $$
                   AND (keep_last IS NOT NULL OR keep_succeeded_for_s IS NOT NULL OR keep_failed_for_s IS NOT NULL))))
 $$;
 
+-- Delete the finished executions `ids` of partition p, if still finished and p is still at epoch
+-- e, and record per schedule what went (explain's "pruned by retention"): the one write of
+-- retention. Answers how many rows went.
+CREATE FUNCTION cronwheel_prune_delete(p integer, e bigint, now timestamptz, ids uuid[]) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    WITH gone AS (
+        DELETE FROM executions x
+         WHERE x.id = ANY(ids) AND x.partition = p
+           AND x.state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped')
+           AND EXISTS (SELECT 1 FROM partitions WHERE id = p AND epoch = e)
+        RETURNING x.schedule_id, x.scheduled_for
+    ), marked AS (
+        INSERT INTO execution_pruned AS m (schedule_id, partition, pruned_through, pruned, at)
+        SELECT schedule_id, p, max(scheduled_for), count(*), now FROM gone
+         WHERE schedule_id IS NOT NULL GROUP BY schedule_id
+        ON CONFLICT (schedule_id) DO UPDATE
+           SET pruned_through = greatest(m.pruned_through, excluded.pruned_through),
+               pruned = m.pruned + excluded.pruned, at = excluded.at
+        RETURNING 1
+    )
+    SELECT count(*) FROM gone
+$$;
+
 -- The preload window: a due time in (after, horizon] (after NULL: everything up to horizon). The
 -- firer's loads (due_schedules, due_oneoffs) and their cross-partition pre-check share it, so
 -- the pre-check can never say "nothing" where a load would find something.

@@ -4,6 +4,7 @@ never makes a pruned tick due again (the due cursor says what has fired)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -11,11 +12,11 @@ from typing import Any
 import pytest
 
 from cronwheel.clock import FakeClock
-from cronwheel.cluster.retention.policy import DAY_S, RetentionConfig
-from cronwheel.cluster.retention.pruner import Pruner
+from cronwheel.cluster.retention.policy import DAY_S, MIN_BATCH_ROWS, RetentionConfig
+from cronwheel.cluster.retention.pruner import RATE_DOWN, RATE_UP, Pruner
 from cronwheel.errors import StaleEpoch
 from cronwheel.storage import PgStore
-from cronwheel.storage.retention import PruneExpiredParams, TypeWindows, Windows
+from cronwheel.storage.retention import DuePasses, PruneExpiredParams, TypeWindows, Windows
 
 from .conftest import TEST_PARTITIONS
 from .execution_rows import insert_execution
@@ -174,17 +175,19 @@ class CountingPort:
     """The real RetentionPort, counting the fenced batches the pruner opens."""
 
     def __init__(self, port: Any) -> None:
-        self.port, self.batches = port, 0
+        self.port, self.batches, self.passes = port, 0, list[str]()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.port, name)
 
     async def prune_expired(self, p: Any) -> Any:
         self.batches += 1
+        self.passes.append("age")
         return await self.port.prune_expired(p)
 
     async def prune_keep_last(self, p: Any) -> Any:
         self.batches += 1
+        self.passes.append("keep_last")
         return await self.port.prune_keep_last(p)
 
 
@@ -207,3 +210,128 @@ async def test_a_round_over_partitions_with_nothing_to_prune_opens_no_fenced_bat
     assert await pr.drain() == 1
     assert port.batches >= 2 and await ids_left(store) == {recent}
     assert old not in await ids_left(store)
+
+
+class FireLoop:
+    """The node's fire loop as the Pruner sees it (Firer.quiet_for / next_rest) on the test's
+    FakeClock: it fires (quiet_for 0) until `rest(s)` puts it to sleep for s seconds."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock, self.until, self.rested = clock, float("-inf"), asyncio.Event()
+
+    def quiet_for(self) -> float:
+        return max(0.0, self.until - self.clock.now_ts())
+
+    async def next_rest(self, timeout_s: float) -> bool:
+        return await self.clock.wait(self.rested, timeout_s)
+
+    def rest(self, seconds: float) -> None:
+        self.until = self.clock.now_ts() + seconds
+        rested, self.rested = self.rested, asyncio.Event()
+        rested.set()
+
+
+async def old_finished_runs(store: PgStore, n: int) -> None:
+    """n succeeded one-off runs of partition P, finished 8 days before T0, one second apart."""
+    async with store.connection() as conn:
+        await conn.execute(
+            "INSERT INTO executions (id, tenant, type, trigger, partition, scheduled_for, run_at, state, finished_at)"
+            " SELECT gen_random_uuid(), 't', 'job', 'submit', %(p)s, at, at, 'succeeded', at"
+            "   FROM generate_series(1, %(n)s) AS g, LATERAL (SELECT %(t)s::timestamptz - make_interval(secs => g))"
+            "        AS t(at)", {"p": P, "n": n, "t": T0 - 8 * DAY})
+
+
+async def until_sleeping(clock: FakeClock, n: int = 1) -> None:
+    while clock.sleepers < n:
+        await asyncio.sleep(0)
+
+
+async def test_a_paced_batch_waits_for_the_fire_loop_to_rest_and_fits_in_its_rest(store: PgStore,
+                                                                                   owned: None) -> None:
+    """Pruning yields to firing: while the fire loop fires, no prune batch starts; when it rests
+    for 0.1 s, a batch takes what the rate fits in gap_share of that rest (0.1 s * 0.5 * 10,000
+    rows/s = 500 rows), not batch_rows (1000); a batch within its budget raises the rate."""
+    await old_finished_runs(store, 3000)
+    clock = clock_at(T0)
+    port = CountingPort(store.retention)
+    loop = FireLoop(clock)
+    pr = Pruner(port, lambda: [(P, EPOCH)], clock=clock, fires=loop,  # type: ignore[arg-type]
+                config=RetentionConfig(succeeded_s=7 * DAY_S, batch_rows=1000, gap_share=0.5))
+    pr.rate = 10_000.0
+    step = asyncio.create_task(pr.step(P, EPOCH, pace=True, passes=DuePasses(age=True, keep_last=False)))
+    await until_sleeping(clock)  # waiting for the loop's rest
+    assert port.batches == 0
+    loop.rest(0.1 + 1e-6)  # (+1 us: the clock's float arithmetic must not make it 499)
+    deleted, more = await step
+    assert port.batches == 1
+    assert more and deleted == 500 and len(await ids_left(store)) == 2500
+    assert pr.rate == pytest.approx(10_000.0 * RATE_UP)
+
+
+class SlowPort(CountingPort):
+    """Each batch takes `seconds` of the test's FakeClock."""
+
+    def __init__(self, port: Any, clock: FakeClock, seconds: float) -> None:
+        super().__init__(port)
+        self.clock, self.seconds = clock, seconds
+
+    async def prune_expired(self, p: Any) -> Any:
+        self.clock.advance(self.seconds)
+        return await super().prune_expired(p)
+
+
+async def test_a_paced_batch_that_overran_its_budget_cuts_the_rate(store: PgStore, owned: None) -> None:
+    """A batch that took longer than its budget (gap_share of the rest) would have met the next
+    fire: the next batches are sized at half the rate."""
+    await old_finished_runs(store, 3000)
+    clock = clock_at(T0)
+    loop = FireLoop(clock)
+    pr = Pruner(SlowPort(store.retention, clock, 0.08), lambda: [(P, EPOCH)], clock=clock,  # type: ignore[arg-type]
+                fires=loop, config=RetentionConfig(succeeded_s=7 * DAY_S, batch_rows=1000, gap_share=0.5))
+    pr.rate = 10_000.0
+    step = asyncio.create_task(pr.step(P, EPOCH, pace=True, passes=DuePasses(age=True, keep_last=False)))
+    await until_sleeping(clock)
+    loop.rest(0.1 + 1e-6)
+    deleted, _ = await step
+    assert deleted == 500  # its budget was 0.05 s; it took 0.08
+    assert pr.rate == pytest.approx(10_000.0 * RATE_DOWN)
+
+
+async def test_a_paced_batch_with_no_rest_in_yield_wait_goes_with_the_fewest_rows(store: PgStore,
+                                                                                   owned: None) -> None:
+    """A fire loop that never rests (it fires back to back) slows pruning to MIN_BATCH_ROWS a
+    batch after yield_wait_s; it never stops it. A loop resting long enough for a whole batch
+    (a quiet node) gets batch_rows at once, without waiting for its next rest."""
+    clock = clock_at(T0)
+    loop = FireLoop(clock)
+    pr = Pruner(store.retention, lambda: [(P, EPOCH)], clock=clock, fires=loop,
+                config=RetentionConfig(succeeded_s=7 * DAY_S, batch_rows=1000, yield_wait_s=1.0, gap_share=0.5))
+    pr.rate = 10_000.0
+    rows = asyncio.create_task(pr.batch_rows(pace=True))
+    await until_sleeping(clock)
+    clock.advance(1.0)
+    assert await rows == (MIN_BATCH_ROWS, None)
+    loop.rest(1.0)  # 0.5 s of budget fits 5,000 rows
+    assert await pr.batch_rows(pace=True) == (1000, 0.5)
+    assert await pr.batch_rows(pace=False) == (1000, None)  # unpaced (drain, tests): batch_rows
+
+
+async def test_a_pass_with_nothing_to_look_at_opens_no_fenced_batch(store: PgStore, owned: None) -> None:
+    """A partition with old runs but no keep_last schedule opens only age batches (every round
+    used to open a keep_last transaction too, which found nothing, and, paced, waited for a rest
+    of the fire loop of its own); one with a keep_last schedule and nothing old, only keep_last
+    batches. Fails without the per-pass pre-check."""
+    sid = await make_schedule(store, P)
+    await finished_run(store, sid, T0 - 8 * DAY)
+    clock = clock_at(T0)
+    port = CountingPort(store.retention)
+    pr = Pruner(port, lambda: [(P, EPOCH)], clock=clock,  # type: ignore[arg-type]
+                config=RetentionConfig(succeeded_s=7 * DAY_S))
+    assert await pr.drain() == 1
+    assert port.passes == ["age"]
+    await finished_run(store, sid, T0 - timedelta(hours=2))
+    await finished_run(store, sid, T0 - timedelta(hours=1))
+    await set_retention(store, sid, keep_last=1)
+    port.passes.clear()
+    assert await pr.drain() == 1
+    assert set(port.passes) == {"keep_last"}

@@ -81,3 +81,25 @@ async def test_a_preload_that_meets_postgres_away_retries_on_the_injected_clock(
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await run
+
+
+async def test_the_fire_loop_says_when_it_rests_and_for_how_long() -> None:
+    """What the pruner yields to: while the fire loop sleeps, quiet_for() is what is left of its
+    sleep (0 while it is awake); next_rest() returns when it next goes to sleep."""
+    clock = FakeClock()
+    firer = firer_with(StubFiring(None), clock)
+    assert firer.quiet_for() == 0.0  # awake (not started)
+    run = asyncio.create_task(firer.run())
+    try:
+        assert await asyncio.wait_for(firer.next_rest(10.0), TIMEOUT_S) is True
+        assert firer.quiet_for() == pytest.approx(1.0)  # an empty wheel: the loop sleeps 1 s at most
+        clock.advance(0.4)
+        assert firer.quiet_for() == pytest.approx(0.6)
+        rest = asyncio.create_task(firer.next_rest(10.0))
+        await asyncio.sleep(0)
+        assert not rest.done()
+        clock.advance(0.6)  # it wakes, finds nothing due and sleeps again
+        assert await asyncio.wait_for(rest, TIMEOUT_S) is True
+        assert firer.quiet_for() == pytest.approx(1.0)
+    finally:
+        run.cancel()

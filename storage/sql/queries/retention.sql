@@ -1,33 +1,42 @@
--- Retention of finished executions (cluster/retention). A batch is one short transaction inside
--- `fenced(partition, epoch)`: a pass chooses the rows (`prune_expired` or `prune_keep_last`) and
--- `prune_delete` deletes them, naming the epoch again. A finished state is one of succeeded, failed, dead,
--- cancelled, skipped; the DELETE re-checks it, so a run retried meanwhile is left alone.
--- What has fired is the due cursor's business (schedule_due), never these rows': deleting an
--- execution cannot make its tick due again.
+-- Retention of finished executions (cluster/retention). A batch is ONE statement, its own
+-- transaction: it share-locks the partition row at the caller's epoch (`fence`; none: stale, nothing
+-- is deleted), a pass chooses the rows (`prune_expired` or `prune_keep_last`) and
+-- cronwheel_prune_delete (schema.sql), the one write of retention, deletes them, naming the epoch
+-- again. A finished state is one of succeeded, failed, dead, cancelled, skipped; the delete re-checks
+-- it, so a run retried meanwhile is left alone. What has fired is the due cursor's business
+-- (schedule_due), never these rows': deleting an execution cannot make its tick due again.
 
 -- name: prune_due_partitions
--- Not fenced, read only: which of `partitions` the pruner has anything to look at as of `now`:
--- a finished execution older than the partition's horizon (the age pass), or a schedule with
--- keep_last (the keep_last pass). One statement (an index probe per partition) instead of two
--- fenced transactions per owned partition every round with nothing to do. The state list is the
--- executions_finished index's predicate (migration 0010), as in the statements below.
-SELECT w.partition FROM unnest(%(partitions)s::int[]) AS w(partition)
- WHERE EXISTS (SELECT 1 FROM schedules s
-                WHERE s.partition = w.partition AND s.keep_last IS NOT NULL
-                  AND (s.keep_last IS NOT NULL OR s.keep_succeeded_for_s IS NOT NULL OR s.keep_failed_for_s IS NOT NULL))
-    OR EXISTS (SELECT 1 FROM executions e
-                WHERE e.partition = w.partition
-                  AND e.state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped')
-                  AND coalesce(e.finished_at, e.created_at)
-                      < cronwheel_prune_horizon(w.partition, %(now)s, %(shortest_s)s::float8));
+-- Not fenced, read only: which of `partitions` the pruner has anything to look at as of `now`, and
+-- for which pass: `age`, a finished execution older than the partition's horizon (the age pass);
+-- `keep_last`, a schedule with keep_last (the keep_last pass). One statement (an index probe per
+-- partition and pass) instead of two fenced transactions per owned partition every round, most
+-- with nothing to do. The state list is the executions_finished index's predicate (migration
+-- 0010), as in the statements below.
+SELECT w.partition, k.keep_last, a.age
+  FROM unnest(%(partitions)s::int[]) AS w(partition)
+ CROSS JOIN LATERAL (SELECT EXISTS (
+           SELECT 1 FROM schedules s
+            WHERE s.partition = w.partition AND s.keep_last IS NOT NULL
+              AND (s.keep_last IS NOT NULL OR s.keep_succeeded_for_s IS NOT NULL OR s.keep_failed_for_s IS NOT NULL))
+       AS keep_last) AS k
+ CROSS JOIN LATERAL (SELECT EXISTS (
+           SELECT 1 FROM executions e
+            WHERE e.partition = w.partition
+              AND e.state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped')
+              AND coalesce(e.finished_at, e.created_at)
+                  < cronwheel_prune_horizon(w.partition, %(now)s, %(shortest_s)s::float8))
+       AS age) AS a
+ WHERE k.keep_last OR a.age;
 
 -- name: prune_expired
--- Inside the fenced prune transaction (the write is `prune_delete`): one batch of the oldest
--- finished executions of a partition, after a keyset cursor,
--- older than the shortest window in force (the node's, or a schedule's own); of those, delete
--- the ones older than their own window: the schedule's keep_*_for_s, else the job type's, else
--- the cluster default (NULL: kept forever by time): those are `doomed`.
-WITH horizon AS (
+-- One fenced batch of the age pass: the oldest finished executions of a partition, after a keyset
+-- cursor, older than the shortest window in force (the node's, or a schedule's own); of those,
+-- delete the ones older than their own window: the schedule's keep_*_for_s, else the job type's,
+-- else the cluster default (NULL: kept forever by time): those are `doomed`.
+WITH fence AS MATERIALIZED (
+    SELECT id FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s FOR SHARE
+), horizon AS (
     SELECT cronwheel_prune_horizon(%(partition)s, %(now)s, %(shortest_s)s::float8) AS before
 ), scanned AS (
     SELECT e.id, e.schedule_id, e.scheduled_for, e.state, e.type,
@@ -59,15 +68,20 @@ WITH horizon AS (
                          WHEN t.type IS NOT NULL THEN t.succeeded_s ELSE %(succeeded_s)s::float8 END
            END)
 )
-SELECT (SELECT count(*) FROM scanned) AS scanned, ARRAY(SELECT id FROM doomed) AS doomed,
+SELECT f.fenced, (SELECT count(*) FROM scanned) AS scanned,
+       CASE WHEN f.fenced THEN cronwheel_prune_delete(%(partition)s, %(epoch)s, %(now)s, ARRAY(SELECT id FROM doomed))
+            ELSE 0 END AS deleted,
        last.done_at AS last_at, last.id AS last_id
-  FROM (SELECT 1) AS one
+  FROM (SELECT EXISTS (SELECT 1 FROM fence) AS fenced) AS f  -- the lock first, then the choice
   LEFT JOIN LATERAL (SELECT done_at, id FROM scanned ORDER BY done_at DESC, id DESC LIMIT 1) AS last ON true;
 
 -- name: prune_keep_last
--- Inside the fenced prune transaction (the write is `prune_delete`): for a page of the partition's schedules with keep_last (by id, after a cursor), delete
--- their finished executions beyond the newest keep_last (by tick), at most `limit` rows: `doomed`.
-WITH keeping AS (
+-- One fenced batch of the keep_last pass: for a page of the partition's schedules with keep_last
+-- (by id, after a cursor), delete their finished executions beyond the newest keep_last (by
+-- tick), at most `limit` rows: `doomed`.
+WITH fence AS MATERIALIZED (
+    SELECT id FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s FOR SHARE
+), keeping AS (
     SELECT id, keep_last FROM schedules
      WHERE partition = %(partition)s AND keep_last IS NOT NULL
        AND (keep_last IS NOT NULL OR keep_succeeded_for_s IS NOT NULL OR keep_failed_for_s IS NOT NULL)
@@ -84,35 +98,12 @@ WITH keeping AS (
      ) AS x
      LIMIT %(limit)s
 )
-SELECT (SELECT count(*) FROM keeping) AS schedules, ARRAY(SELECT id FROM doomed) AS doomed,
-       (SELECT id FROM keeping ORDER BY id DESC LIMIT 1) AS last_id;
-
--- name: prune_delete
--- Fenced: delete the executions one of the two passes above chose (`ids`), if they are still
--- finished and the caller still owns the partition, and record per schedule what went. The one
--- write of retention: both passes end here, in the same transaction as their choice.
-WITH gone AS (
-    DELETE FROM executions x
-     WHERE x.id = ANY(%(ids)s::uuid[]) AND x.partition = %(partition)s
-       AND x.state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped')
-       AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
-    RETURNING x.schedule_id, x.scheduled_for
-), marked AS (
-    INSERT INTO execution_pruned AS m (schedule_id, partition, pruned_through, pruned, at)
-    SELECT schedule_id, %(partition)s, max(scheduled_for), count(*), %(now)s FROM gone
-     WHERE schedule_id IS NOT NULL GROUP BY schedule_id
-    ON CONFLICT (schedule_id) DO UPDATE
-       SET pruned_through = greatest(m.pruned_through, excluded.pruned_through),
-           pruned = m.pruned + excluded.pruned, at = excluded.at
-    RETURNING 1
-)
-SELECT count(*) AS deleted FROM gone;
-
--- name: prune_commit_async
--- Inside a prune transaction: its commit does not wait for the WAL flush. A prune lost to a
--- crash is undone whole (the rows and their marks come back together) and simply done again;
--- fire commits no longer queue behind the prune's flushes.
-SET LOCAL synchronous_commit = off;
+SELECT f.fenced, (SELECT count(*) FROM keeping) AS schedules,
+       CASE WHEN f.fenced THEN cronwheel_prune_delete(%(partition)s, %(epoch)s, %(now)s, ARRAY(SELECT id FROM doomed))
+            ELSE 0 END AS deleted,
+       (SELECT count(*) FROM doomed) AS doomed,
+       (SELECT id FROM keeping ORDER BY id DESC LIMIT 1) AS last_id
+  FROM (SELECT EXISTS (SELECT 1 FROM fence) AS fenced) AS f;
 
 -- name: pruned_through
 -- What retention removed of a schedule: the latest tick pruned and how many runs (explain).
