@@ -29,9 +29,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -79,6 +79,7 @@ class FireRests(Protocol):
         ...
 
 
+R = TypeVar("R")
 BOTH = DuePasses(age=True, keep_last=True)
 RATE_START = 20_000.0  # rows per second of budget before any paced batch was measured
 RATE_UP, RATE_DOWN = 1.1, 0.5  # after a rate-sized batch that ended within its budget / overran it
@@ -185,9 +186,13 @@ class Pruner:
         if budget * self.rate >= c.batch_rows:  # a long rest (a quiet node): a whole batch now
             return c.batch_rows, budget
         if not await self.fires.next_rest(c.yield_wait_s):  # firing back to back
-            return min(MIN_BATCH_ROWS, c.batch_rows), None
+            return self._rows(0), None
         budget = self.fires.quiet_for() * c.gap_share
-        return max(MIN_BATCH_ROWS, min(int(budget * self.rate), c.batch_rows)), budget
+        return self._rows(int(budget * self.rate)), budget
+
+    def _rows(self, fit: int) -> int:
+        """`fit` held to MIN_BATCH_ROWS..batch_rows (batch_rows wins: never more than the flag)."""
+        return min(self.config.batch_rows, max(MIN_BATCH_ROWS, fit))
 
     def _adapt(self, rows: int, budget: float | None, seconds: float) -> None:
         """After a paced batch: over its budget, the rate goes down; within it, up, unless
@@ -199,6 +204,17 @@ class Pruner:
         elif rows < self.config.batch_rows:
             self.rate = min(RATE_MAX, self.rate * RATE_UP)
 
+    async def _batch(self, name: str, pace: bool, run: Callable[[int], Awaitable[R]]) -> R:
+        """One batch of pass `name`: sized (`batch_rows`), run, timed into the histogram and, paced,
+        into the rate."""
+        rows, budget = await self.batch_rows(pace)
+        t0 = self.clock.monotonic()
+        got = await run(rows)
+        seconds = self.clock.monotonic() - t0
+        self._adapt(rows, budget, seconds)
+        self.metrics.batch_s.labels(name).observe(seconds)
+        return got
+
     async def step(self, p: int, epoch: int, pace: bool = False, passes: DuePasses = BOTH) -> tuple[int, bool]:
         """One batch of each of `passes` for partition p: (rows deleted, more to do)."""
         cur = self._cursors.get(p)
@@ -208,22 +224,12 @@ class Pruner:
         m = self.metrics
         exp = PruneExpiredResult(0, 0, START)
         if passes.age:
-            rows, budget = await self.batch_rows(pace)
-            t0 = self.clock.monotonic()
-            exp = await self.port.prune_expired(PruneExpiredParams(
-                p, epoch, self.windows, self.clock.now(), cur.expired, rows))
-            age_s = self.clock.monotonic() - t0
-            self._adapt(rows, budget, age_s)
-            m.batch_s.labels("age").observe(age_s)
+            exp = await self._batch("age", pace, lambda rows: self.port.prune_expired(PruneExpiredParams(
+                p, epoch, self.windows, self.clock.now(), cur.expired, rows)))
         keep = PruneKeepLastResult(0, 0, None, done=True)
         if passes.keep_last:
-            rows, budget = await self.batch_rows(pace)
-            t1 = self.clock.monotonic()
-            keep = await self.port.prune_keep_last(PruneKeepLastParams(
-                p, epoch, self.clock.now(), cur.keep_after, c.keep_last_schedules, rows))
-            keep_s = self.clock.monotonic() - t1
-            self._adapt(rows, budget, keep_s)
-            m.batch_s.labels("keep_last").observe(keep_s)
+            keep = await self._batch("keep_last", pace, lambda rows: self.port.prune_keep_last(PruneKeepLastParams(
+                p, epoch, self.clock.now(), cur.keep_after, c.keep_last_schedules, rows)))
         cur.expired, cur.keep_after = exp.next, keep.next_after_id
         if exp.deleted:
             m.pruned.labels("age").inc(exp.deleted)

@@ -335,3 +335,18 @@ async def test_a_pass_with_nothing_to_look_at_opens_no_fenced_batch(store: PgSto
     port.passes.clear()
     assert await pr.drain() == 1
     assert set(port.passes) == {"keep_last"}
+
+
+async def test_a_paced_batch_never_takes_more_than_batch_rows_below_the_minimum(store: PgStore,
+                                                                                 owned: None) -> None:
+    """--retention-batch 5 is an upper bound even under MIN_BATCH_ROWS (20): a rest sized batch
+    took max(20, min(fit, 5)) = 20 rows before the fix."""
+    clock = clock_at(T0)
+    loop = FireLoop(clock)
+    pr = Pruner(store.retention, lambda: [(P, EPOCH)], clock=clock, fires=loop,
+                config=RetentionConfig(succeeded_s=7 * DAY_S, batch_rows=5, yield_wait_s=1.0))
+    pr.rate = 1_000.0  # a 1 ms rest fits 0 rows: the minimum, held to batch_rows
+    rows = asyncio.create_task(pr.batch_rows(pace=True))
+    await until_sleeping(clock)
+    loop.rest(0.001)
+    assert (await rows)[0] == 5
