@@ -131,7 +131,7 @@ def _configure_retention(p: argparse.ArgumentParser) -> None:
                    help="a prune batch waits for the fire loop to rest and is sized to take at most this share "
                         f"of the rest, 0-1 (default {d.gap_share:g})")
     p.add_argument("--retention-pause", type=float, default=d.pause_s,
-                   help=f"seconds between prune batches (default {d.pause_s:g})")
+                   help=f"seconds to pause after a prune batch that deleted (default {d.pause_s:g})")
     p.add_argument("--retention-idle", type=float, default=d.idle_s,
                    help=f"seconds between prune passes once nothing is left (default {d.idle_s:g})")
     p.add_argument("--no-pruning", action="store_true", help="never prune finished executions on this node")
