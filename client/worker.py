@@ -17,18 +17,19 @@ token is refused, which stops the handler (ctx.cancelled is set, its result is d
 Handlers must be idempotent on (execution_id, scheduled_for).
 
 Throughput. `concurrency` (default 100) handlers run at once. 100 suits async handlers, which
-mostly wait on I/O: 100 coroutines cost little, one lease call (the node's limit is 100 per
-call) fills an idle worker, and heartbeats stay at 100 * 3 / lease_s RPCs/s (5/s). Sync handlers
+mostly wait on I/O: 100 coroutines cost little, one lease call (the node's limit is 1,000 per
+call, cronwheel.dispatch_limits) fills an idle worker and its prefetch, and heartbeats stay at
+100 * 3 / lease_s RPCs/s (5/s). Sync handlers
 run on the worker's own thread pool of `threads` (default 32) threads, never the loop's default
 executor; when more sync handlers run than threads, the rest wait for a thread (their timeout
 counts). A slot is free the moment its handler returns: reports go in the background (see
 cronwheel.client.worker_reports: batched, retried, flushed on exit). Prefetch: the worker leases
-up to `prefetch` runs (default min(concurrency, 100), one lease call's worth; 0 turns it off)
+up to `prefetch` runs (default min(concurrency, 1000), one lease call's worth; 0 turns it off)
 beyond its free slots, so the next batch is on its way while the current one runs; they start
 in lease order as slots free, are heartbeated like running ones while they wait, and are handed
 back (worker_shutdown) if the worker stops first. A worker with slow handlers holds up to
 `prefetch` runs other workers could have started: lower it there. Lease calls are kept in
-flight while there is room, each asking for min(room, 100), so an idle worker always waits in a
+flight while there is room, each asking for min(room, 1000), so an idle worker always waits in a
 long poll and is handed work as soon as a node queues it (the node wakes waiting polls on its
 NOTIFY of queued work and on its own fire batches).
 
@@ -167,7 +168,7 @@ class Worker:
     @property
     def prefetch(self) -> int:
         """Runs leased ahead of free slots: by default one lease call's worth
-        (min(concurrency, 100)), so the next batch is on its way while the current one runs."""
+        (min(concurrency, 1000)), so the next batch is on its way while the current one runs."""
         return default_prefetch(self.concurrency) if self._prefetch is None else self._prefetch
 
     @prefetch.setter

@@ -10,10 +10,8 @@ from enum import StrEnum
 
 import grpc
 
-# The node refuses a LeaseExecutions asking for more (DispatchConfig.max_count, proto: 1..100).
-MAX_LEASE_COUNT = 100
-# CompleteExecutions takes 1..1000 items (proto).
-MAX_COMPLETE_BATCH = 1000
+# The node's per-call limit on LeaseExecutions, from the one module both sides read.
+from cronwheel.dispatch_limits import MAX_LEASE_COUNT
 
 
 class StopReason(StrEnum):

@@ -30,8 +30,9 @@ from typing import Any
 import grpc
 
 from cronwheel.client.worker_connection import WorkerStopped, permanent
-from cronwheel.client.worker_policy import MAX_COMPLETE_BATCH, CodeClass, Verdict, backoff_s, classify, status_code
+from cronwheel.client.worker_policy import CodeClass, Verdict, backoff_s, classify, status_code
 from cronwheel.clock import Clock
+from cronwheel.dispatch_limits import MAX_COMPLETE_BATCH
 from cronwheel.v1 import dispatch_pb2
 
 log = logging.getLogger("cronwheel.client.worker")

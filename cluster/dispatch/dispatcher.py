@@ -43,6 +43,7 @@ from cronwheel.cluster.dispatch.policy import (
     priority_order,
 )
 from cronwheel.cluster.metrics import Metrics
+from cronwheel.dispatch_limits import MAX_COMPLETE_BATCH, MAX_LEASE_COUNT
 from cronwheel.errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken
 from cronwheel.storage import PgStore
 from cronwheel.storage.dispatch import (
@@ -68,7 +69,7 @@ class DispatchConfig:
     max_lease_s: float = 3600.0
     min_lease_s: float = 1.0
     max_wait_s: float = 60.0
-    max_count: int = 100
+    max_count: int = MAX_LEASE_COUNT
     fair_tau_s: float = FAIR_SHARE_TAU_S
 
     def validate(self) -> DispatchConfig:
@@ -217,8 +218,8 @@ class Dispatcher:
     async def complete_many(self, worker: str, items: list[tuple[uuid.UUID, int, str]],
                             tenant: str | None = None) -> list[Outcome | Exception]:
         """Succeed many runs in one transaction; each item is judged as `complete` would judge it."""
-        if not 1 <= len(items) <= 1000:
-            raise InvalidArgument("items", f"must hold 1..1000 completions, got {len(items)}")
+        if not 1 <= len(items) <= MAX_COMPLETE_BATCH:
+            raise InvalidArgument("items", f"must hold 1..{MAX_COMPLETE_BATCH} completions, got {len(items)}")
         results: list[Any] = []
         ok_items: list[Completion] = []
         for ident, token, result_json in items:

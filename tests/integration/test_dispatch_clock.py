@@ -12,6 +12,8 @@ import pytest
 from cronwheel.clock import FakeClock
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher
 from cronwheel.cluster.metrics import Metrics
+from cronwheel.dispatch_limits import MAX_LEASE_COUNT
+from cronwheel.errors import InvalidArgument
 from cronwheel.storage import PgStore
 from tests.integration.execution_rows import execution_row, insert_execution
 
@@ -94,3 +96,25 @@ async def test_history_retention_counts_days_back_from_the_node_clock(store: PgS
     async with store.connection() as conn:
         cur = await conn.execute("SELECT at FROM events WHERE kind = 'x'")
         assert [r[0] for r in await cur.fetchall()] == [young]
+
+
+async def test_one_lease_call_takes_up_to_the_node_limit_and_no_more(store: PgStore) -> None:
+    # A herd's worth of runs comes back from ONE call (the limit was 100: ten claims, one at a
+    # time, for 1,000 cron runs due at one instant); a call asking for more is refused, naming
+    # the field, and leases nothing.
+    clock = FakeClock(start_ts=T0.timestamp())
+    async with store.connection() as conn:
+        await conn.execute(
+            "INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state)"
+            " SELECT cronwheel_uuid7(), 'default', 'job', 1, %(t)s, %(t)s, 'queued'"
+            " FROM generate_series(1, %(n)s)", {"t": T0, "n": MAX_LEASE_COUNT + 5})
+    d = Dispatcher(store, clock)
+    with pytest.raises(InvalidArgument) as err:
+        await d.lease("w1", ["job"], MAX_LEASE_COUNT + 1, 30.0, 0.0)
+    assert err.value.field == "max_count"
+    got = await d.lease("w1", ["job"], MAX_LEASE_COUNT, 30.0, 0.0)
+    assert len(got) == MAX_LEASE_COUNT == 1000
+    assert len({r.id for r in got}) == MAX_LEASE_COUNT
+    async with store.connection() as conn:
+        left = await (await conn.execute("SELECT count(*) FROM executions WHERE state = 'queued'")).fetchone()
+    assert left == (5,)

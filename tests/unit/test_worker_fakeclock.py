@@ -10,6 +10,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from cronwheel.client import JobContext, Worker
 from cronwheel.clock import FakeClock
+from cronwheel.dispatch_limits import MAX_LEASE_COUNT
 from cronwheel.v1 import dispatch_pb2
 
 
@@ -108,16 +109,17 @@ async def test_a_cancel_request_stops_a_handler_that_ignores_it_and_ends_as_a_fa
 
 async def test_no_lease_call_asks_beyond_the_nodes_limit_whatever_the_concurrency() -> None:
     clock = FakeClock()
-    w = Worker("fake:1", concurrency=256, clock=clock)
+    w = Worker("fake:1", concurrency=MAX_LEASE_COUNT + 256, clock=clock)
 
     @w.job("job")
     async def handler(ctx: JobContext) -> None:
         return None
 
-    stub = FakeDispatch([leased(f"e{i}") for i in range(300)])
+    n = 2 * MAX_LEASE_COUNT + 500
+    stub = FakeDispatch([leased(f"e{i}") for i in range(n)])
     serving = asyncio.create_task(w.serve_on(stub))
-    await run_until(clock, lambda: len(stub.completes) == 300)
-    assert max(stub.asked) == 100 and sorted(stub.completes) == sorted(f"e{i}" for i in range(300))
+    await run_until(clock, lambda: len(stub.completes) == n)
+    assert max(stub.asked) == MAX_LEASE_COUNT and sorted(stub.completes) == sorted(f"e{i}" for i in range(n))
     w.stop()
     await serving
 
@@ -204,7 +206,8 @@ async def test_runs_leased_ahead_are_heartbeated_and_handed_back_at_shutdown() -
 def test_prefetch_defaults_to_one_lease_calls_worth() -> None:
     assert Worker("fake:1", concurrency=16).prefetch == 16
     assert Worker("fake:1").prefetch == 100
-    assert Worker("fake:1", concurrency=500).prefetch == 100
+    assert Worker("fake:1", concurrency=500).prefetch == 500
+    assert Worker("fake:1", concurrency=MAX_LEASE_COUNT + 500).prefetch == MAX_LEASE_COUNT
     assert Worker("fake:1", prefetch=0).prefetch == 0
 
 

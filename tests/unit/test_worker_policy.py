@@ -21,13 +21,20 @@ from cronwheel.client.worker_policy import (
 
 
 def test_a_worker_above_the_node_limit_asks_in_calls_of_at_most_the_limit() -> None:
-    concurrency, running, reserved, calls, asked = 256, 0, 0, 0, []
+    concurrency, running, reserved, calls, asked = 2 * MAX_LEASE_COUNT + 56, 0, 0, 0, []
     limit = max_lease_calls(concurrency)
     while n := lease_size(concurrency, running, reserved, calls, limit):
         asked.append(n)
         reserved += n
         calls += 1
-    assert asked == [100, 100, 56] and max(asked) <= MAX_LEASE_COUNT
+    assert asked == [MAX_LEASE_COUNT, MAX_LEASE_COUNT, 56]
+
+
+def test_one_call_can_ask_for_a_whole_herd() -> None:
+    # 100 slots and 100 prefetched: one call asks for all 200 (it was two calls of at most 100,
+    # and the node claims one call at a time)
+    assert MAX_LEASE_COUNT == 1000
+    assert lease_size(200, running=0, reserved=0, calls_in_flight=0, max_calls=max_lease_calls(200)) == 200
 
 
 def test_slots_freed_while_calls_wait_are_asked_for_by_one_more_call() -> None:
