@@ -31,7 +31,10 @@ back (worker_shutdown) if the worker stops first. A worker with slow handlers ho
 `prefetch` runs other workers could have started: lower it there. Lease calls are kept in
 flight while there is room, each asking for min(room, 1000), so an idle worker always waits in a
 long poll and is handed work as soon as a node queues it (the node wakes waiting polls on its
-NOTIFY of queued work and on its own fire batches).
+NOTIFY of queued work and on its own fire batches). A busy worker asks again once half its
+prefetch is free (worker_policy.refill_at): the other half feeds slots while that call is out,
+and the node, which claims one call at a time, gets a few large calls instead of one per handler
+that returned.
 
 Stopping a handler: the worker sets ctx.cancelled (and ctx.stop_reason) and, after a grace,
 cancels the handler's task (a sync handler cannot be interrupted: its thread runs on, its result
@@ -86,6 +89,7 @@ from cronwheel.client.worker_policy import (
     default_prefetch,
     lease_size,
     max_lease_calls,
+    refill_at,
     stronger,
     verdict,
 )
@@ -271,7 +275,9 @@ class Worker:
                 self._start_pending()
                 now = self.clock.monotonic()
                 while now >= retry_at:
-                    n = lease_size(capacity, len(self.running) + len(self.pending), reserved, len(calls), max_calls)
+                    held = len(self.running) + len(self.pending)
+                    n = lease_size(capacity, held, reserved, len(calls), max_calls,
+                                   refill_at(self.prefetch, busy=held > 0))
                     if n == 0:
                         break
                     task = asyncio.create_task(self._lease(n), name="worker-lease")

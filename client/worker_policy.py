@@ -66,13 +66,25 @@ def classify(code: grpc.StatusCode) -> CodeClass:
     return CodeClass.REFUSED
 
 
-def lease_size(concurrency: int, running: int, reserved: int, calls_in_flight: int, max_calls: int) -> int:
+def lease_size(concurrency: int, running: int, reserved: int, calls_in_flight: int, max_calls: int,
+               min_ask: int = 1) -> int:
     """How many runs the next LeaseExecutions asks for (0: start no call now). `reserved` slots
-    are promised to calls already in flight; a call never asks beyond the node's limit."""
+    are promised to calls already in flight; a call never asks beyond the node's limit, and is
+    not worth sending for fewer than `min_ask` runs (`refill_at`: a busy worker refills its
+    prefetch in batches, not a run at a time)."""
     if calls_in_flight >= max_calls:
         return 0
-    free = concurrency - running - reserved
-    return max(0, min(free, MAX_LEASE_COUNT))
+    free = min(concurrency - running - reserved, MAX_LEASE_COUNT)
+    return free if free >= max(1, min_ask) else 0
+
+
+def refill_at(prefetch: int, busy: bool) -> int:
+    """The fewest runs a lease call asks for. An idle worker (nothing running, nothing leased
+    ahead) asks for any room at once. A busy one waits until half its prefetch is free: the other
+    half still feeds slots as they free while the call is out, so no slot waits for it, and the
+    node, which claims one call at a time, gets a few calls of many runs instead of a call per
+    handler that returned (1,000 runs at one instant were claims of 3-10 runs, ~12 ms each)."""
+    return max(1, prefetch // 2) if busy else 1
 
 
 def default_prefetch(concurrency: int) -> int:
