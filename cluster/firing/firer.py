@@ -189,7 +189,6 @@ class Firer:
         # Set (and replaced by a fresh one) each time the fire loop goes to sleep: what background
         # writers (the pruner) wait on to use the database between fires (`quiet_for`, `next_rest`).
         self._resting = asyncio.Event()
-        self._fires: set[asyncio.Task[None]] = set()  # fires in flight (_fire_loop)
         self._announce_due = False  # queued runs committed since the last NOTIFY went out
         self.recent_lags: deque[float] = deque(maxlen=10_000)  # for ClusterStatus percentiles
 
@@ -450,58 +449,30 @@ class Firer:
                 st.lock.release()
 
     async def _fire_loop(self) -> None:
-        """Advance the wheel and fire what is due. A fire runs as a task of its own, so what
-        comes due while a statement is in flight fires at once on another connection (it used
-        to wait for the statement before: a slow one delayed every tick behind it, W2's fire-lag
-        tail) rather than after it. At most parallel_batches fires are in flight; a partition's
-        fires still go one at a time, in order (its lock: a due entry of a partition that an
-        in-flight fire holds waits for it, `_fire_group`)."""
         tick = self.config.tick_s
         while True:
             self._wake.clear()
             due = self.wheel.advance(max(self.clock.now_ts(), self.wheel.now))
             if due:
-                while len(self._fires) >= self.config.parallel_batches:  # back-pressure
-                    await asyncio.wait(self._fires, return_when=asyncio.FIRST_COMPLETED)
-                self._start_fire(due)
+                await self._fire_due(due)
                 continue
             nd = self.wheel.next_deadline()
             now = self.clock.now_ts()
             delay = 1.0 if nd is None else min(1.0, max(nd - now, tick / 2))
             self._sleeping_until = now + delay
-            self._rest_if_idle()
+            rested, self._resting = self._resting, asyncio.Event()
+            rested.set()
             await self.clock.wait(self._wake, delay)
             self._sleeping_until = float("-inf")  # awake: the loop advances the wheel next anyway
-
-    def _start_fire(self, due: list[Item]) -> None:
-        """Fire `due` in run()'s TaskGroup: an unexpected error ends run() as it did when the
-        loop awaited the fire itself, and stopping the firer stops fires in flight."""
-        assert self._tg is not None  # the fire loop runs inside run()
-        task = self._tg.create_task(self._fire_due(due), name="fire")
-        self._fires.add(task)
-        task.add_done_callback(self._fire_done)
-
-    def _fire_done(self, task: asyncio.Task[None]) -> None:
-        self._fires.discard(task)
-        self._rest_if_idle()
-
-    def _rest_if_idle(self) -> None:
-        """Tell background writers (the pruner) the loop rests: it sleeps and no fire is in flight."""
-        if self._fires or self._sleeping_until == float("-inf"):
-            return
-        rested, self._resting = self._resting, asyncio.Event()
-        rested.set()
 
     def quiet_for(self) -> float:
         """Seconds from now until the fire loop next wakes (0 while it fires): how long a
         background writer may hold the database without meeting a fire statement of this node.
         A new job due earlier than that wakes the loop sooner."""
-        if self._fires:
-            return 0.0
         return max(0.0, self._sleeping_until - self.clock.now_ts())
 
     async def next_rest(self, timeout_s: float) -> bool:
-        """Wait until the fire loop next rests (asleep, no fire in flight), at most timeout_s."""
+        """Wait until the fire loop next goes to sleep (its fire done), at most timeout_s."""
         return await self.clock.wait(self._resting, timeout_s)
 
     async def _fire_due(self, due: list[Item]) -> None:

@@ -5,18 +5,15 @@ the node) instead of vanishing in an orphan task. No database: a stub port, a Fa
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Any
 
 import pytest
 
 from cronwheel.clock import FakeClock
 from cronwheel.cluster.firing.firer import Firer, FiringConfig
 from cronwheel.errors import Unavailable
-from cronwheel.storage import DueOneoff, DueSchedule, FireBatchResult
+from cronwheel.storage import DueOneoff, DueSchedule
 
 TIMEOUT_S = 5.0
 
@@ -106,62 +103,3 @@ async def test_the_fire_loop_says_when_it_rests_and_for_how_long() -> None:
         assert firer.quiet_for() == pytest.approx(1.0)
     finally:
         run.cancel()
-
-
-class SlowFirstFire(StubFiring):
-    """The fire statement: the first one stays in flight until `release` is set; every one is
-    recorded with the partitions it carried."""
-
-    def __init__(self) -> None:
-        super().__init__(None)
-        self.calls: list[list[int]] = []
-        self.release = asyncio.Event()
-
-    async def fire_plain_many(self, batches: list[tuple[int, int, Any]], now: datetime) -> dict[int, Any]:
-        self.calls.append(sorted(p for p, _epoch, _plain in batches))
-        if len(self.calls) == 1:
-            await self.release.wait()
-        return {p: FireBatchResult((), 0, 0) for p, _epoch, _plain in batches}
-
-
-async def settle(cond: Callable[[], bool]) -> None:
-    """Let the loop run (no clock moves) until cond() holds."""
-    for _ in range(200):
-        if cond():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never held")
-
-
-async def test_what_comes_due_while_a_fire_is_in_flight_fires_at_once_unless_its_partition_is_busy() -> None:
-    """A slow fire statement used to hold up everything due after it (the loop awaited each
-    fire): now a due entry of another partition fires at once on its own statement, one of the
-    busy partition waits for that partition's fire to finish (its fires stay in order), and the
-    loop does not say it rests while a fire is in flight."""
-    clock = FakeClock(start_ts=1000.0)
-    port = SlowFirstFire()
-    firer = firer_with(port, clock)
-    for p in (1, 2):
-        await firer.partition_gained(p, 1)
-    run = asyncio.create_task(firer.run())
-    try:
-        await settle(lambda: all(st.loaded_until > 1000 for st in firer.parts.values()))
-        a, b, c = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-        await firer.add_oneoffs([(1, a, 1000.5), (2, b, 1000.7), (1, c, 1000.7)])
-        clock.advance(0.5)
-        await settle(lambda: port.calls == [[1]])  # a's statement, held in flight
-        clock.advance(0.2)
-        await settle(lambda: port.calls == [[1], [2]])  # b fires while a's statement is out
-        rest = asyncio.create_task(firer.next_rest(10.0))
-        for _ in range(20):
-            await asyncio.sleep(0)
-        assert port.calls == [[1], [2]]  # c waits for partition 1's fire
-        assert firer.quiet_for() == 0.0 and not rest.done()  # a fire in flight: no rest
-        port.release.set()
-        await settle(lambda: port.calls == [[1], [2], [1]])  # then c, after a
-        assert await asyncio.wait_for(rest, TIMEOUT_S) is True
-        assert firer.quiet_for() > 0
-    finally:
-        run.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await run
