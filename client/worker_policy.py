@@ -67,15 +67,15 @@ def classify(code: grpc.StatusCode) -> CodeClass:
 
 
 def lease_size(concurrency: int, running: int, reserved: int, calls_in_flight: int, max_calls: int,
-               min_ask: int = 1) -> int:
-    """How many runs the next LeaseExecutions asks for (0: start no call now). `reserved` slots
-    are promised to calls already in flight; a call never asks beyond the node's limit, and is
-    not worth sending for fewer than `min_ask` runs (`refill_at`: a busy worker refills its
-    prefetch in batches, not a run at a time)."""
+               prefetch: int = 0) -> int:
+    """How many runs the next LeaseExecutions asks for (0: start no call now). `concurrency` is
+    the worker's capacity (slots plus prefetch), `running` what it holds (running or leased
+    ahead), `reserved` slots promised to calls already in flight. A call never asks beyond the
+    node's limit, nor for fewer than `refill_at(prefetch, busy)` runs."""
     if calls_in_flight >= max_calls:
         return 0
     free = min(concurrency - running - reserved, MAX_LEASE_COUNT)
-    return free if free >= max(1, min_ask) else 0
+    return free if free >= refill_at(prefetch, busy=running > 0) else 0
 
 
 def refill_at(prefetch: int, busy: bool) -> int:

@@ -116,14 +116,14 @@ def test_a_busy_worker_refills_its_prefetch_in_batches_an_idle_one_asks_at_once(
     # concurrency 100, prefetch 100: capacity 200. Busy with 100 running and 60 leased ahead,
     # 40 free is not worth a call (the 60 feed slots meanwhile); 50 free is.
     assert refill_at(100, busy=True) == 50
-    assert lease_size(200, running=160, reserved=0, calls_in_flight=0, max_calls=2, min_ask=50) == 0
-    assert lease_size(200, running=150, reserved=0, calls_in_flight=0, max_calls=2, min_ask=50) == 50
+    assert lease_size(200, running=160, reserved=0, calls_in_flight=0, max_calls=2, prefetch=100) == 0
+    assert lease_size(200, running=150, reserved=0, calls_in_flight=0, max_calls=2, prefetch=100) == 50
     # idle: any room at once (it waits in a long poll for work)
     assert refill_at(100, busy=False) == 1
-    assert lease_size(200, running=0, reserved=0, calls_in_flight=0, max_calls=2, min_ask=1) == 200
+    assert lease_size(200, running=0, reserved=0, calls_in_flight=0, max_calls=2, prefetch=100) == 200
     # no prefetch: every freed slot is asked for, as before
     assert refill_at(0, busy=True) == 1
-    assert lease_size(100, running=99, reserved=0, calls_in_flight=0, max_calls=2, min_ask=1) == 1
+    assert lease_size(100, running=99, reserved=0, calls_in_flight=0, max_calls=2, prefetch=0) == 1
 
 
 def test_holding_back_never_idles_a_slot() -> None:
@@ -134,5 +134,5 @@ def test_holding_back_never_idles_a_slot() -> None:
         for prefetch in (0, 1, 7, concurrency, 2 * concurrency):
             capacity = concurrency + prefetch
             for running in range(concurrency):  # a slot is free, nothing leased ahead
-                n = lease_size(capacity, running, 0, 0, max_lease_calls(capacity), refill_at(prefetch, running > 0))
-                assert n == capacity - running or n == MAX_LEASE_COUNT, (concurrency, prefetch, running, n)
+                n = lease_size(capacity, running, 0, 0, max_lease_calls(capacity), prefetch)
+                assert n == capacity - running, (concurrency, prefetch, running, n)
