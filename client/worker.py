@@ -17,22 +17,26 @@ token is refused, which stops the handler (ctx.cancelled is set, its result is d
 Handlers must be idempotent on (execution_id, scheduled_for).
 
 Throughput. `concurrency` (default 100) handlers run at once. 100 suits async handlers, which
-mostly wait on I/O: 100 coroutines cost little, one lease call (the node's limit is 1,000 per call,
-cronwheel.dispatch_limits) fills an idle worker and its prefetch, and heartbeats stay at 100 * 3 /
+mostly wait on I/O: 100 coroutines cost little, one lease call fills an idle worker and its
+prefetch (a call asks for at most 250 runs, worker_policy.LEASE_CALL_RUNS; the node's limit is
+1,000, cronwheel.dispatch_limits), and heartbeats stay at 100 * 3 /
 lease_s RPCs/s (5/s). Sync handlers run on the worker's own thread pool of `threads` (default 32)
 threads, never the loop's default executor; when more sync handlers run than threads, the rest wait
 for a thread (their timeout counts). A slot is free the moment its handler returns: reports go in
 the background (see cronwheel.client.worker_reports: batched, retried, flushed on exit). Prefetch:
-the worker leases up to `prefetch` runs (default min(concurrency, 1000), one lease call's worth; 0
+the worker leases up to `prefetch` runs (default min(concurrency, 1000), one run per slot; 0
 turns it off) beyond its free slots, so the next batch is on its way while the current one runs;
 they start in lease order as slots free, are heartbeated like running ones while they wait, and are
 handed back (worker_shutdown) if the worker stops first. A worker with slow handlers holds up to
 `prefetch` runs other workers could have started: lower it there. Lease calls are kept in flight
-while there is room, each asking for min(room, 1000), so an idle worker always waits in a long poll
+while there is room, each asking for min(room, 250), so an idle worker always waits in a long poll
 and is handed work as soon as a node queues it (the node wakes waiting polls on its NOTIFY of
-queued work and on its own fire batches). A busy worker asks again once half its prefetch is free
-(worker_policy.refill_at): the other half feeds slots while that call is out, and the node, which
-claims one call at a time, gets a few large calls instead of one per handler that returned.
+queued work and on its own fire batches). A busy worker asks again once half its prefetch (at most
+250) is free (worker_policy.refill_at): the rest feeds slots while that call is out, and the node,
+which claims one call at a time, gets a few large calls instead of one per handler that returned.
+A large room goes out as several calls of 250 in flight at once: the node claims them one after
+another while the worker starts the runs of the earlier ones (a worker with fast handlers and
+`prefetch=1000` starts a 1,000-run herd sooner than with one call of 1,000 it waits for whole).
 
 Stopping a handler: the worker sets ctx.cancelled (and ctx.stop_reason) and, after a grace,
 cancels the handler's task (a sync handler cannot be interrupted: its thread runs on, its result
@@ -168,8 +172,8 @@ class Worker:
 
     @property
     def prefetch(self) -> int:
-        """Runs leased ahead of free slots: by default one lease call's worth
-        (min(concurrency, 1000)), so the next batch is on its way while the current one runs."""
+        """Runs leased ahead of free slots: by default one per slot (min(concurrency, 1000)), so
+        the next batch is on its way while the current one runs."""
         return default_prefetch(self.concurrency) if self._prefetch is None else self._prefetch
 
     @prefetch.setter

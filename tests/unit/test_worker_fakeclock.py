@@ -9,6 +9,7 @@ from typing import Any
 from google.protobuf.duration_pb2 import Duration
 
 from cronwheel.client import JobContext, Worker
+from cronwheel.client.worker_policy import LEASE_CALL_RUNS
 from cronwheel.clock import FakeClock
 from cronwheel.dispatch_limits import MAX_LEASE_COUNT
 from cronwheel.v1 import dispatch_pb2
@@ -119,7 +120,8 @@ async def test_no_lease_call_asks_beyond_the_nodes_limit_whatever_the_concurrenc
     stub = FakeDispatch([leased(f"e{i}") for i in range(n)])
     serving = asyncio.create_task(w.serve_on(stub))
     await run_until(clock, lambda: len(stub.completes) == n)
-    assert max(stub.asked) == MAX_LEASE_COUNT and sorted(stub.completes) == sorted(f"e{i}" for i in range(n))
+    assert max(stub.asked) == LEASE_CALL_RUNS <= MAX_LEASE_COUNT
+    assert sorted(stub.completes) == sorted(f"e{i}" for i in range(n))
     w.stop()
     await serving
 
@@ -203,7 +205,28 @@ async def test_runs_leased_ahead_are_heartbeated_and_handed_back_at_shutdown() -
     assert {(f.error_type, f.retryable) for f in stub.fails} == {("worker_shutdown", True)}
 
 
-def test_prefetch_defaults_to_one_lease_calls_worth() -> None:
+async def test_a_worker_with_a_large_prefetch_asks_in_calls_of_lease_call_runs_and_never_beyond() -> None:
+    # 100 slots + 1,000 ahead: an idle worker's 1,100 of room go out as calls of 250 (the node
+    # claims them one after another while the worker starts the earlier ones), never a call of
+    # 1,000 it would wait for whole.
+    clock = FakeClock()
+    w = Worker("fake:1", clock=clock, prefetch=MAX_LEASE_COUNT)
+    held: list[int] = []
+
+    @w.job("job")
+    async def handler(ctx: JobContext) -> None:
+        held.append(len(w.running) + len(w.pending))
+
+    stub = FakeDispatch([leased(f"e{i}") for i in range(3000)])
+    serving = asyncio.create_task(w.serve_on(stub))
+    await run_until(clock, lambda: len(stub.completes) == 3000, steps=5000)
+    assert stub.asked[:4] == [LEASE_CALL_RUNS] * 4 and max(stub.asked) == LEASE_CALL_RUNS
+    assert max(held) <= w.concurrency + MAX_LEASE_COUNT  # never beyond slots + prefetch
+    w.stop()
+    await serving
+
+
+def test_prefetch_defaults_to_one_run_per_slot_within_the_nodes_limit() -> None:
     assert Worker("fake:1", concurrency=16).prefetch == 16
     assert Worker("fake:1").prefetch == 100
     assert Worker("fake:1", concurrency=500).prefetch == 500

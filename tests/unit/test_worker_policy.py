@@ -6,6 +6,7 @@ import grpc
 import pytest
 
 from cronwheel.client.worker_policy import (
+    LEASE_CALL_RUNS,
     MAX_LEASE_COUNT,
     CodeClass,
     StopReason,
@@ -21,20 +22,22 @@ from cronwheel.client.worker_policy import (
 )
 
 
-def test_a_worker_above_the_node_limit_asks_in_calls_of_at_most_the_limit() -> None:
+def test_a_large_room_is_asked_for_in_calls_of_lease_call_runs_all_in_flight_at_once() -> None:
+    # The node claims one call at a time: calls of 250 are claimed one after the other while the
+    # worker starts the runs of the earlier ones. Every call fits the node's limit.
+    assert LEASE_CALL_RUNS <= MAX_LEASE_COUNT
     concurrency, running, reserved, calls, asked = 2 * MAX_LEASE_COUNT + 56, 0, 0, 0, []
     limit = max_lease_calls(concurrency)
     while n := lease_size(concurrency, running, reserved, calls, limit):
         asked.append(n)
         reserved += n
         calls += 1
-    assert asked == [MAX_LEASE_COUNT, MAX_LEASE_COUNT, 56]
+    assert asked == [LEASE_CALL_RUNS] * 8 + [56]
+    assert calls < limit  # one call is left for slots freed while these wait
 
 
-def test_one_call_can_ask_for_a_whole_herd() -> None:
-    # 100 slots and 100 prefetched: one call asks for all 200 (it was two calls of at most 100,
-    # and the node claims one call at a time)
-    assert MAX_LEASE_COUNT == 1000
+def test_one_call_can_ask_for_a_whole_herd_of_a_default_worker() -> None:
+    # 100 slots and 100 prefetched: one call asks for all 200 (it was two calls of at most 100)
     assert lease_size(200, running=0, reserved=0, calls_in_flight=0, max_calls=max_lease_calls(200)) == 200
 
 
@@ -121,6 +124,12 @@ def test_a_busy_worker_refills_its_prefetch_in_batches_an_idle_one_asks_at_once(
     # idle: any room at once (it waits in a long poll for work)
     assert refill_at(100, busy=False) == 1
     assert lease_size(200, running=0, reserved=0, calls_in_flight=0, max_calls=2, prefetch=100) == 200
+    # a large prefetch: a busy worker asks once a whole call's worth is free, not half of 1,000
+    assert refill_at(1000, busy=True) == LEASE_CALL_RUNS
+    assert lease_size(1100, running=851, reserved=0, calls_in_flight=0, max_calls=6, prefetch=1000) == 0
+    assert lease_size(1100, running=600, reserved=0, calls_in_flight=0, max_calls=6, prefetch=1000) == 250
+    assert lease_size(1100, running=600, reserved=250, calls_in_flight=1, max_calls=6, prefetch=1000) == 250
+    assert lease_size(1100, running=600, reserved=500, calls_in_flight=2, max_calls=6, prefetch=1000) == 0
     # no prefetch: every freed slot is asked for, as before
     assert refill_at(0, busy=True) == 1
     assert lease_size(100, running=99, reserved=0, calls_in_flight=0, max_calls=2, prefetch=0) == 1
@@ -130,9 +139,10 @@ def test_holding_back_never_idles_a_slot() -> None:
     # The worker starts leased-ahead runs the moment a slot frees, so a slot is free only when
     # nothing is leased ahead. In every such state the worker asks (holding back happens only
     # while every slot is busy or has a leased run waiting for it).
-    for concurrency in (1, 4, 16, 100):
-        for prefetch in (0, 1, 7, concurrency, 2 * concurrency):
+    for concurrency in (1, 4, 16, 100, 1000):
+        for prefetch in (0, 1, 7, concurrency, 2 * concurrency, MAX_LEASE_COUNT):
             capacity = concurrency + prefetch
             for running in range(concurrency):  # a slot is free, nothing leased ahead
                 n = lease_size(capacity, running, 0, 0, max_lease_calls(capacity), prefetch)
-                assert n == capacity - running, (concurrency, prefetch, running, n)
+                assert n == min(capacity - running, LEASE_CALL_RUNS), (concurrency, prefetch, running, n)
+
