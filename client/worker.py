@@ -24,19 +24,23 @@ lease_s RPCs/s (5/s). Sync handlers run on the worker's own thread pool of `thre
 threads, never the loop's default executor; when more sync handlers run than threads, the rest wait
 for a thread (their timeout counts). A slot is free the moment its handler returns: reports go in
 the background (see cronwheel.client.worker_reports: batched, retried, flushed on exit). Prefetch:
-the worker leases up to `prefetch` runs (default min(concurrency, 1000), one run per slot; 0
-turns it off) beyond its free slots, so the next batch is on its way while the current one runs;
-they start in lease order as slots free, are heartbeated like running ones while they wait, and are
-handed back (worker_shutdown) if the worker stops first. A worker with slow handlers holds up to
-`prefetch` runs other workers could have started: lower it there. Lease calls are kept in flight
-while there is room, each asking for min(room, 250), so an idle worker always waits in a long poll
-and is handed work as soon as a node queues it (the node wakes waiting polls on its NOTIFY of
-queued work and on its own fire batches). A busy worker asks again once half its prefetch (at most
-250) is free (worker_policy.refill_at): the rest feeds slots while that call is out, and the node,
-which claims one call at a time, gets a few large calls instead of one per handler that returned.
+the worker leases up to `prefetch` runs beyond its free slots (0 turns it off), so the next batch
+is on its way while the current one runs; they start in lease order as slots free, are heartbeated
+like running ones while they wait, and are handed back (worker_shutdown) if the worker stops first.
+By default (prefetch None) it follows the worker's pace (worker_policy.default_prefetch): one run
+per slot, or twice what the worker started in the last 0.1 s if more, at most 1,000: fast handlers
+get a herd in a few large claims, slow ones hold about 0.2 s of their own work ahead. Runs leased
+ahead while handlers were fast wait for slots if the next ones turn out slow (at most 1,000); a
+worker whose job types mix very fast and very slow handlers can set `prefetch` to fix the number.
+Lease calls are kept in flight while there is room, each asking for min(room, 250), so an idle
+worker always waits in a long poll and is handed work as soon as a node queues it (the node wakes
+waiting polls on its NOTIFY of queued work and on its own fire batches). A busy worker asks again
+once half its prefetch (at most 250) is free (worker_policy.refill_at): the rest feeds slots while
+that call is out, and the node, which claims one call at a time, gets a few large calls instead of
+one per handler that returned.
 A large room goes out as several calls of 250 in flight at once: the node claims them one after
-another while the worker starts the runs of the earlier ones (a worker with fast handlers and
-`prefetch=1000` starts a 1,000-run herd sooner than with one call of 1,000 it waits for whole).
+another while the worker starts the runs of the earlier ones (a 1,000-run herd starts sooner than
+as one call of 1,000 the worker waits for whole).
 
 Stopping a handler: the worker sets ctx.cancelled (and ctx.stop_reason) and, after a grace,
 cancels the handler's task (a sync handler cannot be interrupted: its thread runs on, its result
@@ -70,6 +74,7 @@ import signal
 import socket
 import sys
 import traceback
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -83,6 +88,7 @@ from cronwheel import tracing
 from cronwheel.client.worker_connection import Connection, WorkerStopped, permanent, unreachable
 from cronwheel.client.worker_context import JobContext, NonRetryable, Run, Stale
 from cronwheel.client.worker_policy import (
+    PREFETCH_WINDOW_S,
     CodeClass,
     StopReason,
     Verdict,
@@ -169,12 +175,19 @@ class Worker:
         self.reporter: Reporter | None = None
         self.completed = 0
         self.failed = 0
+        self._starts: deque[float] = deque()  # monotonic start times within PREFETCH_WINDOW_S (pace)
 
     @property
     def prefetch(self) -> int:
-        """Runs leased ahead of free slots: by default one per slot (min(concurrency, 1000)), so
-        the next batch is on its way while the current one runs."""
-        return default_prefetch(self.concurrency) if self._prefetch is None else self._prefetch
+        """Runs leased ahead of free slots. By default the worker's pace: one per slot, or twice
+        the runs it started in the last PREFETCH_WINDOW_S if more, at most 1,000
+        (worker_policy.default_prefetch); the lease loop reads it before each call."""
+        if self._prefetch is not None:
+            return self._prefetch
+        cutoff = self.clock.monotonic() - PREFETCH_WINDOW_S
+        while self._starts and self._starts[0] < cutoff:
+            self._starts.popleft()
+        return default_prefetch(self.concurrency, len(self._starts))
 
     @prefetch.setter
     def prefetch(self, value: int) -> None:
@@ -269,11 +282,11 @@ class Worker:
         retry_at = 0.0
         failures = 0
         started = self.clock.monotonic()
-        capacity = self.concurrency + self.prefetch  # slots plus the runs leased ahead of them
-        max_calls = max_lease_calls(capacity)
         try:
             while not self._stopping.is_set():
                 self._start_pending()
+                capacity = self.concurrency + self.prefetch  # slots plus the runs leased ahead (by default paced)
+                max_calls = max_lease_calls(capacity)
                 now = self.clock.monotonic()
                 while now >= retry_at:
                     n = lease_size(capacity, len(self.running) + len(self.pending), reserved, len(calls), max_calls,
@@ -368,6 +381,7 @@ class Worker:
         run = Run(ctx, lease_until=t0 + self.lease_s, deadline=deadline, warn_at=warn_at, timeout_s=timeout_s)
         run.task = asyncio.create_task(self._supervise(run), name=f"job-{ex.execution_id}")
         self.running[ex.execution_id] = run
+        self._starts.append(self.clock.monotonic())
 
         def finished(_t: asyncio.Task[None]) -> None:
             if self.running.get(ex.execution_id) is run:  # not a later lease of the same execution

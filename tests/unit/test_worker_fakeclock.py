@@ -9,7 +9,7 @@ from typing import Any
 from google.protobuf.duration_pb2 import Duration
 
 from cronwheel.client import JobContext, Worker
-from cronwheel.client.worker_policy import LEASE_CALL_RUNS
+from cronwheel.client.worker_policy import LEASE_CALL_RUNS, PREFETCH_WINDOW_S
 from cronwheel.clock import FakeClock
 from cronwheel.dispatch_limits import MAX_LEASE_COUNT
 from cronwheel.v1 import dispatch_pb2
@@ -222,6 +222,45 @@ async def test_a_worker_with_a_large_prefetch_asks_in_calls_of_lease_call_runs_a
     await run_until(clock, lambda: len(stub.completes) == 3000, steps=5000)
     assert stub.asked[:4] == [LEASE_CALL_RUNS] * 4 and max(stub.asked) == LEASE_CALL_RUNS
     assert max(held) <= w.concurrency + MAX_LEASE_COUNT  # never beyond slots + prefetch
+    w.stop()
+    await serving
+
+
+async def test_the_default_prefetch_grows_with_fast_handlers_and_falls_back_when_the_pace_stops() -> None:
+    clock = FakeClock()
+    w = Worker("fake:1", clock=clock)
+    seen: list[int] = []
+
+    @w.job("job")
+    async def handler(ctx: JobContext) -> None:
+        seen.append(w.prefetch)
+
+    stub = FakeDispatch([leased(f"e{i}") for i in range(3000)])
+    serving = asyncio.create_task(w.serve_on(stub))
+    await run_until(clock, lambda: len(stub.completes) == 3000, steps=5000)
+    assert max(seen) == MAX_LEASE_COUNT  # 100 slots that return at once
+    assert stub.asked[0] == 200 and max(stub.asked) == LEASE_CALL_RUNS
+    clock.advance(PREFETCH_WINDOW_S + 0.01)
+    assert w.prefetch == 100  # nothing started lately: one per slot again
+    w.stop()
+    await serving
+
+
+async def test_slow_handlers_keep_the_default_prefetch_near_their_own_pace() -> None:
+    # 8 slots of 50 ms start at most 24 runs in any 0.1 s: never more than 48 leased ahead.
+    clock = FakeClock()
+    w = Worker("fake:1", concurrency=8, clock=clock)
+    seen: list[int] = []
+
+    @w.job("job")
+    async def handler(ctx: JobContext) -> None:
+        seen.append(w.prefetch)
+        await clock.sleep(0.05)
+
+    stub = FakeDispatch([leased(f"e{i}") for i in range(400)])
+    serving = asyncio.create_task(w.serve_on(stub))
+    await run_until(clock, lambda: len(stub.completes) == 400, steps=20000)
+    assert 8 < max(seen) <= 48
     w.stop()
     await serving
 

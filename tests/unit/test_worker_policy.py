@@ -13,6 +13,7 @@ from cronwheel.client.worker_policy import (
     Verdict,
     backoff_s,
     classify,
+    default_prefetch,
     lease_size,
     max_lease_calls,
     refill_at,
@@ -146,3 +147,11 @@ def test_holding_back_never_idles_a_slot() -> None:
                 n = lease_size(capacity, running, 0, 0, max_lease_calls(capacity), prefetch)
                 assert n == min(capacity - running, LEASE_CALL_RUNS), (concurrency, prefetch, running, n)
 
+
+def test_the_default_prefetch_is_twice_the_recent_starts_between_one_per_slot_and_the_limit() -> None:
+    assert default_prefetch(100) == 100  # idle, or nothing started lately: one per slot
+    assert default_prefetch(16, recent_starts=3) == 16
+    assert default_prefetch(8, recent_starts=16) == 32  # 8 slots of 50 ms: 16 starts in 0.1 s
+    assert default_prefetch(100, recent_starts=80) == 160
+    assert default_prefetch(100, recent_starts=600) == MAX_LEASE_COUNT
+    assert default_prefetch(MAX_LEASE_COUNT + 500) == MAX_LEASE_COUNT
