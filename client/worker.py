@@ -184,10 +184,14 @@ class Worker:
         (worker_policy.default_prefetch); the lease loop reads it before each call."""
         if self._prefetch is not None:
             return self._prefetch
+        return default_prefetch(self.concurrency, self._recent_starts())
+
+    def _recent_starts(self) -> int:
+        """Runs started within the last PREFETCH_WINDOW_S (older start times are dropped)."""
         cutoff = self.clock.monotonic() - PREFETCH_WINDOW_S
         while self._starts and self._starts[0] < cutoff:
             self._starts.popleft()
-        return default_prefetch(self.concurrency, len(self._starts))
+        return len(self._starts)
 
     @prefetch.setter
     def prefetch(self, value: int) -> None:
@@ -381,7 +385,9 @@ class Worker:
         run = Run(ctx, lease_until=t0 + self.lease_s, deadline=deadline, warn_at=warn_at, timeout_s=timeout_s)
         run.task = asyncio.create_task(self._supervise(run), name=f"job-{ex.execution_id}")
         self.running[ex.execution_id] = run
-        self._starts.append(self.clock.monotonic())
+        if self._prefetch is None:  # the pace is kept only for the default prefetch
+            self._starts.append(self.clock.monotonic())
+            self._recent_starts()  # bounded by the window whoever reads the prefetch
 
         def finished(_t: asyncio.Task[None]) -> None:
             if self.running.get(ex.execution_id) is run:  # not a later lease of the same execution
