@@ -16,31 +16,29 @@ killed or paused past its lease is replaced); every call carries the fencing tok
 token is refused, which stops the handler (ctx.cancelled is set, its result is dropped).
 Handlers must be idempotent on (execution_id, scheduled_for).
 
-Throughput. `concurrency` (default 100) handlers run at once. 100 suits async handlers, which
-mostly wait on I/O: 100 coroutines cost little, one lease call fills an idle worker and its
-prefetch (a call asks for at most 250 runs, worker_policy.LEASE_CALL_RUNS; the node's limit is
-1,000, cronwheel.dispatch_limits), and heartbeats stay at 100 * 3 /
-lease_s RPCs/s (5/s). Sync handlers run on the worker's own thread pool of `threads` (default 32)
-threads, never the loop's default executor; when more sync handlers run than threads, the rest wait
-for a thread (their timeout counts). A slot is free the moment its handler returns: reports go in
-the background (see cronwheel.client.worker_reports: batched, retried, flushed on exit). Prefetch:
-the worker leases up to `prefetch` runs beyond its free slots (0 turns it off), so the next batch
-is on its way while the current one runs; they start in lease order as slots free, are heartbeated
-like running ones while they wait, and are handed back (worker_shutdown) if the worker stops first.
-By default (prefetch None) it follows the worker's pace (worker_policy.default_prefetch): one run
-per slot, or twice what the worker started in the last 0.1 s if more, at most 1,000: fast handlers
-get a herd in a few large claims, slow ones hold about 0.2 s of their own work ahead. Runs leased
-ahead while handlers were fast wait for slots if the next ones turn out slow (at most 1,000); a
-worker whose job types mix very fast and very slow handlers can set `prefetch` to fix the number.
-Lease calls are kept in flight while there is room, each asking for min(room, 250), so an idle
-worker always waits in a long poll and is handed work as soon as a node queues it (the node wakes
-waiting polls on its NOTIFY of queued work and on its own fire batches). A busy worker asks again
-once half its prefetch (at most 250) is free (worker_policy.refill_at): the rest feeds slots while
-that call is out, and the node, which claims one call at a time, gets a few large calls instead of
-one per handler that returned.
-A large room goes out as several calls of 250 in flight at once: the node claims them one after
-another while the worker starts the runs of the earlier ones (a 1,000-run herd starts sooner than
-as one call of 1,000 the worker waits for whole).
+Throughput. `concurrency` (default 100) handlers run at once. 100 suits async handlers, which mostly
+wait on I/O: 100 coroutines cost little, one lease call fills an idle worker and its prefetch, and
+heartbeats stay at 100 * 3 / lease_s RPCs/s (5/s). Sync handlers run on the worker's own thread pool
+of `threads` (default 32) threads, never the loop's default executor; when more sync handlers run
+than threads, the rest wait for a thread (their timeout counts). A slot is free the moment its
+handler returns: reports go in the background (see cronwheel.client.worker_reports: batched,
+retried, flushed on exit). Prefetch: the worker leases up to `prefetch` runs beyond its free slots
+(0 turns it off), so the next batch is on its way while the current one runs; they start in lease
+order as slots free, are heartbeated like running ones while they wait, and are handed back
+(worker_shutdown) if the worker stops first. By default (prefetch None) it follows the worker's pace
+(worker_policy.default_prefetch): one run per slot, or twice what the worker started in the last
+0.1 s if more, at most 1,000: fast handlers get a herd in a few large claims, slow ones hold about 0.2 s
+of their own work ahead. Runs leased ahead while handlers were fast wait for slots if the next ones
+turn out slow (at most 1,000); a worker whose job types mix very fast and very slow handlers can set
+`prefetch` to fix the number. Lease calls are kept in flight while there is room, each asking for
+min(room, 250) (worker_policy.LEASE_CALL_RUNS; the node's limit is 1,000,
+cronwheel.dispatch_limits), so an idle worker always waits in a long poll and is handed work as soon
+as a node queues it (the node wakes waiting polls on its NOTIFY of queued work and on its own fire
+batches). A busy worker asks again once half its prefetch (at most 250) is free
+(worker_policy.refill_at): the rest feeds slots while that call is out, and the node, which claims
+one call at a time, gets a few large calls instead of one per handler that returned. A large room
+goes out as several such calls at once: the node claims them one after another while the worker
+starts the runs of the earlier ones.
 
 Stopping a handler: the worker sets ctx.cancelled (and ctx.stop_reason) and, after a grace,
 cancels the handler's task (a sync handler cannot be interrupted: its thread runs on, its result
@@ -289,12 +287,13 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 self._start_pending()
-                capacity = self.concurrency + self.prefetch  # slots plus the runs leased ahead (by default paced)
+                prefetch = self.prefetch  # by default the pace: read once per pass
+                capacity = self.concurrency + prefetch  # slots plus the runs leased ahead of them
                 max_calls = max_lease_calls(capacity)
                 now = self.clock.monotonic()
                 while now >= retry_at:
                     n = lease_size(capacity, len(self.running) + len(self.pending), reserved, len(calls), max_calls,
-                                   self.prefetch)
+                                   prefetch)
                     if n == 0:
                         break
                     task = asyncio.create_task(self._lease(n), name="worker-lease")
