@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection
@@ -27,6 +27,7 @@ from cronwheel.storage.errors import map_error
 from cronwheel.storage.queries import q
 
 Row = dict[str, Any]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +133,23 @@ class Database:
             yield conn
 
     @asynccontextmanager
+    async def pipelined_transaction(self, conn: AsyncConnection[Any]) -> AsyncIterator[None]:
+        """One transaction on `conn` (from `connection()`, autocommit) whose statements are sent in
+        pipeline mode: they form one implicit transaction, committed by the Sync that ends the
+        block (PostgreSQL's extended protocol: statements between two Syncs outside an explicit
+        BEGIN are one transaction; an error rolls all of them back). So no BEGIN or COMMIT
+        round trip: the block costs one round trip for the Sync, carrying every statement whose
+        result is read after the block (`Pending`), plus one per result read inside it (a claim:
+        two, where `transaction()` took four: BEGIN, the tenant locks, the claim, COMMIT; and
+        psycopg's own `transaction()` inside a pipeline syncs after BEGIN and around the body,
+        so it would take four as well). A result read after the block is read after the commit
+        succeeded; an error of any statement or of the commit raises at the end of the block
+        (or where a result is read) and nothing of the transaction is kept. Transaction-scoped
+        locks and settings hold to the end of the block."""
+        async with conn.pipeline():
+            yield
+
+    @asynccontextmanager
     async def fenced(self, partition: int, epoch: int) -> AsyncIterator[AsyncConnection[Any]]:
         """A transaction that may write for `partition` only while it still has `epoch`."""
         async with self.transaction() as conn:
@@ -156,6 +174,20 @@ async def at_current_epoch(conn: AsyncConnection[Any], partition: int) -> int:
     if row is None:
         raise Unavailable("postgres", f"partition {partition} has no row (run migrate)")
     return int(row[0])
+
+
+class Pending(Generic[T]):
+    """A statement sent in a pipeline whose result is not read yet (`pipelined_transaction`):
+    read after the block, it came back with the COMMIT, in the same round trip."""
+
+    def __init__(self, cur: psycopg.AsyncCursor[Any], convert: Any) -> None:
+        self._cur, self._convert = cur, convert
+
+    async def result(self) -> T:
+        try:
+            return self._convert(await self._cur.fetchall())  # type: ignore[no-any-return]
+        except psycopg.Error as exc:
+            raise map_error(exc) from exc
 
 
 def psycopg_pool_errors() -> tuple[type[Exception], ...]:

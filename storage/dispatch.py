@@ -26,7 +26,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from cronwheel.storage.db import Database
+from cronwheel.storage.db import Database, Pending
 from cronwheel.storage.errors import map_error
 from cronwheel.storage.queries import q
 
@@ -215,18 +215,22 @@ class DispatchPort:
         cur = await conn.execute(q("claim_lock_tenants"), {"tenant": tenant})
         return [r[0] for r in await cur.fetchall()]
 
-    async def claim(self, conn: Conn, p: ClaimParams) -> list[Leased]:
+    async def claim(self, conn: Conn, p: ClaimParams) -> Pending[list[Leased]]:
+        """Send the claim (`claim`); its leased runs are the Pending's result. In a
+        `pipelined_transaction`, read it after the block: the runs are handed out only once the
+        claim's COMMIT succeeded, and the two travel in one round trip."""
         cur = await conn.execute(q("claim"), {
             "priorities": list(p.priorities), "types": list(p.types) if p.types else None, "limit": p.limit,
             "tenant": p.tenant, "worker": p.worker, "lease_s": p.lease_s, "now": p.now,
             "fair_tau_s": p.fair_tau_s, "tenants": list(p.locked)})
-        return [Leased._make(r) for r in await cur.fetchall()]
+        return Pending(cur, lambda rows: [Leased._make(r) for r in rows])
 
     async def rate_wait(self, conn: Conn, tenant: str | None, now: datetime) -> float | None:
         """Seconds after `now` until the soonest rate-limited tenant with queued work has a whole
-        token (`claim_rate_wait`); None when no tenant is waiting for one. Run in the claim's
-        transaction with the claim's `now`: under its tenant locks it reads the buckets exactly as
-        the claim left them."""
+        token (`claim_rate_wait`); None when no tenant is waiting for one. The dispatcher reads it
+        right after a claim that came back empty committed, with that claim's `now`: the buckets
+        as the claim (or a later one) left them. It only says how long to wait before the next
+        claim, which decides under the tenants' locks."""
         cur = await conn.execute(q("claim_rate_wait"), {"tenant": tenant, "now": now})
         row = await cur.fetchone()
         return None if row is None or row[0] is None else max(0.0, float(row[0]))
@@ -279,9 +283,11 @@ class DispatchPort:
         cur = await conn.execute(q("release_buffered"), {"schedule_id": schedule_id, "now": now})
         return await cur.fetchone() is not None
 
-    async def release_buffered_many(self, conn: Conn, schedule_ids: Sequence[uuid.UUID], now: datetime) -> bool:
-        cur = await conn.execute(q("release_buffered_many"), {"schedule_ids": list(schedule_ids), "now": now})
-        return await cur.fetchone() is not None
+    async def release_buffered_many(self, conn: Conn, schedule_ids: Sequence[uuid.UUID], now: datetime) -> None:
+        """Queue each listed schedule's oldest buffered run (`release_buffered_many`), waking the
+        dispatchers at commit if one was; the result is not read, so in a pipelined transaction
+        the statement travels with the COMMIT."""
+        await conn.execute(q("release_buffered_many"), {"schedule_ids": list(schedule_ids), "now": now})
 
     async def mark_success(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> None:
         await conn.execute(q("mark_success"), {"schedule_id": schedule_id, "now": now})

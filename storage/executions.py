@@ -214,16 +214,15 @@ class ExecutionsPort:
 
     async def insert_unless_quota(self, jobs: Sequence[SubmittedJob], now: datetime,
                                   brief: bool = False) -> list[Row] | None:
-        """The fast path of a submit group: ONE round trip (a pipeline of BEGIN, the quota read,
-        `insert_submitted_many` guarded by `unless_quota`, the coalesced notifications and
-        COMMIT, in its own transaction). None, and nothing inserted, when one of the jobs'
-        tenants has a daily quota: the caller takes the counted path (`insert_submitted_many`
-        under `lock_quotas`). Otherwise the rows inserted (a job whose key was taken is left
-        out, as in `insert_submitted_many`). The notifications name every job of `jobs` as
-        planned (queued priorities; scheduled jobs with their run_at): one that ends up not
-        inserted (a taken key, the quota guard) makes a wake-up with nothing to do and an armed
-        id the fire statement ignores (it queues only `scheduled` rows that exist). `brief`: as
-        for `insert_submitted_many`."""
+        """The fast path of a submit group: ONE round trip (the quota read, `insert_submitted_many` guarded
+        by `unless_quota` and the coalesced notifications as one `pipelined_transaction`; psycopg's
+        `transaction()` around them took four). None, and nothing inserted, when one of the jobs'
+        tenants has a daily quota: the caller takes the counted path (`insert_submitted_many` under
+        `lock_quotas`). Otherwise the rows inserted (a job whose key was taken is left out, as in
+        `insert_submitted_many`). The notifications name every job of `jobs` as planned (queued
+        priorities; scheduled jobs with their run_at): one that ends up not inserted (a taken key, the
+        quota guard) makes a wake-up with nothing to do and an armed id the fire statement ignores (it
+        queues only `scheduled` rows that exist). `brief`: as for `insert_submitted_many`."""
         if not jobs:
             return []
         due = [(j.partition, j.id, j.run_at) for j in jobs if j.state == "scheduled"]
@@ -231,7 +230,7 @@ class ExecutionsPort:
         async with self.db.connection() as conn:
             quota = conn.cursor()
             ins = decoding_cursor(conn)
-            async with conn.pipeline(), conn.transaction():
+            async with self.db.pipelined_transaction(conn):
                 await quota.execute(q("api_daily_quotas"), {"tenants": sorted({j.tenant for j in jobs})})
                 await ins.execute(_insert_query(brief, _any_unique(jobs)), {**self._many(jobs, now),
                                                                             "unless_quota": True})

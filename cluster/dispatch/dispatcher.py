@@ -164,15 +164,20 @@ class Dispatcher:
         """The runs leased, and (when none) the seconds until a rate-limited tenant's next token."""
         order = priority_order(self.config.weights, self.rng.random())
         rate_wait = None
-        async with self._claiming, self.store.transaction() as conn:
-            locked = await self.port.lock_claim_tenants(conn, tenant)  # limits hold across nodes
-            if not locked:
-                return [], None
-            now = self.clock.now()
-            out = await self.port.claim(conn, ClaimParams(
-                worker=worker, priorities=order, types=types, limit=max_count, lease_s=lease_s, tenant=tenant,
-                now=now, fair_tau_s=self.config.fair_tau_s, locked=locked))
-            if not out:  # still under the tenants' locks: the buckets as this claim left them
+        # Two round trips: BEGIN with the tenant locks, then the claim with its COMMIT (its runs
+        # are read after the COMMIT succeeded, so no lease is handed out that did not commit).
+        async with self._claiming, self.store.connection() as conn:
+            async with self.store.pipelined_transaction(conn):
+                locked = await self.port.lock_claim_tenants(conn, tenant)  # limits hold across nodes
+                if not locked:
+                    return [], None
+                now = self.clock.now()
+                claim = await self.port.claim(conn, ClaimParams(
+                    worker=worker, priorities=order, types=types, limit=max_count, lease_s=lease_s, tenant=tenant,
+                    now=now, fair_tau_s=self.config.fair_tau_s, locked=locked))
+            out = await claim.result()
+            if not out:  # at the claim's `now`: the buckets as the claim left them (a later read
+                # could see a whole token refilled meanwhile and answer "none waiting")
                 rate_wait = await self.port.rate_wait(conn, tenant, now)
         if self.metrics is not None:
             for r in out:
@@ -231,12 +236,14 @@ class Dispatcher:
         done: dict[uuid.UUID, str] = {}  # id -> job type
         if ok_items:
             now = self.clock.now()
-            async with self.store.transaction() as conn:
+            # Two round trips: BEGIN with the completions, then the buffered runs' release (cron
+            # runs only) with the COMMIT.
+            async with self.store.connection() as conn, self.store.pipelined_transaction(conn):
                 rows = await self.port.complete_batch(conn, worker, tenant, ok_items, now)
                 done = {r.id: r.type for r in rows}
                 sids = list({r.schedule_id for r in rows if r.schedule_id is not None})
-                if sids and await self.port.release_buffered_many(conn, sids, now):
-                    await self.port.notify_queued(conn, "buffered")
+                if sids:
+                    await self.port.release_buffered_many(conn, sids, now)
         out: list[Outcome | Exception] = []
         for (ident, token, result_json), pre in zip(items, results, strict=True):
             if pre is not None:

@@ -317,11 +317,16 @@ SELECT id, schedule_id, (SELECT count(*) FROM fed) AS fed, type FROM done;
 
 -- name: release_buffered_many
 -- Overlap buffer_*: for each listed schedule whose run ahead finished, queue its oldest
--- buffered run.
-UPDATE executions
-   SET state = 'queued', state_reason = NULL, queued_at = %(now)s
- WHERE id IN (SELECT DISTINCT ON (schedule_id) id FROM executions
-               WHERE schedule_id = ANY(%(schedule_ids)s::uuid[]) AND state = 'scheduled'
-                 AND state_reason = 'buffered'
-               ORDER BY schedule_id, scheduled_for)
-RETURNING id;
+-- buffered run, and wake the dispatchers (as `notify_queued` with payload 'buffered',
+-- delivered at commit; one notification however many runs) if there was one: in the statement,
+-- so the caller need not read its result before it commits.
+WITH released AS (
+    UPDATE executions
+       SET state = 'queued', state_reason = NULL, queued_at = %(now)s
+     WHERE id IN (SELECT DISTINCT ON (schedule_id) id FROM executions
+                   WHERE schedule_id = ANY(%(schedule_ids)s::uuid[]) AND state = 'scheduled'
+                     AND state_reason = 'buffered'
+                   ORDER BY schedule_id, scheduled_for)
+    RETURNING id
+)
+SELECT pg_notify('cronwheel_queued', 'buffered') FROM (SELECT 1 FROM released LIMIT 1) r;

@@ -1,0 +1,88 @@
+"""The claim and the completion batch run as pipelined transactions (`Database.pipelined_transaction`:
+BEGIN travels with the first statement, COMMIT with the last): against a real PostgreSQL, a
+claim whose COMMIT fails hands out no run, a completion batch whose COMMIT fails leaves its runs
+running, and completing a cron run releases the run buffered behind it and wakes the
+dispatchers (the release statement notifies by itself, so its result need not be read before
+the COMMIT)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+
+from cronwheel.clock import FakeClock
+from cronwheel.cluster.dispatch.dispatcher import Dispatcher
+from cronwheel.errors import Internal, Unavailable
+from cronwheel.storage import PgStore
+from cronwheel.storage.notifications import QUEUED_CHANNEL
+from tests.integration.execution_rows import execution_row, insert_execution
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+# An error at the pipeline's implicit commit leaves psycopg unable to leave pipeline mode
+# ("cannot exit pipeline mode while busy"): the pool discards the connection and the caller sees
+# Unavailable (a worker retries), Internal where psycopg reports the statement's own error.
+COMMIT_FAILED = (Unavailable, Internal)
+
+
+async def fail_commit_when(store: PgStore, condition: str) -> None:
+    """A deferred constraint trigger: the COMMIT of a transaction that updated an execution to
+    satisfy `condition` (on NEW) fails, after every statement of it succeeded."""
+    async with store.connection() as conn:
+        await conn.execute("CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                           "$$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$")
+        await conn.execute("CREATE CONSTRAINT TRIGGER test_refuse AFTER UPDATE ON executions "
+                           f"DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ({condition}) "
+                           "EXECUTE FUNCTION test_refuse()")
+
+
+async def test_a_claim_whose_commit_fails_hands_out_no_run(store: PgStore) -> None:
+    ident = await insert_execution(store, partition=1, scheduled_for=T0, run_at=T0, state="queued")
+    await fail_commit_when(store, "NEW.lease_owner = 'doomed'")
+    d = Dispatcher(store, FakeClock(start_ts=T0.timestamp()))
+    with pytest.raises(COMMIT_FAILED):
+        await d.lease("doomed", ["job"], 10, 30.0, 0.0)
+    row = await execution_row(store, ident)
+    assert (row["state"], row["attempt"], row["lease_owner"]) == ("queued", 0, None)
+    [got] = await d.lease("w2", ["job"], 10, 30.0, 0.0)
+    assert (got.id, got.attempt) == (str(ident), 1)
+
+
+async def test_a_completion_batch_whose_commit_fails_leaves_its_runs_running(store: PgStore) -> None:
+    a = await insert_execution(store, partition=1, scheduled_for=T0, run_at=T0, state="queued")
+    b = await insert_execution(store, partition=1, scheduled_for=T0, run_at=T0, state="queued")
+    d = Dispatcher(store, FakeClock(start_ts=T0.timestamp()))
+    leased = await d.lease("w1", ["job"], 10, 30.0, 0.0)
+    assert {r.id for r in leased} == {str(a), str(b)}
+    await fail_commit_when(store, f"NEW.state = 'succeeded' AND NEW.id = '{b}'")
+    with pytest.raises(COMMIT_FAILED):
+        await d.complete_many("w1", [(uuid.UUID(r.id), r.fencing_token, "{}") for r in leased])
+    assert {(await execution_row(store, i))["state"] for i in (a, b)} == {"running"}
+
+
+async def test_completing_a_cron_run_releases_its_buffered_run_and_wakes_dispatchers(store: PgStore,
+                                                                                    dsn: str) -> None:
+    sid = uuid.uuid4()
+    ahead = await insert_execution(store, partition=1, schedule_id=sid, scheduled_for=T0, run_at=T0,
+                                   state="queued", trigger="cron")
+    later = T0.replace(minute=1)
+    buffered = await insert_execution(store, partition=1, schedule_id=sid, scheduled_for=later, run_at=later,
+                                      state="scheduled", state_reason="buffered", trigger="cron")
+    d = Dispatcher(store, FakeClock(start_ts=later.timestamp()))
+    [run] = await d.lease("w1", ["job"], 10, 30.0, 0.0)
+    assert run.id == str(ahead)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as listener:
+        await listener.execute(f"LISTEN {QUEUED_CHANNEL}")
+        [out] = await d.complete_many("w1", [(ahead, run.fencing_token, "{}")])
+        assert not isinstance(out, Exception) and out.state == "succeeded"
+        note = await asyncio.wait_for(anext(aiter(listener.notifies())), timeout=10)
+    assert (note.channel, note.payload) == (QUEUED_CHANNEL, "buffered")
+    row = await execution_row(store, buffered)
+    assert (row["state"], row["state_reason"]) == ("queued", None)
+    [nxt] = await d.lease("w1", ["job"], 10, 30.0, 0.0)
+    assert nxt.id == str(buffered)
