@@ -32,12 +32,21 @@ saw inside the same run: the fire lag and start (lease) lag histograms of its me
 and the exact fire lag from the rows (fired_at - run_at, fired_at being the database's clock in
 the fire batch's transaction). `--repeat N` (default 3) prints medians of N repeats; `--quick`
 is a small smoke run (1 repeat, small sizes).
+
+Each workload also prints where the machine's cores went while its figure was being made (the
+W1 enqueue and the W1 drain from T to the last start; the W2 offer; S's 64 callers; W3 from the
+boundary to the last start): the CPU seconds of the node, PostgreSQL, the worker, this process
+(the client) and etcd, sampled from /proc every 50 ms (bench/cpu.py), their total against what
+the cores could give in that time. A window near 100 % busy is bounded by the work's CPU cost on
+this machine, not by waiting: the total divided by the cores is then the least time the same
+work can take here.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import re
 import statistics
@@ -51,6 +60,7 @@ from pathlib import Path
 
 import psycopg
 
+from bench.cpu import CpuTrace, children
 from chaos.harness import NodeProc, ProcessCluster
 from cronwheel.client import AsyncClient, JobSpec
 
@@ -146,6 +156,29 @@ def metrics_url(node: NodeProc) -> str:
         if " metrics on " in line:
             return line.rsplit(" ", 1)[1].strip()
     raise RuntimeError(f"node {node.name} printed no metrics address")
+
+
+CPU_GROUPS = ("node", "postgres", "worker", "client", "etcd")
+CORES = os.cpu_count() or 1
+
+
+def cpu_trace(c: ProcessCluster, node: NodeProc, worker: NodeProc | None) -> CpuTrace:
+    """CPU per process group during a workload (bench/cpu.py): the node, PostgreSQL (postmaster
+    and backends), the worker, this process (the client) and etcd."""
+    pg = c.pg.pid
+    return CpuTrace({
+        "node": lambda: [node.pid], "postgres": lambda: [pg, *children(pg)] if pg else [],
+        "worker": lambda: [worker.pid] if worker else [], "client": lambda: [os.getpid()],
+        "etcd": lambda: [m.pid for m in c.etcd.members if m.pid]})
+
+
+def cpu_fields(trace: CpuTrace, phase: str, t0: float, t1: float) -> dict[str, float]:
+    """The CPU seconds each group used between t0 and t1, as `cpu_<phase>_<group>_s`, and the
+    window as `cpu_<phase>_wall_s`."""
+    got = trace.between(t0, t1)
+    if not got:
+        return {}
+    return {f"cpu_{phase}_wall_s": t1 - t0, **{f"cpu_{phase}_{g}_s": got.get(g, 0.0) for g in CPU_GROUPS}}
 
 
 # ---------------------------------------------------------------------------------------- the worker's records
@@ -256,8 +289,9 @@ def w1(c: ProcessCluster, node: NodeProc, z: Sizes, concurrency: int | None) -> 
                 ids.update(j.execution_id for j in await client.submit_many(b))
             return ids, first, time.time()
 
-    ids, first, last = asyncio.run(submit())
-    worker.wait_for(len(ids), z.w1_lead_s + 120)
+    with cpu_trace(c, node, worker.proc) as trace:
+        ids, first, last = asyncio.run(submit())
+        worker.wait_for(len(ids), z.w1_lead_s + 120)
     wait_terminal(c, "e2e.w1", len(ids))
     out = inside.figures()
     records = worker.stop()
@@ -265,6 +299,9 @@ def w1(c: ProcessCluster, node: NodeProc, z: Sizes, concurrency: int | None) -> 
     T = due.timestamp()
     lags = [s - T for s in starts]
     out.update(checks(ids, records))
+    out.update(cpu_fields(trace, "enqueue", first, last))
+    if starts:
+        out.update(cpu_fields(trace, "drain", T, max(starts)))
     out.update({"enqueue_per_s": len(ids) / (last - first), "enqueue_late_s": last - T,
                 "drain_s": max(starts) - T if starts else float("nan"),
                 "lag_p50_ms": 1000 * pct(lags, 0.5), "lag_p99_ms": 1000 * pct(lags, 0.99),
@@ -329,13 +366,15 @@ def w2(c: ProcessCluster, node: NodeProc, z: Sizes, single: bool) -> dict[str, f
                 await asyncio.gather(*(caller() for _ in range(z.w2_callers)))
             return ids, t0, last
 
-    ids, first, last = asyncio.run(offer())
+    with cpu_trace(c, node, worker.proc) as trace:
+        ids, first, last = asyncio.run(offer())
     worker.wait_for(len(ids), 30)
     wait_terminal(c, "e2e.w2", len(ids))
     out = inside.figures()
     records = worker.stop()
     lags = [r.start - r.scheduled_for for r in first_starts(records).values() if r.execution_id in ids]
     out.update(checks(ids, records))
+    out.update(cpu_fields(trace, "offer", first, last))
     out.update({"offered": float(total), "errors": float(len(errors)),
                 "achieved_per_s": len(ids) / max(z.w2_seconds, last - first),
                 "lag_p50_ms": 1000 * pct(lags, 0.5), "lag_p99_ms": 1000 * pct(lags, 0.99),
@@ -369,9 +408,12 @@ def single_submit(node: NodeProc, callers: int, seconds: float) -> tuple[int, li
 
 
 def s(c: ProcessCluster, node: NodeProc, z: Sizes) -> dict[str, float]:
-    n, lat, elapsed = single_submit(node, z.s_callers, z.s_seconds)
+    with cpu_trace(c, node, None) as trace:
+        n, lat, elapsed = single_submit(node, z.s_callers, z.s_seconds)
+        done = time.time()
     n1, lat1, _ = single_submit(node, 1, z.s_seconds)
-    out = {"per_s_64": n / elapsed, "p50_ms_64": 1000 * pct(lat, 0.5), "p99_ms_64": 1000 * pct(lat, 0.99),
+    out = {**cpu_fields(trace, "s64", done - elapsed, done),
+           "per_s_64": n / elapsed, "p50_ms_64": 1000 * pct(lat, 0.5), "p99_ms_64": 1000 * pct(lat, 0.99),
            "p50_ms_1": 1000 * pct(lat1, 0.5), "p99_ms_1": 1000 * pct(lat1, 0.99), "per_s_1": n1 / z.s_seconds}
     reset(c)
     return out
@@ -399,11 +441,12 @@ def w3(c: ProcessCluster, node: NodeProc, z: Sizes) -> dict[str, float]:
     time.sleep(max(0.0, boundary - time.time() - 3))
     inside = Inside(c, node, "e2e.w3")
     end = boundary + 60
-    while time.time() < end:
-        recs = [r for r in read_records(worker.path) if r.scheduled_for == boundary]
-        if len({r.schedule_id for r in recs}) >= len(sids):
-            break
-        time.sleep(0.2)
+    with cpu_trace(c, node, worker.proc) as trace:
+        while time.time() < end:
+            recs = [r for r in read_records(worker.path) if r.scheduled_for == boundary]
+            if len({r.schedule_id for r in recs}) >= len(sids):
+                break
+            time.sleep(0.2)
     time.sleep(1.0)  # a late duplicate would show here
     out = inside.figures()
     records = [r for r in worker.stop() if r.scheduled_for == boundary]
@@ -412,6 +455,8 @@ def w3(c: ProcessCluster, node: NodeProc, z: Sizes) -> dict[str, float]:
     for r in records:
         firsts[r.schedule_id] = min(r.start, firsts.get(r.schedule_id, r.start))
     lags = [firsts[sid] - boundary for sid in sids if sid in firsts]
+    if lags:
+        out.update(cpu_fields(trace, "herd", boundary, boundary + max(lags)))
     out.update({"duplicates": float(sum(1 for sid in sids if per[sid] > 1)),
                 "missing": float(sum(1 for sid in sids if per[sid] == 0)),
                 "create_per_s": create_rate,
@@ -444,33 +489,47 @@ def dup_txt(m: dict[str, float]) -> str:
             + (f", unacknowledged but ran {m['unacknowledged']:.0f}" if m.get("unacknowledged") else ""))
 
 
+def cpu_txt(m: dict[str, float], phase: str, what: str) -> str:
+    """One line: the CPU each group used during `what` and how busy that kept the machine's cores."""
+    if f"cpu_{phase}_wall_s" not in m:
+        return ""
+    wall = m[f"cpu_{phase}_wall_s"]
+    used = {g: m[f"cpu_{phase}_{g}_s"] for g in CPU_GROUPS}
+    total = sum(used.values())
+    parts = ", ".join(f"{g} {v:.2f}" for g, v in used.items())
+    return (f"\n    CPU s during {what} ({wall:.2f} s): {parts}; total {total:.2f} of {CORES * wall:.2f} "
+            f"({CORES} cores, {100 * total / max(1e-9, CORES * wall):.0f} % busy)")
+
+
 def fmt_w1(m: dict[str, float]) -> str:
     return (f"enqueue {m['enqueue_per_s']:,.0f} jobs/s (target >= 20,000: {verdict(m['enqueue_per_s'] >= 20_000)}; "
             f"last answer {m['enqueue_late_s']:+.1f} s from T), drain {m['drain_s']:.2f} s after T "
             f"(target <= 1.0 s: {verdict(m['drain_s'] <= 1.0)}), lag p50 {m['lag_p50_ms']:.0f} / p99 "
             f"{m['lag_p99_ms']:.0f} / max {m['lag_max_ms']:.0f} ms, {m['exec_per_s']:,.0f} exec/s; {dup_txt(m)}\n"
-            f"    {inside_txt(m)}")
+            f"    {inside_txt(m)}{cpu_txt(m, 'enqueue', 'the enqueue')}"
+            f"{cpu_txt(m, 'drain', 'the drain, T to last start')}")
 
 
 def fmt_w2(m: dict[str, float]) -> str:
     return (f"achieved {m['achieved_per_s']:,.0f} jobs/s of {m['offered']:,.0f} offered, {m['errors']:.0f} calls "
             f"failed (target >= 1,950: {verdict(m['achieved_per_s'] >= 1950)}), start lag p50 {m['lag_p50_ms']:.1f} "
             f"/ p99 {m['lag_p99_ms']:.1f} / max {m['lag_max_ms']:.1f} ms (target p99 <= 50 ms: "
-            f"{verdict(m['lag_p99_ms'] <= 50)}); {dup_txt(m)}\n    {inside_txt(m)}")
+            f"{verdict(m['lag_p99_ms'] <= 50)}); {dup_txt(m)}\n    {inside_txt(m)}"
+            f"{cpu_txt(m, 'offer', 'the offer, first send to last answer')}")
 
 
 def fmt_s(m: dict[str, float]) -> str:
     return (f"64 callers {m['per_s_64']:,.0f} jobs/s (target >= 3,000: {verdict(m['per_s_64'] >= 3000)}), latency "
             f"p50 {m['p50_ms_64']:.1f} / p99 {m['p99_ms_64']:.1f} ms; 1 caller p50 {m['p50_ms_1']:.1f} / p99 "
             f"{m['p99_ms_1']:.1f} ms (target p99 <= 20 ms: {verdict(m['p99_ms_1'] <= 20)}), {m['per_s_1']:,.0f} "
-            f"jobs/s")
+            f"jobs/s{cpu_txt(m, 's64', 'the 64 callers')}")
 
 
 def fmt_w3(m: dict[str, float]) -> str:
     return (f"handler start - minute boundary p50 {m['lag_p50_ms']:.0f} / p99 {m['lag_p99_ms']:.0f} / max "
             f"{m['lag_max_ms']:.0f} ms (target p99 <= 100 ms: {verdict(m['lag_p99_ms'] <= 100)}); created "
             f"{m['create_per_s']:,.0f} schedules/s; {dup_txt(m)}\n"
-            f"    {inside_txt(m)}")
+            f"    {inside_txt(m)}{cpu_txt(m, 'herd', 'the herd, boundary to last start')}")
 
 
 WORKLOADS = ("W1", "W1c16", "W2", "W2s", "S", "W3")
