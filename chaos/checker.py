@@ -166,7 +166,9 @@ def _judge_row(c: _Collector, h: History, s: ScheduleRec, t: float, r: Execution
             c.bad("policy", f"{where}: run_once skipped it but fired no later missed tick with it")
     elif r.state == "skipped" and (r.state_reason or "").startswith("overlap"):
         c.counts["overlap_skipped"] += 1
-        if s.overlap_policy != "forbid":
+        if s.overlap_policy == "buffer_one" and _buffer_was_full(h, s, r):
+            c.counts["overlap_skipped.buffer_full"] += 1
+        elif s.overlap_policy != "forbid":
             c.bad("policy", f"{where}: skipped for overlap under overlap policy {s.overlap_policy}")
     elif r.state == "skipped":
         c.bad("policy", f"{where}: skipped for an unknown reason {r.state_reason!r}")
@@ -182,6 +184,19 @@ def _judge_row(c: _Collector, h: History, s: ScheduleRec, t: float, r: Execution
             c.counts["fired_late_over_1s"] += 1
     else:
         c.bad("policy", f"{where}: unexpected trigger {r.trigger!r}")
+
+
+def _buffer_was_full(h: History, s: ScheduleRec, skip: ExecutionRec) -> bool:
+    """buffer_one skips a tick only while another tick of the schedule waits in its buffer of one
+    (docs/semantics.md, Overlap): an earlier tick fired before the skip and not started until
+    after it (its final attempt's start, or never) must exist. A run stalled by a fault (its node
+    paused holding the lease, its worker gone) legitimately fills the buffer for a while."""
+    at = skip.fired_at
+    if at is None:
+        return False
+    return any(e.schedule_id == s.id and e.id != skip.id and e.scheduled_for < skip.scheduled_for
+               and e.fired_at is not None and e.fired_at <= at and e.state != "skipped"
+               and (e.started_at is None or e.started_at > at) for e in h.executions)
 
 
 def _fired_latest_with(skip: ExecutionRec, catch_ups: list[ExecutionRec]) -> bool:

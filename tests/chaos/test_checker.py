@@ -130,6 +130,28 @@ def test_a_misfire_skip_the_policy_does_not_define_is_reported() -> None:
     assert_fails(replace_rows(clean("catch_up"), skipped), "ticks_exactly_once", "policy")
 
 
+def buffer_one(h: History) -> History:
+    return dataclasses.replace(h, schedules=(dataclasses.replace(h.schedules[0], overlap_policy="buffer_one"),))
+
+
+def test_a_buffer_one_skip_while_an_earlier_tick_waits_in_the_buffer_is_the_policy() -> None:
+    # Tick 5 ran long (its node paused holding the lease); tick 6 waited in the buffer until 8.2,
+    # so tick 7 found the buffer full and was skipped, as buffer_one says.
+    stalled = tick_row(T0 + 5, started_at=T0 + 8.1, finished_at=T0 + 8.15, attempt=2)
+    waiting = tick_row(T0 + 6, started_at=T0 + 8.2, finished_at=T0 + 8.25)
+    skipped = tick_row(T0 + 7, state="skipped", state_reason="overlap: buffer of one is full: 1 running, 1 buffered",
+                       started_at=None, finished_at=None, attempt=0)
+    r = result(buffer_one(replace_rows(clean(), stalled, waiting, skipped)), "ticks_exactly_once")
+    assert r.ok and r.counts["overlap_skipped.buffer_full"] == 1, r
+
+
+def test_an_overlap_skip_with_nothing_buffered_is_reported_under_buffer_one_and_allow() -> None:
+    skipped = tick_row(T0 + 7, state="skipped", state_reason="overlap: buffer of one is full", started_at=None,
+                       finished_at=None, attempt=0)  # tick 6 had started before tick 7 fired
+    assert_fails(buffer_one(replace_rows(clean(), skipped)), "ticks_exactly_once", "policy")
+    assert_fails(replace_rows(clean(), skipped), "ticks_exactly_once", "policy")  # allow never skips
+
+
 def test_a_misfire_skip_of_a_tick_younger_than_the_grace_is_reported() -> None:
     skipped = tick_row(T0 + 4, state="skipped", state_reason="misfire:skip", fired_at=T0 + 5)  # 1 s < grace 2 s
     assert_fails(replace_rows(clean("skip"), skipped), "ticks_exactly_once", "unjustified_skip")
