@@ -5,6 +5,7 @@ server's."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -44,6 +45,17 @@ def test_every_job_without_a_key_gets_its_own_and_a_given_key_is_kept() -> None:
     many = submit_many(CTX, [JobSpec("t"), {"type": "t", "idempotency_key": "mine"}, JobSpec("t")])
     keys = [j.idempotency_key for j in many.calls[0].request.jobs]
     assert keys[1] == "mine" and uuid.UUID(keys[0]) != uuid.UUID(keys[2])
+
+
+def test_the_added_keys_are_random_uuid4s_from_few_system_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """os.urandom releases the GIL and waits to take it back beside a busy thread: one call per
+    256 keys, not per key (fails with uuid.uuid4() per job)."""
+    calls: list[int] = []
+    real = os.urandom
+    monkeypatch.setattr(k.os, "urandom", lambda n: calls.append(n) or real(n))
+    keys = [j.idempotency_key for j in submit_many(CTX, [JobSpec("t") for _ in range(1000)]).calls[0].request.jobs]
+    assert len(set(keys)) == 1000 and all(uuid.UUID(x).version == 4 for x in keys)
+    assert len(calls) == 4
 
 
 def test_dicts_and_job_specs_give_the_same_request() -> None:
