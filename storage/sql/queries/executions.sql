@@ -158,13 +158,16 @@ WITH fence AS (
     RETURNING partition, state, type
 ), entered AS (  -- what entered which state, by job type: the state counters (metrics)
     SELECT partition, state, type, count(*) AS n FROM ins GROUP BY partition, state, type
-), oq AS (  -- due one-off jobs: scheduled -> queued (fired_at: database time, see fire_executions)
+), oq AS (  -- due one-off jobs: scheduled -> queued (fired_at: database time, see fire_executions).
+    -- Found by id: `e.partition + 0` keeps the planner off the partial due index (partition,
+    -- run_at), which it chose without statistics and which read every scheduled job of the
+    -- partition for each job (20,000 due at once: 3.6M index entries, fired 0.6 s late).
     UPDATE executions AS e
        SET state = 'queued', queued_at = coalesce(%(now)s::timestamptz, now()), fired_at = clock_timestamp(),
            fired_epoch = fence.epoch
       FROM unnest(%(oneoff_partitions)s::integer[], %(oneoff_ids)s::uuid[]) AS w(partition, id)
       JOIN fence ON fence.id = w.partition
-     WHERE e.id = w.id AND e.partition = w.partition AND e.state = 'scheduled'
+     WHERE e.id = w.id AND e.partition + 0 = w.partition AND e.state = 'scheduled'  -- + 0: see oq above
     RETURNING e.partition, e.id, e.schedule_id, e.scheduled_for, e.run_at, e.state, e.priority, e.type, e.tenant
 )
 SELECT fence.id, coalesce(a.n, 0) AS advanced, coalesce(i.entered, '[]'::json) AS entered,
