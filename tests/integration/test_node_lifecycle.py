@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import uuid
 from typing import Any
 
@@ -14,6 +15,7 @@ from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
 from cronwheel.cluster.node import Node, NodeConfig
 from cronwheel.localservers import LocalEtcd
 from cronwheel.v1 import admin_pb2, admin_pb2_grpc
+from tests.e2e.helpers import wait_until_async
 
 pytestmark = pytest.mark.integration
 
@@ -64,3 +66,27 @@ async def test_every_component_exists_before_the_server_serves_and_health_waits_
     finally:
         node.request_stop()
         await asyncio.wait_for(run, 30)
+
+
+async def test_a_node_takes_its_startup_heap_out_of_the_collectors_sight_once_ready(
+    dsn: str, etcd_server: LocalEtcd
+) -> None:
+    """Every full collection walked the ~63,000 objects alive at startup (modules, classes, the
+    node's parts) with the event loop stopped, 17-24 ms a time: after a 20,000-job burst, W2's
+    start lag p99 read 53-85 ms against 33-36 ms with them frozen. Fails without
+    freeze_startup_heap (nothing frozen)."""
+    gc.unfreeze()
+    config = NodeConfig(node_id="n-freeze", dsn=dsn, etcd_endpoints=tuple(etcd_server.endpoints),
+                        lease=PartitionLeaseConfig(cluster="cronwheel"), metrics_listen="")
+    node = Node(config)
+    run = asyncio.create_task(node.run(), name=f"node-{uuid.uuid4().hex[:6]}")
+
+    async def frozen() -> int:
+        return gc.get_freeze_count()
+
+    try:
+        assert await wait_until_async(frozen, 30, "the ready node to freeze its startup heap") > 10_000
+    finally:
+        node.request_stop()
+        await asyncio.wait_for(run, 30)
+        gc.unfreeze()  # the rest of the test session collects as usual
