@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import re
 import uuid
 from collections.abc import Callable, Generator, Iterable
@@ -29,6 +28,7 @@ from typing import Any, Generic, TypeVar
 from google.protobuf.field_mask_pb2 import FieldMask
 
 from cronwheel.clock import Clock
+from cronwheel.entropy import random_bytes
 from cronwheel.v1 import admin_pb2, scheduler_pb2
 
 from . import convert as c
@@ -224,7 +224,7 @@ def trigger(ctx: Context, schedule_id: str, *, payload: Any = UNSET,
     req = S.TriggerScheduleRequest(
         schedule_id=schedule_id, payload_json="" if payload is UNSET else c.json_text(payload, "payload"),
         overlap_policy=c.enum_number(t.OverlapPolicy, overlap_policy, "overlap_policy"),
-        idempotency_key=idempotency_key or str(uuid.uuid4()), reason=reason)
+        idempotency_key=idempotency_key or _new_key(), reason=reason)
     return Call(SCHEDULER, "TriggerSchedule", req, lambda r: c.execution(r.execution, r.deduplicated), safe=True)
 
 
@@ -326,7 +326,6 @@ def submit_many(ctx: Context, jobs: Iterable[t.JobSpec | dict[str, Any]]) -> Man
     submitting again with the same keys (the caller's, or those the results and
     `error.submitted` carry for jobs given none) stores each remaining job once."""
     items: list[S.SubmitJobRequest] = []
-    keys = _Keys()
     for i, job in enumerate(jobs):
         prefix = f"jobs[{i}]."
         if isinstance(job, dict):
@@ -336,7 +335,7 @@ def submit_many(ctx: Context, jobs: Iterable[t.JobSpec | dict[str, Any]]) -> Man
                 raise c.BadValue(f"jobs[{i}]", f"not a JobSpec: {exc}") from None
         if not isinstance(job, t.JobSpec):
             raise c.BadValue(f"jobs[{i}]", f"expected a JobSpec or a dict, got {job!r}")
-        items.append(_job_request(ctx, prefix, job, keys))
+        items.append(_job_request(ctx, prefix, job))
     calls: list[Call[list[t.SubmittedJob]]] = []
     starts: list[int] = []
     start, size = 0, 0
@@ -501,30 +500,14 @@ def at_offset(exc: ApiError, start: int, submitted: list[Any]) -> ApiError:
     return out
 
 
-class _Keys:
-    """Idempotency keys (random UUIDs, version 4) for the jobs of one submit_many, from one
-    os.urandom call per 256 keys instead of one per key: os.urandom releases the GIL, and beside
-    a busy thread each call waited up to 5 ms to take it back (uuid.uuid4() was 15 % of the
-    client's time submitting 20,000 jobs in calls of 1,000)."""
-
-    def __init__(self) -> None:
-        self._raw, self._at = b"", 0
-
-    def __call__(self) -> str:
-        if self._at == len(self._raw):
-            self._raw, self._at = os.urandom(4096), 0
-        self._at += 16
-        return str(uuid.UUID(bytes=self._raw[self._at - 16:self._at], version=4))
+def _new_key() -> str:
+    """A random idempotency key (a version-4 UUID) from cronwheel.entropy's pool."""
+    return str(uuid.UUID(bytes=random_bytes(16), version=4))
 
 
-def _uuid4() -> str:
-    return str(uuid.uuid4())
-
-
-def _job_request(ctx: Context, prefix: str, job: t.JobSpec,
-                 new_key: Callable[[], str] = _uuid4) -> S.SubmitJobRequest:
+def _job_request(ctx: Context, prefix: str, job: t.JobSpec) -> S.SubmitJobRequest:
     """One job as a SubmitJobRequest, checked as far as the client can (fields named `prefix` +
-    keyword), with an idempotency key from `new_key` added when it has none."""
+    keyword), with an idempotency key added when it has none."""
     if not isinstance(job.type, str) or not job.type.strip():
         raise c.BadValue(f"{prefix}type", "required: the job type, a non-empty string")
     if len(job.type.strip()) > MAX_NAME:
@@ -556,7 +539,7 @@ def _job_request(ctx: Context, prefix: str, job: t.JobSpec,
         priority=c.enum_number(t.Priority, job.priority, f"{prefix}priority"),
         retry_policy=c.retry_policy(job.retry_policy, f"{prefix}retry_policy"),
         timeout=c.duration(job.attempt_timeout, f"{prefix}attempt_timeout"),
-        idempotency_key=key or new_key(), unique=c.unique(job.unique, f"{prefix}unique"),
+        idempotency_key=key or _new_key(), unique=c.unique(job.unique, f"{prefix}unique"),
         concurrency_key=ckey or "", concurrency_limit=min(climit or 0, 2**31 - 1))
 
 

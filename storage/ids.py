@@ -7,45 +7,17 @@ one INSERT..SELECT of 1M executions: 17-19 s with random ids, 11.5-13 s with v7 
 (PostgreSQL 15 and 18). The database side is the SQL function `cronwheel_uuid7()` (migration
 0009), the same layout. Schedule ids stay v4: nothing orders them, and they seed `H` fields.
 
-The random bits come from a pool of `os.urandom` bytes per thread, 4 KiB at a time (409 ids per
-refill). `os.urandom` releases the GIL around its system call; each call then waits to take it
-back, up to the interpreter's switch interval (5 ms) when another thread of the process is busy.
-An id per call cost 1.5 us alone and 150 us beside one busy thread (measured on this machine), and
-the node has such threads (the notification listener, gRPC's): a SubmitJobs of 1,000 jobs spent
-a quarter of its node time waiting for the GIL in here. The pool is dropped in a forked child, so
-a child never repeats its parent's bits.
+The random bits come from cronwheel.entropy's per-thread pool (not an os.urandom call each).
 """
 
 from __future__ import annotations
 
-import os
-import threading
 import uuid
 
 from cronwheel.clock import Clock, SystemClock
+from cronwheel.entropy import random_bytes
 
 _SYSTEM = SystemClock()
-_POOL_BYTES = 4096
-_pool = threading.local()
-
-
-def _forget_pool() -> None:
-    global _pool
-    _pool = threading.local()
-
-
-os.register_at_fork(after_in_child=_forget_pool)
-
-
-def random_bytes(n: int) -> bytes:
-    """`n` bytes from os.urandom, through this thread's pool (see the module's text)."""
-    buf: bytes = getattr(_pool, "buf", b"")
-    at: int = getattr(_pool, "at", 0)
-    if at + n > len(buf):
-        buf, at = os.urandom(max(n, _POOL_BYTES)), 0
-        _pool.buf = buf
-    _pool.at = at + n
-    return buf[at:at + n]
 
 
 def uuid7(unix_ms: int, rand: bytes) -> uuid.UUID:

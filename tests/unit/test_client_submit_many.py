@@ -6,12 +6,14 @@ server's."""
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from cluster.commands import runs, values
+from cronwheel import entropy
 from cronwheel.client import InvalidArgument, JobSpec, ResourceExhausted
 from cronwheel.client import calls as k
 from cronwheel.client.calls import Context, submit_many
@@ -48,11 +50,13 @@ def test_every_job_without_a_key_gets_its_own_and_a_given_key_is_kept() -> None:
 
 
 def test_the_added_keys_are_random_uuid4s_from_few_system_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """os.urandom releases the GIL and waits to take it back beside a busy thread: one call per
-    256 keys, not per key (fails with uuid.uuid4() per job)."""
+    """os.urandom releases the GIL and waits to take it back beside a busy thread: the keys come
+    from cronwheel.entropy's pool, one call per 256 keys, not per key (fails with uuid.uuid4()
+    per job)."""
     calls: list[int] = []
     real = os.urandom
-    monkeypatch.setattr(k.os, "urandom", lambda n: calls.append(n) or real(n))
+    monkeypatch.setattr(entropy, "_pool", threading.local())  # a fresh pool: the count is exact
+    monkeypatch.setattr(entropy.os, "urandom", lambda n: calls.append(n) or real(n))
     keys = [j.idempotency_key for j in submit_many(CTX, [JobSpec("t") for _ in range(1000)]).calls[0].request.jobs]
     assert len(set(keys)) == 1000 and all(uuid.UUID(x).version == 4 for x in keys)
     assert len(calls) == 4
