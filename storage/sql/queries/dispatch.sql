@@ -298,14 +298,21 @@ SELECT count(*) FROM executions
 -- name: complete_batch
 -- Succeed every listed run still held by the worker with its token, feed the schedules' dead
 -- man's switches, in one statement; returns the runs it succeeded.
-WITH v AS (
-    SELECT * FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[], %(results)s::jsonb[]) AS v(id, token, result)
-), done AS (
+-- The runs are found by `id = ANY`, each one's token and result by its place in the lists, with
+-- no join: joined to the lists, a run held by the worker was compared with every listed run, and
+-- with no statistics yet (a new or truncated table) PostgreSQL read every running run of the
+-- worker through a partial running index for it (a batch of 250 beside ~2,000 held runs: 85 ms
+-- of its 97). `(e.state || '')` keeps that index out of the plan, so a batch reads its own runs
+-- by primary key (or scans a table that is still small), however many runs the worker holds
+-- (tests/integration/test_dispatch_pipelined.py).
+WITH done AS (
     UPDATE executions AS e
-       SET state = 'succeeded', state_reason = NULL, result = v.result, error = NULL, error_type = NULL,
+       SET state = 'succeeded', state_reason = NULL,
+           result = (%(results)s::jsonb[])[array_position(%(ids)s::uuid[], e.id)], error = NULL, error_type = NULL,
            finished_at = %(now)s, lease_owner = NULL, lease_expires = NULL
-      FROM v
-     WHERE e.id = v.id AND e.fencing_token = v.token AND e.lease_owner = %(worker)s AND e.state = 'running'
+     WHERE e.id = ANY(%(ids)s::uuid[])
+       AND e.fencing_token = (%(tokens)s::bigint[])[array_position(%(ids)s::uuid[], e.id)]
+       AND e.lease_owner = %(worker)s AND (e.state || '') = 'running'
        AND (%(tenant)s::text IS NULL OR e.tenant = %(tenant)s)
     RETURNING e.id, e.schedule_id, e.type
 ), fed AS (
