@@ -34,7 +34,10 @@ turn out slow (at most 1,000); a worker whose job types mix very fast and very s
 min(room, 250) (worker_policy.LEASE_CALL_RUNS; the node's limit is 1,000,
 cronwheel.dispatch_limits), so an idle worker always waits in a long poll and is handed work as soon
 as a node queues it (the node wakes waiting polls on its NOTIFY of queued work and on its own fire
-batches). A busy worker asks again once half its prefetch (at most 250) is free
+batches). While the node has drained the queue for it (its last answer had fewer runs than asked)
+the worker holds one long poll, not several: each would wake on the same notification, and all but
+the first would claim nothing; a full answer lets it send several again (worker_policy.lease_size).
+A busy worker asks again once half its prefetch (at most 250) is free
 (worker_policy.refill_at): the rest feeds slots while that call is out, and the node, which claims
 one call at a time, gets a few large calls instead of one per handler that returned. A large room
 goes out as several such calls at once: the node claims them one after another while the worker
@@ -281,6 +284,7 @@ class Worker:
     async def _lease_loop(self) -> None:
         calls: dict[asyncio.Task[tuple[float, float, Any]], int] = {}
         reserved = 0
+        drained = True  # the node had no more for the last answered call (lease_size)
         retry_at = 0.0
         failures = 0
         started = self.clock.monotonic()
@@ -293,7 +297,7 @@ class Worker:
                 now = self.clock.monotonic()
                 while now >= retry_at:
                     n = lease_size(capacity, len(self.running) + len(self.pending), reserved, len(calls), max_calls,
-                                   prefetch)
+                                   prefetch, drained)
                     if n == 0:
                         break
                     task = asyncio.create_task(self._lease(n), name="worker-lease")
@@ -303,7 +307,8 @@ class Worker:
                 await self.clock.wait(self._wake, retry_at - now if retry_at > now else 3600.0)
                 self._wake.clear()
                 for task in [t for t in calls if t.done()]:
-                    reserved -= calls.pop(task)
+                    asked = calls.pop(task)
+                    reserved -= asked
                     try:
                         t0, t1, resp = task.result()
                     except grpc.aio.AioRpcError as exc:
@@ -316,6 +321,7 @@ class Worker:
                         continue
                     failures = 0
                     self._connected = True
+                    drained = len(resp.executions) < asked
                     # The node held the call `held` before it leased these: their leases count
                     # from then (a long poll's runs keep their whole lease; a late read does not).
                     leased_at = t0 + resp.held.ToTimedelta().total_seconds() if resp.HasField("held") else t0

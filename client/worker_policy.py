@@ -79,13 +79,19 @@ PREFETCH_PACE_FACTOR = 2
 
 
 def lease_size(concurrency: int, running: int, reserved: int, calls_in_flight: int, max_calls: int,
-               prefetch: int = 0) -> int:
+               prefetch: int = 0, drained: bool = False) -> int:
     """How many runs the next LeaseExecutions asks for (0: start no call now). `concurrency` is
     the worker's capacity (slots plus prefetch), `running` what it holds (running or leased
     ahead), `reserved` runs asked for by calls already in flight. A call asks for the room not
     yet asked for, at most LEASE_CALL_RUNS; none while that room is under
-    `refill_at(prefetch, busy)`."""
-    if calls_in_flight >= max_calls:
+    `refill_at(prefetch, busy)`.
+
+    `drained`: the worker's last answered call got fewer runs than it asked for, so the node had
+    no more queued for it. Then one call in flight is enough (it is a long poll: the node answers
+    it as soon as work is queued); more would each wake on the same notification and claim
+    after the first, mostly nothing, and under a trickle of work the worker's calls (and the
+    node's claims) would multiply, each with few runs. A full answer lifts the limit again."""
+    if calls_in_flight >= (1 if drained else max_calls):
         return 0
     room = concurrency - running - reserved
     return min(room, LEASE_CALL_RUNS) if room >= refill_at(prefetch, busy=running > 0) else 0

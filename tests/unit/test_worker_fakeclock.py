@@ -4,6 +4,7 @@ heartbeats) run on the clock it is given, and the lease calls never ask beyond t
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
@@ -329,3 +330,61 @@ async def test_a_run_handed_out_after_a_long_poll_held_past_lease_s_is_started()
     clock = FakeClock()
     stub = SlowAnswer([], clock, delay_s=5.0, held_s=5.0)
     assert await serve_until(stub, clock, "late") == ["late"]
+
+
+class CountingDispatch(FakeDispatch):
+    """FakeDispatch that counts the lease calls it holds at once; `arrive` queues more work and
+    answers the waiting long polls (a node waking them on its notification)."""
+
+    def __init__(self, queue: list[dispatch_pb2.LeasedExecution], clock: FakeClock) -> None:
+        super().__init__(queue)
+        self.clock = clock
+        self.open = 0
+        self.most_open: list[int] = [0]  # the most calls held at once, per phase (one per `arrive`)
+        self.work = asyncio.Event()
+
+    def arrive(self, more: list[dispatch_pb2.LeasedExecution]) -> None:
+        self.queue += more
+        self.most_open.append(0)
+        self.work.set()
+        self.work = asyncio.Event()
+
+    async def LeaseExecutions(self, req: Any, **_: Any) -> Any:  # noqa: N802
+        self.asked.append(req.max_count)
+        self.open += 1
+        self.most_open[-1] = max(self.most_open[-1], self.open)
+        arrived = self.clock.monotonic()
+        try:
+            while not self.queue:
+                await self.work.wait()
+            out, self.queue = self.queue[:req.max_count], self.queue[req.max_count:]
+            held = Duration()
+            held.FromTimedelta(timedelta(seconds=self.clock.monotonic() - arrived))  # as the node: leased now
+            return dispatch_pb2.LeaseExecutionsResponse(executions=out, held=held)
+        finally:
+            self.open -= 1
+
+
+async def test_a_worker_the_node_has_drained_holds_one_long_poll_and_more_once_an_answer_is_full() -> None:
+    # 100 slots + 900 ahead: room for four calls of 250. While the node has less than a call's
+    # worth queued, the extra polls would each wake on the same notification and claim nothing.
+    clock = FakeClock()
+    w = Worker("fake:1", clock=clock, prefetch=900)
+
+    @w.job("job")
+    async def handler(ctx: JobContext) -> None:
+        return None
+
+    stub = CountingDispatch([], clock)
+    serving = asyncio.create_task(w.serve_on(stub))
+    for k in range(5):  # a trickle: a few runs at a time
+        stub.arrive([leased(f"t{k}-{i}") for i in range(3)])
+        done = 3 * (k + 1)
+        await run_until(clock, lambda d=done: len(stub.completes) >= d, steps=5000)  # type: ignore[misc]
+    assert max(stub.most_open) == 1, stub.most_open
+    stub.arrive([leased(f"h{i}") for i in range(2000)])  # a herd: the first full answer lifts the limit
+    await run_until(clock, lambda: len(stub.completes) >= 15 + 2000, steps=5000)
+    assert stub.most_open[-1] >= 3, stub.most_open
+    w.stop()
+    stub.arrive([])
+    await serving
