@@ -19,7 +19,9 @@ from cronwheel.clock import FakeClock
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher
 from cronwheel.errors import Internal, Unavailable
 from cronwheel.storage import PgStore
+from cronwheel.storage.dispatch import ClaimParams
 from cronwheel.storage.notifications import QUEUED_CHANNEL
+from cronwheel.storage.queries import q
 from tests.integration.execution_rows import execution_row, insert_execution
 
 pytestmark = pytest.mark.integration
@@ -90,15 +92,12 @@ async def test_completing_a_cron_run_releases_its_buffered_run_and_wakes_dispatc
 
 
 async def test_a_completion_batch_finds_its_runs_by_id_however_many_the_worker_holds(store: PgStore) -> None:
-    """The completion batch joins its listed runs to `executions` by id. It also says the run is
-    running and held by the worker, and with no statistics (a new or truncated table) PostgreSQL
-    read every running run of the worker through a partial running index and compared each with
-    every listed run: in bench.e2e's W1 (20,000 jobs at one instant, the Worker holding up to a
-    few thousand) a batch of 250 spent 85 of its 97 ms in that join, and completions were the
-    largest share of PostgreSQL's time in the drain. Fails without the fix (the plan scans a
-    running index)."""
-    from cronwheel.storage.queries import q
-
+    """The completion batch finds its runs by id, with no join to the listed runs. Joined, and with
+    no statistics (a new or truncated table), PostgreSQL read every running run of the worker
+    through a partial running index and compared each with every listed run: in bench.e2e's W1
+    (20,000 jobs at one instant, the Worker holding up to a few thousand) a batch of 250 spent 85
+    of its 97 ms in that join, and completions were the largest share of PostgreSQL's time in the
+    drain. Fails without the fix (the plan joins over a running index)."""
     async with store.connection() as conn:
         await conn.execute(
             "INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state, trigger,"
@@ -129,8 +128,6 @@ async def test_a_connection_plans_the_claim_once(store: PgStore) -> None:
     """A claim runs on its connection's generic plan (claim_lock_tenants sets plan_cache_mode for
     the claim's transaction only). Left to choose, PostgreSQL planned the claim again at every
     call, 1.3 ms each, as long as running it. Fails without the fix (custom plans counted)."""
-    from cronwheel.storage.dispatch import ClaimParams
-
     for _ in range(12):
         await insert_execution(store, partition=1, scheduled_for=T0, run_at=T0, state="queued")
     leased = 0

@@ -42,6 +42,13 @@ def test_one_call_can_ask_for_a_whole_herd_of_a_default_worker() -> None:
     assert lease_size(200, running=0, reserved=0, calls_in_flight=0, max_calls=max_lease_calls(200)) == 200
 
 
+def test_a_drained_worker_keeps_one_call_in_flight_whatever_its_room() -> None:
+    # the node had fewer runs than the last call asked for: one long poll is enough
+    assert lease_size(1000, running=0, reserved=250, calls_in_flight=1, max_calls=5, drained=True) == 0
+    assert lease_size(1000, running=0, reserved=0, calls_in_flight=0, max_calls=5, drained=True) == LEASE_CALL_RUNS
+    assert lease_size(1000, running=0, reserved=250, calls_in_flight=1, max_calls=5, drained=False) == LEASE_CALL_RUNS
+
+
 def test_slots_freed_while_calls_wait_are_asked_for_by_one_more_call() -> None:
     assert max_lease_calls(100) == 2
     assert lease_size(100, running=60, reserved=30, calls_in_flight=1, max_calls=2) == 10
