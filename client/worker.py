@@ -9,7 +9,7 @@
         if ctx.cancelled.is_set(): ...       # ctx.deadline, ctx.stop_reason
         return {"ok": True}                  # the result (JSON)
 
-    worker.run()        # or: await worker.serve()
+    worker.run()        # or: await worker.serve()  (run() freezes the startup heap: cronwheel.heap)
 
 Contract (at-least-once): a handler may run more than once for one execution (a worker that was
 killed or paused past its lease is replaced); every call carries the fencing token, and a stale
@@ -103,6 +103,7 @@ from cronwheel.client.worker_policy import (
 )
 from cronwheel.client.worker_reports import Report, Reporter
 from cronwheel.clock import Clock, SystemClock
+from cronwheel.heap import freeze_startup_heap
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
 log = logging.getLogger("cronwheel.client.worker")
@@ -238,24 +239,30 @@ class Worker:
             self._stop_fatal(WorkerStopped(self.worker_id, "INTERNAL", f"{task.get_name()} crashed: {exc!r}"))
 
     def run(self) -> None:
-        """Serve until SIGTERM/SIGINT; on an error no retry can fix, print one line and exit non-zero."""
+        """Serve until SIGTERM/SIGINT; on an error no retry can fix, print one line and exit non-zero.
+        The process is the worker's: its startup heap is frozen before the first lease call
+        (`serve(freeze_heap=True)`)."""
         try:
-            asyncio.run(self.serve(install_signals=True))
+            asyncio.run(self.serve(install_signals=True, freeze_heap=True))
         except WorkerStopped as exc:
             print(f"cronwheel: error: {exc.message}", file=sys.stderr, flush=True)
             raise SystemExit(exc.exit_code) from None
 
-    async def serve(self, install_signals: bool = False) -> None:
-        """Lease and run until stop(); raises WorkerStopped on an error no retry can fix."""
+    async def serve(self, install_signals: bool = False, freeze_heap: bool = False) -> None:
+        """Lease and run until stop(); raises WorkerStopped on an error no retry can fix.
+
+        `freeze_heap`: once set up, collect and freeze what is alive (cronwheel.heap): full
+        collections then walk only what was made since. `run()` sets it, as the process is the
+        worker's; a program that embeds the worker in its own loop decides for its process."""
         conn = self._connection().validate()
         if install_signals:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         async with conn.channel() as ch:
-            await self.serve_on(dispatch_pb2_grpc.DispatchServiceStub(ch))
+            await self.serve_on(dispatch_pb2_grpc.DispatchServiceStub(ch), freeze_heap)
 
-    async def serve_on(self, stub: Any) -> None:
+    async def serve_on(self, stub: Any, freeze_heap: bool = False) -> None:
         """serve() over a DispatchService stub the caller made (its own channel, or a fake in
         tests); what serve() does after connecting."""
         if not self.handlers:
@@ -268,6 +275,8 @@ class Worker:
         hb = asyncio.create_task(self._heartbeats(), name="worker-heartbeats")
         for side in (reports, hb):
             side.add_done_callback(self._side_task_ended)
+        if freeze_heap:
+            freeze_startup_heap()
         try:
             await self._lease_loop()
         finally:

@@ -28,7 +28,8 @@ LAYERS: dict[str, tuple[str, int]] = {
 # client talks to the cluster through the gRPC contract only (users install it to call a node).
 ONLY: dict[str, set[str]] = {"cronwheel.client": {"cronwheel.v1"}}
 # Leaves any layer may use.
-SHARED = {"cronwheel", "cronwheel.clock", "cronwheel.entropy", "cronwheel.errors", "cronwheel.tracing"}
+SHARED = {"cronwheel", "cronwheel.clock", "cronwheel.entropy", "cronwheel.errors", "cronwheel.heap",
+          "cronwheel.tracing"}
 # The top: CLI, dev orchestration and local servers may import anything; nothing imports them
 # except tests, bench and chaos (localservers is shared with those).
 TOP = {"cronwheel.cli", "cronwheel.cli_commands", "cronwheel.cli_explain", "cronwheel.dev"}
