@@ -66,7 +66,6 @@ class ClaimParams:
     tenant: str | None  # None: any tenant
     now: datetime
     fair_tau_s: float  # the fair share's memory: a tenant's served count decays by exp(-age / this)
-    locked: Sequence[str] = ()  # the tenants claim_lock_tenants locked: the only ones the claim takes from
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,20 +208,23 @@ class DispatchPort:
 
     # ------------------------------------------------------------------ worker calls
 
-    async def lock_claim_tenants(self, conn: Conn, tenant: str | None) -> list[str]:
-        """First statement of a claim's transaction (`claim_lock_tenants`): the tenants with
-        queued work now locked for this transaction, which the claim may take from."""
-        cur = await conn.execute(q("claim_lock_tenants"), {"tenant": tenant})
-        return [r[0] for r in await cur.fetchall()]
+    async def lock_claim_tenants(self, conn: Conn, tenant: str | None) -> Pending[bool]:
+        """Send the first statement of a claim's transaction (`claim_lock_tenants`): it locks the
+        tenants with queued work for this transaction and leaves them where the `claim` sent
+        next reads them. Nothing waits for its answer before the claim is sent: in a
+        `pipelined_transaction` the two statements and the COMMIT travel in one round trip, and
+        the Pending's result, read after the block, says whether any tenant had queued work."""
+        cur = await conn.execute(q("claim_lock_tenants"), {"tenant": tenant}, prepare=True)
+        return Pending(cur, lambda rows: bool(rows) and rows[0][0] != "{}")
 
     async def claim(self, conn: Conn, p: ClaimParams) -> Pending[list[Leased]]:
-        """Send the claim (`claim`); its leased runs are the Pending's result. In a
-        `pipelined_transaction`, read it after the block: the runs are handed out only once the
-        claim's COMMIT succeeded, and the two travel in one round trip."""
+        """Send the claim (`claim`), after `lock_claim_tenants` in the same transaction; its
+        leased runs are the Pending's result. In a `pipelined_transaction`, read it after the
+        block: the runs are handed out only once the claim's COMMIT succeeded."""
         cur = await conn.execute(q("claim"), {
             "priorities": list(p.priorities), "types": list(p.types) if p.types else None, "limit": p.limit,
             "tenant": p.tenant, "worker": p.worker, "lease_s": p.lease_s, "now": p.now,
-            "fair_tau_s": p.fair_tau_s, "tenants": list(p.locked)})
+            "fair_tau_s": p.fair_tau_s}, prepare=True)  # planned once per connection
         return Pending(cur, lambda rows: [Leased._make(r) for r in rows])
 
     async def rate_wait(self, conn: Conn, tenant: str | None, now: datetime) -> float | None:

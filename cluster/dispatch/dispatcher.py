@@ -12,7 +12,9 @@ because a rate-limited tenant had no whole token waits until that token is due
 A claim first takes transaction-scoped advisory locks on the tenants it may take from
 (`claim_lock_tenants`), so claims for one tenant never overlap anywhere in the cluster and its
 concurrency cap, its concurrency keys' limits (a key belongs to one tenant) and its token
-bucket are exact; within a node, claims run one at a time.
+bucket are exact; within a node, claims run one at a time, on one connection. The locks, the
+claim and the COMMIT go to PostgreSQL in one round trip (the claim reads the tenants the lock
+statement locked from the transaction's `cronwheel.claim_tenants`).
 Waiting workers long-poll: they are woken by `wake()` (NOTIFY cronwheel_queued from any node,
 or this node's own fire batches) rather than by fixed polling; a slow fallback poll covers
 missed notifications.
@@ -113,9 +115,9 @@ class Dispatcher:
         self.config = (config or DispatchConfig()).validate()
         self.rng = rng or random.Random()
         self._wakeup = asyncio.Event()
-        # One claim at a time per node. Claims that share a tenant queue on its advisory lock
-        # anyway; waiting here instead keeps them from holding pool connections (which firing
-        # needs) while they wait.
+        # One claim at a time per node, on the store's claim connection (Database.claim_connection:
+        # the claim's plan and its backend's caches stay warm). Claims that share a tenant queue on
+        # its advisory lock anyway.
         self._claiming = asyncio.Lock()
 
     def wake(self) -> None:
@@ -164,20 +166,19 @@ class Dispatcher:
         """The runs leased, and (when none) the seconds until a rate-limited tenant's next token."""
         order = priority_order(self.config.weights, self.rng.random())
         rate_wait = None
-        # Two round trips: BEGIN with the tenant locks, then the claim with its COMMIT (its runs
+        # One round trip: the tenant locks, the claim and its COMMIT travel together (the runs
         # are read after the COMMIT succeeded, so no lease is handed out that did not commit).
-        async with self._claiming, self.store.connection() as conn:
+        async with self._claiming, self.store.claim_connection() as conn:
             async with self.store.pipelined_transaction(conn):
                 locked = await self.port.lock_claim_tenants(conn, tenant)  # limits hold across nodes
-                if not locked:
-                    return [], None
                 now = self.clock.now()
                 claim = await self.port.claim(conn, ClaimParams(
                     worker=worker, priorities=order, types=types, limit=max_count, lease_s=lease_s, tenant=tenant,
-                    now=now, fair_tau_s=self.config.fair_tau_s, locked=locked))
+                    now=now, fair_tau_s=self.config.fair_tau_s))
             out = await claim.result()
-            if not out:  # at the claim's `now`: the buckets as the claim left them (a later read
-                # could see a whole token refilled meanwhile and answer "none waiting")
+            if not out and await locked.result():  # at the claim's `now`: the buckets as the claim
+                # left them (a later read could see a whole token refilled meanwhile and answer
+                # "none waiting"); with no tenant queued at all, nobody is waiting for a token
                 rate_wait = await self.port.rate_wait(conn, tenant, now)
         if self.metrics is not None:
             for r in out:
