@@ -208,12 +208,16 @@ class Pending(Generic[T]):
 
     def __init__(self, cur: psycopg.AsyncCursor[Any], convert: Any) -> None:
         self._cur, self._convert = cur, convert
+        self._value: tuple[T] | None = None
 
     async def result(self) -> T:
-        try:
-            return self._convert(await self._cur.fetchall())  # type: ignore[no-any-return]
-        except psycopg.Error as exc:
-            raise map_error(exc) from exc
+        """The statement's result (read once; later calls answer the same)."""
+        if self._value is None:
+            try:
+                self._value = (self._convert(await self._cur.fetchall()),)
+            except psycopg.Error as exc:
+                raise map_error(exc) from exc
+        return self._value[0]
 
 
 def psycopg_pool_errors() -> tuple[type[Exception], ...]:

@@ -119,6 +119,7 @@ class Dispatcher:
         # the claim's plan and its backend's caches stay warm). Claims that share a tenant queue on
         # its advisory lock anyway.
         self._claiming = asyncio.Lock()
+        self._queued_seen = False  # the last claim's locks found queued work (see _claim_once)
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -166,17 +167,24 @@ class Dispatcher:
         """The runs leased, and (when none) the seconds until a rate-limited tenant's next token."""
         order = priority_order(self.config.weights, self.rng.random())
         rate_wait = None
-        # One round trip: the tenant locks, the claim and its COMMIT travel together (the runs
-        # are read after the COMMIT succeeded, so no lease is handed out that did not commit).
+        # While the node's last claim found queued work, one round trip: the tenant locks, the
+        # claim and its COMMIT travel together. Otherwise the locks' answer is read first and no
+        # claim is sent when no tenant has queued work: an idle node's waiting polls (each claims
+        # at every fallback_poll_s) cost the lock statement only, not the claim's planning
+        # (1.3 ms). Either way the runs are read after the COMMIT succeeded, so no lease is
+        # handed out that did not commit.
         async with self._claiming, self.store.claim_connection() as conn:
             async with self.store.pipelined_transaction(conn):
                 locked = await self.port.lock_claim_tenants(conn, tenant)  # limits hold across nodes
+                if not self._queued_seen and not await locked.result():
+                    return [], None
                 now = self.clock.now()
                 claim = await self.port.claim(conn, ClaimParams(
                     worker=worker, priorities=order, types=types, limit=max_count, lease_s=lease_s, tenant=tenant,
                     now=now, fair_tau_s=self.config.fair_tau_s))
             out = await claim.result()
-            if not out and await locked.result():  # at the claim's `now`: the buckets as the claim
+            self._queued_seen = await locked.result()
+            if not out and self._queued_seen:  # at the claim's `now`: the buckets as the claim
                 # left them (a later read could see a whole token refilled meanwhile and answer
                 # "none waiting"); with no tenant queued at all, nobody is waiting for a token
                 rate_wait = await self.port.rate_wait(conn, tenant, now)

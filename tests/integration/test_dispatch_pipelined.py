@@ -227,18 +227,26 @@ async def test_a_claim_takes_only_from_the_tenants_its_own_lock_statement_locked
     assert (await execution_row(store, late))["state"] == "queued"
 
 
-async def test_one_claim_is_one_round_trip_to_postgres(dsn: str) -> None:
-    """The tenant locks, the claim and the COMMIT travel together: read on the wire, the client
-    sends the claim's whole transaction, ending in its Sync, before it asks for any answer (a
-    Flush). With the lock statement's answer read before the claim was sent, a claim took two
-    round trips (1.5-7 ms of a 250-run claim's 17 ms in a 1,000-run herd went to the first).
-    Fails without the change ("HSH": a Flush before the Sync)."""
+async def test_a_busy_nodes_claim_is_one_round_trip_and_an_idle_ones_sends_no_claim_for_nothing(dsn: str) -> None:
+    """Read on the wire: while the node's last claim found queued work, a claim sends the locks,
+    the claim and the COMMIT before it asks for any answer ("EES"). With the lock statement's
+    answer read before the claim was sent, a claim took two round trips (1.5-7 ms of a 250-run
+    claim's 17 ms in a 1,000-run herd went to the first). An idle node reads the locks' answer
+    first and sends no claim when nothing is queued ("EHS"): its waiting polls, one claim per
+    fallback_poll_s each, cost the lock statement only, not the claim's planning. Fails without
+    the change (a busy claim "EHES")."""
     async with WireCounter(dsn) as wire, PgStore(StoreConfig(dsn=wire.dsn, min_connections=1,
                                                              max_connections=2)) as store:
         d = Dispatcher(store, FakeClock(start_ts=T0.timestamp()))
-        for _ in range(2):
+        assert await d.lease("w1", [], 1, 30.0, 0.0) == []  # connects the claim connection
+        wire.reset()
+        assert await d.lease("w1", [], 1, 30.0, 0.0) == []
+        assert wire.marks.rstrip("H") == "EHS", wire.marks  # idle, nothing queued: no claim sent
+        for _ in range(3):
             await insert_execution(store, partition=1, scheduled_for=T0, run_at=T0, state="queued")
-        assert len(await d.lease("w1", [], 1, 30.0, 0.0)) == 1  # connects the claim connection first
         wire.reset()
         assert len(await d.lease("w1", [], 1, 30.0, 0.0)) == 1
-        assert wire.marks.rstrip("H") == "S", wire.marks
+        assert wire.marks.rstrip("H") == "EHES", wire.marks  # idle before: locks first, then the claim
+        wire.reset()
+        assert len(await d.lease("w1", [], 1, 30.0, 0.0)) == 1
+        assert wire.marks.rstrip("H") == "EES", wire.marks  # busy: one round trip

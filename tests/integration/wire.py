@@ -1,9 +1,10 @@
 """A TCP proxy in front of a real PostgreSQL that reads the frontend's protocol messages, so a
-test can see where a client waited on the wire: `marks` is the sequence of Sync ('S': the end of
-a pipeline or of an extended-protocol statement) and Flush ('H': psycopg asks for the answers so
-far, to read a result) messages the client sent. A pipelined transaction that reads one of its
-results before its last statement is sent shows "HS..."; one that sends everything before it
-waits starts with "S" (psycopg may flush again after the Sync, while it reads the answers)."""
+test can see what a client sent and where it waited: `marks` is the sequence of the Execute
+('E': a statement run), Flush ('H': psycopg asks for the answers so far, to read a result) and
+Sync ('S': the end of a pipeline or of an extended-protocol statement) messages the client sent.
+A pipelined transaction of two statements that reads the first one's answer before sending the
+second shows "EHES"; one that sends everything before it waits, "EES" (psycopg may flush again
+after the Sync, while it reads the answers: trailing H)."""
 
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ class WireCounter:
                 return
             length = struct.unpack("!i", await r.readexactly(4))[0]
             body = await r.readexactly(length - 4)
-            if kind in (b"S", b"H"):
+            if kind in (b"E", b"S", b"H"):
                 self.marks += kind.decode()
             w.write(kind + struct.pack("!i", length) + body)
             await w.drain()
