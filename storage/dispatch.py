@@ -211,9 +211,9 @@ class DispatchPort:
     async def lock_claim_tenants(self, conn: Conn, tenant: str | None) -> Pending[bool]:
         """Send the first statement of a claim's transaction (`claim_lock_tenants`): it locks the
         tenants with queued work for this transaction and leaves them where the `claim` sent
-        next reads them. Nothing waits for its answer before the claim is sent: in a
-        `pipelined_transaction` the two statements and the COMMIT travel in one round trip, and
-        the Pending's result, read after the block, says whether any tenant had queued work."""
+        next reads them, so the claim needs nothing from its answer: in a
+        `pipelined_transaction` the two statements and the COMMIT can travel in one round trip.
+        The Pending's result says whether any tenant had queued work."""
         cur = await conn.execute(q("claim_lock_tenants"), {"tenant": tenant}, prepare=True)
         return Pending(cur, lambda rows: bool(rows) and rows[0][0] != "{}")
 
@@ -224,7 +224,7 @@ class DispatchPort:
         cur = await conn.execute(q("claim"), {
             "priorities": list(p.priorities), "types": list(p.types) if p.types else None, "limit": p.limit,
             "tenant": p.tenant, "worker": p.worker, "lease_s": p.lease_s, "now": p.now,
-            "fair_tau_s": p.fair_tau_s}, prepare=True)  # planned once per connection
+            "fair_tau_s": p.fair_tau_s}, prepare=True)  # parsed once per connection, planned per call
         return Pending(cur, lambda rows: [Leased._make(r) for r in rows])
 
     async def rate_wait(self, conn: Conn, tenant: str | None, now: datetime) -> float | None:

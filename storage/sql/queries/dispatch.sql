@@ -3,12 +3,13 @@
 -- claimers can deadlock) every tenant with queued work that the claim may take from, and record
 -- them in the transaction's setting `cronwheel.claim_tenants` (a text[] literal): the `claim`
 -- that follows takes from these tenants only (one that got queued work after this read waits for
--- the next claim). The claim is sent right behind this statement, in the same round trip: it
--- reads the tenants there, not from this statement's answer, which nobody waits for (with the
--- answer read in between, a claim took two round trips: 1.5-7 ms of a 250-run claim's 17 ms in
--- a 1,000-run herd went to the first). Claims for the same tenant then run one after another,
--- and the `claim` statement takes its snapshot after the previous claim committed: its counts of
--- running work, its buckets and fair-share counts are exact across nodes. For the rest of the
+-- the next claim). The claim reads the tenants there, not from this statement's answer, so a
+-- busy node sends it right behind this statement, in the same round trip (with the answer read
+-- in between, a claim took two: 1.5-7 ms of a 250-run claim's 17 ms in a 1,000-run herd went to
+-- the first; an idle node still reads it first, see Dispatcher._claim_once). Claims for the same
+-- tenant then run one after another, and the `claim` statement takes its snapshot after the
+-- previous claim committed: its counts of running work, its buckets and fair-share counts are
+-- exact across nodes. For the rest of the
 -- transaction it also
 --   turns JIT off: on a large backlog the claim's estimated cost passes jit_above_cost and
 --   compiling took 120-140 ms of a 2-10 ms statement;
