@@ -17,6 +17,7 @@ pid, and `cleanup_stale()` deletes namespaces left by runners that died.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import fcntl
@@ -194,19 +195,20 @@ class NetnsPool:
 # ---------------------------------------------------------------------------------- forwarder
 
 
+async def pump(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+    """Copy one direction of a TCP connection until it ends, then close the writer (the chaos
+    forwarder here; tests/integration/wire.py for the server's side of its proxy)."""
+    try:
+        while data := await r.read(65536):
+            w.write(data)
+            await w.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        w.close()
+
+
 async def _forward(host: str, ports: list[int]) -> None:
-    import asyncio
-
-    async def pump(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        try:
-            while data := await r.read(65536):
-                w.write(data)
-                await w.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            w.close()
-
     def handler(port: int):  # type: ignore[no-untyped-def]
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:

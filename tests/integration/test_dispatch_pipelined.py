@@ -125,6 +125,11 @@ async def test_a_completion_batch_finds_its_runs_by_id_however_many_the_worker_h
     assert len(done) == 100 and {(await execution_row(store, i))["state"] for i in ids} == {"succeeded"}
 
 
+def claim_params(limit: int = 100) -> ClaimParams:
+    return ClaimParams(worker="w1", priorities=["default"], types=None, limit=limit, lease_s=30.0, tenant=None,
+                       now=T0, fair_tau_s=1.0)
+
+
 async def test_the_claim_is_planned_for_the_table_as_it_is_at_every_call(store: PgStore) -> None:
     """A claim runs on a plan made for it at that call (claim_lock_tenants sets plan_cache_mode
     to force_custom_plan for the claim's transaction only), even once psycopg has prepared it on
@@ -137,9 +142,7 @@ async def test_the_claim_is_planned_for_the_table_as_it_is_at_every_call(store: 
         for _ in range(12):  # psycopg prepares a statement at its 6th run on a connection
             async with store.pipelined_transaction(conn):
                 await store.dispatch.lock_claim_tenants(conn, None)
-                claim = await store.dispatch.claim(conn, ClaimParams(
-                    worker="w1", priorities=["default"], types=None, limit=1, lease_s=30.0, tenant=None,
-                    now=T0, fair_tau_s=1.0))
+                claim = await store.dispatch.claim(conn, claim_params(limit=1))
             leased += len(await claim.result())
         cur = await conn.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements"
                                  " WHERE statement LIKE '%Lease up to%'")
@@ -201,11 +204,6 @@ async def test_a_nodes_claims_run_on_one_connection_prepared_from_the_first(stor
         cur = await conn.execute("SELECT generic_plans + custom_plans FROM pg_prepared_statements"
                                  " WHERE statement LIKE '%Lease up to%'")
         assert await cur.fetchall() == [(12,)]
-
-
-def claim_params(now: datetime = T0) -> ClaimParams:
-    return ClaimParams(worker="w1", priorities=["default"], types=None, limit=100, lease_s=30.0, tenant=None,
-                       now=now, fair_tau_s=1.0)
 
 
 async def test_a_claim_takes_only_from_the_tenants_its_own_lock_statement_locked(store: PgStore) -> None:

@@ -13,6 +13,8 @@ import struct
 from typing import Self
 from urllib.parse import urlsplit, urlunsplit
 
+from chaos.netns import pump
+
 SSL_REQUEST, GSSENC_REQUEST = 80877103, 80877104
 
 
@@ -45,19 +47,13 @@ class WireCounter:
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         server_r, server_w = await asyncio.open_connection(*self._target)
-        down = asyncio.create_task(self._pipe(server_r, client_w))
+        down = asyncio.create_task(pump(server_r, client_w))
         self._tasks.add(down)
         try:
             await self._frontend(client_r, server_w)
         finally:
             server_w.close()
             client_w.close()
-
-    @staticmethod
-    async def _pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        while data := await r.read(65536):
-            w.write(data)
-            await w.drain()
 
     async def _frontend(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         started = False
