@@ -138,6 +138,7 @@ class Completed:
     id: uuid.UUID
     schedule_id: uuid.UUID | None
     type: str = ""
+    tenant: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +279,7 @@ class DispatchPort:
         cur = await conn.execute(q("complete_batch"), {
             "worker": worker, "tenant": tenant, "ids": [i.id for i in items], "tokens": [i.token for i in items],
             "results": [_jsonb(i.result) for i in items], "now": now})
-        return [Completed(r[0], r[1], r[3]) for r in await cur.fetchall()]
+        return [Completed(r[0], r[1], r[3], r[4]) for r in await cur.fetchall()]
 
     async def release_buffered(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> bool:
         """Overlap buffer_*: queue the schedule's oldest buffered run; True if there was one."""

@@ -17,12 +17,16 @@ claim and the COMMIT go to PostgreSQL in one round trip (the claim reads the ten
 statement locked from the transaction's `cronwheel.claim_tenants`).
 Waiting workers long-poll: they are woken by `wake()` (NOTIFY cronwheel_queued from any node,
 or this node's own fire batches) rather than by fixed polling; a slow fallback poll covers
-missed notifications.
+missed notifications. A run finished through this node frees a slot of its tenant: while the
+node's last claim saw queued work, it wakes one waiting call that may take from that tenant
+(`_slots_freed`), so a tenant held at its concurrency cap starts its next run when a run ends,
+not at the fallback poll. Calls waiting on other nodes are not woken by it: their fallback
+poll covers them.
 
 Every call that carries a token is checked against the execution's current token, owner and
 state in the same statement; a mismatch changes nothing and raises StaleFencingToken.
 
-Concurrency: task-safe; all state is in PostgreSQL except the wake-up event.
+Concurrency: task-safe; all state is in PostgreSQL except the waiting calls' wake-up events.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import asyncio
 import json
 import random
 import uuid
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -50,6 +56,7 @@ from cronwheel.errors import FailedPrecondition, InvalidArgument, NotFound, Stal
 from cronwheel.storage import PgStore
 from cronwheel.storage.dispatch import (
     ClaimParams,
+    Completed,
     Completion,
     Conn,
     FinishParams,
@@ -114,7 +121,10 @@ class Dispatcher:
         self.clock = clock
         self.config = (config or DispatchConfig()).validate()
         self.rng = rng or random.Random()
-        self._wakeup = asyncio.Event()
+        # The waiting lease calls, oldest first: each one's wake-up event and the tenant it may
+        # take from (None: any). Registered before the call's claim, so a wake-up during the
+        # claim is not lost: the call claims again at once.
+        self._waiters: dict[asyncio.Event, str | None] = {}
         # One claim at a time per node, on the store's claim connection (Database.claim_connection:
         # the claim's plan and its backend's caches stay warm). Claims that share a tenant queue on
         # its advisory lock anyway.
@@ -122,8 +132,24 @@ class Dispatcher:
         self._queued_seen = False  # the last claim's locks found queued work (see _claim_once)
 
     def wake(self) -> None:
-        self._wakeup.set()
-        self._wakeup = asyncio.Event()
+        """Work was queued: every waiting lease call claims again."""
+        for event in self._waiters:
+            event.set()
+        self._waiters.clear()
+
+    def _slots_freed(self, tenants: Iterable[str]) -> None:
+        """Runs of `tenants` (one per run) left `running` through this node: each freed a slot
+        of its tenant's concurrency cap (or of its key's limit). While the last claim saw queued
+        work (a claim that came back empty then was held by a cap, a rate limit or the workers'
+        types), wake the oldest waiting call that may take from the tenant, one per run: not
+        every waiting call, whose claims would run one after another for a slot only one can
+        take. Without it such a tenant's next run waited for the fallback poll."""
+        if not self._queued_seen or not self._waiters:
+            return
+        for t, n in Counter(tenants).items():
+            for event in [e for e, scope in self._waiters.items() if scope is None or scope == t][:n]:
+                event.set()
+                del self._waiters[event]
 
     def check_lease(self, lease_s: float, field: str = "lease_duration") -> float:
         if not self.config.min_lease_s <= lease_s <= self.config.max_lease_s:
@@ -151,16 +177,20 @@ class Dispatcher:
         arrived = self.clock.monotonic()
         deadline = arrived + wait_s
         while True:
-            waiter = self._wakeup  # taken before the claim, so a wake-up during it is not lost
-            claimed = self.clock.monotonic()  # before the claim's own now(): its leases start later
-            rows, rate_wait = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
-            left = deadline - self.clock.monotonic()
-            if rows or left <= 0:
-                return rows, claimed - arrived
-            pause = min(left, self.config.fallback_poll_s)
-            if rate_wait is not None:  # rate-limited work is due at its next token, not at the fallback poll
-                pause = min(pause, max(rate_wait, MIN_RATE_WAIT_S))
-            await self.clock.wait(waiter, pause)
+            waiter = asyncio.Event()
+            self._waiters[waiter] = tenant  # before the claim, so a wake-up during it is not lost
+            try:
+                claimed = self.clock.monotonic()  # before the claim's own now(): its leases start later
+                rows, rate_wait = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
+                left = deadline - self.clock.monotonic()
+                if rows or left <= 0:
+                    return rows, claimed - arrived
+                pause = min(left, self.config.fallback_poll_s)
+                if rate_wait is not None:  # rate-limited work is due at its next token, not at the fallback poll
+                    pause = min(pause, max(rate_wait, MIN_RATE_WAIT_S))
+                await self.clock.wait(waiter, pause)
+            finally:
+                self._waiters.pop(waiter, None)
 
     async def _claim_once(self, worker: str, types: list[str] | None, max_count: int,
                           lease_s: float, tenant: str | None) -> tuple[list[Leased], float | None]:
@@ -243,6 +273,7 @@ class Dispatcher:
             except InvalidArgument as exc:
                 results.append(exc)
         done: dict[uuid.UUID, str] = {}  # id -> job type
+        rows: list[Completed] = []
         if ok_items:
             now = self.clock.now()
             # Two round trips: BEGIN with the completions, then the buffered runs' release (cron
@@ -253,6 +284,7 @@ class Dispatcher:
                 sids = list({r.schedule_id for r in rows if r.schedule_id is not None})
                 if sids:
                     await self.port.release_buffered_many(conn, sids, now)
+            self._slots_freed(r.tenant for r in rows)
         out: list[Outcome | Exception] = []
         for (ident, token, result_json), pre in zip(items, results, strict=True):
             if pre is not None:
@@ -315,6 +347,7 @@ class Dispatcher:
                                               conn=conn)
             if state == "queued":
                 await self.port.notify_queued(conn, "requeued")
+        self._slots_freed([run.tenant])
         if self.metrics is not None:
             self.metrics.record_outcome(out.state, error_type, run.type)
         return Outcome.of(out)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -266,3 +267,69 @@ async def test_critical_runs_of_any_tenant_go_before_default_ones_in_a_claim(sto
     d = Dispatcher(store, clock, rng=CriticalFirst())
     got = await d.lease("w", [], 100, 30.0, 0.0)
     assert Counter(r.priority for r in got) == {"critical": 60, "default": 40}
+
+
+async def until_sleeping(clock: FakeClock, n: int) -> None:
+    """The test's signal that n lease calls claimed, found nothing and wait on the clock."""
+    async with asyncio.timeout(10):
+        while clock.sleepers < n:
+            await asyncio.sleep(0.001)
+
+
+FINISHES = {  # every way a worker ends a run through the node: each frees a slot of its tenant
+    "complete_many": lambda d, r: d.complete_many("w", [(uuid.UUID(r.id), r.fencing_token, "{}")]),
+    "complete": lambda d, r: d.complete(uuid.UUID(r.id), r.fencing_token, "w", "{}"),
+    "fail": lambda d, r: d.fail(uuid.UUID(r.id), r.fencing_token, "w", "boom", False, "boom"),
+}
+
+
+@pytest.mark.parametrize("finish", sorted(FINISHES))
+async def test_a_lease_waiting_on_a_tenant_at_its_cap_is_woken_when_one_of_its_runs_ends(
+        store: PgStore, finish: str) -> None:
+    """The CI failure of stop 30 (tests/e2e/test_dispatch.py, a critical run 1.02 s late): a
+    worker's next lease call reached the node before its completion did, found the tenant at its
+    cap and slept until the fallback poll (1 s), because nothing woke it when the run ended."""
+    clock = FakeClock(start_ts=T0.timestamp())
+    await tenant(store, "capped", max_concurrency=1)
+    await backlog(store, "capped", 3)
+    d = dispatcher(store, clock)
+    [first] = await d.lease("w", [], 10, 30.0, 0.0)
+    waiting = asyncio.create_task(d.lease("w", [], 10, 30.0, 30.0))
+    await until_sleeping(clock, 1)  # claimed nothing: the tenant is at its cap
+    await FINISHES[finish](d, first)
+    [second] = await asyncio.wait_for(waiting, 10)  # the clock did not move: no fallback poll
+    assert second.id != first.id and clock.monotonic() == FakeClock().monotonic()
+
+
+async def test_one_ended_run_wakes_one_waiting_lease_of_its_tenant_not_every_one(store: PgStore) -> None:
+    """A freed slot can go to one call only: waking them all would run their claims one after
+    another for nothing. A call scoped to another tenant is not the one woken."""
+    clock = FakeClock(start_ts=T0.timestamp())
+    await tenant(store, "capped", max_concurrency=1)
+    await backlog(store, "capped", 5)
+    await tenant(store, "other", max_concurrency=1)
+    await backlog(store, "other", 2)
+    d = dispatcher(store, clock)
+    [held] = await d.lease("w", [], 10, 30.0, 0.0, tenant="capped")
+    [_other] = await d.lease("w", [], 10, 30.0, 0.0, tenant="other")
+    claims = 0
+    lock = d.port.lock_claim_tenants
+
+    async def counted(*a: Any, **kw: Any) -> Any:
+        nonlocal claims
+        claims += 1
+        return await lock(*a, **kw)
+
+    d.port.lock_claim_tenants = counted  # type: ignore[method-assign]
+    scoped_other = asyncio.create_task(d.lease("w", [], 10, 30.0, 30.0, tenant="other"))
+    await until_sleeping(clock, 1)
+    calls = [asyncio.create_task(d.lease("w", [], 10, 30.0, 30.0, tenant="capped")) for _ in range(3)]
+    await until_sleeping(clock, 4)
+    assert claims == 4
+    await d.complete(uuid.UUID(held.id), held.fencing_token, "w", "{}")
+    [done], _ = await asyncio.wait(calls, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    assert done is calls[0] and len(done.result()) == 1  # the oldest waiting call of the tenant
+    await until_sleeping(clock, 3)
+    assert claims == 5 and not scoped_other.done() and not any(c.done() for c in calls[1:])
+    for c in (scoped_other, *calls[1:]):
+        c.cancel()

@@ -331,13 +331,13 @@ WITH done AS (
        AND e.fencing_token = (%(tokens)s::bigint[])[array_position(%(ids)s::uuid[], e.id)]
        AND e.lease_owner = %(worker)s AND (e.state || '') = 'running'
        AND (%(tenant)s::text IS NULL OR e.tenant = %(tenant)s)
-    RETURNING e.id, e.schedule_id, e.type
+    RETURNING e.id, e.schedule_id, e.type, e.tenant
 ), fed AS (
     UPDATE schedules SET last_success_at = %(now)s, success_alert_at = NULL
      WHERE id IN (SELECT schedule_id FROM done WHERE schedule_id IS NOT NULL)
     RETURNING 1
 )
-SELECT id, schedule_id, (SELECT count(*) FROM fed) AS fed, type FROM done;
+SELECT id, schedule_id, (SELECT count(*) FROM fed) AS fed, type, tenant FROM done;
 
 -- name: release_buffered_many
 -- Overlap buffer_*: for each listed schedule whose run ahead finished, queue its oldest
