@@ -22,8 +22,8 @@ from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
-from cronwheel.errors import StaleEpoch, Unavailable
-from cronwheel.storage.errors import map_error
+from cronwheel.errors import CronwheelError, StaleEpoch, Unavailable
+from cronwheel.storage.errors import commit_error, map_error
 from cronwheel.storage.queries import q
 
 Row = dict[str, Any]
@@ -171,9 +171,24 @@ class Database:
         so it would take four as well). A result read after the block is read after the commit
         succeeded; an error of any statement or of the commit raises at the end of the block
         (or where a result is read) and nothing of the transaction is kept. Transaction-scoped
-        locks and settings hold to the end of the block."""
-        async with conn.pipeline():
-            yield
+        locks and settings hold to the end of the block.
+
+        An error at the COMMIT itself (raised by PostgreSQL at the Sync: a deferred constraint, a
+        full notification queue) reaches the caller as that error (`commit_error`), and the
+        connection is closed rather than given back: psycopg 3.3 keeps one result slot for the
+        Sync and mis-reads the two results such an error brings (measured: of 300 refused
+        commits, about one in six raised `IndexError` and the rest "cannot exit pipeline mode
+        while busy", which hid the server's error and left the connection busy)."""
+        body_done = False
+        try:
+            async with conn.pipeline():
+                yield
+                body_done = True
+        except Exception as exc:
+            if not body_done or isinstance(exc, CronwheelError):
+                raise  # the block's own error: the pipeline's end only logged its own
+            await conn.close()  # its pipeline's state is not known: the pool drops a closed connection
+            raise commit_error(exc) from exc
 
     @asynccontextmanager
     async def fenced(self, partition: int, epoch: int) -> AsyncIterator[AsyncConnection[Any]]:

@@ -9,6 +9,8 @@ passes driver errors through `map_error`, so no caller above storage sees a psyc
     undefined table         Unavailable("postgres", "database is not migrated ...")
     anything else           Internal("postgres", SQLSTATE and class): a bug or a broken database,
                             never passed through raw
+    a pipeline's end failed `commit_error`: the server's error at the COMMIT if psycopg read it,
+                            else Internal naming what the driver raised
 
 The key of an AlreadyExists is PostgreSQL's own description of the clash ("(tenant, name)=(acme,
 nightly)"), so the message names the value without this module parsing user data.
@@ -60,3 +62,21 @@ def map_error(exc: psycopg.Error) -> CronwheelError:
         return Unavailable("postgres", str(exc).strip().splitlines()[0] if str(exc) else None)
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return Internal("postgres", f"{exc.sqlstate or '-'} {type(exc).__name__}: {first}")
+
+
+def commit_error(exc: BaseException) -> CronwheelError:
+    """The error of a pipelined transaction whose statements all ran and whose COMMIT (the Sync)
+    failed, from what psycopg raised ending the pipeline (`Database.pipelined_transaction`): the
+    server's own error if it is in the chain (psycopg 3.3 may raise "cannot exit pipeline mode
+    while busy" over it), else Internal naming the driver's exception (psycopg 3.3 raises
+    IndexError when it reads the COMMIT's error and the Sync's result together: the server's
+    message is lost, the transaction was not committed)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, psycopg.Error) and seen.sqlstate:
+            return map_error(seen)
+        seen = seen.__cause__ or seen.__context__
+    if isinstance(exc, psycopg.Error):
+        return map_error(exc)
+    return Internal("postgres", f"the transaction's COMMIT failed and the driver lost its error "
+                                f"({type(exc).__name__}: {exc})")
