@@ -22,6 +22,8 @@ the same host clock PostgreSQL stamps history with.
     long-retry-history jobs at attempt 600..1000 with multiplier 100 fail and time out (hole 2)
     late-keepalive     answer one keepalive of a node 0.6-0.9 s after its trust window closed,
                        before the watchdog drops anything (test-only hook, coordination/faults.py)
+    refuse-commits     PostgreSQL refuses at COMMIT, for 1-2 s, every transaction that leases,
+                       heartbeats or completes a run (a deferred constraint trigger)
 """
 
 from __future__ import annotations
@@ -425,3 +427,48 @@ class LongRetryHistory:
 
 
 FAILPOINTS[LongRetryHistory.name] = LongRetryHistory()
+
+
+class RefuseCommits:
+    """PostgreSQL refuses, at COMMIT, every transaction that sets a run `running` or `succeeded`
+    (claims, heartbeats, completions) for 1-2 s, then accepts them again: a deferred constraint
+    trigger on executions, dropped at the end. The claim and the completion batch are pipelined
+    transactions, whose COMMIT error psycopg 3.3 mis-read (IndexError, or a connection left busy:
+    storage.db.pipelined_transaction, stop 31). A refused claim must hand out no run, a refused
+    completion is retried by its worker and lands once the refusal ends, and no node may crash.
+    The record's details say how many COMMITs were refused (a sequence the trigger counts on:
+    sequences are not rolled back)."""
+
+    name = "refuse-commits"
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return bool(cluster.workers)
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        import psycopg
+
+        hold = round(rng.uniform(1.0, 2.0), 2)
+        t0 = time.time()
+        with psycopg.connect(cluster.pc.dsn, autocommit=True) as c:
+            c.execute("DROP SEQUENCE IF EXISTS chaos_refused_commits")
+            c.execute("CREATE SEQUENCE chaos_refused_commits")
+            c.execute("CREATE OR REPLACE FUNCTION chaos_refuse_commit() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                      "BEGIN PERFORM nextval('chaos_refused_commits'); "
+                      "RAISE EXCEPTION 'commit refused (chaos failpoint refuse-commits)'; END $$")
+            try:
+                c.execute("CREATE CONSTRAINT TRIGGER chaos_refuse_commit AFTER UPDATE ON executions "
+                          "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.state IN ('running', 'succeeded')) "
+                          "EXECUTE FUNCTION chaos_refuse_commit()")
+                time.sleep(hold)
+            finally:
+                c.execute("DROP TRIGGER IF EXISTS chaos_refuse_commit ON executions")
+            row = c.execute("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM chaos_refused_commits"
+                            ).fetchone()
+        refused = int(row[0]) if row else 0
+        time.sleep(1.0)  # the refused reports' retries land (a worker backs off for well under a second)
+        dead_nodes = [n for n in cluster.roster if not cluster.pc.nodes[n].alive()]
+        err = f"nodes crashed: {dead_nodes}" if dead_nodes else None
+        return _record(self.name, "postgres", t0, {"hold_s": hold, "refused_commits": refused}, err)
+
+
+FAILPOINTS[RefuseCommits.name] = RefuseCommits()

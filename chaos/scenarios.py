@@ -20,7 +20,7 @@ from chaos.cluster import ClusterSpec
 ALL_FAILPOINTS = (
     "kill-node", "pause-node", "deploy-node", "scale-out", "scale-in", "kill-etcd-leader", "restart-postgres",
     "kill-worker", "pause-worker", "skew-node-clock", "partition-node", "long-retry-history",
-    "late-keepalive",
+    "late-keepalive", "refuse-commits",
 )
 
 
@@ -108,6 +108,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                         "(multiplier 4): the error escaped Reaper.run, the owner's task group died, and each "
                         "next owner of the partition met the same row (issue 14, hole 2; fixed by one Python "
                         "retry policy for both paths, the reaper only applying its decisions)"),
+    Scenario("refuse-commits", "PostgreSQL refuses at COMMIT every claim, heartbeat and completion for 1-2 s",
+             ("refuse-commits",),
+             regression="psycopg 3.3 mis-reads a COMMIT error in pipeline mode: a refused claim or completion "
+                        "batch raised IndexError (not a psycopg.Error, so no cronwheel error) or 'cannot exit "
+                        "pipeline mode while busy' over the server's error (found by a CI run of "
+                        "tests/integration/test_dispatch_pipelined.py in stop 30; fixed by 3bf0d04)"),
     Scenario("late-keepalive", "answer a node's keepalive after its trust window closed, before the drop",
              ("late-keepalive",),
              regression="issue 14 hole 1: Firer._write answered True ('not ours') while the trust window "
