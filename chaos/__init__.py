@@ -31,3 +31,7 @@ violated invariant exits 1 with history.json, report.json and every log kept und
 `python -m chaos check DIR` judges the same history again. The same seed injects the same
 faults on the same targets (scenarios.plan is pure); timings are real and vary.
 """
+
+# Before anything here imports gRPC: the runner starts and restarts nodes, workers and servers
+# while its own clients are busy, so gRPC's fork handlers must be off (cronwheel.localservers).
+import cronwheel.localservers  # noqa: F401, E402

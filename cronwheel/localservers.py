@@ -19,6 +19,16 @@ mode-0700 home), and the data directory is handed to that user.
 
 Processes are real: `pid`, `pause()` (SIGSTOP), `resume()` (SIGCONT), `kill()` (SIGKILL) and
 `restart()` exist for the chaos suite.
+
+gRPC's fork handlers are turned off in every process that imports this module before gRPC
+(`GRPC_ENABLE_FORK_SUPPORT=false`, unless set): a child started with a parent-death signal is
+forked (a preexec_fn rules out vfork), and with the handlers on, gRPC's poller thread restarts in
+the child while the child closes its descriptors before exec, so the child aborts with
+`epoll_wait error: Bad file descriptor` before it runs anything. Seen as a node, a worker or an
+initdb that "did not start" (the tests, which set it first; a chaos run's restarted worker, exit
+-6). The children exec at once and need nothing of the parent's gRPC state. The test process,
+the chaos suite and the benchmarks import this module before gRPC (`chaos/__init__.py`,
+tests/conftest.py; shown by tests/unit/test_localservers_fork.py).
 """
 
 from __future__ import annotations
@@ -41,6 +51,8 @@ from pathlib import Path
 
 from cronwheel.clock import monotonic
 from cronwheel.errors import Unavailable
+
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # read by gRPC when first imported: see above
 
 _PR_SET_PDEATHSIG = 1
 
