@@ -465,7 +465,6 @@ class RefuseCommits:
             row = c.execute("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM chaos_refused_commits"
                             ).fetchone()
         refused = int(row[0]) if row else 0
-        time.sleep(1.0)  # the refused reports' retries land (a worker backs off for well under a second)
         dead_nodes = [n for n in cluster.roster if not cluster.pc.nodes[n].alive()]
         err = f"nodes crashed: {dead_nodes}" if dead_nodes else None
         return _record(self.name, "postgres", t0, {"hold_s": hold, "refused_commits": refused}, err)

@@ -106,6 +106,12 @@ class FakeClock:
         """How many tasks are asleep on this clock (a test advances once they all are)."""
         return sum(1 for _, fut in self._waiters if not fut.done())
 
+    async def until_asleep(self, n: int = 1) -> None:
+        """Return once `n` tasks sleep on this clock: a test's signal that the tasks it runs
+        reached their waits (and so the next `advance` is the one they wait for)."""
+        while self.sleepers < n:
+            await asyncio.sleep(0)
+
     def next_deadline(self) -> float | None:
         """The earliest wall time a sleeper waits for, or None."""
         live = [d for d, fut in self._waiters if not fut.done()]

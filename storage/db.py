@@ -22,7 +22,7 @@ from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
-from cronwheel.errors import CronwheelError, StaleEpoch, Unavailable
+from cronwheel.errors import StaleEpoch, Unavailable
 from cronwheel.storage.errors import commit_error, map_error
 from cronwheel.storage.queries import q
 
@@ -174,20 +174,22 @@ class Database:
         locks and settings hold to the end of the block.
 
         An error at the COMMIT itself (raised by PostgreSQL at the Sync: a deferred constraint, a
-        full notification queue) reaches the caller as that error (`commit_error`), and the
-        connection is closed rather than given back: psycopg 3.3 keeps one result slot for the
-        Sync and mis-reads the two results such an error brings (measured: of 300 refused
-        commits, about one in six raised `IndexError` and the rest "cannot exit pipeline mode
-        while busy", which hid the server's error and left the connection busy)."""
+        full notification queue) reaches the caller as that error. psycopg 3.3 keeps one result
+        slot for the Sync and may mis-read the two results such an error brings (measured: of 300
+        refused commits, about one in six raised `IndexError` and most others "cannot exit
+        pipeline mode while busy", which hid the server's error and left the connection busy).
+        When the pipeline's end raises anything but a server error, the connection is closed
+        rather than given back (its state is not known: the pool drops a closed connection) and
+        the caller gets `commit_error`'s reading of it."""
         body_done = False
         try:
             async with conn.pipeline():
                 yield
                 body_done = True
         except Exception as exc:
-            if not body_done or isinstance(exc, CronwheelError):
-                raise  # the block's own error: the pipeline's end only logged its own
-            await conn.close()  # its pipeline's state is not known: the pool drops a closed connection
+            if not body_done or (isinstance(exc, psycopg.Error) and exc.sqlstate):
+                raise  # the block's own error, or the server's read cleanly (the borrow maps it)
+            await conn.close()
             raise commit_error(exc) from exc
 
     @asynccontextmanager

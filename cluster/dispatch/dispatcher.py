@@ -56,7 +56,6 @@ from cronwheel.errors import FailedPrecondition, InvalidArgument, NotFound, Stal
 from cronwheel.storage import PgStore
 from cronwheel.storage.dispatch import (
     ClaimParams,
-    Completed,
     Completion,
     Conn,
     FinishParams,
@@ -273,7 +272,6 @@ class Dispatcher:
             except InvalidArgument as exc:
                 results.append(exc)
         done: dict[uuid.UUID, str] = {}  # id -> job type
-        rows: list[Completed] = []
         if ok_items:
             now = self.clock.now()
             # Two round trips: BEGIN with the completions, then the buffered runs' release (cron

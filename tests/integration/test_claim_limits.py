@@ -269,13 +269,6 @@ async def test_critical_runs_of_any_tenant_go_before_default_ones_in_a_claim(sto
     assert Counter(r.priority for r in got) == {"critical": 60, "default": 40}
 
 
-async def until_sleeping(clock: FakeClock, n: int) -> None:
-    """The test's signal that n lease calls claimed, found nothing and wait on the clock."""
-    async with asyncio.timeout(10):
-        while clock.sleepers < n:
-            await asyncio.sleep(0.001)
-
-
 FINISHES = {  # every way a worker ends a run through the node: each frees a slot of its tenant
     "complete_many": lambda d, r: d.complete_many("w", [(uuid.UUID(r.id), r.fencing_token, "{}")]),
     "complete": lambda d, r: d.complete(uuid.UUID(r.id), r.fencing_token, "w", "{}"),
@@ -295,7 +288,7 @@ async def test_a_lease_waiting_on_a_tenant_at_its_cap_is_woken_when_one_of_its_r
     d = dispatcher(store, clock)
     [first] = await d.lease("w", [], 10, 30.0, 0.0)
     waiting = asyncio.create_task(d.lease("w", [], 10, 30.0, 30.0))
-    await until_sleeping(clock, 1)  # claimed nothing: the tenant is at its cap
+    await clock.until_asleep(1)  # claimed nothing: the tenant is at its cap
     await FINISHES[finish](d, first)
     [second] = await asyncio.wait_for(waiting, 10)  # the clock did not move: no fallback poll
     assert second.id != first.id and clock.monotonic() == FakeClock().monotonic()
@@ -322,14 +315,14 @@ async def test_one_ended_run_wakes_one_waiting_lease_of_its_tenant_not_every_one
 
     d.port.lock_claim_tenants = counted  # type: ignore[method-assign]
     scoped_other = asyncio.create_task(d.lease("w", [], 10, 30.0, 30.0, tenant="other"))
-    await until_sleeping(clock, 1)
+    await clock.until_asleep(1)
     calls = [asyncio.create_task(d.lease("w", [], 10, 30.0, 30.0, tenant="capped")) for _ in range(3)]
-    await until_sleeping(clock, 4)
+    await clock.until_asleep(4)
     assert claims == 4
     await d.complete(uuid.UUID(held.id), held.fencing_token, "w", "{}")
     [done], _ = await asyncio.wait(calls, timeout=10, return_when=asyncio.FIRST_COMPLETED)
     assert done is calls[0] and len(done.result()) == 1  # the oldest waiting call of the tenant
-    await until_sleeping(clock, 3)
+    await clock.until_asleep(3)
     assert claims == 5 and not scoped_other.done() and not any(c.done() for c in calls[1:])
     for c in (scoped_other, *calls[1:]):
         c.cancel()

@@ -97,8 +97,7 @@ async def test_reaper_loop_on_a_fake_clock_requeues_a_lapsed_lease_only_once_the
     try:
         async def one_round() -> None:
             r.round_done.clear()
-            while clock.sleepers == 0:
-                await asyncio.sleep(0)
+            await clock.until_asleep()
             clock.advance(r.interval_s)
             await asyncio.wait_for(r.round_done.wait(), 10)
 

@@ -241,11 +241,6 @@ async def old_finished_runs(store: PgStore, n: int) -> None:
             "        AS t(at)", {"p": P, "n": n, "t": T0 - 8 * DAY})
 
 
-async def until_sleeping(clock: FakeClock, n: int = 1) -> None:
-    while clock.sleepers < n:
-        await asyncio.sleep(0)
-
-
 async def test_a_paced_batch_waits_for_the_fire_loop_to_rest_and_fits_in_its_rest(store: PgStore,
                                                                                    owned: None) -> None:
     """Pruning yields to firing: while the fire loop fires, no prune batch starts; when it rests
@@ -259,7 +254,7 @@ async def test_a_paced_batch_waits_for_the_fire_loop_to_rest_and_fits_in_its_res
                 config=RetentionConfig(succeeded_s=7 * DAY_S, batch_rows=1000, gap_share=0.5))
     pr.rate = 10_000.0
     step = asyncio.create_task(pr.step(P, EPOCH, pace=True, passes=DuePasses(age=True, keep_last=False)))
-    await until_sleeping(clock)  # waiting for the loop's rest
+    await clock.until_asleep()  # waiting for the loop's rest
     assert port.batches == 0
     loop.rest(0.1 + 1e-6)  # (+1 us: the clock's float arithmetic must not make it 499)
     deleted, more = await step
@@ -290,7 +285,7 @@ async def test_a_paced_batch_that_overran_its_budget_cuts_the_rate(store: PgStor
                 fires=loop, config=RetentionConfig(succeeded_s=7 * DAY_S, batch_rows=1000, gap_share=0.5))
     pr.rate = 10_000.0
     step = asyncio.create_task(pr.step(P, EPOCH, pace=True, passes=DuePasses(age=True, keep_last=False)))
-    await until_sleeping(clock)
+    await clock.until_asleep()
     loop.rest(0.1 + 1e-6)
     deleted, _ = await step
     assert deleted == 500  # its budget was 0.05 s; it took 0.08
@@ -308,7 +303,7 @@ async def test_a_paced_batch_with_no_rest_in_yield_wait_goes_with_the_fewest_row
                 config=RetentionConfig(succeeded_s=7 * DAY_S, batch_rows=1000, yield_wait_s=1.0, gap_share=0.5))
     pr.rate = 10_000.0
     rows = asyncio.create_task(pr.batch_rows(pace=True))
-    await until_sleeping(clock)
+    await clock.until_asleep()
     clock.advance(1.0)
     assert await rows == (MIN_BATCH_ROWS, None)
     loop.rest(1.0)  # 0.5 s of budget fits 5,000 rows
@@ -347,6 +342,6 @@ async def test_a_paced_batch_never_takes_more_than_batch_rows_below_the_minimum(
                 config=RetentionConfig(succeeded_s=7 * DAY_S, batch_rows=5, yield_wait_s=1.0))
     pr.rate = 1_000.0  # a 1 ms rest fits 0 rows: the minimum, held to batch_rows
     rows = asyncio.create_task(pr.batch_rows(pace=True))
-    await until_sleeping(clock)
+    await clock.until_asleep()
     loop.rest(0.001)
     assert (await rows)[0] == 5

@@ -121,8 +121,7 @@ def test_the_refresh_loop_rereads_every_interval_on_the_clock() -> None:
         for want in (1, 2, 3):
             while reads < want:
                 await asyncio.sleep(0)
-            while clock.sleepers == 0:
-                await asyncio.sleep(0)
+            await clock.until_asleep()
             clock.advance(1.0)
         task.cancel()
 
