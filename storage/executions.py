@@ -92,7 +92,7 @@ def from_micros(us: int) -> datetime:
     return _EPOCH + us * _MICROSECOND
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SubmittedJob:
     """A one-off job from SubmitJob, validated (payload: JSON text)."""
 

@@ -41,14 +41,19 @@ DST_GAP, DST_REPEATED, STATE, TRIGGER = enums.DST_GAP, enums.DST_REPEATED, enums
 _rev = enums.by_name
 
 
+def under(prefix: str, exc: InvalidArgument) -> InvalidArgument:
+    """`exc` with its field path prefixed ("cron" -> "schedule.cron")."""
+    detail = exc.message[len(exc.field) + 2:] if exc.message.startswith(f"{exc.field}: ") else exc.message
+    return InvalidArgument(f"{prefix}.{exc.field}", detail)
+
+
 @contextmanager
 def fields_under(prefix: str) -> Iterator[None]:
-    """Re-raise InvalidArgument with the field path prefixed ("cron" -> "schedule.cron")."""
+    """Re-raise InvalidArgument with the field path prefixed (`under`)."""
     try:
         yield
     except InvalidArgument as exc:
-        detail = exc.message[len(exc.field) + 2:] if exc.message.startswith(f"{exc.field}: ") else exc.message
-        raise InvalidArgument(f"{prefix}.{exc.field}", detail) from None
+        raise under(prefix, exc) from None
 
 
 def enum(table: Mapping[int, str], value: int, field: str, default: str | None = None) -> str | None:
@@ -126,11 +131,14 @@ def page_size(v: int) -> int:
 # ---------------------------------------------------------------------------------- inputs
 
 
+_DEFAULT_RETRY = RetryPolicy()  # frozen: one instance serves every job that gives no policy
+
+
 def retry_from(msg: common_pb2.RetryPolicy, present: bool = True) -> RetryPolicy:
     """Field names are relative to the retry policy's own path (the caller prefixes)."""
     if not present:
-        return RetryPolicy()
-    d = RetryPolicy()
+        return _DEFAULT_RETRY
+    d = _DEFAULT_RETRY
     mult = msg.backoff_multiplier
     if not math.isfinite(mult):
         raise InvalidArgument("retry_policy.backoff_multiplier", f"must be 1..100, got {mult}")

@@ -18,10 +18,11 @@ connection from the node's pool. SubmitJobs writes its jobs in one transaction o
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from cronwheel import tracing
 from cronwheel.clock import Clock
@@ -241,8 +242,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         jobs = []
         for i, item in enumerate(request.jobs):
             tenant = caller.owner(item.tenant, f"jobs[{i}].tenant")
-            with cv.fields_under(f"jobs[{i}]"):
+            try:  # not cv.fields_under: entering a context manager per job cost a tenth of this loop
                 jobs.append(runs.prepare_job(self._job(item, tenant), now, partitions))
+            except InvalidArgument as exc:
+                raise cv.under(f"jobs[{i}]", exc) from None
         if tracing.enabled():
             with tracing.span("submit", attributes={"rpc.method": "SubmitJobs", "cronwheel.jobs": len(jobs)}):
                 traced, fires = runs.traced_jobs(jobs)
@@ -253,9 +256,17 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         else:
             got = await runs.submit_jobs(self.store, jobs, now, brief=True)
         state = enums.by_name(cv.STATE)
+        stamps: dict[datetime, Timestamp] = {}  # the jobs of a call share a few run_at values
+
+        def stamp(at: datetime) -> Timestamp:
+            got = stamps.get(at)
+            if got is None:
+                got = stamps[at] = cv.ts(at)
+            return got
+
         return scheduler_pb2.SubmitJobsResponse(results=[
             scheduler_pb2.SubmittedJob(execution_id=str(r["id"]), deduplicated=dedup, state=state[r["state"]],
-                                       partition=r["partition"], run_at=cv.ts(r["run_at"]),
+                                       partition=r["partition"], run_at=stamp(r["run_at"]),
                                        deduplicated_by=_DEDUP[runs.deduplicated_by(j, r, dedup)])
             for j, (r, dedup) in zip(jobs, got, strict=True)])
 

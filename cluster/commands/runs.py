@@ -177,7 +177,7 @@ async def backfill_schedule(store: PgStore, schedule_id: uuid.UUID, start: datet
 # ---------------------------------------------------------------------------------- one-off jobs
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JobSpec:
     tenant: str
     type: str

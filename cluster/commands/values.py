@@ -162,6 +162,21 @@ def _check_json_value(fieldname: str, doc: Any) -> None:
                 raise InvalidArgument(fieldname, "a number is out of range")
 
 
+_EXPONENT = re.compile("[0-9][eE]")
+
+
+def plain_json(raw: str) -> bool:
+    """Whether JSON text, once decoded, cannot hold anything `_check_json_value` refuses, told from
+    the text alone at C speed (the walk cost a submit of 1,000 small payloads a millisecond): no
+    backslash (NUL and lone surrogates reach a decoded string only through escapes; raw control
+    characters fail the decoder, raw surrogates the caller's own check), fewer brackets than
+    MAX_JSON_DEPTH (so no deeper nesting), no digit before an exponent marker, and too short for a
+    decimal with 16,000 digits (so no exponent out of jsonb's range). False sends the document
+    through the walk: a false negative only costs time."""
+    return (len(raw) < 16_000 and "\\" not in raw and raw.count("[") + raw.count("{") < MAX_JSON_DEPTH
+            and _EXPONENT.search(raw) is None)
+
+
 def parse_json(fieldname: str, raw: str, empty: str = "{}") -> JsonText:
     """Check one JSON document (<= 256 KiB of UTF-8) and return it as JsonText ('' -> `empty`)."""
     if not isinstance(raw, str):
@@ -179,7 +194,8 @@ def parse_json(fieldname: str, raw: str, empty: str = "{}") -> JsonText:
         raise InvalidArgument(fieldname, f"nested deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError as exc:  # JSONDecodeError, and ints beyond Python's digit limit
         raise InvalidArgument(fieldname, f"invalid JSON: {exc}") from None
-    _check_json_value(fieldname, doc)
+    if not plain_json(raw):
+        _check_json_value(fieldname, doc)
     if _SURROGATE.search(raw):
         raise InvalidArgument(fieldname, "must be valid UTF-8")
     return _CheckedJson(raw)
