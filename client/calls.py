@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-import uuid
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -502,7 +501,19 @@ def at_offset(exc: ApiError, start: int, submitted: list[Any]) -> ApiError:
 
 def _new_key() -> str:
     """A random idempotency key (a version-4 UUID) from cronwheel.entropy's pool."""
-    return str(uuid.UUID(bytes=random_bytes(16), version=4))
+    return v4_text(random_bytes(16))
+
+
+def v4_text(raw: bytes) -> str:
+    """str(uuid.UUID(bytes=raw, version=4)) for 16 bytes, in half the time (a submit_many of 1,000
+    jobs made 1,000 of them)."""
+    n = int.from_bytes(raw, "big") & _V4_CLEAR | _V4_SET
+    h = f"{n:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+_V4_CLEAR = ~(0xF000 << 64 | 0xC000 << 48) & (1 << 128) - 1  # the version nibble, the variant's two bits
+_V4_SET = 0x4000 << 64 | 0x8000 << 48  # version 4, variant RFC 4122
 
 
 def _job_request(ctx: Context, prefix: str, job: t.JobSpec) -> S.SubmitJobRequest:
