@@ -10,6 +10,7 @@ import pytest
 from cronwheel.clock import SystemClock
 from cronwheel.cluster.commands import runs
 from cronwheel.cluster.commands.submit_batcher import SubmitBatcher
+from cronwheel.cluster.commands.unique import UniqueSpec
 from cronwheel.cluster.commands.values import QuotaExceeded
 from cronwheel.errors import InvalidArgument
 from cronwheel.storage import PgStore
@@ -225,3 +226,66 @@ async def settle() -> None:
     """Let every runnable task run (the fake clock does not move)."""
     for _ in range(50):
         await asyncio.sleep(0)
+
+
+# ------------------------------------------------------------- a large call, written chunk by chunk
+
+
+def chunks(jobs: list, size: int = runs.SUBMIT_CHUNK, fail_after: int | None = None):  # type: ignore[no-untyped-def]
+    """`jobs` as runs.submit_jobs' lazy chunks; with `fail_after`, drawing the chunk after that
+    many raises as SubmitJobs' validation of a bad job does."""
+    for n, lo in enumerate(range(0, len(jobs), size)):
+        if fail_after is not None and n == fail_after:
+            raise InvalidArgument(f"jobs[{lo}].payload_json", "invalid JSON")
+        yield jobs[lo:lo + size]
+
+
+async def test_a_bad_job_drawn_after_chunks_were_written_stores_nothing(store: PgStore) -> None:
+    jobs = prep([job(i, key=f"c{i}") for i in range(1000)])
+    with pytest.raises(InvalidArgument, match=r"jobs\[750\]"):
+        await runs.submit_jobs(store, chunks(jobs, fail_after=3), NOW)
+    assert await count(store) == 0  # three chunks were sent to PostgreSQL, and rolled back
+    got = await runs.submit_jobs(store, chunks(jobs), NOW)  # the pool's connections are sound
+    assert len(got) == 1000 and not any(d for _, d in got)
+    assert await count(store) == 1000
+
+
+async def test_chunks_answer_as_one_list_does(store: PgStore) -> None:
+    await runs.submit_jobs(store, prep([job(0, key="taken")]), NOW)
+    specs = ([job(i, key=f"k{i}") for i in range(600)] + [job(600, key="taken"), job(601, key="k5")]
+             + [job(602 + i) for i in range(100)] + [job(702, key="k599")])
+    got = await runs.submit_jobs(store, chunks(prep(specs)), NOW)
+    assert len(got) == len(specs)
+    for i in range(600):
+        row, dedup = got[i]
+        assert (row["idempotency_key"], dedup) == (f"k{i}", False)
+    assert got[600][1] is True and got[600][0]["idempotency_key"] == "taken"
+    assert got[601] == (got[5][0], True)  # a key repeated in a later chunk is the earlier job
+    assert got[702] == (got[599][0], True)
+    assert not any(d for _, d in got[602:702])
+    assert await count(store) == 1 + 600 + 100
+
+
+async def test_chunks_over_a_daily_quota_take_the_counted_path(store: PgStore) -> None:
+    await set_quota(store, "acme", 700)
+    with pytest.raises(QuotaExceeded):
+        await runs.submit_jobs(store, chunks(prep([job(i) for i in range(701)])), NOW)
+    assert await count(store) == 0  # the fast path's chunks rolled back, the counted path refused
+    got = await runs.submit_jobs(store, chunks(prep([job(i) for i in range(700)])), NOW)
+    assert len(got) == 700
+    assert await count(store) == 700
+
+
+async def test_a_quota_on_a_tenant_of_a_later_chunk_counts_too(store: PgStore) -> None:
+    await set_quota(store, "other", 10)
+    jobs = prep([job(i) for i in range(500)] + [job(500 + i, tenant="other") for i in range(11)])
+    with pytest.raises(QuotaExceeded):
+        await runs.submit_jobs(store, chunks(jobs), NOW)
+    assert await count(store) == 0 and await count(store, "other") == 0
+
+
+async def test_a_chunk_may_not_hold_a_unique_job(store: PgStore) -> None:
+    jobs = prep([job(i) for i in range(300)] + [job(300, unique=UniqueSpec(period_s=60))])
+    with pytest.raises(ValueError, match="unique"):
+        await runs.submit_jobs(store, chunks(jobs), NOW)
+    assert await count(store) == 0

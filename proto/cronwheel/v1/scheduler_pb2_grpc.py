@@ -288,7 +288,9 @@ class SchedulerServiceServicer:
 
     def SubmitJobs(self, request, context):
         """Submits 1..10,000 one-off jobs in one call, all or nothing, written in one transaction
-        with one insert statement. Each item is a SubmitJobRequest with the same rules as
+        (one insert statement; a call of more than 250 jobs none of which is unique is written 250
+        at a time, each chunk while the node validates the next, and a bad item in a later chunk
+        rolls back the earlier ones). Each item is a SubmitJobRequest with the same rules as
         SubmitJob (its own tenant, run_at, priority, retry policy, timeout and idempotency_key).
         Every item is validated before anything is written: one bad item fails the whole call and
         nothing is stored. Idempotency is per item: an item whose key (same tenant) already names
