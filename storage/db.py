@@ -159,7 +159,7 @@ class Database:
             yield conn
 
     @asynccontextmanager
-    async def pipelined_transaction(self, conn: AsyncConnection[Any]) -> AsyncIterator[None]:
+    async def pipelined_transaction(self, conn: AsyncConnection[Any], explicit: bool = False) -> AsyncIterator[None]:
         """One transaction on `conn` (from `connection()`, autocommit) whose statements are sent in
         pipeline mode: they form one implicit transaction, committed by the Sync that ends the
         block (PostgreSQL's extended protocol: statements between two Syncs outside an explicit
@@ -180,12 +180,23 @@ class Database:
         pipeline mode while busy", which hid the server's error and left the connection busy).
         When the pipeline's end raises anything but a server error, the connection is closed
         rather than given back (its state is not known: the pool drops a closed connection) and
-        the caller gets `commit_error`'s reading of it."""
+        the caller gets `commit_error`'s reading of it.
+
+        `explicit`: psycopg's own transaction (BEGIN ... COMMIT) inside the pipeline, for a block
+        that sends statements and may then raise before it ends (SubmitJobs' chunks, validated
+        while the earlier ones are written): the implicit transaction would be committed by the
+        Sync that ends the pipeline whatever the block raised; this one is rolled back. It costs
+        the syncs psycopg's transaction() makes (after BEGIN, before COMMIT)."""
         body_done = False
         try:
             async with conn.pipeline():
-                yield
-                body_done = True
+                if explicit:
+                    async with conn.transaction():
+                        yield
+                        body_done = True
+                else:
+                    yield
+                    body_done = True
         except Exception as exc:
             if not body_done or (isinstance(exc, psycopg.Error) and exc.sqlstate):
                 raise  # the block's own error, or the server's read cleanly (the borrow maps it)

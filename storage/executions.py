@@ -254,9 +254,10 @@ class ExecutionsPort:
         it) runs while PostgreSQL writes the ones before it. Measured on 1,000 jobs with 10 ms of
         validation: 28.7 ms one insert after all of it, 19.2 ms in four chunks.
 
-        One transaction, psycopg's (BEGIN ... COMMIT inside the pipeline), so that an exception
-        raised while drawing a chunk (a bad job) rolls back the chunks already sent: a pipeline's
-        implicit transaction would be committed by the Sync that ends it. The daily quotas are
+        One explicit transaction (`pipelined_transaction(explicit=True)`: BEGIN ... COMMIT inside
+        the pipeline), so that an exception raised while drawing a chunk (a bad job) rolls back
+        the chunks already sent: a pipeline's implicit transaction would be committed by the Sync
+        that ends it. The daily quotas are
         read once, after the last chunk, for every tenant of the jobs; any quota rolls it all
         back and returns None (the caller takes the counted path), so no chunk is written by
         the fast path while another is refused (a guard per insert would read the tenants in a
@@ -268,7 +269,7 @@ class ExecutionsPort:
         tenants: set[str] = set()
         async with self.db.connection() as conn:
             try:
-                async with conn.pipeline(), conn.transaction():
+                async with self.db.pipelined_transaction(conn, explicit=True):
                     for chunk in chunks:
                         if not chunk:
                             continue

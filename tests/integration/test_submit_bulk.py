@@ -12,7 +12,7 @@ from cronwheel.cluster.commands import runs
 from cronwheel.cluster.commands.submit_batcher import SubmitBatcher
 from cronwheel.cluster.commands.unique import UniqueSpec
 from cronwheel.cluster.commands.values import QuotaExceeded
-from cronwheel.errors import InvalidArgument
+from cronwheel.errors import Internal, InvalidArgument
 from cronwheel.storage import PgStore
 
 from .conftest import TEST_PARTITIONS
@@ -289,3 +289,22 @@ async def test_a_chunk_may_not_hold_a_unique_job(store: PgStore) -> None:
     with pytest.raises(ValueError, match="unique"):
         await runs.submit_jobs(store, chunks(jobs), NOW)
     assert await count(store) == 0
+
+
+async def test_a_refused_commit_of_chunks_reaches_the_caller_and_stores_nothing(store: PgStore) -> None:
+    """The COMMIT of the chunked path ends a pipeline, as the claim's does: a refusal there comes
+    back as the server's error (or Internal saying the driver lost it, storage.errors.commit_error),
+    never as psycopg's IndexError or a busy connection, and the store stays usable."""
+    async with store.connection() as conn:
+        await conn.execute("CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                           "$$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$")
+        await conn.execute("CREATE CONSTRAINT TRIGGER test_refuse AFTER INSERT ON executions "
+                           "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.type = 'doomed') "
+                           "EXECUTE FUNCTION test_refuse()")
+    for n in range(20):
+        jobs = prep([job(i) for i in range(599)] + [runs.JobSpec(tenant="acme", type="doomed", payload={})])
+        with pytest.raises(Internal, match="refused at commit|the driver lost its error"):
+            await runs.submit_jobs(store, chunks(jobs), NOW)
+        assert await count(store) == 0, n
+    got = await runs.submit_jobs(store, chunks(prep([job(i) for i in range(600)])), NOW)
+    assert len(got) == 600 and await count(store) == 600
