@@ -28,7 +28,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, LiteralString, NamedTuple
+from typing import Any, NamedTuple
 
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
@@ -278,19 +278,14 @@ class FiringPort:
         return res
 
     async def fire_plain_many(self, batches: Sequence[tuple[int, int, PlainTicks]],
-                              now: datetime | None = None, until: float | None = None
-                              ) -> dict[int, FireBatchResult | StaleEpoch]:
+                              now: datetime | None = None) -> dict[int, FireBatchResult | StaleEpoch]:
         """Plain ticks and due one-off jobs of many partitions, `(partition, epoch, ticks)` each
         (partitions distinct), the hot path: ONE statement and so one transaction and one commit for all of
         them (`fire_ticks_fenced`), same effect per partition as `write_fire` inside its own
         `fenced()`. Each tick is fenced by its own partition's epoch: a partition whose epoch is
-        stale answers StaleEpoch and writes nothing, the others are written and committed.
-        `until` (Unix seconds): the statement waits in PostgreSQL until the database's clock reads
-        it (at most MAX_WAIT_S) before it fences and writes: a herd sent ahead of its instant
-        (cluster/firing). By the database's clock, as `fired_at` is: a wait counted from the
-        statement's arrival overshot by 4-5 ms (p99 25-27 against 21.5 ms in bench.fire)."""
+        stale answers StaleEpoch and writes nothing, the others are written and committed."""
         async with self.db.connection() as conn:
-            fenced = await _fire_ticks(conn, batches, now, until)
+            fenced = await _fire_ticks(conn, batches, now)
             out: dict[int, FireBatchResult | StaleEpoch] = {}
             for partition, epoch, plain in batches:
                 got = fenced.get(partition)
@@ -413,25 +408,8 @@ class FiringPort:
             await conn.execute(q("notify_queued"), {"payload": payload})
 
 
-# `fire_ticks_fenced` that first waits until the database's clock reads `until` (Unix seconds), at
-# most MAX_WAIT_S: a one-row subquery joined to the fence, so the partitions are locked, and every
-# row written, after it.
-MAX_WAIT_S = 0.1
-_FENCE_FROM = "FROM partitions AS p"
-_WAITING_FENCE_FROM = ("FROM (SELECT pg_sleep(greatest(0, least(0.1, %(until)s::float8 - extract(epoch FROM "
-                       "clock_timestamp()))))) AS w, partitions AS p")
-
-
-def _fire_query(wait: bool) -> LiteralString:
-    query = q("fire_ticks_fenced")
-    if not wait:
-        return query
-    assert query.count(_FENCE_FROM) == 1, "fire_ticks_fenced must read its fence FROM partitions AS p once"
-    return query.replace(_FENCE_FROM, _WAITING_FENCE_FROM)
-
-
 async def _fire_ticks(conn: AsyncConnection[Any], batches: Sequence[tuple[int, int, PlainTicks]],
-                      now: datetime | None, until: float | None = None
+                      now: datetime | None
                       ) -> dict[int, tuple[int, tuple[tuple[str, str, int], ...], tuple[Fired, ...]]]:
     """`fire_ticks_fenced` for `(partition, epoch, ticks)` batches: fenced partition -> (schedules
     advanced, the tick executions inserted as (state, job type, count)..., the one-off jobs
@@ -458,16 +436,13 @@ async def _fire_ticks(conn: AsyncConnection[Any], batches: Sequence[tuple[int, i
         versions.extend(map(str, plain.versions))
         oneoff_parts.extend([str(partition)] * len(plain.oneoffs))
         oneoff_ids.extend(map(str, plain.oneoffs))
-    params: dict[str, Any] = {
+    cur = await conn.execute(q("fire_ticks_fenced"), {
         "partitions": _array_literal(map(str, parts)), "epochs": _array_literal(str(b[1]) for b in batches),
         "now": now, "tick_partitions": _array_literal(tick_parts), "schedule_ids": _array_literal(ids),
         "ticks": _array_literal(ticks), "run_ats": _array_literal(run_ats), "nexts": _array_literal(nexts),
         "versions": _array_literal(versions), "oneoff_partitions": _array_literal(oneoff_parts),
         "oneoff_ids": _array_literal(oneoff_ids),
-    }
-    if until is not None:
-        params["until"] = until
-    cur = await conn.execute(_fire_query(until is not None), params)
+    })
     return {int(r[0]): (int(r[1]), tuple((str(st), str(jt), int(n)) for st, jt, n in r[2]),
                         tuple(_queued(row) for row in r[3]))
             for r in await cur.fetchall()}

@@ -65,7 +65,6 @@ from cronwheel.storage import (
     ScheduleAdvance,
     Tick,
 )
-from cronwheel.storage.firing import MAX_WAIT_S
 from cronwheel.wheel import TimingWheel
 
 log = logging.getLogger("cronwheel.cluster.firing.firer")
@@ -87,13 +86,6 @@ class FiringConfig:
     # least; up to batch_size), so a big herd runs on several PostgreSQL backends (cores) at once
     # while a small one stays one commit.
     herd_ticks_per_statement: int = 500
-    # A herd sent ahead: when the next instant, within `send_ahead_s`, holds at least
-    # `send_ahead_ticks` ticks, the loop takes them that early and sends their statements at once;
-    # PostgreSQL waits out the rest of the time inside the statement and writes at the instant.
-    # The node's preparing and sending (about 7 ms for 1,000 ticks) is then off the fire lag:
-    # bench.fire --clustered 1000: p99 33.6-36.4 ms -> 20.0 ms (median of 3). 0 turns it off.
-    send_ahead_s: float = 0.02
-    send_ahead_ticks: int = 100
 
     def validate(self) -> FiringConfig:
         if not 1 <= self.horizon_s <= 3600:
@@ -104,10 +96,6 @@ class FiringConfig:
             raise ValueError(f"batch_size must be in 1..50000, got {self.batch_size}")
         if self.herd_ticks_per_statement < 1:
             raise ValueError("herd_ticks_per_statement must be >= 1")
-        if not 0 <= self.send_ahead_s <= MAX_WAIT_S:
-            raise ValueError(f"send_ahead_s must be in 0..{MAX_WAIT_S}, got {self.send_ahead_s}")
-        if self.send_ahead_ticks < 1:
-            raise ValueError("send_ahead_ticks must be >= 1")
         if self.misfire_grace_s < 0:
             raise ValueError("misfire_grace_s must be >= 0")
         return self
@@ -470,11 +458,7 @@ class Firer:
                 continue
             nd = self.wheel.next_deadline()
             now = self.clock.now_ts()
-            lead = self.config.send_ahead_s
-            if nd is not None and lead > 0 and nd - now <= lead:
-                await self._fire_instant(nd)
-                continue
-            delay = 1.0 if nd is None else min(1.0, max(nd - now - lead, tick / 2))
+            delay = 1.0 if nd is None else min(1.0, max(nd - now, tick / 2))
             self._sleeping_until = now + delay
             rested, self._resting = self._resting, asyncio.Event()
             rested.set()
@@ -491,30 +475,8 @@ class Firer:
         """Wait until the fire loop next goes to sleep (its fire done), at most timeout_s."""
         return await self.clock.wait(self._resting, timeout_s)
 
-    async def _fire_instant(self, at: float) -> None:
-        """The ticks due at the instant `at`, which is at most send_ahead_s away. A herd (at least
-        send_ahead_ticks) is fired now, each statement waiting in PostgreSQL (or, off the one-
-        statement path, here) until `at`; fewer ticks are held until `at` and fired with whatever
-        came due meanwhile, as if the loop had slept until then. Never written before `at`: the
-        wheel is advanced to `at` only, and what is inserted meanwhile at or before it (the wheel's
-        pending) comes with the next advance, after `at`."""
-        items = self.wheel.advance(at)
-        if len(items) >= self.config.send_ahead_ticks:
-            await self._fire_due(items, until=at)
-            return
-        while (left := at - self.clock.now_ts()) > 0:
-            self._wake.clear()
-            await self.clock.wait(self._wake, left)
-        await self._fire_due(items + self.wheel.advance(max(self.clock.now_ts(), self.wheel.now)))
-
-    async def _until(self, at: float | None) -> None:
-        """Return at `at` or later (None: now)."""
-        if at is not None and at > self.clock.now_ts():
-            await self.clock.sleep_until_ts(at)
-
-    async def _fire_due(self, due: list[Item], until: float | None = None) -> None:
-        """Everything due at one instant, across partitions (written at `until` or later when
-        given: a herd sent ahead, `_fire_instant`). Each partition's entries are cut into
+    async def _fire_due(self, due: list[Item]) -> None:
+        """Everything due at one instant, across partitions. Each partition's entries are cut into
         chunks of at most batch_size, dealt round-robin (so concurrent statements hold different
         partitions), and consecutive chunks of distinct partitions share ONE statement (see `cap`):
         a whole second's herd over 64 partitions is one or a few commits, not 64."""
@@ -542,9 +504,9 @@ class Firer:
                 ticks += len(c[1])
         if group:
             groups.append(group)
-        await asyncio.gather(*(self._fire_group(g, until) for g in groups))
+        await asyncio.gather(*(self._fire_group(g) for g in groups))
 
-    async def _fire_group(self, group: list[tuple[int, list[Item]]], until: float | None = None) -> None:
+    async def _fire_group(self, group: list[tuple[int, list[Item]]]) -> None:
         """One statement's worth of chunks. A partition's lock is taken only if it is free right
         now (a preload or reload holding it must not hold up the other partitions' ticks); a
         busy partition's chunk goes on its own once its lock is free (`_fire_partition`). Taking
@@ -569,17 +531,14 @@ class Firer:
                     for it in items:  # advance() returned it, so it is the live handle for its id
                         st.handles.pop(it[2], None)
                     batches.append(self._prepare(p, st, items))
-                await self._write_plain_many([b for b in batches if b.params.only_plain], until)
+                await self._write_plain_many([b for b in batches if b.params.only_plain])
                 for b in batches:
                     if not b.params.only_plain:
-                        await self._until(until)  # the general path cannot wait inside PostgreSQL
-                        params = b.params if until is None else dataclasses.replace(b.params, now=self.clock.now())
-                        self._after(b, await self._write(b.p, b.st, params))
+                        self._after(b, await self._write(b.p, b.st, b.params))
             finally:
                 for _p, st, _items in held:
                     st.lock.release()
         for p, items in deferred:
-            await self._until(until)
             await self._fire_partition(p, items)
 
     async def _fire_partition(self, p: int, items: list[Item]) -> None:
@@ -661,12 +620,10 @@ class Firer:
     async def _write(self, p: int, st: PartitionState, params: FireBatchParams) -> WriteOutcome:
         return self._signal(await self._try_write(p, st, params))
 
-    async def _write_plain_many(self, batches: list[_Batch], until: float | None = None) -> None:
+    async def _write_plain_many(self, batches: list[_Batch]) -> None:
         """Plain-only batches of distinct partitions as ONE statement (`fire_plain_many`), each
         fenced by its own partition's epoch; every batch gets its own outcome: a stale partition
-        is LOST (and dropped) while the others are WRITTEN. `until`: the statement waits in
-        PostgreSQL until the database's clock reads that instant before it fences and writes
-        (FiringPort.fire_plain_many), and its `now` is the instant."""
+        is LOST (and dropped) while the others are WRITTEN."""
         ready: list[_Batch] = []
         for b in batches:
             refused = self._refused_before_write(b.p, b.st)
@@ -678,11 +635,8 @@ class Firer:
             return
         t0 = tracing.ns(self.clock.now_ts()) if self.traced else 0
         try:
-            plain = [(b.p, b.st.epoch, b.params.plain) for b in ready if b.params.plain is not None]
-            if until is None:
-                res = await self.firing.fire_plain_many(plain, self.clock.now())
-            else:  # sent ahead: PostgreSQL waits for the instant
-                res = await self.firing.fire_plain_many(plain, utc(max(until, self.clock.now_ts())), until=until)
+            res = await self.firing.fire_plain_many(
+                [(b.p, b.st.epoch, b.params.plain) for b in ready if b.params.plain is not None], self.clock.now())
         except Unavailable as exc:
             log.warning("fire deferred", extra={"event": "fire_deferred", "partitions": [b.p for b in ready],
                                                 "error": str(exc)})

@@ -9,7 +9,6 @@ the test waits on the firer's signals, never on a sleep.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -291,9 +290,9 @@ class CountingFiring:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.port, name)
 
-    async def fire_plain_many(self, batches: Any, now: Any = None, **kw: Any) -> Any:
+    async def fire_plain_many(self, batches: Any, now: Any = None) -> Any:
         self.statements.append(sorted(b[0] for b in batches))
-        return await self.port.fire_plain_many(batches, now, **kw)
+        return await self.port.fire_plain_many(batches, now)
 
 
 async def test_ticks_of_several_partitions_due_at_one_instant_go_as_one_statement_fenced_per_partition(
@@ -429,63 +428,3 @@ async def test_a_tick_committed_into_the_window_while_the_extender_decides_is_ar
         assert await fired_ticks(store, sid[0]) == [(T0 + 2 * MINUTE, "queued")]
     finally:
         await stop(run)
-
-
-class SendClock(CountingFiring):
-    """The real FiringPort, recording when (the firer's clock) each statement was sent, with its
-    `now` and the instant it was told to wait for in PostgreSQL."""
-
-    def __init__(self, port: Any, clock: FakeClock) -> None:
-        super().__init__(port)
-        self.clock = clock
-        self.sent: list[tuple[float, datetime | None, float | None]] = []
-
-    async def fire_plain_many(self, batches: Any, now: Any = None, **kw: Any) -> Any:
-        self.sent.append((self.clock.now_ts(), now, kw.get("until")))
-        return await super().fire_plain_many(batches, now, **kw)
-
-
-async def test_a_herd_is_sent_ahead_and_waits_for_its_instant_while_a_few_ticks_are_sent_at_theirs(
-        store: PgStore) -> None:
-    """send_ahead_s: the ticks of an instant that holds at least send_ahead_ticks are sent that
-    early, the statement told to wait out the rest in PostgreSQL, its `now` the instant; an
-    instant with fewer is sent at the instant, as before. (The firer's clock is fake and in the
-    past, so PostgreSQL, which waits by its own clock, does not wait here: bench.fire measures it.)"""
-    sids = {p: await make_schedule(store, p) for p in (3, 4, 5)}
-    for p in sids:
-        assert await store.partitions.record_epoch(p, 1, "node-a")
-    clock = FakeClock(start_ts=T0.timestamp() - 5)
-    port = SendClock(store.firing, clock)
-    config = FiringConfig(horizon_s=600, extend_every_s=500, send_ahead_s=0.05, send_ahead_ticks=3)
-    firer = Firer(port, clock, config, epoch_if_trusted=lambda p: 1,  # type: ignore[arg-type]
-                  on_stale=lambda p, e: None)
-    run = asyncio.create_task(firer.run())
-    try:
-        for p in sids:
-            firer.signals.loaded.clear()
-            await firer.partition_gained(p, 1)
-            await asyncio.wait_for(firer.signals.loaded.wait(), SIGNAL_TIMEOUT_S)
-        await advance_until(clock, firer.signals.written, 5 - 0.04)  # 40 ms before T0: within send_ahead_s
-        [(sent_at, now, until)] = port.sent
-        assert sent_at == pytest.approx(T0.timestamp() - 0.04) and until == T0.timestamp()
-        assert now == T0
-        for p in (3, 4, 5):
-            assert await fired_ticks(store, sids[p]) == [(T0, "queued")]
-        async with store.connection() as conn:  # queued at the instant, by the firer's clock
-            cur = await conn.execute("SELECT DISTINCT queued_at FROM executions")
-            assert await cur.fetchall() == [(T0,)]
-        firer.config = dataclasses.replace(config, send_ahead_ticks=4)  # the next instant's 3 are a few
-        firer.signals.written.clear()
-        clock.advance(60)  # 40 ms before T0 + 1 min: the three are held, not sent
-        for _ in range(100):
-            await asyncio.sleep(0)
-        assert len(port.sent) == 1
-        await advance_until(clock, firer.signals.written, 0.04)
-        sent_at, now, until = port.sent[1]
-        assert sent_at >= (T0 + MINUTE).timestamp() and until is None, "a few ticks wait for their instant"
-        for p in (3, 4, 5):
-            assert await fired_ticks(store, sids[p]) == [(T0, "queued"), (T0 + MINUTE, "queued")]
-    finally:
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await run
