@@ -81,6 +81,13 @@ class _QuotaFound(Exception):  # noqa: N818 - a marker: roll back, the counted p
     pass
 
 
+def _announced(jobs: Sequence[SubmittedJob]) -> tuple[list[tuple[int, uuid.UUID, datetime]], list[str]]:
+    """What a submit announces at commit (`notify_submitted`): its scheduled jobs (partition, id,
+    run_at) and the priorities it queued."""
+    return ([(j.partition, j.id, j.run_at) for j in jobs if j.state == "scheduled"],
+            sorted({j.priority for j in jobs if j.state == "queued"}))
+
+
 def _any_unique(jobs: Sequence[SubmittedJob]) -> bool:
     return any(j.unique_key is not None for j in jobs)
 
@@ -229,8 +236,6 @@ class ExecutionsPort:
         queues only `scheduled` rows that exist). `brief`: as for `insert_submitted_many`."""
         if not jobs:
             return []
-        due = [(j.partition, j.id, j.run_at) for j in jobs if j.state == "scheduled"]
-        priorities = sorted({j.priority for j in jobs if j.state == "queued"})
         async with self.db.connection() as conn:
             quota = conn.cursor()
             ins = decoding_cursor(conn)
@@ -238,10 +243,7 @@ class ExecutionsPort:
                 await quota.execute(q("api_daily_quotas"), {"tenants": sorted({j.tenant for j in jobs})})
                 await ins.execute(_insert_query(brief, _any_unique(jobs)), {**self._many(jobs, now),
                                                                             "unless_quota": True})
-                if due:
-                    await conn.execute(q("notify_due_many"), {"payloads": oneoff_batch_payloads(due)})
-                if priorities:
-                    await conn.execute(q("notify_queued_many"), {"payloads": priorities})
+                await self.notify_submitted(conn, *_announced(jobs))
             if await quota.fetchall():
                 return None
             return list(await ins.fetchall())
@@ -257,16 +259,13 @@ class ExecutionsPort:
         One explicit transaction (`pipelined_transaction(explicit=True)`: BEGIN ... COMMIT inside
         the pipeline), so that an exception raised while drawing a chunk (a bad job) rolls back
         the chunks already sent: a pipeline's implicit transaction would be committed by the Sync
-        that ends it. The daily quotas are
-        read once, after the last chunk, for every tenant of the jobs; any quota rolls it all
-        back and returns None (the caller takes the counted path), so no chunk is written by
-        the fast path while another is refused (a guard per insert would read the tenants in a
-        snapshot of its own). No chunk may hold a unique job: their rows must go in one key
-        order across the whole group (`_insert_query`)."""
+        that ends it. The daily quotas are read once, after the last chunk, for every tenant of
+        the jobs; any quota rolls it all back and returns None (the caller takes the counted
+        path), so no chunk is written by the fast path while another is refused (a guard per
+        insert would read the tenants in a snapshot of its own). No chunk may hold a unique job:
+        their rows must go in one key order across the whole group (`_insert_query`)."""
         inserts = []
-        due: list[tuple[int, uuid.UUID, datetime]] = []
-        queued: set[str] = set()
-        tenants: set[str] = set()
+        drawn: list[SubmittedJob] = []
         async with self.db.connection() as conn:
             try:
                 async with self.db.pipelined_transaction(conn, explicit=True):
@@ -278,14 +277,9 @@ class ExecutionsPort:
                         ins = decoding_cursor(conn)
                         await ins.execute(_insert_query(brief), {**self._many(chunk, now), "unless_quota": False})
                         inserts.append(ins)
-                        for j in chunk:
-                            tenants.add(j.tenant)
-                            if j.state == "scheduled":
-                                due.append((j.partition, j.id, j.run_at))
-                            else:
-                                queued.add(j.priority)
-                    await self.notify_submitted(conn, due, sorted(queued))
-                    quota = await conn.execute(q("api_daily_quotas"), {"tenants": sorted(tenants)})
+                        drawn.extend(chunk)
+                    await self.notify_submitted(conn, *_announced(drawn))
+                    quota = await conn.execute(q("api_daily_quotas"), {"tenants": sorted({j.tenant for j in drawn})})
                     if await quota.fetchall():
                         raise _QuotaFound
             except _QuotaFound:
