@@ -263,7 +263,8 @@ def _quota_error(tenant: str, limit: int) -> QuotaExceeded:
 
 async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob] | Iterator[Sequence[SubmittedJob]], now: datetime,
                      all_or_nothing: bool, brief: bool = False) -> list[Submitted | Exception]:
-    """Write prepared jobs in ONE transaction and ONE insert statement; a result per job, in
+    """Write prepared jobs in ONE transaction (one insert statement, one per chunk when `jobs`
+    is an iterator of chunks, below); a result per job, in
     order: (row, deduplicated) or the job's own error. `all_or_nothing` (SubmitJobs): a job over
     quota fails the whole call instead, and nothing is stored. Errors of the transaction itself
     (database down) raise, for every job.
