@@ -277,17 +277,19 @@ class FiringPort:
             raise res
         return res
 
-    async def fire_plain_many(self, batches: Sequence[tuple[int, int, PlainTicks]],
+    async def fire_plain_many(self, batches: Sequence[tuple[int, int, PlainTicks]] | StagedFire,
                               now: datetime | None = None) -> dict[int, FireBatchResult | StaleEpoch]:
         """Plain ticks and due one-off jobs of many partitions, `(partition, epoch, ticks)` each
         (partitions distinct), the hot path: ONE statement and so one transaction and one commit for all of
         them (`fire_ticks_fenced`), same effect per partition as `write_fire` inside its own
         `fenced()`. Each tick is fenced by its own partition's epoch: a partition whose epoch is
-        stale answers StaleEpoch and writes nothing, the others are written and committed."""
+        stale answers StaleEpoch and writes nothing, the others are written and committed.
+        `batches` may come staged (`stage_fire`): the statement's parameters built beforehand."""
+        staged = batches if isinstance(batches, StagedFire) else stage_fire(batches)
         async with self.db.connection() as conn:
-            fenced = await _fire_ticks(conn, batches, now)
+            fenced = await _fire_ticks(conn, staged, now)
             out: dict[int, FireBatchResult | StaleEpoch] = {}
-            for partition, epoch, plain in batches:
+            for partition, epoch, plain in staged.batches:
                 got = fenced.get(partition)
                 if got is None:
                     out[partition] = await stale_epoch(conn, partition, epoch)
@@ -408,14 +410,20 @@ class FiringPort:
             await conn.execute(q("notify_queued"), {"payload": payload})
 
 
-async def _fire_ticks(conn: AsyncConnection[Any], batches: Sequence[tuple[int, int, PlainTicks]],
-                      now: datetime | None
-                      ) -> dict[int, tuple[int, tuple[tuple[str, str, int], ...], tuple[Fired, ...]]]:
-    """`fire_ticks_fenced` for `(partition, epoch, ticks)` batches: fenced partition -> (schedules
-    advanced, the tick executions inserted as (state, job type, count)..., the one-off jobs
-    queued); a partition missing from the answer was stale (nothing of it written). Arrays go as array literals, one
-    string each: psycopg's list dumper works element by element in Python, which held the event
-    loop for 14% of a 300k burst."""
+@dataclass(frozen=True, slots=True)
+class StagedFire:
+    """`fire_plain_many`'s batches, `(partition, epoch, ticks)` each, with every parameter of
+    their statement but `now` already built (`stage_fire`): a herd prepared before its instant is
+    sent at the instant with no Python work left between (cluster/firing)."""
+
+    batches: tuple[tuple[int, int, PlainTicks], ...]
+    params: Mapping[str, str]
+
+
+def stage_fire(batches: Sequence[tuple[int, int, PlainTicks]]) -> StagedFire:
+    """The parameters of `fire_ticks_fenced` for `(partition, epoch, ticks)` batches (partitions
+    distinct, else ValueError). Arrays go as array literals, one string each: psycopg's list dumper
+    works element by element in Python, which held the event loop for 14% of a 300k burst."""
     parts = [b[0] for b in batches]
     if len(set(parts)) != len(parts):
         raise ValueError(f"one batch per partition, got partitions {parts}")
@@ -436,13 +444,24 @@ async def _fire_ticks(conn: AsyncConnection[Any], batches: Sequence[tuple[int, i
         versions.extend(map(str, plain.versions))
         oneoff_parts.extend([str(partition)] * len(plain.oneoffs))
         oneoff_ids.extend(map(str, plain.oneoffs))
-    cur = await conn.execute(q("fire_ticks_fenced"), {
+    return StagedFire(tuple(batches), {
         "partitions": _array_literal(map(str, parts)), "epochs": _array_literal(str(b[1]) for b in batches),
-        "now": now, "tick_partitions": _array_literal(tick_parts), "schedule_ids": _array_literal(ids),
+        "tick_partitions": _array_literal(tick_parts), "schedule_ids": _array_literal(ids),
         "ticks": _array_literal(ticks), "run_ats": _array_literal(run_ats), "nexts": _array_literal(nexts),
         "versions": _array_literal(versions), "oneoff_partitions": _array_literal(oneoff_parts),
         "oneoff_ids": _array_literal(oneoff_ids),
     })
+
+
+async def _fire_ticks(conn: AsyncConnection[Any], batches: Sequence[tuple[int, int, PlainTicks]] | StagedFire,
+                      now: datetime | None
+                      ) -> dict[int, tuple[int, tuple[tuple[str, str, int], ...], tuple[Fired, ...]]]:
+    """`fire_ticks_fenced` for `(partition, epoch, ticks)` batches (or their `stage_fire`):
+    fenced partition -> (schedules advanced, the tick executions inserted as (state, job type,
+    count)..., the one-off jobs queued); a partition missing from the answer was stale (nothing of
+    it written)."""
+    staged = batches if isinstance(batches, StagedFire) else stage_fire(batches)
+    cur = await conn.execute(q("fire_ticks_fenced"), {**staged.params, "now": now})
     return {int(r[0]): (int(r[1]), tuple((str(st), str(jt), int(n)) for st, jt, n in r[2]),
                         tuple(_queued(row) for row in r[3]))
             for r in await cur.fetchall()}

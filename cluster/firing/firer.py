@@ -65,6 +65,7 @@ from cronwheel.storage import (
     ScheduleAdvance,
     Tick,
 )
+from cronwheel.storage.firing import StagedFire, stage_fire
 from cronwheel.wheel import TimingWheel
 
 log = logging.getLogger("cronwheel.cluster.firing.firer")
@@ -86,6 +87,13 @@ class FiringConfig:
     # least; up to batch_size), so a big herd runs on several PostgreSQL backends (cores) at once
     # while a small one stays one commit.
     herd_ticks_per_statement: int = 500
+    # A whole second, where cron ticks meet (every `*/5 * * * *` fires at :00), is prepared ahead:
+    # when it is the next deadline and within `prepare_ahead_s`, the loop takes its entries that
+    # early, builds their statements (schedule lookups, next ticks, parameters: 3-4 ms a statement
+    # of 500 ticks) and holds them until the instant; they are sent at it, never before. 0 turns
+    # it off. The trade: a job submitted due at once while an instant is being held waits for it
+    # (at most this long).
+    prepare_ahead_s: float = 0.02
 
     def validate(self) -> FiringConfig:
         if not 1 <= self.horizon_s <= 3600:
@@ -98,6 +106,8 @@ class FiringConfig:
             raise ValueError("herd_ticks_per_statement must be >= 1")
         if self.misfire_grace_s < 0:
             raise ValueError("misfire_grace_s must be >= 0")
+        if not 0 <= self.prepare_ahead_s <= 0.5:
+            raise ValueError(f"prepare_ahead_s must be in 0..0.5, got {self.prepare_ahead_s}")
         return self
 
 
@@ -458,7 +468,15 @@ class Firer:
                 continue
             nd = self.wheel.next_deadline()
             now = self.clock.now_ts()
-            delay = 1.0 if nd is None else min(1.0, max(nd - now, tick / 2))
+            ahead = self.config.prepare_ahead_s if nd is not None and nd == int(nd) else 0.0
+            if ahead and nd is not None and nd - now <= ahead:
+                await self._fire_due(self.wheel.advance(nd), at=nd)
+                # Whatever came of it, the loop goes on at the instant, not before: the wheel
+                # stands at `at` now, and what was inserted meanwhile at or before it comes with
+                # the next advance.
+                await self._until(nd)
+                continue
+            delay = 1.0 if nd is None else min(1.0, max(nd - now - ahead, tick / 2))
             self._sleeping_until = now + delay
             rested, self._resting = self._resting, asyncio.Event()
             rested.set()
@@ -475,8 +493,14 @@ class Firer:
         """Wait until the fire loop next goes to sleep (its fire done), at most timeout_s."""
         return await self.clock.wait(self._resting, timeout_s)
 
-    async def _fire_due(self, due: list[Item]) -> None:
-        """Everything due at one instant, across partitions. Each partition's entries are cut into
+    async def _until(self, at: float | None) -> None:
+        """Return at `at` or later by this node's clock (None: now)."""
+        if at is not None and at > self.clock.now_ts():
+            await self.clock.sleep_until_ts(at)
+
+    async def _fire_due(self, due: list[Item], at: float | None = None) -> None:
+        """Everything due at one instant, across partitions; with `at`, an instant prepared ahead:
+        the statements are built now and sent at `at`, never before. Each partition's entries are cut into
         chunks of at most batch_size, dealt round-robin (so concurrent statements hold different
         partitions), and consecutive chunks of distinct partitions share ONE statement (see `cap`):
         a whole second's herd over 64 partitions is one or a few commits, not 64."""
@@ -504,9 +528,9 @@ class Firer:
                 ticks += len(c[1])
         if group:
             groups.append(group)
-        await asyncio.gather(*(self._fire_group(g) for g in groups))
+        await asyncio.gather(*(self._fire_group(g, at) for g in groups))
 
-    async def _fire_group(self, group: list[tuple[int, list[Item]]]) -> None:
+    async def _fire_group(self, group: list[tuple[int, list[Item]]], at: float | None = None) -> None:
         """One statement's worth of chunks. A partition's lock is taken only if it is free right
         now (a preload or reload holding it must not hold up the other partitions' ticks); a
         busy partition's chunk goes on its own once its lock is free (`_fire_partition`). Taking
@@ -531,14 +555,17 @@ class Firer:
                     for it in items:  # advance() returned it, so it is the live handle for its id
                         st.handles.pop(it[2], None)
                     batches.append(self._prepare(p, st, items))
-                await self._write_plain_many([b for b in batches if b.params.only_plain])
+                await self._write_plain_many([b for b in batches if b.params.only_plain], at)
                 for b in batches:
                     if not b.params.only_plain:
-                        self._after(b, await self._write(b.p, b.st, b.params))
+                        await self._until(at)
+                        params = b.params if at is None else dataclasses.replace(b.params, now=self.clock.now())
+                        self._after(b, await self._write(b.p, b.st, params))
             finally:
                 for _p, st, _items in held:
                     st.lock.release()
         for p, items in deferred:
+            await self._until(at)
             await self._fire_partition(p, items)
 
     async def _fire_partition(self, p: int, items: list[Item]) -> None:
@@ -620,10 +647,18 @@ class Firer:
     async def _write(self, p: int, st: PartitionState, params: FireBatchParams) -> WriteOutcome:
         return self._signal(await self._try_write(p, st, params))
 
-    async def _write_plain_many(self, batches: list[_Batch]) -> None:
+    async def _write_plain_many(self, batches: list[_Batch], at: float | None = None) -> None:
         """Plain-only batches of distinct partitions as ONE statement (`fire_plain_many`), each
         fenced by its own partition's epoch; every batch gets its own outcome: a stale partition
-        is LOST (and dropped) while the others are WRITTEN."""
+        is LOST (and dropped) while the others are WRITTEN. With `at`, the statement is built
+        now and sent at `at` (the checks below are made then)."""
+        def staged(bs: list[_Batch]) -> StagedFire:
+            return stage_fire([(b.p, b.st.epoch, b.params.plain) for b in bs if b.params.plain is not None])
+
+        early = None
+        if at is not None and batches:
+            early = staged(batches)
+            await self._until(at)
         ready: list[_Batch] = []
         for b in batches:
             refused = self._refused_before_write(b.p, b.st)
@@ -635,8 +670,9 @@ class Firer:
             return
         t0 = tracing.ns(self.clock.now_ts()) if self.traced else 0
         try:
-            res = await self.firing.fire_plain_many(
-                [(b.p, b.st.epoch, b.params.plain) for b in ready if b.params.plain is not None], self.clock.now())
+            fire = staged(ready) if early is None or [(b.p, b.st.epoch) for b in ready] != [
+                (bp, be) for bp, be, _ in early.batches] else early
+            res = await self.firing.fire_plain_many(fire, self.clock.now())
         except Unavailable as exc:
             log.warning("fire deferred", extra={"event": "fire_deferred", "partitions": [b.p for b in ready],
                                                 "error": str(exc)})

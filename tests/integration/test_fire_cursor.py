@@ -291,7 +291,7 @@ class CountingFiring:
         return getattr(self.port, name)
 
     async def fire_plain_many(self, batches: Any, now: Any = None) -> Any:
-        self.statements.append(sorted(b[0] for b in batches))
+        self.statements.append(sorted(b[0] for b in getattr(batches, "batches", batches)))
         return await self.port.fire_plain_many(batches, now)
 
 
@@ -428,3 +428,60 @@ async def test_a_tick_committed_into_the_window_while_the_extender_decides_is_ar
         assert await fired_ticks(store, sid[0]) == [(T0 + 2 * MINUTE, "queued")]
     finally:
         await stop(run)
+
+
+class SendClock(CountingFiring):
+    """The real FiringPort, recording when (the firer's clock) each statement was sent, and its `now`."""
+
+    def __init__(self, port: Any, clock: FakeClock) -> None:
+        super().__init__(port)
+        self.clock = clock
+        self.sent: list[tuple[float, datetime | None]] = []
+
+    async def fire_plain_many(self, batches: Any, now: Any = None) -> Any:
+        self.sent.append((self.clock.now_ts(), now))
+        return await super().fire_plain_many(batches, now)
+
+
+async def test_a_whole_second_is_prepared_ahead_and_sent_at_its_instant_never_before(store: PgStore) -> None:
+    """prepare_ahead_s: the entries of a whole second are taken and their statement built that
+    early, but it is sent at the instant, with the instant as its `now`; whether each partition may
+    be written is decided then, not when it was prepared (partition 5's trust lapsed meanwhile:
+    not written, retried)."""
+    sids = {p: await make_schedule(store, p) for p in (3, 4, 5)}
+    for p in sids:
+        assert await store.partitions.record_epoch(p, 1, "node-a")
+    clock = FakeClock(start_ts=T0.timestamp() - 5)
+    port = SendClock(store.firing, clock)
+    trusted = {3: 1, 4: 1, 5: 1}
+    config = FiringConfig(horizon_s=600, extend_every_s=500, prepare_ahead_s=0.05)
+    firer = Firer(port, clock, config, epoch_if_trusted=trusted.get,  # type: ignore[arg-type]
+                  on_stale=lambda p, e: None)
+    run = asyncio.create_task(firer.run())
+    try:
+        for p in sids:
+            firer.signals.loaded.clear()
+            await firer.partition_gained(p, 1)
+            await asyncio.wait_for(firer.signals.loaded.wait(), SIGNAL_TIMEOUT_S)
+        clock.advance(5 - 0.04)  # 40 ms before T0: within prepare_ahead_s, the loop takes T0's entries
+        await clock.until_asleep()
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert port.sent == [], "prepared, not sent"
+        assert firer.wheel.now == T0.timestamp(), "T0's entries were taken ahead"
+        trusted[5] = None  # partition 5's trust lapses while T0 is held
+        firer.signals.written.clear()
+        firer.signals.retry.clear()
+        await advance_until(clock, firer.signals.written, 0.04)
+        await asyncio.wait_for(firer.signals.retry.wait(), SIGNAL_TIMEOUT_S)
+        assert port.sent == [(T0.timestamp(), T0)] and port.statements == [[3, 4]]
+        for p in (3, 4):
+            assert await fired_ticks(store, sids[p]) == [(T0, "queued")]
+        assert await fired_ticks(store, sids[5]) == [], "decided at the instant: not written"
+        async with store.connection() as conn:
+            cur = await conn.execute("SELECT DISTINCT queued_at FROM executions")
+            assert await cur.fetchall() == [(T0,)]
+    finally:
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
