@@ -494,8 +494,10 @@ class Firer:
         return await self.clock.wait(self._resting, timeout_s)
 
     async def _until(self, at: float | None) -> None:
-        """Return at `at` or later by this node's clock (None: now)."""
-        if at is not None and at > self.clock.now_ts():
+        """Return at `at` or later by this node's clock (None: now). A loop, not one sleep: the
+        event loop's timer runs on the monotonic clock and may wake a hair before the wall clock
+        reads `at`, and what is held for `at` is never sent before it."""
+        while at is not None and at > self.clock.now_ts():
             await self.clock.sleep_until_ts(at)
 
     async def _fire_due(self, due: list[Item], at: float | None = None) -> None:
