@@ -280,6 +280,14 @@ async def test_the_queued_time_of_a_fired_tick_is_the_firers_clock(
         assert await cur.fetchone() == (T0,)
 
 
+async def gain_all(firer: Firer, partitions: Any) -> None:
+    """The firer gains each partition at epoch 1, one after the other, each loaded before the next."""
+    for p in partitions:
+        firer.signals.loaded.clear()
+        await firer.partition_gained(p, 1)
+        await asyncio.wait_for(firer.signals.loaded.wait(), SIGNAL_TIMEOUT_S)
+
+
 class CountingFiring:
     """The real FiringPort, recording which partitions each cross-partition statement carried."""
 
@@ -313,10 +321,7 @@ async def test_ticks_of_several_partitions_due_at_one_instant_go_as_one_statemen
                   on_stale=lambda p, e: stale.append((p, e)))
     run = asyncio.create_task(firer.run())
     try:
-        for p in sids:
-            firer.signals.loaded.clear()
-            await firer.partition_gained(p, 1)
-            await asyncio.wait_for(firer.signals.loaded.wait(), SIGNAL_TIMEOUT_S)
+        await gain_all(firer, sids)
         assert await store.partitions.record_epoch(5, 2, "node-b")
         firer.signals.lost.clear()
         await advance_until(clock, firer.signals.written, 5)
@@ -459,10 +464,7 @@ async def test_a_whole_second_is_prepared_ahead_and_sent_at_its_instant_never_be
                   on_stale=lambda p, e: None)
     run = asyncio.create_task(firer.run())
     try:
-        for p in sids:
-            firer.signals.loaded.clear()
-            await firer.partition_gained(p, 1)
-            await asyncio.wait_for(firer.signals.loaded.wait(), SIGNAL_TIMEOUT_S)
+        await gain_all(firer, sids)
         clock.advance(5 - 0.04)  # 40 ms before T0: within prepare_ahead_s, the loop takes T0's entries
         await clock.until_asleep()
         for _ in range(50):
