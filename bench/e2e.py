@@ -30,7 +30,9 @@ schedules' ticks at B, with no handler start), and next to the end-to-end figure
 saw inside the same run: the fire lag and start (lease) lag histograms of its metrics endpoint
 (the difference over the workload, quantiles interpolated within buckets as Prometheus does)
 and the exact fire lag from the rows (fired_at - run_at, fired_at being the database's clock in
-the fire batch's transaction). `--repeat N` (default 3) prints medians of N repeats; `--quick`
+the fire batch's transaction), and the claims from the rows: the lease lag (started_at - run_at)
+and, for the herds (W1, W3), how many claims leased the runs and when the last one began after
+the instant (each claim leases its runs with one `now`). `--repeat N` (default 3) prints medians of N repeats; `--quick`
 is a small smoke run (1 repeat, small sizes).
 
 Each workload also prints where the machine's cores went while its figure was being made (the
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import random
 import re
@@ -133,7 +136,9 @@ class Inside:
         self.c, self.url, self.job_type = c, metrics_url(node), job_type
         self.before = scrape(self.url)
 
-    def figures(self) -> dict[str, float]:
+    def figures(self, instant: float | None = None) -> dict[str, float]:
+        """`instant`: the claim figures count only the runs due then (W3: the boundary's ticks, not
+        an earlier or later minute's)."""
         after = scrape(self.url)
         out: dict[str, float] = {}
         for short, name in (("fire", "cronwheel_fire_lag_seconds"), ("lease", "cronwheel_start_lag_seconds")):
@@ -148,7 +153,27 @@ class Inside:
         out["rows_fire_max_ms"] = 1000 * max(lags, default=float("nan"))
         out["db_reruns"] = float(self.c.sql("SELECT count(*) FROM executions WHERE type = %s AND attempt > 1",
                                             self.job_type)[0][0])
+        out.update(claim_figures([(float(r[0]), float(r[1])) for r in self.c.sql(
+            "SELECT extract(epoch FROM run_at)::float8, extract(epoch FROM started_at)::float8 FROM executions "
+            "WHERE type = %s AND started_at IS NOT NULL AND attempt = 1 "
+            "AND (%s::float8 IS NULL OR run_at = to_timestamp(%s::float8))", self.job_type, instant, instant)]))
         return out
+
+
+def claim_figures(rows: list[tuple[float, float]]) -> dict[str, float]:
+    """From (run_at, started_at) of each first attempt: the node's claims, which lease their runs
+    with one `now` each, so the distinct started_at are the claims that started them (two claims
+    at one microsecond would count as one). rows_lease_*: started_at - run_at, the lease lag
+    from the rows as the metrics' lease lag is from the histogram; claim_last_ms: the last claim
+    after the earliest run_at (W1's T, W3's boundary). What lies between the fire and the
+    handler's start shows here: how many claims a herd took and when the last one began."""
+    if not rows:
+        return {"claims": 0.0, "rows_lease_p50_ms": math.nan, "rows_lease_p99_ms": math.nan,
+                "claim_last_ms": math.nan}
+    lags = [started - run_at for run_at, started in rows]
+    return {"claims": float(len({started for _r, started in rows})),
+            "rows_lease_p50_ms": 1000 * pct(lags, 0.5), "rows_lease_p99_ms": 1000 * pct(lags, 0.99),
+            "claim_last_ms": 1000 * (max(started for _r, started in rows) - min(r for r, _s in rows))}
 
 
 def metrics_url(node: NodeProc) -> str:
@@ -448,7 +473,7 @@ def w3(c: ProcessCluster, node: NodeProc, z: Sizes) -> dict[str, float]:
                 break
             time.sleep(0.2)
     time.sleep(1.0)  # a late duplicate would show here
-    out = inside.figures()
+    out = inside.figures(instant=boundary)
     records = [r for r in worker.stop() if r.scheduled_for == boundary]
     per = Counter(r.schedule_id for r in records)
     firsts: dict[str, float] = {}
@@ -477,11 +502,14 @@ def verdict(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
-def inside_txt(m: dict[str, float]) -> str:
+def inside_txt(m: dict[str, float], herd: bool = False) -> str:
+    """The node's own figures; for a herd (every run due at one instant) also when its last claim began."""
+    last = f", the last {m['claim_last_ms']:.1f} ms after the instant" if herd else ""
     return (f"inside the node: fire lag p50 {m['node_fire_p50_ms']:.1f} / p99 {m['node_fire_p99_ms']:.1f} ms "
             f"(metrics), rows p50 {m['rows_fire_p50_ms']:.1f} / p99 {m['rows_fire_p99_ms']:.1f} / max "
             f"{m['rows_fire_max_ms']:.1f} ms; lease lag p50 {m['node_lease_p50_ms']:.1f} / p99 "
-            f"{m['node_lease_p99_ms']:.1f} ms (metrics)")
+            f"{m['node_lease_p99_ms']:.1f} ms (metrics), rows p50 {m['rows_lease_p50_ms']:.1f} / p99 "
+            f"{m['rows_lease_p99_ms']:.1f} ms, claims {m['claims']:,.0f}{last}")
 
 
 def dup_txt(m: dict[str, float]) -> str:
@@ -506,7 +534,7 @@ def fmt_w1(m: dict[str, float]) -> str:
             f"last answer {m['enqueue_late_s']:+.1f} s from T), drain {m['drain_s']:.2f} s after T "
             f"(target <= 1.0 s: {verdict(m['drain_s'] <= 1.0)}), lag p50 {m['lag_p50_ms']:.0f} / p99 "
             f"{m['lag_p99_ms']:.0f} / max {m['lag_max_ms']:.0f} ms, {m['exec_per_s']:,.0f} exec/s; {dup_txt(m)}\n"
-            f"    {inside_txt(m)}{cpu_txt(m, 'enqueue', 'the enqueue')}"
+            f"    {inside_txt(m, herd=True)}{cpu_txt(m, 'enqueue', 'the enqueue')}"
             f"{cpu_txt(m, 'drain', 'the drain, T to last start')}")
 
 
@@ -529,7 +557,7 @@ def fmt_w3(m: dict[str, float]) -> str:
     return (f"handler start - minute boundary p50 {m['lag_p50_ms']:.0f} / p99 {m['lag_p99_ms']:.0f} / max "
             f"{m['lag_max_ms']:.0f} ms (target p99 <= 100 ms: {verdict(m['lag_p99_ms'] <= 100)}); created "
             f"{m['create_per_s']:,.0f} schedules/s; {dup_txt(m)}\n"
-            f"    {inside_txt(m)}{cpu_txt(m, 'herd', 'the herd, boundary to last start')}")
+            f"    {inside_txt(m, herd=True)}{cpu_txt(m, 'herd', 'the herd, boundary to last start')}")
 
 
 WORKLOADS = ("W1", "W1c16", "W2", "W2s", "S", "W3")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from bench.e2e import Record, checks, hist_quantile, pct
+from bench.e2e import Record, checks, claim_figures, hist_quantile, pct
 
 
 def test_a_quantile_of_the_difference_of_two_scrapes_interpolates_within_its_bucket() -> None:
@@ -24,3 +24,14 @@ def test_duplicates_missing_and_unacknowledged_come_from_the_handler_records() -
     recs = [Record("a", "-", 0.0, 1.0, 1), Record("a", "-", 0.0, 2.0, 2), Record("x", "-", 0.0, 1.0, 1)]
     assert checks({"a", "b"}, recs) == {"duplicates": 1.0, "missing": 1.0, "unacknowledged": 1.0}
     assert pct([3.0, 1.0, 2.0], 0.5) == 2.0
+
+
+def test_the_claims_of_a_herd_are_the_distinct_started_at_of_its_rows() -> None:
+    t = 1_000.0  # every run due at T; three claims leased them at T+0.02, T+0.05 and T+0.09
+    rows = [(t, t + 0.02)] * 3 + [(t, t + 0.05)] * 5 + [(t, t + 0.09)] * 2
+    got = claim_figures(rows)
+    assert got["claims"] == 3.0
+    assert math.isclose(got["claim_last_ms"], 90.0, abs_tol=1e-6)
+    assert math.isclose(got["rows_lease_p50_ms"], 50.0, abs_tol=1e-6)
+    assert math.isclose(got["rows_lease_p99_ms"], 90.0, abs_tol=1e-6)
+    assert claim_figures([])["claims"] == 0.0 and math.isnan(claim_figures([])["claim_last_ms"])
