@@ -137,7 +137,7 @@ class Inside:
         self.before = scrape(self.url)
 
     def figures(self, instant: float | None = None) -> dict[str, float]:
-        """`instant`: the claim figures count only the runs due then (W3: the boundary's ticks, not
+        """`instant`: the rows' figures count only the runs due then (W3: the boundary's ticks, not
         an earlier or later minute's)."""
         after = scrape(self.url)
         out: dict[str, float] = {}
@@ -145,18 +145,19 @@ class Inside:
             for q in (0.5, 0.99):
                 out[f"node_{short}_p{int(q * 100)}_ms"] = 1000 * hist_quantile(
                     self.before.get(name, {}), after.get(name, {}), q)
-        lags = [float(r[0]) for r in self.c.sql(
-            "SELECT extract(epoch FROM fired_at - run_at) FROM executions WHERE type = %s AND fired_at IS NOT NULL",
-            self.job_type)]
+        # The workload's rows, read once: run_at, fired_at, started_at (epoch seconds) and attempt.
+        rows = self.c.sql(
+            "SELECT extract(epoch FROM run_at)::float8, extract(epoch FROM fired_at)::float8, "
+            "extract(epoch FROM started_at)::float8, attempt FROM executions WHERE type = %s "
+            "AND (%s::float8 IS NULL OR run_at = to_timestamp(%s::float8))", self.job_type, instant, instant)
+        lags = [fired - run_at for run_at, fired, _s, _a in rows if fired is not None]
         out["rows_fire_p50_ms"] = 1000 * pct(lags, 0.5)
         out["rows_fire_p99_ms"] = 1000 * pct(lags, 0.99)
         out["rows_fire_max_ms"] = 1000 * max(lags, default=float("nan"))
         out["db_reruns"] = float(self.c.sql("SELECT count(*) FROM executions WHERE type = %s AND attempt > 1",
                                             self.job_type)[0][0])
-        out.update(claim_figures([(float(r[0]), float(r[1])) for r in self.c.sql(
-            "SELECT extract(epoch FROM run_at)::float8, extract(epoch FROM started_at)::float8 FROM executions "
-            "WHERE type = %s AND started_at IS NOT NULL AND attempt = 1 "
-            "AND (%s::float8 IS NULL OR run_at = to_timestamp(%s::float8))", self.job_type, instant, instant)]))
+        out.update(claim_figures([(run_at, started) for run_at, _f, started, attempt in rows
+                                  if started is not None and attempt == 1]))
         return out
 
 
