@@ -22,7 +22,8 @@ heartbeats stay at 100 * 3 / lease_s RPCs/s (5/s). Sync handlers run on the work
 of `threads` (default 32) threads, never the loop's default executor; when more sync handlers run
 than threads, the rest wait for a thread (their timeout counts). A slot is free the moment its
 handler returns: reports go in the background (see cronwheel.client.worker_reports: batched,
-retried, flushed on exit). Prefetch: the worker leases up to `prefetch` runs beyond its free slots
+retried, flushed on exit; while a herd is being leased its completions wait for it, at most 0.1 s,
+worker_policy.hold_completions). Prefetch: the worker leases up to `prefetch` runs beyond its free slots
 (0 turns it off), so the next batch is on its way while the current one runs; they start in lease
 order as slots free, are heartbeated like running ones while they wait, and are handed back
 (worker_shutdown) if the worker stops first. By default (prefetch None) it follows the worker's pace
@@ -178,6 +179,7 @@ class Worker:
         self.completed = 0
         self.failed = 0
         self._starts: deque[float] = deque()  # monotonic start times within PREFETCH_WINDOW_S (pace)
+        self._intaking = False  # a lease call is out and the last answer was full (hold_completions)
 
     @property
     def prefetch(self) -> int:
@@ -270,7 +272,8 @@ class Worker:
         tracing.setup_tracing("cronwheel-worker")  # an exporter only if OTEL_* / CRONWHEEL_TRACE_FILE ask
         self.stub = stub
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"cronwheel-{self.worker_id}")
-        self.reporter = Reporter(stub, self.worker_id, self.metadata, self.clock, self._stop_fatal)
+        self.reporter = Reporter(stub, self.worker_id, self.metadata, self.clock, self._stop_fatal,
+                                 intaking=lambda: self._intaking)
         reports = asyncio.create_task(self.reporter.run(), name="worker-reports")
         hb = asyncio.create_task(self._heartbeats(), name="worker-heartbeats")
         for side in (reports, hb):
@@ -313,6 +316,7 @@ class Worker:
                     task.add_done_callback(lambda _t: self._wake.set())
                     calls[task] = n
                     reserved += n
+                self._set_intaking(bool(calls) and not drained)
                 await self.clock.wait(self._wake, retry_at - now if retry_at > now else 3600.0)
                 self._wake.clear()
                 for task in [t for t in calls if t.done()]:
@@ -337,8 +341,14 @@ class Worker:
                     self.pending.extend(Pending(ex, min(leased_at, t1), t1) for ex in resp.executions)
                     self._start_pending()
         finally:
+            self._set_intaking(False)
             for task in calls:
                 task.cancel()
+
+    def _set_intaking(self, value: bool) -> None:
+        if self._intaking and not value and self.reporter is not None:
+            self.reporter.wake()  # the herd is in: what its completions waited for is over
+        self._intaking = value
 
     def _lease_failed(self, exc: grpc.aio.AioRpcError, started: float) -> None:
         detail = f"{exc.code().name}: {exc.details() or ''}"

@@ -126,6 +126,25 @@ def default_prefetch(concurrency: int, recent_starts: int = 0) -> int:
     return min(MAX_LEASE_COUNT, max(floor, PREFETCH_PACE_FACTOR * recent_starts))
 
 
+# While a herd is being leased (the worker's last lease answer was full and a call is out), its
+# completions wait: each is a row update PostgreSQL would make beside the node's next claims.
+# They leave when the herd is in (an answer came back short, or no call is out), after
+# HOLD_COMPLETIONS_S, or once HOLD_COMPLETIONS_RUNS wait, whichever comes first.
+HOLD_COMPLETIONS_S = 0.1
+HOLD_COMPLETIONS_RUNS = 500
+
+
+def hold_completions(intaking: bool, held: int, held_s: float) -> float:
+    """Seconds the worker still keeps its `held` completions back, the oldest of which waited
+    `held_s` (0: send them now). Only while `intaking` (a lease call is out and the last answer
+    was full), at most HOLD_COMPLETIONS_S and HOLD_COMPLETIONS_RUNS: a held completion keeps its
+    run counted against the tenant's concurrency limit, and its slot is free already."""
+    if not intaking or held == 0 or held >= HOLD_COMPLETIONS_RUNS:
+        return 0.0
+    left = HOLD_COMPLETIONS_S - held_s
+    return left if left >= 0.001 else 0.0  # under a millisecond: not worth another wait
+
+
 def max_lease_calls(concurrency: int) -> int:
     """Lease calls kept in flight at once: enough to ask for every slot in calls of
     LEASE_CALL_RUNS, plus one so slots freed while those wait are asked for too."""

@@ -6,6 +6,8 @@ import grpc
 import pytest
 
 from cronwheel.client.worker_policy import (
+    HOLD_COMPLETIONS_RUNS,
+    HOLD_COMPLETIONS_S,
     LEASE_CALL_RUNS,
     MAX_LEASE_COUNT,
     CodeClass,
@@ -14,6 +16,7 @@ from cronwheel.client.worker_policy import (
     backoff_s,
     classify,
     default_prefetch,
+    hold_completions,
     lease_size,
     max_lease_calls,
     refill_at,
@@ -162,3 +165,25 @@ def test_the_default_prefetch_is_twice_the_recent_starts_between_one_per_slot_an
     assert default_prefetch(100, recent_starts=80) == 160
     assert default_prefetch(100, recent_starts=600) == MAX_LEASE_COUNT
     assert default_prefetch(MAX_LEASE_COUNT + 500) == MAX_LEASE_COUNT
+
+
+@pytest.mark.parametrize(("intaking", "held", "held_s", "wait"), [
+    (False, 10, 0.0, 0.0),                                   # no herd coming in: send now
+    (True, 0, 0.0, 0.0),                                     # nothing to hold
+    (True, 10, 0.0, HOLD_COMPLETIONS_S),                     # a herd: the first wait the whole hold
+    (True, 10, HOLD_COMPLETIONS_S / 4, 0.75 * HOLD_COMPLETIONS_S),
+    (True, 10, HOLD_COMPLETIONS_S, 0.0),                     # held long enough
+    (True, 10, 5.0, 0.0),
+    (True, HOLD_COMPLETIONS_RUNS, 0.0, 0.0),                 # enough held: they go
+])
+def test_completions_wait_only_while_a_herd_comes_in_and_never_long(intaking: bool, held: int, held_s: float,
+                                                                    wait: float) -> None:
+    assert hold_completions(intaking, held, held_s) == pytest.approx(wait)
+
+
+def test_held_completions_stay_well_under_the_default_tenant_limit() -> None:
+    # A held completion's run still counts as running against its tenant's concurrency limit
+    # (cluster.commands.tenants): holding may not starve the claims it makes room for.
+    from cronwheel.cluster.commands.tenants import DEFAULT_MAX_CONCURRENCY
+    assert HOLD_COMPLETIONS_RUNS <= DEFAULT_MAX_CONCURRENCY // 2
+    assert 0 < HOLD_COMPLETIONS_S <= 0.25

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from cronwheel.client.worker_connection import WorkerStopped
-from cronwheel.client.worker_policy import Verdict
+from cronwheel.client.worker_policy import HOLD_COMPLETIONS_RUNS, HOLD_COMPLETIONS_S, Verdict
 from cronwheel.client.worker_reports import Report, Reporter
 from cronwheel.clock import FakeClock
 from cronwheel.v1 import dispatch_pb2
@@ -65,6 +65,12 @@ async def drain(clock: FakeClock, reporter: Reporter, rounds: int = 200) -> None
     raise AssertionError(f"{reporter.pending} reports still pending")
 
 
+async def settle() -> None:
+    """Let every runnable task run until it waits (no clock moves)."""
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
 @pytest.fixture
 def setup() -> tuple[FakeStub, FakeClock, list[WorkerStopped]]:
     return FakeStub(), FakeClock(), []
@@ -82,6 +88,43 @@ async def test_completions_that_arrive_while_a_call_is_in_flight_leave_together(
     stub.gate.set()
     await drain(clock, r)
     assert stub.batches == [["a"], ["b", "c", "d"]] and r.sent == 4
+    task.cancel()
+
+
+async def test_completions_wait_while_a_herd_is_leased_and_leave_when_it_is_in(setup: Any) -> None:
+    stub, clock, fatal = setup
+    herd, t0 = [True], clock.monotonic()
+    r = Reporter(stub, "w", (), clock, fatal.append, intaking=lambda: herd[0])
+    task = asyncio.create_task(r.run())
+    for e in "ab":
+        r.submit(done(e))
+    await settle()
+    assert stub.batches == []  # held: the herd's claims go first
+    clock.advance(HOLD_COMPLETIONS_S / 2)
+    r.submit(done("c"))
+    await settle()
+    assert stub.batches == []
+    herd[0] = False  # the last lease answer was short: the herd is in
+    r.wake()
+    await drain(clock, r)
+    assert stub.batches == [["a", "b", "c"]]
+    assert clock.monotonic() - t0 == pytest.approx(HOLD_COMPLETIONS_S / 2, abs=1e-3)
+    task.cancel()
+
+
+async def test_completions_are_held_at_most_hold_completions_s_even_during_a_long_herd(setup: Any) -> None:
+    stub, clock, fatal = setup
+    t0 = clock.monotonic()
+    r = Reporter(stub, "w", (), clock, fatal.append, intaking=lambda: True)
+    task = asyncio.create_task(r.run())
+    r.submit(done("a"))
+    await drain(clock, r)
+    assert stub.batches == [["a"]] and clock.monotonic() - t0 == pytest.approx(HOLD_COMPLETIONS_S, abs=1e-3)
+    for i in range(HOLD_COMPLETIONS_RUNS):  # or until enough wait: they go at once
+        r.submit(done(str(i)))
+    await drain(clock, r)
+    assert len(stub.batches[1]) == HOLD_COMPLETIONS_RUNS
+    assert clock.monotonic() - t0 == pytest.approx(HOLD_COMPLETIONS_S, abs=1e-3)
     task.cancel()
 
 
