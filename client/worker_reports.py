@@ -67,7 +67,9 @@ class Reporter:
         self.rng = rng or random.Random()
         self.intaking = intaking  # the worker is leasing a herd (worker_policy.hold_completions)
         self._completes: list[Report] = []
-        self._held_since = 0.0  # monotonic: when the oldest waiting completion arrived
+        # Monotonic: when the list last went from empty to one completion. Those left after a send
+        # came no earlier, so they are never held longer than HOLD_COMPLETIONS_S from their arrival.
+        self._held_since = 0.0
         self._fails: list[Report] = []
         self._batches = 0
         self._fail_calls = 0
@@ -112,7 +114,6 @@ class Reporter:
                                         self.clock.monotonic() - self._held_since)
                 while not hold and self._completes and self._batches < self.max_batches:
                     batch, self._completes = self._completes[:MAX_COMPLETE_BATCH], self._completes[MAX_COMPLETE_BATCH:]
-                    self._held_since = self.clock.monotonic()
                     self._batches += 1
                     self._spawn(self._send_completes(batch), "batch")
                 while self._fails and self._fail_calls < self.max_fails:

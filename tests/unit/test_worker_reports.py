@@ -13,6 +13,7 @@ from cronwheel.client.worker_connection import WorkerStopped
 from cronwheel.client.worker_policy import HOLD_COMPLETIONS_RUNS, HOLD_COMPLETIONS_S, Verdict
 from cronwheel.client.worker_reports import Report, Reporter
 from cronwheel.clock import FakeClock
+from cronwheel.dispatch_limits import MAX_COMPLETE_BATCH
 from cronwheel.v1 import dispatch_pb2
 
 
@@ -124,6 +125,28 @@ async def test_completions_are_held_at_most_hold_completions_s_even_during_a_lon
         r.submit(done(str(i)))
     await drain(clock, r)
     assert len(stub.batches[1]) == HOLD_COMPLETIONS_RUNS
+    assert clock.monotonic() - t0 == pytest.approx(HOLD_COMPLETIONS_S, abs=1e-3)
+    task.cancel()
+
+
+async def test_completions_left_after_a_full_batch_are_held_from_their_arrival_not_from_the_send(
+        setup: Any) -> None:
+    stub, clock, fatal = setup
+    t0 = clock.monotonic()
+    r = Reporter(stub, "w", (), clock, fatal.append, max_batches=1, intaking=lambda: True)
+    task = asyncio.create_task(r.run())
+    stub.gate = asyncio.Event()
+    for i in range(HOLD_COMPLETIONS_RUNS):  # enough to go at once: the one batch allowed is out
+        r.submit(done(f"a{i}"))
+    await settle()
+    for i in range(MAX_COMPLETE_BATCH + 100):  # arrive at t0 behind it: a full batch and 100 more
+        r.submit(done(f"b{i}"))
+    clock.advance(0.9 * HOLD_COMPLETIONS_S)
+    stub.gate.set()
+    await drain(clock, r)
+    assert [len(b) for b in stub.batches] == [HOLD_COMPLETIONS_RUNS, MAX_COMPLETE_BATCH, 100]
+    # the last 100 arrived at t0: they go once HOLD_COMPLETIONS_S has passed since then, not that
+    # long after the batch before them was sent (at 0.9 * HOLD_COMPLETIONS_S)
     assert clock.monotonic() - t0 == pytest.approx(HOLD_COMPLETIONS_S, abs=1e-3)
     task.cancel()
 
