@@ -44,9 +44,13 @@ one call at a time, gets a few large calls instead of one per handler that retur
 goes out as several such calls at once: the node claims them one after another while the worker
 starts the runs of the earlier ones.
 
+A run is one asyncio task, the handler's own: its end reports it and frees its slot (a done
+callback). A watchdog task joins it only once there is something timed to watch: the attempt has
+a timeout, or the run was told to stop with a grace (below).
+
 Stopping a handler: the worker sets ctx.cancelled (and ctx.stop_reason) and, after a grace,
 cancels the handler's task (a sync handler cannot be interrupted: its thread runs on, its result
-is dropped).
+is dropped); a handler still running timeout_grace_s after that is reported and its slot freed.
 - cancel requested (heartbeat or checkpoint answered cancel_requested: CancelExecution, overlap
   `replace`): grace `cancel_grace_s`; whatever the handler then does, the run ends CANCELLED;
 - the attempt's timeout (LeasedExecution.timeout, on the worker's monotonic clock from the
@@ -407,18 +411,21 @@ class Worker:
         warn_at = None if deadline is None or timeout_s is None else deadline - min(self.timeout_grace_s,
                                                                                     timeout_s / 4)
         run = Run(ctx, lease_until=t0 + self.lease_s, deadline=deadline, warn_at=warn_at, timeout_s=timeout_s)
-        run.task = asyncio.create_task(self._supervise(run), name=f"job-{ex.execution_id}")
+        if ctx.trace is not None:
+            run.span = tracing.start("run", parent=ctx.trace, attributes={
+                "cronwheel.execution_id": ctx.execution_id, "cronwheel.type": ctx.type,
+                "cronwheel.attempt": ctx.attempt, "cronwheel.worker_id": self.worker_id})
+            with tracing.use(run.span):  # the handler's task copies the context: its spans join the run
+                run.task = asyncio.create_task(self._call(ctx), name=f"handler-{ctx.execution_id}")
+        else:
+            run.task = asyncio.create_task(self._call(ctx), name=f"handler-{ctx.execution_id}")
+        run.task.add_done_callback(lambda _t: self._returned(run))
         self.running[ex.execution_id] = run
         if self._prefetch is None:  # the pace is kept only for the default prefetch
             self._starts.append(self.clock.monotonic())
             self._recent_starts()  # bounded by the window whoever reads the prefetch
-
-        def finished(_t: asyncio.Task[None]) -> None:
-            if self.running.get(ex.execution_id) is run:  # not a later lease of the same execution
-                del self.running[ex.execution_id]
-            self._wake.set()  # a slot is free: the lease loop may ask for more
-
-        run.task.add_done_callback(finished)
+        if warn_at is not None:
+            self._watch(run)
 
     # ------------------------------------------------------------------ running a handler
 
@@ -433,6 +440,7 @@ class Worker:
         kill = self.clock.monotonic() + grace_s
         run.kill_at = kill if run.kill_at is None else min(run.kill_at, kill)
         run.changed.set()
+        self._watch(run)
 
     async def _call(self, ctx: JobContext) -> Any:
         handler = self.handlers[ctx.type]
@@ -445,41 +453,49 @@ class Worker:
             result = await result
         return result
 
-    async def _supervise(self, run: Run) -> None:
-        ctx = run.ctx
-        if ctx.trace is not None:
-            run.span = tracing.start("run", parent=ctx.trace, attributes={
-                "cronwheel.execution_id": ctx.execution_id, "cronwheel.type": ctx.type,
-                "cronwheel.attempt": ctx.attempt, "cronwheel.worker_id": self.worker_id})
-        if run.span is not None:
-            with tracing.use(run.span):  # the handler's task copies the context: its spans join the run
-                call = asyncio.create_task(self._call(ctx), name=f"handler-{ctx.execution_id}")
-        else:
-            call = asyncio.create_task(self._call(ctx), name=f"handler-{ctx.execution_id}")
-        call.add_done_callback(lambda _t: run.changed.set())
-        try:
-            while not call.done():
-                now = self.clock.monotonic()
-                if run.warn_at is not None and run.deadline is not None and now >= run.warn_at:
-                    run.warn_at = None
-                    self._tell(run, StopReason.TIMEOUT, run.deadline - now)
-                if run.kill_at is not None and now >= run.kill_at:
-                    run.changed.clear()
-                    call.cancel()
-                    await self.clock.wait(run.changed, self.timeout_grace_s)
-                    break
-                wakes = [t for t in (run.warn_at, run.kill_at) if t is not None]
-                if wakes:
-                    await self.clock.wait(run.changed, min(wakes) - now)
-                else:  # nothing timed to watch: no timer per run (most handlers return long before one)
-                    await run.changed.wait()
+    def _returned(self, run: Run) -> None:
+        """The handler's task is done (returned, raised or cancelled): report it, free its slot."""
+        if run.watch is not None:
+            run.changed.set()  # its watchdog has nothing left to watch
+        self._finish(run)
+
+    def _finish(self, run: Run) -> None:
+        """Report the run once (its handler ended, or never stopped when cancelled) and free its
+        slot; a later end of a stuck handler changes nothing."""
+        if run.finished:
+            return
+        run.finished = True
+        assert run.task is not None
+        self._report(run, run.task)
+        if self.running.get(run.ctx.execution_id) is run:  # not a later lease of the same execution
+            del self.running[run.ctx.execution_id]
+        self._wake.set()  # a slot is free: the lease loop may ask for more
+
+    def _watch(self, run: Run) -> None:
+        """Give the run a watchdog once it has something timed to watch (a timeout, or a stop it
+        was told with a grace). Most runs never have one: they are one task, the handler's."""
+        if run.watch is None and run.task is not None and not run.task.done():
+            run.watch = asyncio.create_task(self._watchdog(run), name=f"watch-{run.ctx.execution_id}")
+
+    async def _watchdog(self, run: Run) -> None:
+        """Tell the handler to stop at its timeout's warning, cancel it at its kill time, and if it
+        does not stop within timeout_grace_s of that, report it stuck and free its slot."""
+        call = run.task
+        assert call is not None
+        while not call.done():
+            now = self.clock.monotonic()
+            if run.warn_at is not None and run.deadline is not None and now >= run.warn_at:
+                run.warn_at = None
+                self._tell(run, StopReason.TIMEOUT, run.deadline - now)
+            if run.kill_at is not None and now >= run.kill_at:
                 run.changed.clear()
-        except asyncio.CancelledError:
-            call.cancel()
-            if run.span is not None:
-                tracing.finish_run(run.span, "abandoned")
-            raise
-        self._report(run, call)
+                call.cancel()
+                await self.clock.wait(run.changed, self.timeout_grace_s)
+                self._finish(run)  # a no-op if the handler stopped: its end reported it
+                return
+            wakes = [t for t in (run.warn_at, run.kill_at) if t is not None]
+            await self.clock.wait(run.changed, min(wakes) - now) if wakes else await run.changed.wait()
+            run.changed.clear()
 
     def _report(self, run: Run, call: asyncio.Task[Any]) -> None:
         returned, result_json, error, error_type, retryable = False, "", "", "", True
@@ -601,6 +617,8 @@ class Worker:
         runs = list(self.running.values())
         for run in runs:
             self._tell(run, StopReason.SHUTDOWN, self.grace_s)
-        tasks = [r.task for r in runs if r.task is not None]
-        if tasks:
-            await asyncio.wait(tasks)
+        watches = [r.watch for r in runs if r.watch is not None]  # each ends once its run is reported
+        if watches:
+            await asyncio.wait(watches)
+        while not all(r.finished for r in runs):  # a handler that ended as it was told: its end's callback
+            await asyncio.sleep(0)

@@ -63,8 +63,10 @@ class Run:
     deadline: float | None                # monotonic end of the attempt's timeout: the handler is cancelled
     warn_at: float | None                 # when ctx.cancelled is set before it (None once told)
     timeout_s: float | None
-    task: asyncio.Task[None] | None = None
+    task: asyncio.Task[Any] | None = None      # the handler's own task: a run is one task...
+    watch: asyncio.Task[None] | None = None    # ...plus a watchdog once it has a timeout or was told to stop
+    finished: bool = False                     # reported and its slot freed (Worker._finish)
     reason: StopReason | None = None
     kill_at: float | None = None
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)  # wakes the watchdog
     span: Any = None  # the "run" span (tracing on and the lease carried a trace context)

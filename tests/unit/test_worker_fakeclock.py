@@ -110,6 +110,63 @@ async def test_a_cancel_request_stops_a_handler_that_ignores_it_and_ends_as_a_fa
     await serving
 
 
+async def test_a_handler_that_ignores_its_cancellation_is_reported_once_and_its_slot_freed() -> None:
+    # The handler's task is the run; its watchdog (made for the timeout) reports it when it
+    # has not stopped timeout_grace_s after it was cancelled, frees its slot for the next run,
+    # and the handler's own end later reports nothing more.
+    clock = FakeClock()
+    w = Worker("fake:1", concurrency=1, clock=clock, timeout_grace_s=1.0)
+    release = asyncio.Event()
+    ended: list[str] = []
+
+    @w.job("job")
+    async def handler(ctx: JobContext) -> dict[str, bool] | None:
+        if ctx.execution_id == "b":
+            return None
+        while True:
+            try:
+                await release.wait()
+                ended.append(ctx.execution_id)
+                return {"late": True}
+            except asyncio.CancelledError:
+                continue  # ignores it
+
+    stub = FakeDispatch([leased("a", timeout_s=8), leased("b")])
+    serving = asyncio.create_task(w.serve_on(stub))
+    await run_until(clock, lambda: stub.completes == ["b"])
+    assert [(f.execution_id, f.error_type) for f in stub.fails] == [("a", "timeout")]
+    assert "a" not in w.running and ended == []  # reported while the handler still runs
+    release.set()
+    await run_until(clock, lambda: ended == ["a"])
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert len(stub.fails) == 1 and stub.completes == ["b"]  # its late end reported nothing
+    w.stop()
+    await serving
+
+
+async def test_a_run_is_one_task_until_it_is_told_to_stop_and_shutdown_waits_for_its_handler() -> None:
+    clock = FakeClock()
+    w = Worker("fake:1", clock=clock, grace_s=5.0)
+    told: list[str | None] = []
+
+    @w.job("job")
+    async def handler(ctx: JobContext) -> dict[str, bool]:
+        await ctx.cancelled.wait()
+        await clock.sleep(2.0)  # checkpoints, say: within the grace
+        told.append(ctx.stop_reason)
+        return {"ok": True}
+
+    stub = FakeDispatch([leased("a")])
+    serving = asyncio.create_task(w.serve_on(stub))
+    await run_until(clock, lambda: "a" in w.running)
+    assert w.running["a"].watch is None  # no timeout, nothing told: no watchdog task
+    w.stop()
+    await run_until(clock, lambda: serving.done())
+    await serving
+    assert told == ["shutdown"] and stub.completes == ["a"] and not stub.fails
+
+
 async def test_no_lease_call_asks_beyond_the_nodes_limit_whatever_the_concurrency() -> None:
     clock = FakeClock()
     w = Worker("fake:1", concurrency=MAX_LEASE_COUNT + 256, clock=clock)
