@@ -419,7 +419,7 @@ class Worker:
                 run.task = asyncio.create_task(self._call(ctx), name=f"handler-{ctx.execution_id}")
         else:
             run.task = asyncio.create_task(self._call(ctx), name=f"handler-{ctx.execution_id}")
-        run.task.add_done_callback(lambda _t: self._returned(run))
+        run.task.add_done_callback(lambda _t: self._finish(run))
         self.running[ex.execution_id] = run
         if self._prefetch is None:  # the pace is kept only for the default prefetch
             self._starts.append(self.clock.monotonic())
@@ -453,18 +453,14 @@ class Worker:
             result = await result
         return result
 
-    def _returned(self, run: Run) -> None:
-        """The handler's task is done (returned, raised or cancelled): report it, free its slot."""
-        if run.watch is not None:
-            run.changed.set()  # its watchdog has nothing left to watch
-        self._finish(run)
-
     def _finish(self, run: Run) -> None:
-        """Report the run once (its handler ended, or never stopped when cancelled) and free its
-        slot; a later end of a stuck handler changes nothing."""
+        """Report the run once and free its slot: when its handler's task is done (returned,
+        raised or cancelled: its done callback), or when it did not stop once cancelled (its
+        watchdog). A later end of a stuck handler changes nothing."""
         if run.finished:
             return
         run.finished = True
+        run.changed.set()  # a watchdog, if any, has nothing left to watch
         assert run.task is not None
         self._report(run, run.task)
         if self.running.get(run.ctx.execution_id) is run:  # not a later lease of the same execution
@@ -494,7 +490,10 @@ class Worker:
                 self._finish(run)  # a no-op if the handler stopped: its end reported it
                 return
             wakes = [t for t in (run.warn_at, run.kill_at) if t is not None]
-            await self.clock.wait(run.changed, min(wakes) - now) if wakes else await run.changed.wait()
+            if wakes:
+                await self.clock.wait(run.changed, min(wakes) - now)
+            else:
+                await run.changed.wait()
             run.changed.clear()
 
     def _report(self, run: Run, call: asyncio.Task[Any]) -> None:
@@ -617,8 +616,9 @@ class Worker:
         runs = list(self.running.values())
         for run in runs:
             self._tell(run, StopReason.SHUTDOWN, self.grace_s)
-        watches = [r.watch for r in runs if r.watch is not None]  # each ends once its run is reported
+        watches = [r.watch for r in runs if r.watch is not None]  # each told run has one (_tell)
         if watches:
             await asyncio.wait(watches)
-        while not all(r.finished for r in runs):  # a handler that ended as it was told: its end's callback
-            await asyncio.sleep(0)
+        for run in runs:  # a handler that ended as told: reported now, not left to its done callback
+            if run.task is not None and run.task.done():
+                self._finish(run)
