@@ -45,8 +45,11 @@ SELECT set_config('cronwheel.claim_tenants', coalesce(array_agg(l.tenant), '{}')
 -- served + (k - 1) / weight and the smallest tags go first, so backlogged tenants' starts
 -- converge to their weights' ratio. The tenants' buckets and counts are written in the same
 -- statement, from the runs actually leased. Leasing is one more attempt, a new fencing token and
--- a lease deadline; only the leased rows are locked. Ids, payloads and checkpoints come back as
--- text and times as epoch seconds: the caller only forwards them.
+-- a lease deadline; only the leased rows are locked. The UPDATE finds the picked runs by primary
+-- key (`id = ANY`; `(e.state || '')` keeps the queued index out, as in complete_batch): joined to
+-- them, with statistics saying the table is mostly queue, PostgreSQL hashed every queued run
+-- (4.7 ms of a 9.1 ms claim of 250 out of 20,000 queued). Ids, payloads and checkpoints come
+-- back as text and times as epoch seconds: the caller only forwards them.
 WITH locked AS MATERIALIZED (
     SELECT coalesce(nullif(current_setting('cronwheel.claim_tenants', true), ''), '{}')::text[] AS tenants
 ), room AS MATERIALIZED (  -- counted once per tenant (inlined, the count ran once per candidate)
@@ -121,8 +124,7 @@ WITH locked AS MATERIALIZED (
        SET state = 'running', attempt = e.attempt + 1, fencing_token = e.fencing_token + 1,
            lease_owner = %(worker)s, lease_expires = %(now)s + make_interval(secs => %(lease_s)s),
            started_at = %(now)s, heartbeat_at = %(now)s, error = NULL, error_type = NULL
-      FROM picked
-     WHERE e.id = picked.id AND e.state = 'queued'
+     WHERE e.id = ANY(ARRAY(SELECT id FROM picked)) AND (e.state || '') = 'queued'
     RETURNING e.id::text, e.schedule_id::text, e.tenant, e.type, e.payload::text,
               extract(epoch FROM e.scheduled_for)::float8 AS scheduled_for, extract(epoch FROM e.run_at)::float8 AS run_at,
               e.attempt, e.max_attempts, e.fencing_token, e.checkpoint::text,
