@@ -58,10 +58,24 @@ class StoreConfig:
 SESSION_SETTINGS: tuple[tuple[str, str], ...] = (("jit", "off"),)
 
 
-def session_options(dsn: str) -> str:
-    """The libpq `options` of a node connection: the DSN's own, then SESSION_SETTINGS."""
+# Server settings of the claim connection only (`Database.claim_connection`), after
+# SESSION_SETTINGS. The claim is planned once per connection, not at every call
+# (plan_cache_mode=force_generic_plan): planned per call it spent 1.0-1.5 ms planning, as long as a
+# small claim runs, and claims' planning was a quarter of PostgreSQL's time under bench.e2e's W2
+# single calls (pg_stat_statements). A plan made once must fit the table as it will be: made on
+# an empty table (a new database, or after a TRUNCATE) it chose sequential scans, and a claim of 250
+# out of 20,000 queued took 23 ms instead of 7.6. So sequential scans are priced out
+# (enable_seqscan=off): every table the claim reads has an index for what it reads, and the plan
+# uses those indexes however small the table was when it was made (tests/integration/
+# test_dispatch_pipelined.py). Nothing else runs on the claim connection.
+CLAIM_SESSION_SETTINGS: tuple[tuple[str, str], ...] = (("plan_cache_mode", "force_generic_plan"),
+                                                       ("enable_seqscan", "off"))
+
+
+def session_options(dsn: str, extra: tuple[tuple[str, str], ...] = ()) -> str:
+    """The libpq `options` of a node connection: the DSN's own, then SESSION_SETTINGS, then `extra`."""
     own = str(conninfo_to_dict(dsn).get("options") or "").strip()
-    ours = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS)
+    ours = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS + extra)
     return f"{own} {ours}".strip()
 
 
@@ -85,16 +99,17 @@ class Database:
         # from the shared pool (psycopg_pool hands out the connection idle longest), every claim
         # of a herd met a backend that had not run it yet: 6-7 ms of planning each on a fresh
         # backend against 1.3 ms on a warm one, 40 ms in one 1,000-run W3 herd of six claims.
-        self._claim_pool = self._new_pool(1, 1)
+        self._claim_pool = self._new_pool(1, 1, CLAIM_SESSION_SETTINGS)
 
-    def _new_pool(self, min_size: int, max_size: int) -> AsyncConnectionPool[Any]:
+    def _new_pool(self, min_size: int, max_size: int,
+                  extra: tuple[tuple[str, str], ...] = ()) -> AsyncConnectionPool[Any]:
         config = self.config
         return AsyncConnectionPool(
             config.dsn,
             min_size=min_size,
             max_size=max_size,
             kwargs={"autocommit": True, "connect_timeout": int(config.connect_timeout_s),
-                    "options": session_options(config.dsn)},
+                    "options": session_options(config.dsn, extra)},
             open=False,
             timeout=config.connect_timeout_s * 2,
             # No check on checkout: psycopg_pool sleeps 1, 2, 4 s between failed checks, which

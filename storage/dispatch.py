@@ -225,7 +225,7 @@ class DispatchPort:
         cur = await conn.execute(q("claim"), {
             "priorities": list(p.priorities), "types": list(p.types) if p.types else None, "limit": p.limit,
             "tenant": p.tenant, "worker": p.worker, "lease_s": p.lease_s, "now": p.now,
-            "fair_tau_s": p.fair_tau_s}, prepare=True)  # parsed once per connection, planned per call
+            "fair_tau_s": p.fair_tau_s}, prepare=True)  # parsed once per connection (planned once: db.py)
         return Pending(cur, lambda rows: [Leased._make(r) for r in rows])
 
     async def rate_wait(self, conn: Conn, tenant: str | None, now: datetime) -> float | None:
