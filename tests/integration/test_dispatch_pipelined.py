@@ -167,8 +167,10 @@ async def test_a_claim_leases_its_picked_runs_by_id_when_the_table_is_mostly_que
     """The claim's UPDATE finds the runs it picked by primary key. Joined to them, and with
     statistics saying the table is mostly queued runs (a burst of jobs, analyzed), PostgreSQL
     hashed every queued run to find the picked ones: 4.7 ms of a 9.1 ms claim of 250 out of
-    20,000 queued (plan read with EXPLAIN ANALYZE, stop 38). Fails without the fix (the plan
-    scans executions under the UPDATE)."""
+    20,000 queued (plan read with EXPLAIN ANALYZE, stop 38). Planned here on a connection with
+    the server's settings: the statement's own shape must keep the scan out (the claim connection
+    also prices sequential scans out, see below). Fails without the fix (the plan scans
+    executions under the UPDATE)."""
     async with store.connection() as conn:
         await conn.execute(
             "INSERT INTO executions (id, tenant, type, trigger, partition, scheduled_for, run_at, state)"
@@ -214,36 +216,35 @@ async def test_the_claim_connection_plans_the_claim_once_with_sequential_scans_p
     assert pool_settings == ("auto", "on")
 
 
-async def test_a_claim_stays_cheap_when_the_queue_grows_after_its_connection_first_claimed(dsn: str) -> None:
+async def test_a_claim_stays_cheap_when_the_queue_grows_after_its_connection_first_claimed(store: PgStore) -> None:
     """The claim connection keeps the plan it made when it first ran the claim, while executions
     was nearly empty; it must still read only what the claim takes when a backlog comes. In stop
     29 such a plan read the whole queue once per leased run (650 ms for 250 runs out of 20,000
     queued, against 5 ms). Counted here as rows read (sequentially or through indexes) by one claim
     of 100 out of 5,000 queued. Fails with sequential scans allowed on the claim connection."""
-    async with PgStore(StoreConfig(dsn=dsn, min_connections=1, max_connections=1)) as store:
-        d = Dispatcher(store, FakeClock(start_ts=T0.timestamp()))
-        for _ in range(8):  # psycopg prepares the claim at its 6th run on the connection
-            await insert_execution(store, partition=1, scheduled_for=T0, run_at=T0, state="queued")
-            assert len(await d.lease("w1", [], 1, 30.0, 0.0)) == 1
-        async with store.connection() as conn:
-            await conn.execute(
-                "INSERT INTO executions (id, tenant, type, trigger, partition, scheduled_for, run_at, state)"
-                " SELECT gen_random_uuid(), 't', 'job', 'submit', g %% 64, %s, %s, 'queued'"
-                " FROM generate_series(1, 5000) g", (T0, T0))
+    d = Dispatcher(store, FakeClock(start_ts=T0.timestamp()))
+    for _ in range(8):  # the claim connection makes its plan at the first, with one run queued
+        await insert_execution(store, partition=1, scheduled_for=T0, run_at=T0, state="queued")
+        assert len(await d.lease("w1", [], 1, 30.0, 0.0)) == 1
+    async with store.connection() as conn:
+        await conn.execute(
+            "INSERT INTO executions (id, tenant, type, trigger, partition, scheduled_for, run_at, state)"
+            " SELECT gen_random_uuid(), 't', 'job', 'submit', g %% 64, %s, %s, 'queued'"
+            " FROM generate_series(1, 5000) g", (T0, T0))
 
-        async def read() -> int:
-            """Rows of executions read so far, counting the claim connection's own reads: a backend
-            reports its counts late unless told to now (on the connection that did the reading)."""
-            async with store.claim_connection() as conn:
-                await conn.execute("SELECT pg_stat_force_next_flush()")
-                await conn.execute("SELECT pg_stat_clear_snapshot()")
-                cur = await conn.execute("SELECT coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0)"
-                                         " FROM pg_stat_user_tables WHERE relname = 'executions'")
-                return int((await cur.fetchone())[0])  # type: ignore[index]
+    async def read() -> int:
+        """Rows of executions read so far, counting the claim connection's own reads: a backend
+        reports its counts late unless told to now (on the connection that did the reading)."""
+        async with store.claim_connection() as conn:
+            await conn.execute("SELECT pg_stat_force_next_flush()")
+            await conn.execute("SELECT pg_stat_clear_snapshot()")
+            cur = await conn.execute("SELECT coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0)"
+                                     " FROM pg_stat_user_tables WHERE relname = 'executions'")
+            return int((await cur.fetchone())[0])  # type: ignore[index]
 
-        before = await read()
-        assert len(await d.lease("w1", [], 100, 30.0, 0.0)) == 100
-        after = await read()
+    before = await read()
+    assert len(await d.lease("w1", [], 100, 30.0, 0.0)) == 100
+    after = await read()
     assert after - before < 1_000, after - before
 
 
