@@ -58,18 +58,33 @@ class StoreConfig:
 SESSION_SETTINGS: tuple[tuple[str, str], ...] = (("jit", "off"),)
 
 
+# Sequential scans priced out, for the statements whose plan is kept and must read through their
+# indexes however the table grows after it was made. A prepared statement's generic plan is made
+# for the table as it was then: made on an empty table (a new database, or after a TRUNCATE) it
+# chose sequential scans, and kept through a backlog it read the whole table at every call (a
+# claim of 250 out of 20,000 queued: 23 ms instead of 7.6; on PostgreSQL 15 a completion batch of
+# 250 beside 20,000 running runs: 27 ms instead of 7.5, until autovacuum's ANALYZE). Every table
+# these statements read has an index for what they read. Applied to the claim connection's
+# session (CLAIM_SESSION_SETTINGS) and to a completion batch's transaction (`price_out_seqscans`).
+SEQSCANS_PRICED_OUT: tuple[tuple[str, str], ...] = (("enable_seqscan", "off"),)
+
 # Server settings of the claim connection only (`Database.claim_connection`), after
 # SESSION_SETTINGS. The claim is planned once per connection, not at every call
 # (plan_cache_mode=force_generic_plan): planned per call it spent 1.0-1.5 ms planning, as long as a
 # small claim runs, and claims' planning was a quarter of PostgreSQL's time under bench.e2e's W2
-# single calls (pg_stat_statements). A plan made once must fit the table as it will be: made on
-# an empty table (a new database, or after a TRUNCATE) it chose sequential scans, and a claim of 250
-# out of 20,000 queued took 23 ms instead of 7.6. So sequential scans are priced out
-# (enable_seqscan=off): every table the claim reads has an index for what it reads, and the plan
-# uses those indexes however small the table was when it was made (tests/integration/
+# single calls (pg_stat_statements). The plan made once fits the table as it will be because
+# sequential scans are priced out (SEQSCANS_PRICED_OUT; tests/integration/
 # test_dispatch_pipelined.py). Nothing else runs on the claim connection.
 CLAIM_SESSION_SETTINGS: tuple[tuple[str, str], ...] = (("plan_cache_mode", "force_generic_plan"),
-                                                       ("enable_seqscan", "off"))
+                                                       *SEQSCANS_PRICED_OUT)
+
+
+async def price_out_seqscans(conn: AsyncConnection[Any]) -> None:
+    """SEQSCANS_PRICED_OUT for the rest of `conn`'s transaction (set_config(..., true)), so the
+    statements sent after it are planned, and their kept plans made, without sequential scans.
+    The result is not read: in a pipelined transaction it travels with the next statement."""
+    for name, value in SEQSCANS_PRICED_OUT:
+        await conn.execute("SELECT set_config(%s, %s, true)", (name, value))
 
 
 def session_options(dsn: str, extra: tuple[tuple[str, str], ...] = ()) -> str:

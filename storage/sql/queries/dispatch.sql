@@ -317,8 +317,9 @@ SELECT count(*) FROM executions
 -- with no statistics yet (a new or truncated table) PostgreSQL read every running run of the
 -- worker through a partial running index for it (a batch of 250 beside ~2,000 held runs: 85 ms
 -- of its 97). `(e.state || '')` keeps that index out of the plan, so a batch reads its own runs
--- by primary key (or scans a table that is still small), however many runs the worker holds
--- (tests/integration/test_dispatch_pipelined.py).
+-- by primary key, however many runs the worker holds (tests/integration/test_dispatch_pipelined.py).
+-- Sent after `set_config('enable_seqscan', 'off', true)` (storage/dispatch.py complete_batch): the
+-- plan PostgreSQL keeps for it may have been made on a nearly empty table.
 WITH done AS (
     UPDATE executions AS e
        SET state = 'succeeded', state_reason = NULL,
