@@ -165,6 +165,9 @@ class LocalPostgres:
     max_connections: int = 400
     port: int = 0
     base_dir: Path | None = None
+    # The directory holding `postgres` and `initdb`; None: find_postgres_bin() (the tests' second
+    # server, an older PostgreSQL whose planner decides differently, names its own).
+    bin_dir: Path | None = None
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _own_dir: bool = field(default=False, init=False, repr=False)
     _user: str | None = field(default=None, init=False, repr=False)
@@ -192,7 +195,8 @@ class LocalPostgres:
             self.base_dir = Path(tempfile.mkdtemp(prefix="cronwheel-pg-"))
             self._own_dir = True
         self._user = "nobody" if os.geteuid() == 0 else None
-        self._bin = _runnable_copy_for(self._user, find_postgres_bin()) if self._user else find_postgres_bin()
+        found = self.bin_dir or find_postgres_bin()
+        self._bin = _runnable_copy_for(self._user, found) if self._user else found
         if self._user:
             os.chmod(self.base_dir, 0o755)
             ent = pwd.getpwnam(self._user)
