@@ -34,6 +34,7 @@ def dsn(plan_dsn: str) -> str:
     of them are about plans, and planners differ by version."""
     return plan_dsn
 
+
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 # A COMMIT refused by the server reaches the caller as the server's error (Internal, as any
 # other server error), or, where psycopg 3.3 lost it, as Internal saying so
