@@ -9,16 +9,16 @@
 -- the first; an idle node still reads it first, see Dispatcher._claim_once). Claims for the same
 -- tenant then run one after another, and the `claim` statement takes its snapshot after the
 -- previous claim committed: its counts of running work, its buckets and fair-share counts are
--- exact across nodes. For the rest of the transaction it also turns JIT off: on a large
--- backlog the claim's estimated cost passes jit_above_cost and compiling took 120-140 ms of a
--- 2-10 ms statement. The claim connection plans the claim once, not per call, with sequential
--- scans priced out (storage/db.py CLAIM_SESSION_SETTINGS): a plan kept by the connection was made
--- for the table as it was then, and made on an empty table with sequential scans allowed it read
--- the whole queue once per leased run (stop 29: 650 ms for 250 runs out of 20,000 queued).
+-- exact across nodes. JIT is off on the claim connection as on every node connection
+-- (storage/db.py SESSION_SETTINGS: on a large backlog the claim's estimated cost passed
+-- jit_above_cost and compiling took 120-140 ms of a 2-10 ms statement). The claim connection
+-- plans the claim once, not per call, with sequential scans priced out (storage/db.py
+-- CLAIM_SESSION_SETTINGS): a plan kept by the connection was made for the table as it was then,
+-- and made on an empty table with sequential scans allowed it read the whole queue once per
+-- leased run (stop 29: 650 ms for 250 runs out of 20,000 queued).
 SELECT set_config('cronwheel.claim_tenants', coalesce(array_agg(l.tenant), '{}')::text, true)
   FROM (SELECT t.tenant, pg_advisory_xact_lock(hashtext('cronwheel.claim'), hashtext(t.tenant))::text
-          FROM (SELECT set_config('jit', 'off', true)) AS j(jit),
-               (SELECT tenant FROM queued_tenants
+          FROM (SELECT tenant FROM queued_tenants
                  WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s
                  ORDER BY tenant) t) l;
 
