@@ -138,6 +138,17 @@ def below_executions_update(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return plan_nodes(update)[1:]
 
 
+async def executions_rows_read(conn: psycopg.AsyncConnection[Any], *counters: str) -> int:
+    """Rows of executions read so far, the sum of the given pg_stat_user_tables counters (e.g.
+    "seq_tup_read"), counting `conn`'s own reads: a backend reports its counts late unless told
+    to now, on the connection that did the reading."""
+    await conn.execute("SELECT pg_stat_force_next_flush()")
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    total = " + ".join(f"coalesce({c}, 0)" for c in counters)
+    cur = await conn.execute(f"SELECT {total} FROM pg_stat_user_tables WHERE relname = 'executions'")
+    return int((await cur.fetchone())[0])  # type: ignore[index]
+
+
 async def test_a_completion_batch_finds_its_runs_by_id_however_many_the_worker_holds(store: PgStore) -> None:
     """The completion batch finds its runs by id, with no join to the listed runs. Joined, and with
     no statistics (a new or truncated table), PostgreSQL read every running run of the worker
@@ -193,12 +204,8 @@ async def test_a_completion_batch_planned_on_an_empty_table_reads_only_its_runs_
                 return [r[0] for r in await cur.fetchall()]
 
         async def seq_read() -> int:
-            async with store.connection() as conn:  # the pool's one connection: its own reads, flushed
-                await conn.execute("SELECT pg_stat_force_next_flush()")
-                await conn.execute("SELECT pg_stat_clear_snapshot()")
-                cur = await conn.execute("SELECT coalesce(seq_tup_read, 0) FROM pg_stat_user_tables"
-                                         " WHERE relname = 'executions'")
-                return int((await cur.fetchone())[0])  # type: ignore[index]
+            async with store.connection() as conn:  # the pool's one connection: the batch's
+                return await executions_rows_read(conn, "seq_tup_read")
 
         async with store.connection() as conn:
             await conn.execute("ALTER TABLE executions SET (autovacuum_enabled = false)")
@@ -269,11 +276,14 @@ async def test_the_claim_connection_plans_the_claim_once_with_sequential_scans_p
         [(generic, custom)] = await cur.fetchall()
         cur = await conn.execute("SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan')")
         claim_settings = await cur.fetchone()
+        cur = await conn.execute("SHOW jit")  # SESSION_SETTINGS, as on every node connection
+        claim_jit = await cur.fetchone()
     async with store.connection() as conn:
         cur = await conn.execute("SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan')")
         pool_settings = await cur.fetchone()
     assert generic == 12 and custom == 0, (generic, custom)
     assert claim_settings == ("force_generic_plan", "off")
+    assert claim_jit == ("off",)
     assert pool_settings == ("auto", "on")
 
 
@@ -294,14 +304,8 @@ async def test_a_claim_stays_cheap_when_the_queue_grows_after_its_connection_fir
             " FROM generate_series(1, 5000) g", (T0, T0))
 
     async def read() -> int:
-        """Rows of executions read so far, counting the claim connection's own reads: a backend
-        reports its counts late unless told to now (on the connection that did the reading)."""
-        async with store.claim_connection() as conn:
-            await conn.execute("SELECT pg_stat_force_next_flush()")
-            await conn.execute("SELECT pg_stat_clear_snapshot()")
-            cur = await conn.execute("SELECT coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0)"
-                                     " FROM pg_stat_user_tables WHERE relname = 'executions'")
-            return int((await cur.fetchone())[0])  # type: ignore[index]
+        async with store.claim_connection() as conn:  # the claim's own reads
+            return await executions_rows_read(conn, "idx_tup_fetch", "seq_tup_read")
 
     before = await read()
     assert len(await d.lease("w1", [], 100, 30.0, 0.0)) == 100
