@@ -40,9 +40,11 @@ the worker holds one long poll, not several: each would wake on the same notific
 the first would claim nothing; a full answer lets it send several again (worker_policy.lease_size).
 A busy worker asks again once half its prefetch (at most 250) is free
 (worker_policy.refill_at): the rest feeds slots while that call is out, and the node, which claims
-one call at a time, gets a few large calls instead of one per handler that returned. A large room
-goes out as several such calls at once: the node claims them one after another while the worker
-starts the runs of the earlier ones.
+one call at a time, gets a few large calls instead of one per handler that returned. Except after a
+full answer with none of its calls out: the node may hold more for it and claims nothing until
+asked, so it asks once 32 runs are free (worker_policy.NEXT_CALL_RUNS; a herd's last runs had
+waited for the threshold). A large room goes out as several such calls at once: the node claims
+them one after another while the worker starts the runs of the earlier ones.
 
 A run is one asyncio task, the handler's own: its end reports it and frees its slot (a done
 callback). A watchdog task joins it only once there is something timed to watch: the attempt has

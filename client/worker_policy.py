@@ -72,6 +72,10 @@ def classify(code: grpc.StatusCode) -> CodeClass:
 # call of 1,000 runs made a worker wait for the whole claim and its answer (W3 with prefetch
 # 1,000: the first of 885 runs started 90 ms after the claim; as calls of 250, 20-28 ms).
 LEASE_CALL_RUNS = 250
+# After a full answer, with no call of its own out, a worker asks once this many runs are free
+# (lease_size). W3 (1,000 runs at one boundary): its last ~50 runs went in a claim of their own
+# 10-28 ms after the one before, the worker waiting for 250 free (stop 39's trace).
+NEXT_CALL_RUNS = 32
 # The default prefetch follows the worker's recent pace: twice the runs it started in the last
 # PREFETCH_WINDOW_S (never below one per slot nor above MAX_LEASE_COUNT).
 PREFETCH_WINDOW_S = 0.1
@@ -90,11 +94,19 @@ def lease_size(concurrency: int, running: int, reserved: int, calls_in_flight: i
     no more queued for it. Then one call in flight is enough (it is a long poll: the node answers
     it as soon as work is queued); more would each wake on the same notification and claim
     after the first, mostly nothing, and under a trickle of work the worker's calls (and the
-    node's claims) would multiply, each with few runs. A full answer lifts the limit again."""
+    node's claims) would multiply, each with few runs. A full answer lifts the limit again.
+
+    A full answer with none of the worker's calls out: the node may still hold queued runs for
+    it and claims nothing until it asks, so it asks once NEXT_CALL_RUNS are free rather than at
+    the refill threshold (half its prefetch, up to LEASE_CALL_RUNS). That is the tail of a herd:
+    its last runs waited in the queue while the worker's room grew to the threshold."""
     if calls_in_flight >= (1 if drained else max_calls):
         return 0
     room = concurrency - running - reserved
-    return min(room, LEASE_CALL_RUNS) if room >= refill_at(prefetch, busy=running > 0) else 0
+    threshold = refill_at(prefetch, busy=running > 0)
+    if calls_in_flight == 0 and not drained:  # the node may hold more for this worker, unasked
+        threshold = min(threshold, NEXT_CALL_RUNS)
+    return min(room, LEASE_CALL_RUNS) if room >= threshold else 0
 
 
 def refill_at(prefetch: int, busy: bool) -> int:

@@ -10,6 +10,7 @@ from cronwheel.client.worker_policy import (
     HOLD_COMPLETIONS_S,
     LEASE_CALL_RUNS,
     MAX_LEASE_COUNT,
+    NEXT_CALL_RUNS,
     CodeClass,
     StopReason,
     Verdict,
@@ -129,21 +130,40 @@ def test_backoff_grows_to_its_ceiling_with_jitter() -> None:
 def test_a_busy_worker_refills_its_prefetch_in_batches_an_idle_one_asks_at_once() -> None:
     # concurrency 100, prefetch 100: capacity 200. Busy with 100 running and 60 leased ahead,
     # 40 free is not worth a call (the 60 feed slots meanwhile); 50 free is.
+    # (drained: the node's last answer was short; after a full one, see the test below)
     assert refill_at(100, busy=True) == 50
-    assert lease_size(200, running=160, reserved=0, calls_in_flight=0, max_calls=2, prefetch=100) == 0
-    assert lease_size(200, running=150, reserved=0, calls_in_flight=0, max_calls=2, prefetch=100) == 50
+    assert lease_size(200, running=160, reserved=0, calls_in_flight=0, max_calls=2, prefetch=100, drained=True) == 0
+    assert lease_size(200, running=150, reserved=0, calls_in_flight=0, max_calls=2, prefetch=100, drained=True) == 50
     # idle: any room at once (it waits in a long poll for work)
     assert refill_at(100, busy=False) == 1
     assert lease_size(200, running=0, reserved=0, calls_in_flight=0, max_calls=2, prefetch=100) == 200
     # a large prefetch: a busy worker asks once a whole call's worth is free, not half of 1,000
     assert refill_at(1000, busy=True) == LEASE_CALL_RUNS
-    assert lease_size(1100, running=851, reserved=0, calls_in_flight=0, max_calls=6, prefetch=1000) == 0
+    assert lease_size(1100, running=851, reserved=0, calls_in_flight=0, max_calls=6, prefetch=1000, drained=True) == 0
     assert lease_size(1100, running=600, reserved=0, calls_in_flight=0, max_calls=6, prefetch=1000) == 250
     assert lease_size(1100, running=600, reserved=250, calls_in_flight=1, max_calls=6, prefetch=1000) == 250
     assert lease_size(1100, running=600, reserved=500, calls_in_flight=2, max_calls=6, prefetch=1000) == 0
     # no prefetch: every freed slot is asked for, as before
     assert refill_at(0, busy=True) == 1
     assert lease_size(100, running=99, reserved=0, calls_in_flight=0, max_calls=2, prefetch=0) == 1
+
+
+def test_after_a_full_answer_with_no_call_out_a_worker_asks_once_a_few_runs_are_free() -> None:
+    # The node answered the worker's last call in full, so it may hold more queued runs for it,
+    # and it claims nothing until the worker asks: with no call out, NEXT_CALL_RUNS free is
+    # enough (the refill threshold would be 250 here: a herd's last runs waited for it).
+    assert lease_size(1100, running=851, reserved=0, calls_in_flight=0, max_calls=6, prefetch=1000) == 249
+    assert lease_size(1100, running=1100 - NEXT_CALL_RUNS, reserved=0, calls_in_flight=0, max_calls=6,
+                      prefetch=1000) == NEXT_CALL_RUNS
+    assert lease_size(1100, running=1100 - NEXT_CALL_RUNS + 1, reserved=0, calls_in_flight=0, max_calls=6,
+                      prefetch=1000) == 0
+    # a call already out: the node has one to answer, further calls wait for the threshold
+    assert lease_size(1100, running=600, reserved=260, calls_in_flight=1, max_calls=6, prefetch=1000) == 0
+    # after a short answer the node had nothing more: the threshold holds
+    assert lease_size(1100, running=851, reserved=0, calls_in_flight=0, max_calls=6, prefetch=1000, drained=True) == 0
+    # a threshold already under NEXT_CALL_RUNS (a small prefetch) is kept
+    assert lease_size(24, running=19, reserved=0, calls_in_flight=0, max_calls=2, prefetch=12) == 0
+    assert lease_size(24, running=18, reserved=0, calls_in_flight=0, max_calls=2, prefetch=12) == 6
 
 
 def test_holding_back_never_idles_a_slot() -> None:
