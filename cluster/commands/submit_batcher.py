@@ -7,7 +7,7 @@ whole `quiet_s` (2 ms) passes with none arriving, `window_s` (10 ms) has passed,
 wait, whichever comes first. So a busy node, whose calls keep arriving, writes them in large
 groups and pays the per-transaction cost (about 2.6 ms of the node's CPU) once for many callers,
 while a second caller of a quiet node waits at most a few ms. (A fixed 1 ms window gave 64
-closed-loop callers groups of 1-4 and 660 jobs/s; this rule about 1,500 jobs/s, see README.)
+closed-loop callers groups of 1-4 and 660 jobs/s; this rule about 1,500 jobs/s, see docs/perf-log.md.)
 Then it writes them with `runs.write_jobs`, the same single insert
 statement as SubmitJobs, and answers each caller with its own result or its own error (a repeated idempotency
 key is deduplicated for that caller alone, a tenant over its daily quota fails only its calls).
