@@ -88,36 +88,37 @@ def lease_size(concurrency: int, running: int, reserved: int, calls_in_flight: i
     the worker's capacity (slots plus prefetch), `running` what it holds (running or leased
     ahead), `reserved` runs asked for by calls already in flight. A call asks for the room not
     yet asked for, at most LEASE_CALL_RUNS; none while that room is under
-    `refill_at(prefetch, busy)`.
+    `refill_at(prefetch, busy, awaited)`.
 
     `drained`: the worker's last answered call got fewer runs than it asked for, so the node had
     no more queued for it. Then one call in flight is enough (it is a long poll: the node answers
     it as soon as work is queued); more would each wake on the same notification and claim
     after the first, mostly nothing, and under a trickle of work the worker's calls (and the
-    node's claims) would multiply, each with few runs. A full answer lifts the limit again.
-
-    A full answer with none of the worker's calls out: the node may still hold queued runs for
-    it and claims nothing until it asks, so it asks once NEXT_CALL_RUNS are free rather than at
-    the refill threshold (half its prefetch, up to LEASE_CALL_RUNS). That is the tail of a herd:
-    its last runs waited in the queue while the worker's room grew to the threshold."""
+    node's claims) would multiply, each with few runs. A full answer lifts the limit again."""
     if calls_in_flight >= (1 if drained else max_calls):
         return 0
     room = concurrency - running - reserved
-    threshold = refill_at(prefetch, busy=running > 0)
-    if calls_in_flight == 0 and not drained:  # the node may hold more for this worker, unasked
-        threshold = min(threshold, NEXT_CALL_RUNS)
-    return min(room, LEASE_CALL_RUNS) if room >= threshold else 0
+    awaited = calls_in_flight == 0 and not drained  # the node may hold more for it, unasked
+    return min(room, LEASE_CALL_RUNS) if room >= refill_at(prefetch, running > 0, awaited) else 0
 
 
-def refill_at(prefetch: int, busy: bool) -> int:
+def refill_at(prefetch: int, busy: bool, awaited: bool = False) -> int:
     """The least room (runs not held nor asked for) that starts a lease call. An idle worker
     (nothing running, nothing leased ahead) asks for any room at once. A busy one waits until
     half its prefetch, or one call's worth (LEASE_CALL_RUNS) if that is less, is free: the rest
     of the prefetch still feeds slots as they free while the call is out, so no slot waits for
     it, and the node, which claims one call at a time, gets a few calls of many runs instead of
     a call per handler that returned (1,000 runs at one instant were claims of 3-10 runs, ~12 ms
-    each)."""
-    return max(1, min(prefetch // 2, LEASE_CALL_RUNS)) if busy else 1
+    each).
+
+    `awaited`: the node's last answer was full and none of the worker's calls is out, so the node
+    may still hold queued runs for it and claims nothing until it asks: NEXT_CALL_RUNS free is
+    enough then. That is the tail of a herd, whose last runs waited in the queue while the
+    worker's room grew to the threshold."""
+    if not busy:
+        return 1
+    threshold = max(1, min(prefetch // 2, LEASE_CALL_RUNS))
+    return min(threshold, NEXT_CALL_RUNS) if awaited else threshold
 
 
 def default_prefetch(concurrency: int, recent_starts: int = 0) -> int:

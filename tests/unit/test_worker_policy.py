@@ -152,6 +152,9 @@ def test_after_a_full_answer_with_no_call_out_a_worker_asks_once_a_few_runs_are_
     # The node answered the worker's last call in full, so it may hold more queued runs for it,
     # and it claims nothing until the worker asks: with no call out, NEXT_CALL_RUNS free is
     # enough (the refill threshold would be 250 here: a herd's last runs waited for it).
+    assert refill_at(1000, busy=True, awaited=True) == NEXT_CALL_RUNS
+    assert refill_at(12, busy=True, awaited=True) == 6
+    assert refill_at(1000, busy=False, awaited=True) == 1
     assert lease_size(1100, running=851, reserved=0, calls_in_flight=0, max_calls=6, prefetch=1000) == 249
     assert lease_size(1100, running=1100 - NEXT_CALL_RUNS, reserved=0, calls_in_flight=0, max_calls=6,
                       prefetch=1000) == NEXT_CALL_RUNS
