@@ -2,8 +2,11 @@
 
     no_stuck_running       nothing stays `running` past its lease + grace (at the end, and in
                            every health sample taken during the run)
-    not_fired_early        no tick or delayed job fired before its run_at, beyond the clock skew
-                           of the node that fired it
+    not_fired_early        no tick fired before its run_at, and no delayed job more than
+                           FiringConfig.oneoff_ahead_s before it (it is queued that early by
+                           design), beyond the clock skew of the node that fired it; and no run
+                           of either started (was claimed) before its run_at, beyond the skew of
+                           the node that claimed it
     fire_lag_bounded       every tick and delayed job fired (or got its misfire record) within
                            LAG_BOUND_S of its run_at, unless the partition changed hands right then
                            (then within LAG_BOUND_S of the new owner's acquisition) or a fault that
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from chaos.checker import CLOCK_SLACK_S, InvariantResult, _Collector, _dt, iso, owners_by_epoch, skew_of
 from chaos.history import History
+from cronwheel.cluster.firing.firer import FiringConfig
 from cronwheel.cron import jitter_offset_s
 
 LAG_BOUND_S = 2.0
@@ -60,12 +64,22 @@ def check_not_fired_early(h: History) -> InvariantResult:
     c = _Collector("not_fired_early")
     epochs = owners_by_epoch(h)
     due = first_run_at(h)
+    oneoffs = {j.execution_id for j in h.submitted}
+    ahead = FiringConfig().oneoff_ahead_s  # the nodes of a chaos run keep the default
+    max_skew = max((abs(v) for v in h.meta.skews.values()), default=0.0)
     worst = 0.0
     for e in h.executions:
-        if e.fired_at is None or e.id not in due:
+        if e.id not in due:
+            continue
+        if e.started_at is not None:
+            c.counts["starts_checked"] += 1
+            if due[e.id] - e.started_at > max_skew + CLOCK_SLACK_S:
+                c.bad("started_early", f"execution {e.id} started {due[e.id] - e.started_at:.3f}s before its run_at "
+                                       f"{iso(due[e.id])} (largest node skew {max_skew}s)")
+        if e.fired_at is None:
             continue
         c.counts["checked"] += 1
-        early = due[e.id] - e.fired_at
+        early = due[e.id] - e.fired_at - (ahead if e.id in oneoffs else 0.0)
         if early <= CLOCK_SLACK_S:
             continue
         skew = skew_of(h, epochs, e)
@@ -73,7 +87,8 @@ def check_not_fired_early(h: History) -> InvariantResult:
             c.counts["early_within_node_skew"] += 1
             worst = max(worst, early)
         else:
-            c.bad("early", f"execution {e.id} fired {early:.3f}s before its run_at {iso(due[e.id])} "
+            c.bad("early", f"execution {e.id} fired {early:.3f}s before its run_at {iso(due[e.id])}"
+                           f"{f' less {ahead:g}s queued ahead' if e.id in oneoffs else ''} "
                            f"(firing node skew {skew}s)")
     c.extra["max_early_within_skew_s"] = round(worst, 3)
     return c.result()

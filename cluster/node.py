@@ -49,6 +49,7 @@ from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookMetrics, Web
 from cronwheel.errors import CronwheelError, InvalidArgument
 from cronwheel.heap import freeze_startup_heap
 from cronwheel.storage import PgStore, StoreConfig
+from cronwheel.storage.notifications import parse_queued_at
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
 log = logging.getLogger("cronwheel.cluster.node")
@@ -198,7 +199,7 @@ class Node:
             self.store.firing, self.clock, self.config.firing,
             epoch_if_trusted=self.coordinator.epoch_if_trusted,
             on_stale=self.coordinator.partition_stale,
-            on_fired=lambda fired: self.dispatcher.wake(),
+            on_fired=self.dispatcher.wake_at,
             metrics=self.metrics,
         )
         self.reaper = Reaper(self.store, lambda: self.coordinator.owned.snapshot().items(), self.dispatcher.wake,
@@ -210,7 +211,8 @@ class Node:
                              metrics=RetentionMetrics(self.metrics.registry), fires=self.firer)
         self.listeners.subscribers.append(self.firer)
         self.changes = ChangeListener(self.config.dsn, self._on_change, self._after_reconnect,
-                                      self.dispatcher.wake, clock=self.clock,
+                                      lambda payload: self.dispatcher.wake_at(parse_queued_at(payload)),
+                                      clock=self.clock,
                                       on_oneoffs=self.firer.add_oneoffs)
 
     async def run(self) -> None:

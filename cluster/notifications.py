@@ -1,6 +1,7 @@
 """Change notifications from PostgreSQL, as the node reacts to them.
 
-Work queued anywhere (`cronwheel_queued`) wakes this node's waiting workers.
+Work queued anywhere (`cronwheel_queued`) wakes this node's waiting workers (`on_queued` gets the
+payload: runs queued ahead of their run_at name when, storage.notifications.parse_queued_at).
 
 The API writes `pg_notify('cronwheel_due', '<partition>:<s|o>:<id>')` in the same transaction as
 a change to a schedule or a one-off job, so the notification arrives only after the change is
@@ -54,7 +55,7 @@ class ChangeListener:
         dsn: str,
         on_change: Callable[[int, str, uuid.UUID], Awaitable[None]],
         on_resync: Callable[[], Awaitable[None]],
-        on_queued: Callable[[], None] | None = None,
+        on_queued: Callable[[str], None] | None = None,
         retry_s: float = 0.5,
         clock: Clock | None = None,
         listener: Callable[[str], Listener] = Listener,
@@ -82,7 +83,7 @@ class ChangeListener:
                     async for n in notes:
                         if n.channel == QUEUED_CHANNEL:
                             if self.on_queued is not None:
-                                self.on_queued()
+                                self.on_queued(n.payload)
                             continue
                         if n.payload.startswith(ONEOFF_BATCH_PREFIX):
                             await self._oneoffs(n.payload)

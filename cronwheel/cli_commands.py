@@ -172,7 +172,9 @@ def cmd_node(args: argparse.Namespace) -> int:
             metrics_listen=args.metrics_listen, retention_days=args.retention_days, retention=_retention(args),
             webhooks=cli_webhook.node_config(args),
             firing=FiringConfig(horizon_s=args.horizon, extend_every_s=min(30.0, args.horizon / 4),
-                                misfire_grace_s=args.misfire_grace),
+                                misfire_grace_s=args.misfire_grace,
+                                # within what the wheel holds, also for a horizon of a second or two
+                                oneoff_ahead_s=min(FiringConfig().oneoff_ahead_s, args.horizon * 3 / 4)),
         ).validate()
     except ValueError as exc:
         raise InvalidArgument("node", str(exc)) from exc

@@ -228,13 +228,15 @@ class DispatchPort:
             "fair_tau_s": p.fair_tau_s}, prepare=True)  # parsed once per connection (planned once: db.py)
         return Pending(cur, lambda rows: [Leased._make(r) for r in rows])
 
-    async def rate_wait(self, conn: Conn, tenant: str | None, now: datetime) -> float | None:
-        """Seconds after `now` until the soonest rate-limited tenant with queued work has a whole
-        token (`claim_rate_wait`); None when no tenant is waiting for one. The dispatcher reads it
-        right after a claim that came back empty committed, with that claim's `now`: the buckets
-        as the claim (or a later one) left them. It only says how long to wait before the next
-        claim, which decides under the tenants' locks."""
-        cur = await conn.execute(q("claim_rate_wait"), {"tenant": tenant, "now": now})
+    async def claim_wait(self, conn: Conn, tenant: str | None, now: datetime,
+                         priorities: Sequence[str]) -> float | None:
+        """Seconds after `now` until queued work that is not claimable now may be (`claim_wait`):
+        the soonest rate-limited tenant's next whole token, or the soonest run queued ahead of
+        its run_at; None when neither. The dispatcher reads it right after a claim that came
+        back empty committed, with that claim's `now`: the buckets as the claim (or a later
+        one) left them. It only says how long to wait before the next claim, which decides
+        under the tenants' locks. `priorities`: every priority (policy.PRIORITIES)."""
+        cur = await conn.execute(q("claim_wait"), {"tenant": tenant, "now": now, "priorities": list(priorities)})
         row = await cur.fetchone()
         return None if row is None or row[0] is None else max(0.0, float(row[0]))
 

@@ -30,6 +30,10 @@ from cronwheel.storage.queries import q
 DUE_CHANNEL = "cronwheel_due"
 QUEUED_CHANNEL = "cronwheel_queued"
 ONEOFF_BATCH_PREFIX = "n:"
+# A cronwheel_queued payload for runs queued ahead of their run_at (one-off jobs, FiringConfig.
+# oneoff_ahead_s): 'at:<Unix seconds>', the soonest of them; the nodes wake their waiting lease
+# calls then, not now. Any other payload (a priority, 'fired') means claimable now.
+QUEUED_AT_PREFIX = "at:"
 _MAX_PAYLOAD = 7800  # PostgreSQL refuses payloads of 8000 bytes or more
 
 
@@ -48,6 +52,22 @@ def oneoff_batch_payloads(due: Sequence[tuple[int, uuid.UUID, datetime]]) -> lis
     if cur:
         out.append(ONEOFF_BATCH_PREFIX + ";".join(cur))
     return out
+
+
+def queued_at_payload(at: float) -> str:
+    """The cronwheel_queued payload of runs claimable from `at` (Unix seconds)."""
+    return f"{QUEUED_AT_PREFIX}{at:.6f}"
+
+
+def parse_queued_at(payload: str) -> float | None:
+    """When the runs a cronwheel_queued payload announces are claimable: its 'at:' instant, or
+    None (now) for any other payload, a malformed one included (a wake too early costs a claim)."""
+    if not payload.startswith(QUEUED_AT_PREFIX):
+        return None
+    try:
+        return float(payload[len(QUEUED_AT_PREFIX):])
+    except ValueError:
+        return None
 
 
 def parse_oneoff_batch(payload: str) -> list[tuple[int, uuid.UUID, float]] | None:

@@ -6,9 +6,11 @@ queueing (policy.FAIR_SHARE_TAU_S) and each is capped by its free concurrency an
 tokens of its rate limit's bucket, spent in the same statement; a run with a concurrency key
 starts only while its key has fewer than its limit running; the runs are read without row
 locks (the tenant locks below keep other claims out; the UPDATE re-checks `queued`) and leased in
-the same statement (`claim`): attempt + 1, fencing token + 1. A claim that found nothing
-because a rate-limited tenant had no whole token waits until that token is due
-(`claim_rate_wait`) rather than the fallback poll.
+the same statement (`claim`): attempt + 1, fencing token + 1, only runs whose run_at has come
+(a delayed one-off job is queued up to FiringConfig.oneoff_ahead_s before it). A claim that
+found nothing while queued work waits, for a rate-limited tenant's whole token or for a run
+queued ahead to come due, waits until the soonest of them (`claim_wait`) rather than the
+fallback poll: so a run queued ahead starts at its run_at, not at the next notification.
 A claim first takes transaction-scoped advisory locks on the tenants it may take from
 (`claim_lock_tenants`), so claims for one tenant never overlap anywhere in the cluster and its
 concurrency cap, its concurrency keys' limits (a key belongs to one tenant) and its token
@@ -44,7 +46,8 @@ from typing import Any
 from cronwheel.clock import Clock
 from cronwheel.cluster.dispatch.policy import (
     FAIR_SHARE_TAU_S,
-    MIN_RATE_WAIT_S,
+    MIN_CLAIM_WAIT_S,
+    PRIORITIES,
     TERMINAL_STATES,
     PriorityWeights,
     decide_failure,
@@ -124,6 +127,7 @@ class Dispatcher:
         # take from (None: any). Registered before the call's claim, so a wake-up during the
         # claim is not lost: the call claims again at once.
         self._waiters: dict[asyncio.Event, str | None] = {}
+        self._wake_timer: tuple[float, asyncio.Task[None]] | None = None  # wake_at's (instant, sleeper)
         # One claim at a time per node, on the store's claim connection (Database.claim_connection:
         # the claim's plan and its backend's caches stay warm). Claims that share a tenant queue on
         # its advisory lock anyway.
@@ -135,6 +139,26 @@ class Dispatcher:
         for event in self._waiters:
             event.set()
         self._waiters.clear()
+
+    def wake_at(self, at: float | None = None) -> None:
+        """Work was queued that is claimable from `at` (Unix seconds by this node's clock; None
+        or past: now): `wake()` then. Runs queued ahead of their run_at (a delayed one-off job,
+        FiringConfig.oneoff_ahead_s) are announced before they are due, and a call woken then
+        would claim nothing. One timer, for the soonest such instant: a call that claims before
+        later runs are due sleeps until the next of them by itself (`claim_wait`)."""
+        if at is None or at <= self.clock.now_ts():
+            self.wake()
+            return
+        if self._wake_timer is not None:
+            if self._wake_timer[0] <= at:
+                return
+            self._wake_timer[1].cancel()
+        self._wake_timer = (at, asyncio.create_task(self._wake_later(at), name="dispatch-wake-at"))
+
+    async def _wake_later(self, at: float) -> None:
+        await self.clock.sleep_until_ts(at)
+        self._wake_timer = None
+        self.wake()
 
     def _slots_freed(self, tenants: Iterable[str]) -> None:
         """Runs of `tenants` (one per run) left `running` through this node: each freed a slot
@@ -180,22 +204,23 @@ class Dispatcher:
             self._waiters[waiter] = tenant  # before the claim, so a wake-up during it is not lost
             try:
                 claimed = self.clock.monotonic()  # before the claim's own now(): its leases start later
-                rows, rate_wait = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
+                rows, wait = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
                 left = deadline - self.clock.monotonic()
                 if rows or left <= 0:
                     return rows, claimed - arrived
                 pause = min(left, self.config.fallback_poll_s)
-                if rate_wait is not None:  # rate-limited work is due at its next token, not at the fallback poll
-                    pause = min(pause, max(rate_wait, MIN_RATE_WAIT_S))
+                if wait is not None:  # a token or a run queued ahead is due then, not at the fallback poll
+                    pause = min(pause, max(wait, MIN_CLAIM_WAIT_S))
                 await self.clock.wait(waiter, pause)
             finally:
                 self._waiters.pop(waiter, None)
 
     async def _claim_once(self, worker: str, types: list[str] | None, max_count: int,
                           lease_s: float, tenant: str | None) -> tuple[list[Leased], float | None]:
-        """The runs leased, and (when none) the seconds until a rate-limited tenant's next token."""
+        """The runs leased, and (when none) the seconds until queued work may be claimable
+        (`claim_wait`: a rate-limited tenant's next token, a run queued ahead of its run_at)."""
         order = priority_order(self.config.weights, self.rng.random())
-        rate_wait = None
+        wait = None
         # While the node's last claim found queued work, one round trip: the tenant locks, the
         # claim and its COMMIT travel together. Otherwise the locks' answer is read first and no
         # claim is sent when no tenant has queued work: an idle node's waiting polls (each claims
@@ -215,13 +240,13 @@ class Dispatcher:
             self._queued_seen = await locked.result()
             if not out and self._queued_seen:  # at the claim's `now`: the buckets as the claim
                 # left them (a later read could see a whole token refilled meanwhile and answer
-                # "none waiting"); with no tenant queued at all, nobody is waiting for a token
-                rate_wait = await self.port.rate_wait(conn, tenant, now)
+                # "none waiting"); with no tenant queued at all, nothing is waiting
+                wait = await self.port.claim_wait(conn, tenant, now, PRIORITIES)
         if self.metrics is not None:
             for r in out:
                 self.metrics.start_lag.observe(r.started_at - r.run_at)
             self.metrics.executions_entered(("running", r.type) for r in out)
-        return out, rate_wait
+        return out, wait
 
     async def _explain_mismatch(self, conn: Conn, call: TokenCall) -> Exception:
         st = await self.port.execution_token_state(conn, call.id, call.tenant)

@@ -25,9 +25,10 @@ PRIORITIES = tuple(p.value for p in Priority)  # most urgent first: the one list
 # tenants' starts converge to their weights' ratio. The memory is short so a tenant back from
 # idle catches up with about one tau's worth of its share, not with the whole time it was idle.
 FAIR_SHARE_TAU_S = 1.0
-# A claim that came back empty because rate-limited tenants had no whole token waits until the
-# soonest token (claim_rate_wait), but at least this long (no busy loop on a fractional token).
-MIN_RATE_WAIT_S = 0.002
+# A claim that came back empty while queued work waits (a rate-limited tenant's whole token, a
+# run queued ahead of its run_at) waits until the soonest of them (claim_wait), but at least this
+# long (no busy loop on a fractional token, or on a timer that woke a hair before run_at).
+MIN_CLAIM_WAIT_S = 0.002
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,6 @@ from cronwheel.storage import (
     DueSchedule,
     FireBatchParams,
     FireBatchResult,
-    Fired,
     FiringPort,
     PartitionEvent,
     PlainTicks,
@@ -66,6 +65,7 @@ from cronwheel.storage import (
     Tick,
 )
 from cronwheel.storage.firing import StagedFire, stage_fire
+from cronwheel.storage.notifications import queued_at_payload
 from cronwheel.wheel import TimingWheel
 
 log = logging.getLogger("cronwheel.cluster.firing.firer")
@@ -94,6 +94,13 @@ class FiringConfig:
     # it off. The trade: a job submitted due at once while an instant is being held waits for it
     # (at most this long).
     prepare_ahead_s: float = 0.02
+    # A delayed one-off job is queued this long before its run_at (its wheel deadline is run_at -
+    # oneoff_ahead_s); the claim takes it only from its run_at, and a waiting lease call sleeps
+    # until then (`claim_wait`). So the fire's row update is done before the job is due, not
+    # between its run_at and its claim: 20,000 jobs due at one instant queued ~0.5 s late and
+    # were claimed behind it (docs/perf-log.md, stop 41). Its state reads `queued` that early.
+    # 0: queued at its run_at, as cron ticks are.
+    oneoff_ahead_s: float = 1.0
 
     def validate(self) -> FiringConfig:
         if not 1 <= self.horizon_s <= 3600:
@@ -108,6 +115,8 @@ class FiringConfig:
             raise ValueError("misfire_grace_s must be >= 0")
         if not 0 <= self.prepare_ahead_s <= 0.5:
             raise ValueError(f"prepare_ahead_s must be in 0..0.5, got {self.prepare_ahead_s}")
+        if not 0 <= self.oneoff_ahead_s <= self.horizon_s - self.extend_every_s:
+            raise ValueError(f"oneoff_ahead_s must be in 0..horizon_s - extend_every_s, got {self.oneoff_ahead_s}")
         return self
 
 
@@ -171,7 +180,7 @@ class Firer:
         config: FiringConfig,
         epoch_if_trusted: Callable[[int], int | None],
         on_stale: Callable[[int, int], None],
-        on_fired: Callable[[list[Fired]], None] | None = None,
+        on_fired: Callable[[float | None], None] | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self.metrics = metrics
@@ -200,6 +209,7 @@ class Firer:
         # writers (the pruner) wait on to use the database between fires (`quiet_for`, `next_rest`).
         self._resting = asyncio.Event()
         self._announce_due = False  # queued runs committed since the last NOTIFY went out
+        self._announce_at: float | None = None  # the soonest run_at of runs queued ahead, not yet announced
         self.recent_lags: deque[float] = deque(maxlen=10_000)  # for ClusterStatus percentiles
 
     # ------------------------------------------------------------------ ownership hooks
@@ -276,11 +286,15 @@ class Firer:
                 return
             for o in oneoffs:
                 ts = o.run_at.timestamp()
-                self._insert(st, p, o.id, ts, ts, kind="o")
+                self._arm_oneoff(st, p, o.id, ts)
             await asyncio.sleep(0)
         st.loaded_until = max(st.loaded_until, horizon)
         for i in range(0, len(misfired), self.config.batch_size):
             await self._apply_misfires(p, st, misfired[i:i + self.config.batch_size], self.clock.now_ts())
+
+    def _arm_oneoff(self, st: PartitionState, p: int, ident: uuid.UUID, run_at: float) -> None:
+        """A scheduled one-off job into the wheel: due `oneoff_ahead_s` before its run_at."""
+        self._insert(st, p, ident, run_at, run_at - self.config.oneoff_ahead_s, kind="o")
 
     def _insert(self, st: PartitionState, p: int, ident: uuid.UUID, tick: float, run_at: float,
                 kind: str = "s") -> None:
@@ -361,7 +375,7 @@ class Firer:
                 o = await self.firing.oneoff_for_fire(ident)
                 if o is not None and self.parts.get(p) is st and o.run_at.timestamp() <= st.loaded_until:
                     ts = o.run_at.timestamp()
-                    self._insert(st, p, ident, ts, ts, kind="o")
+                    self._arm_oneoff(st, p, ident, ts)
 
     async def add_oneoffs(self, entries: list[tuple[int, uuid.UUID, float]]) -> None:
         """New scheduled one-off jobs (partition, id, run_at) from a submit group's notification:
@@ -380,7 +394,7 @@ class Firer:
                     continue
                 for ident, ts in items:
                     if ts <= st.loaded_until:
-                        self._insert(st, p, ident, ts, ts, kind="o")
+                        self._arm_oneoff(st, p, ident, ts)
 
     async def resync(self) -> None:
         """After a missed notification: reload every owned partition from scratch."""
@@ -764,7 +778,7 @@ class Firer:
     def _written(self, params: FireBatchParams, res: FireBatchResult) -> None:
         self.stats.fired += len(res.fired) + res.plain_inserted
         now = self.clock.now_ts()
-        lags = [now - f.run_at.timestamp() for f in res.fired]
+        lags = [max(0.0, now - f.run_at.timestamp()) for f in res.fired]  # one-offs queued ahead: 0
         if params.plain is not None and res.plain_inserted:
             lags.extend(now - run_at for run_at in params.plain.run_ats)
         self.recent_lags.extend(lags)
@@ -773,25 +787,37 @@ class Firer:
             self.metrics.fired.inc(len(res.fired) + res.plain_inserted)
             self.metrics.executions_entered(((f.state, f.type) for f in res.fired), res.plain_entered)
         self.stats.duplicates += res.duplicates
-        if res.plain_inserted or any(f.state == "queued" for f in res.fired):
-            self._announce()
-        if (res.fired or res.plain_inserted) and self.on_fired is not None:
-            self.on_fired(list(res.fired))
+        # When what this batch queued is claimable: now, or (one-off jobs queued ahead of their
+        # run_at, oneoff_ahead_s) the soonest run_at; waiting calls are woken then, not now.
+        queued = [f.run_at.timestamp() for f in res.fired if f.state == "queued"]
+        if res.plain_inserted or queued:
+            at = None if res.plain_inserted or min(queued) <= now else min(queued)
+            self._announce(at)
+            if self.on_fired is not None:
+                self.on_fired(at)
 
-    def _announce(self) -> None:
-        """Tell other nodes' workers that runs were queued: one NOTIFY after commit for however
-        many batches committed meanwhile (this node's own workers are woken by on_fired)."""
-        self._announce_due = True
+    def _announce(self, at: float | None = None) -> None:
+        """Tell other nodes' workers that runs were queued, claimable from `at` (None: now): one
+        NOTIFY after commit for however many batches committed meanwhile, and one naming the
+        soonest `at` of runs queued ahead (this node's own workers are woken by on_fired)."""
+        if at is None:
+            self._announce_due = True
+        elif self._announce_at is None or at < self._announce_at:
+            self._announce_at = at
         if not self._announcing:
             self._announcing = True
             self._spawn(self._announce_loop, "firer-announce")
 
     async def _announce_loop(self) -> None:
         try:
-            while self._announce_due:
-                self._announce_due = False
+            while self._announce_due or self._announce_at is not None:
+                payload = "fired" if self._announce_due else queued_at_payload(self._announce_at or 0.0)
+                if self._announce_due:
+                    self._announce_due = False
+                else:
+                    self._announce_at = None
                 try:
-                    await self.firing.notify_queued("fired")
+                    await self.firing.notify_queued(payload)
                 except Unavailable as exc:  # other nodes' fallback poll picks the runs up
                     log.warning("notify deferred", extra={"event": "notify_deferred", "error": str(exc)})
                     return

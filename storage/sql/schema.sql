@@ -392,7 +392,7 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- Limits at lease time (0017).
--- The one token-bucket rule (the claim spends, claim_rate_wait reads): the bucket's level at
+-- The one token-bucket rule (the claim spends, claim_wait reads): the bucket's level at
 -- `at`, refilled at `rate` per second from `level` at `refilled_at`, capped at the bucket size
 -- (burst, NULL: rate; at least 1, or no run could ever start). NULL rate: no limit (NULL).
 -- A clock that went backwards refills nothing.

@@ -339,6 +339,24 @@ def test_a_tick_fired_early_is_reported_unless_its_node_clock_was_skewed() -> No
     assert r.ok and r.counts["early_within_node_skew"] == 1
 
 
+def test_a_delayed_job_may_be_queued_oneoff_ahead_s_early_but_no_run_may_start_early() -> None:
+    """A delayed one-off job is queued FiringConfig.oneoff_ahead_s before its run_at by design;
+    earlier than that is a fire too early, and any run (tick or job) started before its run_at
+    is a claim too early. Fails without the change (the job queued 0.9 s early is reported)."""
+    from cronwheel.cluster.firing.firer import FiringConfig
+
+    ahead = FiringConfig().oneoff_ahead_s
+    job = next(e for e in clean().executions if e.id == JOB)
+    queued_ahead = replace_rows(clean(), dataclasses.replace(job, fired_at=T0 + 3 - ahead + 0.1))
+    assert check_not_fired_early(queued_ahead).ok
+    too_soon = replace_rows(clean(), dataclasses.replace(job, fired_at=T0 + 3 - ahead - 0.3))
+    assert_fails(too_soon, "not_fired_early", "early")
+    started = replace_rows(clean(), dataclasses.replace(job, fired_at=T0 + 2.5, started_at=T0 + 2.9))
+    assert_fails(started, "not_fired_early", "started_early")
+    tick_started = replace_rows(clean(), tick_row(T0 + 4, started_at=T0 + 3.7))
+    assert_fails(tick_started, "not_fired_early", "started_early")
+
+
 def test_a_tick_fired_late_with_no_fault_in_progress_is_a_stall() -> None:
     late = replace_rows(clean(), tick_row(T0 + 4, fired_at=T0 + 6.5))  # 2.5 s late, nothing happening
     r = assert_fails(late, "fire_lag_bounded", "stall")

@@ -17,6 +17,7 @@ import pytest
 
 from cronwheel.clock import FakeClock
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher
+from cronwheel.cluster.dispatch.policy import PRIORITIES
 from cronwheel.storage import PgStore, StoreConfig
 
 pytestmark = pytest.mark.integration
@@ -37,14 +38,15 @@ async def tenant(store: PgStore, name: str, *, rate: float | None = None, burst:
 
 
 async def backlog(store: PgStore, name: str, n: int, *, key: str | None = None, limit: int | None = None,
-                  at: datetime = T0) -> None:
+                  at: datetime = T0, priority: str = "default") -> None:
     """n queued runs of tenant `name`, due at `at` (one statement), run_at a microsecond apart."""
     await sql(store, """
         INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state, trigger,
-                                concurrency_key, concurrency_limit)
+                                concurrency_key, concurrency_limit, priority)
         SELECT cronwheel_uuid7(), %(t)s, 'job', g %% 8, %(at)s, %(at)s - (%(n)s - g) * interval '1 microsecond',
-               'queued', 'submit', %(key)s, %(limit)s
-          FROM generate_series(1, %(n)s) g""", {"t": name, "n": n, "key": key, "limit": limit, "at": at})
+               'queued', 'submit', %(key)s, %(limit)s, %(priority)s
+          FROM generate_series(1, %(n)s) g""", {"t": name, "n": n, "key": key, "limit": limit, "at": at,
+                                              "priority": priority})
 
 
 async def finish_all(store: PgStore, ids: list[str]) -> None:
@@ -108,21 +110,46 @@ async def test_concurrent_claimers_on_several_connections_never_spend_more_than_
             await s.close()
 
 
-async def test_the_rate_wait_says_when_the_next_whole_token_is_due(store: PgStore) -> None:
+async def claim_wait(store: PgStore, clock: FakeClock, tenant: str | None = None) -> float | None:
+    async with store.transaction() as conn:
+        return await store.dispatch.claim_wait(conn, tenant, clock.now(), PRIORITIES)
+
+
+async def test_the_claim_wait_says_when_the_next_whole_token_is_due(store: PgStore) -> None:
     clock = FakeClock(start_ts=T0.timestamp())
     await tenant(store, "r", rate=4, burst=2)
     await backlog(store, "r", 10)
     d = dispatcher(store, clock)
-    async def rate_wait(tenant: str | None = None) -> float | None:
-        async with store.transaction() as conn:
-            return await store.dispatch.rate_wait(conn, tenant, clock.now())
-
-    assert await rate_wait() is None  # a full bucket waits for nothing
+    assert await claim_wait(store, clock) is None  # a full bucket waits for nothing
     assert len(await d.lease("w", [], 100, 30.0, 0.0)) == 2
-    assert await rate_wait() == pytest.approx(0.25)
+    assert await claim_wait(store, clock) == pytest.approx(0.25)
     clock.advance(0.1)
-    assert await rate_wait() == pytest.approx(0.15)
-    assert await rate_wait("other") is None
+    assert await claim_wait(store, clock) == pytest.approx(0.15)
+    assert await claim_wait(store, clock, "other") is None
+
+
+async def test_a_run_queued_ahead_of_its_run_at_is_claimed_at_it_and_not_before(store: PgStore) -> None:
+    """A delayed one-off job is queued oneoff_ahead_s before its run_at (FiringConfig): no claim
+    takes it sooner, the claim wait says when it comes due (per tenant, the soonest of every
+    priority), and a waiting lease call returns with it at its run_at, not at the fallback poll
+    (1 s). Fails without the change (no wait for a run_at: the call waits for the poll)."""
+    clock = FakeClock(start_ts=T0.timestamp())
+    await backlog(store, "a", 3, at=T0 + timedelta(seconds=0.6))
+    await backlog(store, "b", 2, at=T0 + timedelta(seconds=0.3), priority="bulk")
+    d = dispatcher(store, clock)
+    assert await d.lease("w", [], 100, 30.0, 0.0) == []
+    assert await claim_wait(store, clock) == pytest.approx(0.3, abs=1e-3)
+    assert await claim_wait(store, clock, "a") == pytest.approx(0.6, abs=1e-3)
+    assert await claim_wait(store, clock, "other") is None
+    waiting = asyncio.create_task(d.lease("w", [], 100, 30.0, 30.0, tenant="a"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    clock.advance(0.3)  # b's runs are due, not a's: a's call stays waiting
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    clock.advance(0.3)
+    got = await asyncio.wait_for(waiting, 5)
+    assert len(got) == 3 and clock.monotonic() - T0.timestamp() < 0.9
 
 
 async def test_a_waiting_lease_of_a_rate_limited_tenant_returns_at_its_next_token(store: PgStore) -> None:
@@ -137,6 +164,28 @@ async def test_a_waiting_lease_of_a_rate_limited_tenant_returns_at_its_next_toke
     clock.advance(0.1)  # the next token
     got = await asyncio.wait_for(waiting, 5)
     assert len(got) == 1 and clock.monotonic() - T0.timestamp() < 0.5
+
+
+async def test_a_call_waiting_with_nothing_queued_is_woken_when_runs_queued_ahead_come_due(store: PgStore) -> None:
+    """wake_at: runs queued ahead of their run_at are announced with it; a call waiting with
+    nothing queued (its next claim at the fallback poll, 1 s) claims them at that instant, not at
+    the poll, and is not woken before it. Fails if wake_at wakes now, or never (then the call
+    returns at the poll)."""
+    clock = FakeClock(start_ts=T0.timestamp())
+    d = dispatcher(store, clock)
+    waiting = asyncio.create_task(d.lease("w", [], 100, 30.0, 30.0))
+    await clock.until_asleep()  # claimed nothing, nothing queued: waits for the fallback poll
+    await backlog(store, "a", 4, at=T0 + timedelta(seconds=0.5))
+    d.wake_at((T0 + timedelta(seconds=0.5)).timestamp())
+    # the call still asleep, beside the timer until 0.5 s (woken now, the call would have claimed
+    # nothing and slept again alone: no timer)
+    await asyncio.wait_for(clock.until_asleep(2), 5)
+    clock.advance(0.3)
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    clock.advance(0.2)
+    got = await asyncio.wait_for(waiting, 5)
+    assert len(got) == 4 and clock.monotonic() - T0.timestamp() < 0.9
 
 
 async def test_backlogged_tenants_with_weights_3_and_1_get_starts_3_to_1(store: PgStore) -> None:

@@ -280,6 +280,34 @@ async def test_the_queued_time_of_a_fired_tick_is_the_firers_clock(
         assert await cur.fetchone() == (T0,)
 
 
+async def test_a_delayed_oneoff_is_queued_oneoff_ahead_s_before_its_run_at_and_not_sooner(
+        store: PgStore, firing: Callable[..., Any]) -> None:
+    """A scheduled one-off job's fire (scheduled -> queued) is done `oneoff_ahead_s` before its
+    run_at, so the row update is not between its run_at and its claim (the claim takes it only
+    from its run_at). Fails without the change (queued at its run_at: nothing written 0.9 s
+    before it)."""
+    ident = uuid.uuid4()
+    async with store.connection() as conn:
+        await conn.execute("INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state, trigger)"
+                           " VALUES (%s, 't1', 'noop', 7, %s, %s, 'scheduled', 'submit')", (ident, T0, T0))
+
+    async def state() -> tuple[str, datetime | None]:
+        async with store.connection() as conn:
+            cur = await conn.execute("SELECT state, queued_at FROM executions WHERE id = %s", (ident,))
+            row = await cur.fetchone()
+            assert row is not None
+            return row[0], row[1]
+
+    firer, clock = await firing(7, Trust(epoch=1))
+    ahead = firer.config.oneoff_ahead_s
+    assert ahead > 0.2
+    clock.advance(5 - ahead - 0.1)  # T0 - ahead - 0.1 s: the loop wakes for nothing, and rests
+    assert await firer.next_rest(SIGNAL_TIMEOUT_S)
+    assert await state() == ("scheduled", None)
+    await advance_until(clock, firer.signals.written, 0.2)  # T0 - ahead + 0.1 s
+    assert await state() == ("queued", T0 - timedelta(seconds=ahead - 0.1))
+
+
 async def gain_all(firer: Firer, partitions: Any) -> None:
     """The firer gains each partition at epoch 1, one after the other, each loaded before the next."""
     for p in partitions:

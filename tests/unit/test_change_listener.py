@@ -70,7 +70,7 @@ async def test_a_lost_connection_is_retried_on_the_clock_and_followed_by_a_resyn
         Unavailable("postgres", "refused"),
         [Notification(QUEUED_CHANNEL, "")],
     )
-    listener = ChangeListener("dsn", on_change, on_resync, lambda: queued.append(1), retry_s=0.5,
+    listener = ChangeListener("dsn", on_change, on_resync, lambda payload: queued.append(1), retry_s=0.5,
                               clock=clock, listener=script)
     task = asyncio.create_task(listener.run())
     try:

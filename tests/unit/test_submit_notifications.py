@@ -10,7 +10,15 @@ from datetime import UTC, datetime, timedelta
 
 from cronwheel.clock import FakeClock
 from cronwheel.cluster.notifications import ChangeListener
-from cronwheel.storage.notifications import DUE_CHANNEL, Notification, oneoff_batch_payloads, parse_oneoff_batch
+from cronwheel.storage.notifications import (
+    DUE_CHANNEL,
+    QUEUED_CHANNEL,
+    Notification,
+    oneoff_batch_payloads,
+    parse_oneoff_batch,
+    parse_queued_at,
+    queued_at_payload,
+)
 
 from .test_change_listener import Script
 
@@ -56,6 +64,37 @@ async def test_a_batch_goes_to_on_oneoffs_and_not_to_one_reload_per_job() -> Non
         await script.idle.wait()
         assert changes == []
         assert batches == [[(p, i, ts.timestamp()) for p, i, ts in due]]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def test_a_queued_payload_says_when_its_runs_are_claimable() -> None:
+    """Runs queued ahead of their run_at are announced with it ('at:'); any other payload is now."""
+    at = T.timestamp()
+    assert parse_queued_at(queued_at_payload(at)) == at
+    assert parse_queued_at("fired") is None and parse_queued_at("default") is None
+    assert parse_queued_at("at:soon") is None  # malformed: now (a wake too early costs one claim)
+
+
+async def test_the_queued_channel_hands_its_payload_to_on_queued() -> None:
+    script = Script([Notification(QUEUED_CHANNEL, queued_at_payload(T.timestamp())),
+                     Notification(QUEUED_CHANNEL, "fired")])
+    got: list[float | None] = []
+
+    async def on_change(p: int, kind: str, ident: uuid.UUID) -> None:
+        raise AssertionError("no change notification was sent")
+
+    async def on_resync() -> None:
+        return None
+
+    listener = ChangeListener("dsn", on_change, on_resync, lambda payload: got.append(parse_queued_at(payload)),
+                              clock=FakeClock(), listener=script)
+    task = asyncio.create_task(listener.run())
+    try:
+        await script.idle.wait()
+        assert got == [T.timestamp(), None]
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

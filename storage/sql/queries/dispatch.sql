@@ -135,18 +135,33 @@ WITH locked AS MATERIALIZED (
 )
 SELECT * FROM leased;
 
--- name: claim_rate_wait
--- Seconds until the soonest rate-limited tenant with queued work (of `tenant` only, unless
--- NULL) has a whole token again; NULL when none is waiting for one. A claim that came back empty
--- waits at most this long before it tries again (instead of the fallback poll).
-SELECT min((1 - b.tokens) / b.rate) FROM (
-    SELECT t.rate_per_s AS rate, cronwheel_bucket_tokens(t.rate_per_s, t.burst, d.tokens, d.refilled_at, %(now)s) AS tokens
-      FROM queued_tenants tq
-      JOIN tenants t ON t.id = tq.tenant
-      LEFT JOIN tenant_dispatch d ON d.tenant = tq.tenant
-     WHERE t.rate_per_s IS NOT NULL AND (%(tenant)s::text IS NULL OR tq.tenant = %(tenant)s)
-) b
- WHERE b.tokens < 1;
+-- name: claim_wait
+-- Seconds until queued work of the queued tenants (of `tenant` only, unless NULL) may be
+-- claimable that is not now: the soonest rate-limited tenant's next whole token, or the soonest
+-- `run_at` of a run queued ahead of it (a delayed one-off job is queued up to
+-- FiringConfig.oneoff_ahead_s early; the claim takes a run only from its run_at); NULL when
+-- neither. A claim that came back empty waits at most this long before it tries again (instead
+-- of the fallback poll). The run_at is found per tenant and priority, one probe each of
+-- executions_queued_by_tenant (`priorities`: every priority), not by reading the queue.
+SELECT LEAST(
+    (SELECT min((1 - b.tokens) / b.rate) FROM (
+        SELECT t.rate_per_s AS rate,
+               cronwheel_bucket_tokens(t.rate_per_s, t.burst, d.tokens, d.refilled_at, %(now)s) AS tokens
+          FROM queued_tenants tq
+          JOIN tenants t ON t.id = tq.tenant
+          LEFT JOIN tenant_dispatch d ON d.tenant = tq.tenant
+         WHERE t.rate_per_s IS NOT NULL AND (%(tenant)s::text IS NULL OR tq.tenant = %(tenant)s)
+    ) b WHERE b.tokens < 1),
+    (SELECT extract(epoch FROM min(x.run_at) - %(now)s)::float8
+       FROM queued_tenants tq
+      CROSS JOIN unnest(%(priorities)s::text[]) AS p(priority)
+      CROSS JOIN LATERAL (
+           SELECT e.run_at FROM executions e
+            WHERE e.tenant = tq.tenant AND e.state = 'queued' AND e.priority = p.priority
+              AND e.run_at > %(now)s
+            ORDER BY e.run_at LIMIT 1) x
+      WHERE %(tenant)s::text IS NULL OR tq.tenant = %(tenant)s));
+
 
 -- name: heartbeat
 -- Extend a lease held with the current token; answers whether cancellation was requested.
