@@ -162,6 +162,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     if not endpoints:
         raise InvalidArgument("--etcd", "at least one etcd endpoint is required (or set CRONWHEEL_ETCD)")
     node_id = args.node_id or f"{socket.gethostname()}-{os.getpid()}"
+    extend_every_s = min(30.0, args.horizon / 4)
     try:
         lease = PartitionLeaseConfig.for_ttl(args.lease_ttl, cluster=args.cluster,
                                              unowned_alert_after_s=args.unowned_alert_after)
@@ -171,10 +172,10 @@ def cmd_node(args: argparse.Namespace) -> int:
             auth_file=args.auth_file, tls_cert=args.tls_cert, tls_key=args.tls_key,
             metrics_listen=args.metrics_listen, retention_days=args.retention_days, retention=_retention(args),
             webhooks=cli_webhook.node_config(args),
-            firing=FiringConfig(horizon_s=args.horizon, extend_every_s=min(30.0, args.horizon / 4),
+            firing=FiringConfig(horizon_s=args.horizon, extend_every_s=extend_every_s,
                                 misfire_grace_s=args.misfire_grace,
-                                # within what the wheel holds, also for a horizon of a second or two
-                                oneoff_ahead_s=min(FiringConfig().oneoff_ahead_s, args.horizon * 3 / 4)),
+                                # within what the wheel holds (validate's bound), also for a tiny horizon
+                                oneoff_ahead_s=min(FiringConfig().oneoff_ahead_s, args.horizon - extend_every_s)),
         ).validate()
     except ValueError as exc:
         raise InvalidArgument("node", str(exc)) from exc

@@ -208,8 +208,9 @@ class Firer:
         # Set (and replaced by a fresh one) each time the fire loop goes to sleep: what background
         # writers (the pruner) wait on to use the database between fires (`quiet_for`, `next_rest`).
         self._resting = asyncio.Event()
-        self._announce_due = False  # queued runs committed since the last NOTIFY went out
-        self._announce_at: float | None = None  # the soonest run_at of runs queued ahead, not yet announced
+        # Queued runs committed since the last NOTIFY went out: the soonest instant they are
+        # claimable from (0.0: now), None when there are none.
+        self._announce_at: float | None = None
         self.recent_lags: deque[float] = deque(maxlen=10_000)  # for ClusterStatus percentiles
 
     # ------------------------------------------------------------------ ownership hooks
@@ -791,18 +792,18 @@ class Firer:
         # run_at, oneoff_ahead_s) the soonest run_at; waiting calls are woken then, not now.
         queued = [f.run_at.timestamp() for f in res.fired if f.state == "queued"]
         if res.plain_inserted or queued:
-            at = None if res.plain_inserted or min(queued) <= now else min(queued)
-            self._announce(at)
+            soonest = now if res.plain_inserted else min(queued)
+            at = soonest if soonest > now else None
+            self._announce(soonest)
             if self.on_fired is not None:
                 self.on_fired(at)
 
-    def _announce(self, at: float | None = None) -> None:
-        """Tell other nodes' workers that runs were queued, claimable from `at` (None: now): one
-        NOTIFY after commit for however many batches committed meanwhile, and one naming the
-        soonest `at` of runs queued ahead (this node's own workers are woken by on_fired)."""
-        if at is None:
-            self._announce_due = True
-        elif self._announce_at is None or at < self._announce_at:
+    def _announce(self, at: float) -> None:
+        """Tell other nodes' workers that runs were queued, claimable from `at`: one NOTIFY after
+        commit for however many batches committed meanwhile, for the soonest of them (this
+        node's own workers are woken by on_fired). A call woken for the soonest that finds later
+        runs not yet due sleeps until they are by itself (`claim_wait`)."""
+        if self._announce_at is None or at < self._announce_at:
             self._announce_at = at
         if not self._announcing:
             self._announcing = True
@@ -810,12 +811,9 @@ class Firer:
 
     async def _announce_loop(self) -> None:
         try:
-            while self._announce_due or self._announce_at is not None:
-                payload = "fired" if self._announce_due else queued_at_payload(self._announce_at or 0.0)
-                if self._announce_due:
-                    self._announce_due = False
-                else:
-                    self._announce_at = None
+            while self._announce_at is not None:
+                at, self._announce_at = self._announce_at, None
+                payload = "fired" if at <= self.clock.now_ts() else queued_at_payload(at)
                 try:
                     await self.firing.notify_queued(payload)
                 except Unavailable as exc:  # other nodes' fallback poll picks the runs up

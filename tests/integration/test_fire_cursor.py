@@ -308,6 +308,29 @@ async def test_a_delayed_oneoff_is_queued_oneoff_ahead_s_before_its_run_at_and_n
     assert await state() == ("queued", T0 - timedelta(seconds=ahead - 0.1))
 
 
+async def test_a_oneoff_queued_ahead_is_announced_with_its_run_at_not_as_claimable_now(
+        store: PgStore, firing: Callable[..., Any]) -> None:
+    """The fire of a job queued ahead tells other nodes (NOTIFY cronwheel_queued 'at:<run_at>')
+    and this node's dispatcher (on_fired) when it becomes claimable, so neither wakes its
+    waiting calls to claim nothing. Fails if it is announced as claimable now."""
+    from cronwheel.storage.notifications import QUEUED_CHANNEL, Listener, parse_queued_at
+
+    async with store.connection() as conn:
+        await conn.execute("INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state, trigger)"
+                           " VALUES (%s, 't1', 'noop', 7, %s, %s, 'scheduled', 'submit')", (uuid.uuid4(), T0, T0))
+    woken: list[float | None] = []
+    async with Listener(store.config.dsn) as notes:
+        firer, clock = await firing(7, Trust(epoch=1))
+        firer.on_fired = woken.append
+        await advance_until(clock, firer.signals.written, 5 - firer.config.oneoff_ahead_s + 0.1)
+        it = notes.__aiter__()
+        note = await asyncio.wait_for(it.__anext__(), SIGNAL_TIMEOUT_S)
+        while note.channel != QUEUED_CHANNEL:
+            note = await asyncio.wait_for(it.__anext__(), SIGNAL_TIMEOUT_S)
+    assert parse_queued_at(note.payload) == T0.timestamp()
+    assert woken == [T0.timestamp()]
+
+
 async def gain_all(firer: Firer, partitions: Any) -> None:
     """The firer gains each partition at epoch 1, one after the other, each loaded before the next."""
     for p in partitions:

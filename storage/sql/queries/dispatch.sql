@@ -141,26 +141,29 @@ SELECT * FROM leased;
 -- `run_at` of a run queued ahead of it (a delayed one-off job is queued up to
 -- FiringConfig.oneoff_ahead_s early; the claim takes a run only from its run_at); NULL when
 -- neither. A claim that came back empty waits at most this long before it tries again (instead
--- of the fallback poll). The run_at is found per tenant and priority, one probe each of
--- executions_queued_by_tenant (`priorities`: every priority), not by reading the queue.
+-- of the fallback poll). The queued tenants are read once (a loose index scan); the run_at is
+-- found per tenant and priority, one probe each of executions_queued_by_tenant (`priorities`:
+-- every priority), not by reading the queue.
+WITH tq AS MATERIALIZED (
+    SELECT tenant FROM queued_tenants WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s
+)
 SELECT LEAST(
     (SELECT min((1 - b.tokens) / b.rate) FROM (
         SELECT t.rate_per_s AS rate,
                cronwheel_bucket_tokens(t.rate_per_s, t.burst, d.tokens, d.refilled_at, %(now)s) AS tokens
-          FROM queued_tenants tq
+          FROM tq
           JOIN tenants t ON t.id = tq.tenant
           LEFT JOIN tenant_dispatch d ON d.tenant = tq.tenant
-         WHERE t.rate_per_s IS NOT NULL AND (%(tenant)s::text IS NULL OR tq.tenant = %(tenant)s)
+         WHERE t.rate_per_s IS NOT NULL
     ) b WHERE b.tokens < 1),
     (SELECT extract(epoch FROM min(x.run_at) - %(now)s)::float8
-       FROM queued_tenants tq
+       FROM tq
       CROSS JOIN unnest(%(priorities)s::text[]) AS p(priority)
       CROSS JOIN LATERAL (
            SELECT e.run_at FROM executions e
             WHERE e.tenant = tq.tenant AND e.state = 'queued' AND e.priority = p.priority
               AND e.run_at > %(now)s
-            ORDER BY e.run_at LIMIT 1) x
-      WHERE %(tenant)s::text IS NULL OR tq.tenant = %(tenant)s));
+            ORDER BY e.run_at LIMIT 1) x));
 
 
 -- name: heartbeat
