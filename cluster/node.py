@@ -48,7 +48,7 @@ from cronwheel.cluster.retention.pruner import Pruner, RetentionMetrics
 from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookMetrics, WebhookSender
 from cronwheel.errors import CronwheelError, InvalidArgument
 from cronwheel.heap import freeze_startup_heap
-from cronwheel.storage import PgStore, StoreConfig
+from cronwheel.storage import PgStore, SessionLimits, StoreConfig
 from cronwheel.storage.notifications import parse_queued_at
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
@@ -118,7 +118,7 @@ class Node:
         self.version = __version__
         self.started_at = self.clock.now_ts()
         self.store = PgStore(StoreConfig(
-            dsn=_with_session_limits(config.dsn), max_connections=config.db_pool_max,
+            dsn=config.dsn, max_connections=config.db_pool_max, limits=session_limits(config.lease),
         ))
         self.etcd = Etcd(config.etcd_endpoints, timeout_s=config.lease.etcd_timeout_s)
         self.listeners = Listeners()
@@ -309,11 +309,11 @@ def _refuse_busy_port(listen: str) -> None:
             raise InvalidArgument("--listen", f"{listen}: {exc.strerror or exc}") from exc
 
 
-def _with_session_limits(dsn: str) -> str:
-    """A node's sessions must never hold the partition row lock while paused: a transaction idle
-    for longer than this is ended by the server, so a SIGSTOPped node cannot block takeover."""
-    opt = "options=-c%20idle_in_transaction_session_timeout%3D2000"
-    return dsn + ("&" if "?" in dsn else "?") + opt
+def session_limits(lease: PartitionLeaseConfig) -> SessionLimits:
+    """A node's sessions never hold a lock past its lease: a node stopped in the middle of a
+    transaction (paused, cut off) cannot block a takeover, a fire or a claim of the others for
+    longer than its own lease would have held its partitions (storage/db.py SessionLimits)."""
+    return SessionLimits(idle_s=2.0, total_s=float(lease.ttl_s))
 
 
 async def serve(config: NodeConfig) -> None:

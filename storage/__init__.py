@@ -33,7 +33,7 @@ How it fails: driver errors are mapped once (`errors.map_error`): unique violati
 see psycopg errors.
 """
 
-from cronwheel.storage.db import Database, StoreConfig
+from cronwheel.storage.db import Database, SessionLimits, StoreConfig
 from cronwheel.storage.errors import NotMigrated
 from cronwheel.storage.firing import (
     DueOneoff,
@@ -67,6 +67,7 @@ __all__ = [
     "PgStore",
     "PlainTicks",
     "ScheduleAdvance",
+    "SessionLimits",
     "StoreConfig",
     "Tick",
     "migrate",

@@ -36,16 +36,63 @@ class StoreConfig:
     min_connections: int = 2
     max_connections: int = 10
     connect_timeout_s: float = 5.0
+    # How long a transaction of these sessions may hold its locks when its client stops in the
+    # middle of it (see SESSION_LIMITS below); None: the server's own settings.
+    limits: SessionLimits | None = None
 
     def validate(self) -> StoreConfig:
         if not self.dsn:
             raise ValueError("dsn is required")
+        if self.limits is not None:
+            self.limits.validate()
         if not 1 <= self.min_connections <= self.max_connections:
             raise ValueError(
                 f"need 1 <= min_connections ({self.min_connections}) <= "
                 f"max_connections ({self.max_connections})"
             )
         return self
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    """How long a transaction may hold its locks when the client that opened it stops answering
+    (a node paused, cut off from the database, or its host gone), so that it cannot hold up the
+    other nodes' writes (a takeover's epoch, a fire, a claim) for longer.
+
+    `idle_s` (`idle_in_transaction_session_timeout`): a transaction whose client has not sent its
+    next statement for this long. It does not cover a client stopped in the middle of a pipeline
+    (`Database.pipelined_transaction`, the fire statement): statements sent, their Sync not yet
+    arrived, the server is still "active", waiting to read (measured: a row share-locked that way
+    was held until the client came back, however long). `total_s` (`transaction_timeout`,
+    PostgreSQL 17 and later: older servers have no such limit and only `idle_s` applies) ends any
+    transaction that lasts longer, in every state, so it bounds that case too. The server ends
+    the session; the client's transaction fails and writes nothing (`storage.errors`: Unavailable).
+
+    A node takes `total_s` = its lease TTL (cluster/node.py): a node stopped for longer has lost
+    its partitions anyway, and no transaction a node makes is meant to last that long (the fence
+    makes a takeover wait for it)."""
+
+    idle_s: float = 2.0
+    total_s: float | None = None
+
+    def validate(self) -> SessionLimits:
+        if not self.idle_s > 0:
+            raise ValueError(f"idle_s must be > 0, got {self.idle_s}")
+        if self.total_s is not None and not self.total_s >= self.idle_s:
+            raise ValueError(f"total_s ({self.total_s}) must be >= idle_s ({self.idle_s})")
+        return self
+
+    def options(self) -> tuple[tuple[str, str], ...]:
+        """Settings every server version takes, sent with the connection (libpq `options`)."""
+        return (("idle_in_transaction_session_timeout", str(round(self.idle_s * 1000))),)
+
+    async def apply(self, conn: AsyncConnection[Any]) -> None:
+        """What needs the server's version: `transaction_timeout` (PostgreSQL >= 17)."""
+        if self.total_s is not None and conn.info.server_version >= TRANSACTION_TIMEOUT_SINCE:
+            await conn.execute(f"SET transaction_timeout = {round(self.total_s * 1000)}")
+
+
+TRANSACTION_TIMEOUT_SINCE = 170000  # server_version_num of PostgreSQL 17
 
 
 # Server settings of every node connection, appended to the options the DSN may carry (the user's
@@ -119,12 +166,14 @@ class Database:
     def _new_pool(self, min_size: int, max_size: int,
                   extra: tuple[tuple[str, str], ...] = ()) -> AsyncConnectionPool[Any]:
         config = self.config
+        limits = config.limits
         return AsyncConnectionPool(
             config.dsn,
             min_size=min_size,
             max_size=max_size,
             kwargs={"autocommit": True, "connect_timeout": int(config.connect_timeout_s),
-                    "options": session_options(config.dsn, extra)},
+                    "options": session_options(config.dsn, (limits.options() if limits else ()) + extra)},
+            configure=limits.apply if limits else None,
             open=False,
             timeout=config.connect_timeout_s * 2,
             # No check on checkout: psycopg_pool sleeps 1, 2, 4 s between failed checks, which

@@ -6,6 +6,8 @@ passes driver errors through `map_error`, so no caller above storage sees a psyc
     unique violation        AlreadyExists(kind, key), kind and wording from UNIQUE_KEYS
                             (constraint name -> which object and which key)
     connection / operational Unavailable("postgres")
+    a session limit ended it Unavailable("postgres"): the server ended a transaction that outlived
+                            the session's limits (db.py SessionLimits), nothing of it was written
     undefined table         Unavailable("postgres", "database is not migrated ...")
     anything else           Internal("postgres", SQLSTATE and class): a bug or a broken database,
                             never passed through raw
@@ -35,6 +37,8 @@ UNIQUE_KEYS: dict[str, tuple[str, str]] = {
     "executions_unique": ("execution", "unique job key (another execution of the same unique job holds it)"),
     "tenants_pkey": ("tenant", "tenant"),
 }
+# idle_in_transaction_session_timeout, transaction_timeout: the transaction was rolled back
+SESSION_LIMIT_ENDED = frozenset({"25P03", "25P04"})
 _KEY = re.compile(r"Key (.*) already exists\.?$")
 
 
@@ -58,7 +62,7 @@ def map_error(exc: psycopg.Error) -> CronwheelError:
         return _already_exists(exc)
     if isinstance(exc, psycopg.errors.UndefinedTable):
         return NotMigrated()
-    if isinstance(exc, psycopg.OperationalError):
+    if isinstance(exc, psycopg.OperationalError) or exc.sqlstate in SESSION_LIMIT_ENDED:
         return Unavailable("postgres", str(exc).strip().splitlines()[0] if str(exc) else None)
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return Internal("postgres", f"{exc.sqlstate or '-'} {type(exc).__name__}: {first}")
