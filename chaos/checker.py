@@ -44,6 +44,9 @@ WORKER_PATH_FAULTS = frozenset({
     "kill-worker", "pause-worker", "kill-node", "pause-node", "deploy-node", "partition-node",
     "partition-node-long", "skew-node-clock",
 })  # and any fault whose target is "postgres"
+# Faults that hold rows every node's writes may need (a node stopped mid-transaction with runs and
+# schedules row-locked): any worker's completions can wait on them, as on a database fault.
+SHARED_ROW_FAULTS = frozenset({"stall-completion"})
 
 
 @dataclass
@@ -284,11 +287,13 @@ def check_fired_runs_completed(h: History) -> InvariantResult:
 def explain(a: RunRec, b: RunRec, injections: Sequence[InjectionRecord], worker_nodes: dict[str, str],
             linger_s: float) -> InjectionRecord | None:
     """A fault that can explain why the run `a` was followed by another run `b` of the same
-    execution: it hit a's worker, the node that worker leases from, or PostgreSQL while a ran
+    execution: it hit a's worker, the node that worker leases from, PostgreSQL, or rows every
+    node's writes need (SHARED_ROW_FAULTS) while a ran
     (its effects linger for one worker lease after it ends)."""
     targets = {a.worker, worker_nodes.get(a.worker, "")}
     for f in injections:
-        on_path = (f.name in WORKER_PATH_FAULTS and f.target in targets) or f.target == "postgres"
+        on_path = ((f.name in WORKER_PATH_FAULTS and f.target in targets) or f.target == "postgres"
+                   or f.name in SHARED_ROW_FAULTS)
         if on_path and f.start <= b.t and f.end + linger_s >= a.t:
             return f
     return None

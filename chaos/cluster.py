@@ -32,6 +32,7 @@ from chaos import netns
 from chaos.harness import NodeProc, ProcessCluster
 from chaos.history import HealthSample
 from cronwheel.cluster.coordination.faults import KEEPALIVE_FAULTS_ENV
+from cronwheel.cluster.dispatch.faults import STALL_FAULTS_ENV
 from cronwheel.localservers import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -171,7 +172,8 @@ class ChaosCluster:
         module, margs = ("chaos.skewed", (repr(skew_s),)) if skew_s else ("cronwheel", ())
         if skew_s:
             self.max_skew[name] = max(self.max_skew.get(name, 0.0), abs(skew_s))
-        env = {**_env(), KEEPALIVE_FAULTS_ENV: str(self.keepalive_fault_file(name))}  # test-only hook, idle
+        env = {**_env(), KEEPALIVE_FAULTS_ENV: str(self.keepalive_fault_file(name)),  # test-only hooks, idle
+               STALL_FAULTS_ENV: str(self.stall_fault_file())}
         proc = self.pc.start_node_with(name, *extra, launcher=launcher, module=module, module_args=margs,
                                        env=env)
         if name not in self.roster:
@@ -181,6 +183,11 @@ class ChaosCluster:
     def keepalive_fault_file(self, name: str) -> Path:
         """The control file of node `name`'s test-only keepalive fault hook (absent: no fault)."""
         return self.workdir / f"{name}.keepalive-faults.json"
+
+    def stall_fault_file(self) -> Path:
+        """The control file of every node's test-only completion stall hook (cluster/dispatch/
+        faults.py; absent: no fault). One for all nodes: the node that meets the run takes it."""
+        return self.workdir / "stall-faults.json"
 
     def stop_node(self, name: str, timeout_s: float = 15) -> int:
         """SIGTERM (a deploy): the node hands its partitions over and exits; its exit code."""

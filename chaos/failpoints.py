@@ -24,6 +24,9 @@ the same host clock PostgreSQL stamps history with.
                        before the watchdog drops anything (test-only hook, coordination/faults.py)
     refuse-commits     PostgreSQL refuses at COMMIT, for 1-2 s, every transaction that leases,
                        heartbeats or completes a run (a deferred constraint trigger)
+    stall-completion   the node completing a run of the overlap-replace schedule stops in the
+                       middle of that transaction (its rows locked) for 2.5-3 x TTL: the next
+                       tick's replace must not wait for it (test-only hook, dispatch/faults.py)
 """
 
 from __future__ import annotations
@@ -347,6 +350,62 @@ class LateKeepalive:
         return _record(self.name, victim, t0, {"after_lapse_s": late, "consumed": consumed}, err)
 
 
+class StallCompletion:
+    """A node stopped in the middle of a transaction that holds row locks another node needs
+    (chaos seed 4, stop 41: a completion batch's first round trip reached PostgreSQL just before
+    the node was cut off; the run's row stayed locked for the seven seconds of the cut, and the
+    owner's next fire of that overlap-`replace` schedule, which stops the schedule's active runs,
+    waited on it and fired 2.02 s late). Through the nodes' test-only hook (cluster/dispatch/
+    faults.py): the completion of the replace schedule's next run stalls after its first round
+    trip for 2.5-3 x TTL, past that schedule's next tick (every 5 s). The session's
+    transaction_timeout (the lease TTL, storage/db.py SessionLimits) must end it first, so that
+    tick fires on time (fire_lag_bounded does not excuse this fault). transaction_timeout is
+    PostgreSQL 17's: on an older server the failpoint is not available."""
+
+    name = "stall-completion"
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return self.reason(cluster) == ""
+
+    def reason(self, cluster: ChaosCluster) -> str:
+        if not cluster.workers or not cluster.roster:
+            return "no worker or no node"
+        if int(cluster.pc.sql("SHOW server_version_num")[0][0]) < 170000:
+            return "PostgreSQL older than 17 has no transaction_timeout"
+        if not self._schedule(cluster):
+            return "no overlap-replace schedule (traffic without overlap schedules)"
+        return ""
+
+    @staticmethod
+    def _schedule(cluster: ChaosCluster) -> str:
+        rows = cluster.pc.sql("SELECT id::text FROM schedules WHERE overlap_policy = 'replace' AND NOT paused"
+                              " AND deleted_at IS NULL ORDER BY name LIMIT 1")
+        return str(rows[0][0]) if rows else ""
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        ttl = cluster.spec.lease_ttl_s
+        stall = round(rng.uniform(2.5, 3.0) * ttl, 2)
+        schedule = self._schedule(cluster)
+        path = cluster.stall_fault_file()
+        before = {n: len(cluster.pc.nodes[n].log_events("test_fault_completion_stalled")) for n in cluster.roster}
+        t0 = time.time()
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"schedule_id": schedule, "stall_s": stall}))
+        tmp.replace(path)  # atomic: no node reads half a file
+        while path.exists() and time.time() < t0 + 4 * 5.0:  # the schedule ticks every 5 s
+            time.sleep(0.05)
+        consumed = not path.exists()
+        path.unlink(missing_ok=True)
+        time.sleep(stall + 1.0 if consumed else 0.0)  # the stall (and its transaction) ends inside the record
+        for taken in path.parent.glob(f"{path.name}.taken.*"):
+            taken.unlink(missing_ok=True)
+        stalled = [n for n in cluster.roster
+                   if len(cluster.pc.nodes[n].log_events("test_fault_completion_stalled")) > before.get(n, 0)]
+        target = stalled[0] if len(stalled) == 1 else "dispatch"
+        err = None if consumed and len(stalled) == 1 else f"fault not applied (consumed={consumed}, nodes={stalled})"
+        return _record(self.name, target, t0, {"schedule_id": schedule, "stall_s": stall, "consumed": consumed}, err)
+
+
 FAILPOINTS: dict[str, Failpoint] = {fp.name: fp for fp in (
     KillNode(), PauseNode(), DeployNode(), ScaleOut(), ScaleIn(), KillEtcdLeader(), RestartPostgres(),
     KillWorker(), PauseWorker(), SkewNodeClock(), PartitionNode(),
@@ -355,7 +414,7 @@ FAILPOINTS: dict[str, Failpoint] = {fp.name: fp for fp in (
     RestartPostgres("restart-postgres-after-tick", phase_s=0.05),
     RestartPostgres("restart-postgres-burst", phase_s=0.05, times=3),
     PartitionNode("partition-node-long", ttls=3.0),
-    LateKeepalive(),
+    LateKeepalive(), StallCompletion(),
 )}
 
 

@@ -20,7 +20,7 @@ from chaos.cluster import ClusterSpec
 ALL_FAILPOINTS = (
     "kill-node", "pause-node", "deploy-node", "scale-out", "scale-in", "kill-etcd-leader", "restart-postgres",
     "kill-worker", "pause-worker", "skew-node-clock", "partition-node", "long-retry-history",
-    "late-keepalive", "refuse-commits",
+    "late-keepalive", "refuse-commits", "stall-completion",
 )
 
 
@@ -114,6 +114,13 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                         "batch raised IndexError (not a psycopg.Error, so no cronwheel error) or 'cannot exit "
                         "pipeline mode while busy' over the server's error (found by a CI run of "
                         "tests/integration/test_dispatch_pipelined.py in stop 30; fixed by 3bf0d04)"),
+    Scenario("stall-completion", "a node stops mid-transaction holding the row of a run the next tick replaces",
+             ("stall-completion",), overlap_schedules=True,
+             regression="chaos seed 4 (stop 41): a completion batch's first round trip reached PostgreSQL "
+                        "just before its node was cut off; the backend waited for the rest of the pipeline "
+                        "with the run's row locked (idle_in_transaction_session_timeout does not apply "
+                        "mid-pipeline) and the owner's next fire of the overlap-replace schedule waited on it "
+                        "for the whole cut: 2.02 s late. Fixed by the node sessions' transaction_timeout"),
     Scenario("late-keepalive", "answer a node's keepalive after its trust window closed, before the drop",
              ("late-keepalive",),
              regression="issue 14 hole 1: Firer._write answered True ('not ours') while the trust window "

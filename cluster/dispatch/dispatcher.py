@@ -44,6 +44,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cronwheel.clock import Clock
+from cronwheel.cluster.dispatch.faults import StallFaults
 from cronwheel.cluster.dispatch.policy import (
     FAIR_SHARE_TAU_S,
     MIN_CLAIM_WAIT_S,
@@ -133,6 +134,7 @@ class Dispatcher:
         # its advisory lock anyway.
         self._claiming = asyncio.Lock()
         self._queued_seen = False  # the last claim's locks found queued work (see _claim_once)
+        self._faults = StallFaults.from_env()  # test-only (faults.py): off unless its variable is set
 
     def wake(self) -> None:
         """Work was queued: every waiting lease call claims again."""
@@ -303,6 +305,7 @@ class Dispatcher:
             # runs only) with the COMMIT.
             async with self.store.connection() as conn, self.store.pipelined_transaction(conn):
                 rows = await self.port.complete_batch(conn, worker, tenant, ok_items, now)
+                await self._faults.stall_completion(self.clock, (r.schedule_id for r in rows))
                 done = {r.id: r.type for r in rows}
                 sids = list({r.schedule_id for r in rows if r.schedule_id is not None})
                 if sids:
