@@ -31,7 +31,7 @@ saw inside the same run: the fire lag and start (lease) lag histograms of its me
 (the difference over the workload, quantiles interpolated within buckets as Prometheus does)
 and the exact fire lag from the rows (fired_at - run_at, fired_at being the database's clock in
 the fire batch's transaction; negative for W1's and W2's delayed jobs, queued ahead of their
-run_at by FiringConfig.oneoff_ahead_s, which the claim then takes from their run_at), and the
+run_at by FiringConfig.queue_ahead_s, which the claim then takes from their run_at), and the
 claims from the rows: the lease lag (started_at - run_at)
 and, for the herds (W1, W3), how many claims leased the runs and when the last one began after
 the instant (each claim leases its runs with one `now`). `--repeat N` (default 3) prints medians of N repeats; `--quick`

@@ -2,11 +2,11 @@
 
     no_stuck_running       nothing stays `running` past its lease + grace (at the end, and in
                            every health sample taken during the run)
-    not_fired_early        no tick fired before its run_at, and no delayed job more than
-                           FiringConfig.oneoff_ahead_s before it (it is queued that early by
-                           design), beyond the clock skew of the node that fired it; and no run
-                           of either started (was claimed) before its run_at, beyond the skew of
-                           the node that claimed it
+    not_fired_early        no delayed job and no cron tick of an overlap-`allow` schedule fired
+                           more than FiringConfig.queue_ahead_s before its run_at (they are
+                           queued that early by design), no other tick before its run_at, beyond
+                           the clock skew of the node that fired it; and no run started (was
+                           claimed) before its run_at, beyond the skew of the node that claimed it
     fire_lag_bounded       every tick and delayed job fired (or got its misfire record) within
                            LAG_BOUND_S of its run_at, unless the partition changed hands right then
                            (then within LAG_BOUND_S of the new owner's acquisition) or a fault that
@@ -64,8 +64,10 @@ def check_not_fired_early(h: History) -> InvariantResult:
     c = _Collector("not_fired_early")
     epochs = owners_by_epoch(h)
     due = first_run_at(h)
-    oneoffs = {j.execution_id for j in h.submitted}
-    ahead = FiringConfig().oneoff_ahead_s  # the nodes of a chaos run keep the default
+    allow = {s.id for s in h.schedules if s.overlap_policy == "allow"}
+    queued_ahead = {j.execution_id for j in h.submitted} | {  # delayed jobs and allow ticks
+        e.id for e in h.executions if e.trigger == "cron" and e.schedule_id in allow}
+    ahead = FiringConfig().queue_ahead_s  # the nodes of a chaos run keep the default
     max_skew = max((abs(v) for v in h.meta.skews.values()), default=0.0)
     worst = 0.0
     for e in h.executions:
@@ -79,7 +81,7 @@ def check_not_fired_early(h: History) -> InvariantResult:
         if e.fired_at is None:
             continue
         c.counts["checked"] += 1
-        early = due[e.id] - e.fired_at - (ahead if e.id in oneoffs else 0.0)
+        early = due[e.id] - e.fired_at - (ahead if e.id in queued_ahead else 0.0)
         if early <= CLOCK_SLACK_S:
             continue
         skew = skew_of(h, epochs, e)
@@ -88,7 +90,7 @@ def check_not_fired_early(h: History) -> InvariantResult:
             worst = max(worst, early)
         else:
             c.bad("early", f"execution {e.id} fired {early:.3f}s before its run_at {iso(due[e.id])}"
-                           f"{f' less {ahead:g}s queued ahead' if e.id in oneoffs else ''} "
+                           f"{f' less {ahead:g}s queued ahead' if e.id in queued_ahead else ''} "
                            f"(firing node skew {skew}s)")
     c.extra["max_early_within_skew_s"] = round(worst, 3)
     return c.result()

@@ -175,7 +175,7 @@ def cmd_node(args: argparse.Namespace) -> int:
             firing=FiringConfig(horizon_s=args.horizon, extend_every_s=extend_every_s,
                                 misfire_grace_s=args.misfire_grace,
                                 # within what the wheel holds (validate's bound), also for a tiny horizon
-                                oneoff_ahead_s=min(FiringConfig().oneoff_ahead_s, args.horizon - extend_every_s)),
+                                queue_ahead_s=min(FiringConfig().queue_ahead_s, args.horizon - extend_every_s)),
         ).validate()
     except ValueError as exc:
         raise InvalidArgument("node", str(exc)) from exc

@@ -37,7 +37,7 @@ class StoreConfig:
     max_connections: int = 10
     connect_timeout_s: float = 5.0
     # How long a transaction of these sessions may hold its locks when its client stops in the
-    # middle of it (see SESSION_LIMITS below); None: the server's own settings.
+    # middle of it (SessionLimits below); None: the server's own settings.
     limits: SessionLimits | None = None
 
     def validate(self) -> StoreConfig:

@@ -31,7 +31,7 @@ DUE_CHANNEL = "cronwheel_due"
 QUEUED_CHANNEL = "cronwheel_queued"
 ONEOFF_BATCH_PREFIX = "n:"
 # A cronwheel_queued payload for runs queued ahead of their run_at (one-off jobs, FiringConfig.
-# oneoff_ahead_s): 'at:<Unix seconds>', the soonest of them; the nodes wake their waiting lease
+# queue_ahead_s): 'at:<Unix seconds>', the soonest of them; the nodes wake their waiting lease
 # calls then, not now. Any other payload (a priority, 'fired') means claimable now.
 QUEUED_AT_PREFIX = "at:"
 _MAX_PAYLOAD = 7800  # PostgreSQL refuses payloads of 8000 bytes or more

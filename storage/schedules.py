@@ -110,6 +110,13 @@ class SchedulesPort:
         assert r is not None
         return r
 
+    async def unfire_ahead(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> datetime | None:
+        """Inside the transaction that edits, pauses or deletes the schedule (after its lock): take
+        back its ticks queued ahead and not due at `now` (`api_unfire_ahead`); the earliest of
+        them, where the schedule's cursor goes back to if it keeps ticking, or None."""
+        r = await row(conn, "api_unfire_ahead", {"id": schedule_id, "now": now})
+        return None if r is None else r["tick"]
+
     async def write(self, conn: Conn, fields: ScheduleFields, next_run_at: datetime | None, now: datetime,
                     deleted: bool = False) -> Row | None:
         """Write every settable field and the paused flag (soft-delete when `deleted`), bump the

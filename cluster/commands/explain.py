@@ -226,7 +226,8 @@ def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]]
             return Explained(t, "SKIPPED_MISFIRE", _misfire_reason(reason, t, ownership), **common)
         how = {"catch_up": "caught up after a misfire", "backfill": "backfilled", "manual": "triggered by hand"}.get(
             ex["trigger"], "fired")
-        lag_txt = f" {lag * 1000:.0f} ms after run_at" if lag is not None else ""
+        lag_txt = ("" if lag is None else f" {lag * 1000:.0f} ms after run_at" if lag >= 0
+                   else f", queued {-lag * 1000:.0f} ms ahead of run_at (FiringConfig.queue_ahead_s)")
         attempts = f"; {ex['state']} after {ex['attempt']} attempt(s)"
         if ex["trigger"] == "catch_up":
             how += _misfire_reason("", t, ownership)

@@ -254,7 +254,8 @@ async def update_schedule(store: PgStore, schedule_id: uuid.UUID, changes: Mappi
         old = spec_of(row)
         new, cron = _apply(old, changes).validated()
         changed = sorted(k for k in ScheduleSpec.__dataclass_fields__ if getattr(old, k) != getattr(new, k))
-        next_run_at = row["next_run_at"]
+        unfired = await store.schedules.unfire_ahead(conn, schedule_id, now)  # fired again, as edited
+        next_run_at = unfired or row["next_run_at"]
         if any(k in changed for k in TIMING_FIELDS):
             next_run_at = None if row["paused"] else cron.next_after(now)
         upd = await store.schedules.write(conn, _fields(new), next_run_at, now)  # AlreadyExists: name taken
@@ -279,6 +280,8 @@ async def set_paused(store: PgStore, schedule_id: uuid.UUID, paused: bool, now: 
         if row["paused"] == paused:
             return row
         cron = validate_cron(spec_of(row), schedule_id)
+        if paused:
+            await store.schedules.unfire_ahead(conn, schedule_id, now)  # a tick not due yet does not run
         new = await store.schedules.write(conn, _fields(replace(spec_of(row), paused=paused)),
                                           None if paused else cron.next_after(now), now)
         assert new is not None
@@ -297,6 +300,7 @@ async def delete_schedule(store: PgStore, schedule_id: uuid.UUID, now: datetime,
     reason = reason_text(reason)
     async with store.transaction() as conn:
         row = await lock_schedule(store, conn, schedule_id, tenant, expected_version)
+        await store.schedules.unfire_ahead(conn, schedule_id, now)  # a tick not due yet does not run
         deleted = await store.schedules.write(conn, _fields(spec_of(row)), None, now, deleted=True)
         assert deleted is not None
         cancelled = 0

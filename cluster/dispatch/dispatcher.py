@@ -7,7 +7,7 @@ tokens of its rate limit's bucket, spent in the same statement; a run with a con
 starts only while its key has fewer than its limit running; the runs are read without row
 locks (the tenant locks below keep other claims out; the UPDATE re-checks `queued`) and leased in
 the same statement (`claim`): attempt + 1, fencing token + 1, only runs whose run_at has come
-(a delayed one-off job is queued up to FiringConfig.oneoff_ahead_s before it). A claim that
+(a delayed one-off job is queued up to FiringConfig.queue_ahead_s before it). A claim that
 found nothing while queued work waits, for a rate-limited tenant's whole token or for a run
 queued ahead to come due, waits until the soonest of them (`claim_wait`) rather than the
 fallback poll: so a run queued ahead starts at its run_at, not at the next notification.
@@ -145,7 +145,7 @@ class Dispatcher:
     def wake_at(self, at: float | None = None) -> None:
         """Work was queued that is claimable from `at` (Unix seconds by this node's clock; None
         or past: now): `wake()` then. Runs queued ahead of their run_at (a delayed one-off job,
-        FiringConfig.oneoff_ahead_s) are announced before they are due, and a call woken then
+        FiringConfig.queue_ahead_s) are announced before they are due, and a call woken then
         would claim nothing. One timer, for the soonest such instant: a call that claims before
         later runs are due sleeps until the next of them by itself (`claim_wait`)."""
         if at is None or at <= self.clock.now_ts():

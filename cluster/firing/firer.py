@@ -94,13 +94,17 @@ class FiringConfig:
     # it off. The trade: a job submitted due at once while an instant is being held waits for it
     # (at most this long).
     prepare_ahead_s: float = 0.02
-    # A delayed one-off job is queued this long before its run_at (its wheel deadline is run_at -
-    # oneoff_ahead_s); the claim takes it only from its run_at, and a waiting lease call sleeps
-    # until then (`claim_wait`). So the fire's row update is done before the job is due, not
-    # between its run_at and its claim: 20,000 jobs due at one instant queued ~0.5 s late and
-    # were claimed behind it (docs/perf-log.md, stop 41). Its state reads `queued` that early.
-    # 0: queued at its run_at, as cron ticks are.
-    oneoff_ahead_s: float = 1.0
+    # A run whose start needs no decision at its time is queued this long before its run_at (its
+    # wheel deadline is run_at - queue_ahead_s): a delayed one-off job, and a cron tick of an
+    # overlap-`allow` schedule (a policed tick, forbid / skip / buffer / replace, looks at the
+    # runs in flight, so it is decided at its time). The claim takes a run only from its run_at,
+    # and a waiting lease call sleeps until then (`claim_wait`). So the fire's write is done
+    # before the run is due, not between its run_at and its claim: 20,000 jobs due at one instant
+    # were queued ~0.5 s late and claimed behind it (stop 41), and 1,000 ticks of one minute
+    # boundary started 30-40 ms later than queued ahead (stop 42, docs/perf-log.md). Such a run
+    # reads `queued` that early; a schedule edited, paused or deleted before its queued tick is
+    # due takes that tick back (`SchedulesPort.unfire_ahead`). 0: queued at its run_at.
+    queue_ahead_s: float = 1.0
 
     def validate(self) -> FiringConfig:
         if not 1 <= self.horizon_s <= 3600:
@@ -115,8 +119,8 @@ class FiringConfig:
             raise ValueError("misfire_grace_s must be >= 0")
         if not 0 <= self.prepare_ahead_s <= 0.5:
             raise ValueError(f"prepare_ahead_s must be in 0..0.5, got {self.prepare_ahead_s}")
-        if not 0 <= self.oneoff_ahead_s <= self.horizon_s - self.extend_every_s:
-            raise ValueError(f"oneoff_ahead_s must be in 0..horizon_s - extend_every_s, got {self.oneoff_ahead_s}")
+        if not 0 <= self.queue_ahead_s <= self.horizon_s - self.extend_every_s:
+            raise ValueError(f"queue_ahead_s must be in 0..horizon_s - extend_every_s, got {self.queue_ahead_s}")
         return self
 
 
@@ -280,7 +284,7 @@ class Firer:
                 if tick < now - self.config.misfire_grace_s:
                     misfired.append((info, r))
                 else:
-                    self._insert(st, p, info.id, tick, info.run_at(tick))
+                    self._arm_tick(st, p, info, tick)
             await asyncio.sleep(0)
         async for oneoffs in self.firing.due_oneoffs(p, utc(horizon), after):
             if self.parts.get(p) is not st:
@@ -294,8 +298,14 @@ class Firer:
             await self._apply_misfires(p, st, misfired[i:i + self.config.batch_size], self.clock.now_ts())
 
     def _arm_oneoff(self, st: PartitionState, p: int, ident: uuid.UUID, run_at: float) -> None:
-        """A scheduled one-off job into the wheel: due `oneoff_ahead_s` before its run_at."""
-        self._insert(st, p, ident, run_at, run_at - self.config.oneoff_ahead_s, kind="o")
+        """A scheduled one-off job into the wheel: due `queue_ahead_s` before its run_at."""
+        self._insert(st, p, ident, run_at, run_at - self.config.queue_ahead_s, kind="o")
+
+    def _arm_tick(self, st: PartitionState, p: int, info: SchedInfo, tick: float) -> None:
+        """A schedule's tick into the wheel: an overlap-`allow` tick `queue_ahead_s` before its
+        run_at, a policed one at it (FiringConfig.queue_ahead_s)."""
+        ahead = self.config.queue_ahead_s if info.overlap == "allow" else 0.0
+        self._insert(st, p, info.id, tick, info.run_at(tick) - ahead)
 
     def _insert(self, st: PartitionState, p: int, ident: uuid.UUID, tick: float, run_at: float,
                 kind: str = "s") -> None:
@@ -349,7 +359,7 @@ class Firer:
         if outcome is WriteOutcome.WRITTEN and self.parts.get(p) is st:
             for info, nxt in nexts:
                 if nxt <= st.loaded_until:
-                    self._insert(st, p, info.id, nxt, info.run_at(nxt))
+                    self._arm_tick(st, p, info, nxt)
 
     async def reload(self, p: int, kind: str, ident: uuid.UUID) -> None:
         """A schedule or job changed (created, updated, paused, resumed, deleted, cancelled)."""
@@ -371,7 +381,7 @@ class Firer:
                     if tick < self.clock.now_ts() - self.config.misfire_grace_s:
                         await self._apply_misfires(p, st, [(info, r)], self.clock.now_ts())
                     else:
-                        self._insert(st, p, ident, tick, info.run_at(tick))
+                        self._arm_tick(st, p, info, tick)
             else:
                 o = await self.firing.oneoff_for_fire(ident)
                 if o is not None and self.parts.get(p) is st and o.run_at.timestamp() <= st.loaded_until:
@@ -654,7 +664,7 @@ class Firer:
         # tick fires only if the database's cursor has reached it (compare-and-set).
         for ident, (info, nxt) in b.nexts.items():
             if nxt <= st.loaded_until and self.schedules.get(ident) is info:
-                self._insert(st, p, ident, nxt, info.run_at(nxt))
+                self._arm_tick(st, p, info, nxt)
 
     def _signal(self, outcome: WriteOutcome) -> WriteOutcome:
         {WriteOutcome.WRITTEN: self.signals.written, WriteOutcome.RETRY: self.signals.retry,
@@ -779,20 +789,22 @@ class Firer:
     def _written(self, params: FireBatchParams, res: FireBatchResult) -> None:
         self.stats.fired += len(res.fired) + res.plain_inserted
         now = self.clock.now_ts()
-        lags = [max(0.0, now - f.run_at.timestamp()) for f in res.fired]  # one-offs queued ahead: 0
+        lags = [max(0.0, now - f.run_at.timestamp()) for f in res.fired]  # queued ahead: 0
         if params.plain is not None and res.plain_inserted:
-            lags.extend(now - run_at for run_at in params.plain.run_ats)
+            lags.extend(max(0.0, now - run_at) for run_at in params.plain.run_ats)
         self.recent_lags.extend(lags)
         if self.metrics is not None:
             observe_many(self.metrics.fire_lag, lags)
             self.metrics.fired.inc(len(res.fired) + res.plain_inserted)
             self.metrics.executions_entered(((f.state, f.type) for f in res.fired), res.plain_entered)
         self.stats.duplicates += res.duplicates
-        # When what this batch queued is claimable: now, or (one-off jobs queued ahead of their
-        # run_at, oneoff_ahead_s) the soonest run_at; waiting calls are woken then, not now.
+        # When what this batch queued is claimable: its soonest run_at (runs queued ahead of it,
+        # queue_ahead_s), or now; waiting calls are woken then, not sooner.
         queued = [f.run_at.timestamp() for f in res.fired if f.state == "queued"]
-        if res.plain_inserted or queued:
-            soonest = now if res.plain_inserted else min(queued)
+        if res.plain_inserted and params.plain is not None and params.plain.run_ats:
+            queued.append(min(params.plain.run_ats))  # some may be quota-skipped: a wake-up too many
+        if queued:
+            soonest = min(queued)
             at = soonest if soonest > now else None
             self._announce(soonest)
             if self.on_fired is not None:

@@ -332,20 +332,29 @@ def test_an_unhealthy_sample_or_a_failed_injection_is_reported() -> None:
 
 
 def test_a_tick_fired_early_is_reported_unless_its_node_clock_was_skewed() -> None:
-    early = replace_rows(clean(), tick_row(T0 + 4, fired_at=T0 + 3.6))
+    """A policed tick (overlap forbid) is decided at its time; an overlap-allow tick is queued up
+    to FiringConfig.queue_ahead_s ahead by design (stop 42), and no earlier."""
+    from cronwheel.cluster.firing.firer import FiringConfig
+
+    forbid = dataclasses.replace(clean().schedules[0], overlap_policy="forbid")
+    policed = dataclasses.replace(clean(), schedules=(forbid,))
+    early = replace_rows(policed, tick_row(T0 + 4, fired_at=T0 + 3.6))
     assert_fails(early, "not_fired_early", "early")
     skewed = dataclasses.replace(early, meta=dataclasses.replace(early.meta, skews={"n1": 0.5}))
     r = check_not_fired_early(skewed)
     assert r.ok and r.counts["early_within_node_skew"] == 1
+    ahead = FiringConfig().queue_ahead_s
+    assert check_not_fired_early(replace_rows(clean(), tick_row(T0 + 4, fired_at=T0 + 4 - ahead + 0.1))).ok
+    assert_fails(replace_rows(clean(), tick_row(T0 + 4, fired_at=T0 + 4 - ahead - 0.3)), "not_fired_early", "early")
 
 
-def test_a_delayed_job_may_be_queued_oneoff_ahead_s_early_but_no_run_may_start_early() -> None:
-    """A delayed one-off job is queued FiringConfig.oneoff_ahead_s before its run_at by design;
+def test_a_delayed_job_may_be_queued_queue_ahead_s_early_but_no_run_may_start_early() -> None:
+    """A delayed one-off job is queued FiringConfig.queue_ahead_s before its run_at by design;
     earlier than that is a fire too early, and any run (tick or job) started before its run_at
     is a claim too early. Fails without the change (the job queued 0.9 s early is reported)."""
     from cronwheel.cluster.firing.firer import FiringConfig
 
-    ahead = FiringConfig().oneoff_ahead_s
+    ahead = FiringConfig().queue_ahead_s
     job = next(e for e in clean().executions if e.id == JOB)
     queued_ahead = replace_rows(clean(), dataclasses.replace(job, fired_at=T0 + 3 - ahead + 0.1))
     assert check_not_fired_early(queued_ahead).ok

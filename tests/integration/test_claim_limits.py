@@ -129,7 +129,7 @@ async def test_the_claim_wait_says_when_the_next_whole_token_is_due(store: PgSto
 
 
 async def test_a_run_queued_ahead_of_its_run_at_is_claimed_at_it_and_not_before(store: PgStore) -> None:
-    """A delayed one-off job is queued oneoff_ahead_s before its run_at (FiringConfig): no claim
+    """A delayed one-off job is queued queue_ahead_s before its run_at (FiringConfig): no claim
     takes it sooner, the claim wait says when it comes due (per tenant, the soonest of every
     priority), and a waiting lease call returns with it at its run_at, not at the fallback poll
     (1 s). Fails without the change (no wait for a run_at: the call waits for the poll)."""

@@ -280,9 +280,9 @@ async def test_the_queued_time_of_a_fired_tick_is_the_firers_clock(
         assert await cur.fetchone() == (T0,)
 
 
-async def test_a_delayed_oneoff_is_queued_oneoff_ahead_s_before_its_run_at_and_not_sooner(
+async def test_a_delayed_oneoff_is_queued_queue_ahead_s_before_its_run_at_and_not_sooner(
         store: PgStore, firing: Callable[..., Any]) -> None:
-    """A scheduled one-off job's fire (scheduled -> queued) is done `oneoff_ahead_s` before its
+    """A scheduled one-off job's fire (scheduled -> queued) is done `queue_ahead_s` before its
     run_at, so the row update is not between its run_at and its claim (the claim takes it only
     from its run_at). Fails without the change (queued at its run_at: nothing written 0.9 s
     before it)."""
@@ -299,13 +299,37 @@ async def test_a_delayed_oneoff_is_queued_oneoff_ahead_s_before_its_run_at_and_n
             return row[0], row[1]
 
     firer, clock = await firing(7, Trust(epoch=1))
-    ahead = firer.config.oneoff_ahead_s
+    ahead = firer.config.queue_ahead_s
     assert ahead > 0.2
     clock.advance(5 - ahead - 0.1)  # T0 - ahead - 0.1 s: the loop wakes for nothing, and rests
     assert await firer.next_rest(SIGNAL_TIMEOUT_S)
     assert await state() == ("scheduled", None)
     await advance_until(clock, firer.signals.written, 0.2)  # T0 - ahead + 0.1 s
     assert await state() == ("queued", T0 - timedelta(seconds=ahead - 0.1))
+
+
+async def test_an_allow_tick_is_queued_queue_ahead_s_before_its_run_at_a_policed_one_at_it(
+        store: PgStore, firing: Callable[..., Any]) -> None:
+    """A cron tick of an overlap-allow schedule needs no decision at its time: it is queued
+    `queue_ahead_s` before its run_at (claimed only from it), so 1,000 ticks of one boundary are
+    written before it, not between it and their claims. A policed tick (forbid) is decided at its
+    time. Fails without the change (the allow tick queued at T0: nothing 0.9 s before it)."""
+    allow = await make_schedule(store, 7)
+    forbid = await make_schedule(store, 7, overlap="forbid")
+    firer, clock = await firing(7, Trust(epoch=1))
+    ahead = firer.config.queue_ahead_s
+    assert ahead > 0.2
+    clock.advance(5 - ahead - 0.1)
+    assert await firer.next_rest(SIGNAL_TIMEOUT_S)
+    assert await fired_ticks(store, allow) == []
+    await advance_until(clock, firer.signals.written, 0.2)  # T0 - ahead + 0.1 s
+    assert await fired_ticks(store, allow) == [(T0, "queued")]
+    assert await fired_ticks(store, forbid) == []
+    async with store.connection() as conn:
+        cur = await conn.execute("SELECT run_at, queued_at FROM executions WHERE schedule_id = %s", (allow,))
+        assert await cur.fetchall() == [(T0, T0 - timedelta(seconds=ahead - 0.1))]  # claimable from T0
+    await advance_until(clock, firer.signals.written, ahead)
+    assert await fired_ticks(store, forbid) == [(T0, "queued")]
 
 
 async def test_a_oneoff_queued_ahead_is_announced_with_its_run_at_not_as_claimable_now(
@@ -322,7 +346,7 @@ async def test_a_oneoff_queued_ahead_is_announced_with_its_run_at_not_as_claimab
     async with Listener(store.config.dsn) as notes:
         firer, clock = await firing(7, Trust(epoch=1))
         firer.on_fired = woken.append
-        await advance_until(clock, firer.signals.written, 5 - firer.config.oneoff_ahead_s + 0.1)
+        await advance_until(clock, firer.signals.written, 5 - firer.config.queue_ahead_s + 0.1)
         it = notes.__aiter__()
         note = await asyncio.wait_for(it.__anext__(), SIGNAL_TIMEOUT_S)
         while note.channel != QUEUED_CHANNEL:
@@ -510,7 +534,8 @@ async def test_a_whole_second_is_prepared_ahead_and_sent_at_its_instant_never_be
     clock = FakeClock(start_ts=T0.timestamp() - 5)
     port = SendClock(store.firing, clock)
     trusted = {3: 1, 4: 1, 5: 1}
-    config = FiringConfig(horizon_s=600, extend_every_s=500, prepare_ahead_s=0.05)
+    # queue_ahead_s=0: the ticks' instant is T0 itself (queued ahead, the instant held is T0 - 1 s)
+    config = FiringConfig(horizon_s=600, extend_every_s=500, prepare_ahead_s=0.05, queue_ahead_s=0)
     firer = Firer(port, clock, config, epoch_if_trusted=trusted.get,  # type: ignore[arg-type]
                   on_stale=lambda p, e: None)
     run = asyncio.create_task(firer.run())

@@ -52,6 +52,19 @@ WITH s AS (
 )
 SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id = s.id;
 
+-- name: api_unfire_ahead
+-- Take back a schedule's cron ticks queued ahead of their run_at (FiringConfig.queue_ahead_s) and
+-- not due at `now`: an edit, pause or delete made before a tick is due applies to it, as it did
+-- when ticks were queued at their time. The rows go (never claimed: a claim takes a run only from
+-- its run_at), so the tick can be fired again; the answer is the earliest tick taken back (NULL:
+-- none). Reads executions_schedule_tick (schedule_id, scheduled_for).
+WITH gone AS (
+    DELETE FROM executions
+     WHERE schedule_id = %(id)s AND state = 'queued' AND trigger = 'cron' AND run_at > %(now)s
+    RETURNING scheduled_for
+)
+SELECT min(scheduled_for) AS tick FROM gone;
+
 -- name: api_list_schedules
 -- A page of live schedules by (created_at, id), after the cursor, with optional filters
 -- (name_like: an ILIKE pattern whose wildcards in the typed text the caller escaped). The page
