@@ -3,7 +3,8 @@
 `Dispatcher` (claims and outcomes), `service` (the DispatchService servicer), `reaper` (lapsed
 leases, timeouts, retries, the dead man's switch), `policy` (pure: the one retry policy and the
 priority order, used by the worker path and the reaper alike: the SQL only applies its
-decisions).
+decisions), `faults` (test-only, off unless its environment variable is set: the chaos suite's
+completion stall).
 
 Everything here reaches PostgreSQL through `storage.dispatch.DispatchPort` (`store.dispatch`):
 no psycopg, no query by name. Time is the injected `Clock`'s: the dispatcher and the reaper pass
