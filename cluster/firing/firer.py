@@ -213,7 +213,7 @@ class Firer:
         # writers (the pruner) wait on to use the database between fires (`quiet_for`, `next_rest`).
         self._resting = asyncio.Event()
         # Queued runs committed since the last NOTIFY went out: the soonest instant they are
-        # claimable from (0.0: now), None when there are none.
+        # claimable from (not after now: claimable now, announced as "fired"), None when none.
         self._announce_at: float | None = None
         self.recent_lags: deque[float] = deque(maxlen=10_000)  # for ClusterStatus percentiles
 
