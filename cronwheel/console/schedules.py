@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from starlette.requests import Request
@@ -142,19 +142,27 @@ async def timeline_part(console: Console, request: Request, session: Session) ->
     return console.render(request, "_timeline.html", session, **await _timeline(console, request, session, sid))
 
 
+def timeline_bounds(now: datetime, window: str, next_fires: list[datetime]) -> tuple[datetime, datetime, bool]:
+    """The [start, end) the timeline explains, and whether it is cut short of the window.
+
+    It ends at `now`: a tick not yet due is not on it, though the node may have queued it
+    (FiringConfig.queue_ahead_s) and explain calls it fired; a pause or an edit still takes such a
+    tick back. At most ~MAX_TICKS_SHOWN ticks are explained: the window is cut to that many of the
+    schedule's shortest gap between fire times (a per-second cron's 7 days would be 604,800)."""
+    gaps = [b - a for a, b in zip(next_fires, next_fires[1:], strict=False) if b > a]
+    start = now - WINDOWS[window]
+    if gaps:
+        start = max(start, now - min(gaps) * MAX_TICKS_SHOWN)
+    return start, now, start > now - WINDOWS[window]
+
+
 async def _timeline(console: Console, request: Request, session: Session, sid: str) -> dict[str, Any]:
     window = request.query_params.get("window", "1h")
     if window not in WINDOWS:
         window = "1h"
-    now = console.clock.now()
-    # At most ~MAX_TICKS_SHOWN ticks are explained: the window is cut to that many of the
-    # schedule's shortest gap between fire times (a per-second cron's 7 days would be 604,800).
     nxt = [p.scheduled_for for p in await session.client.preview(sid, count=10)]
-    gaps = [b - a for a, b in zip(nxt, nxt[1:], strict=False) if b > a]
-    start = now - WINDOWS[window]
-    if gaps:
-        start = max(start, now - min(gaps) * MAX_TICKS_SHOWN)
-    exp = await session.client.explain(sid, start, now + timedelta(seconds=1))
+    start, end, cut = timeline_bounds(console.clock.now(), window, nxt)
+    exp = await session.client.explain(sid, start, end)
     before = Tk("not_yet_created")
     shown = [t for t in exp.ticks if t.outcome != before]  # ticks before the schedule existed say nothing
     ticks = shown[-MAX_TICKS_SHOWN:]
@@ -162,8 +170,7 @@ async def _timeline(console: Console, request: Request, session: Session, sid: s
     for t in ticks:
         counts[look(t.outcome).word] = counts.get(look(t.outcome).word, 0) + 1
     return {"ticks": list(reversed(ticks)), "notes": exp.notes, "window": window, "windows": list(WINDOWS),
-            "look": look, "counts": counts, "sid": sid,
-            "truncated": len(shown) > MAX_TICKS_SHOWN or start > now - WINDOWS[window]}
+            "look": look, "counts": counts, "sid": sid, "truncated": len(shown) > MAX_TICKS_SHOWN or cut}
 
 
 async def act(console: Console, request: Request, session: Session) -> Response:

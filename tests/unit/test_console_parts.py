@@ -76,3 +76,17 @@ def test_every_tick_outcome_has_its_own_look_in_the_timeline() -> None:
     from cronwheel.console.schedules import LOOKS
 
     assert set(TickOutcome) <= set(LOOKS), sorted(set(TickOutcome) - set(LOOKS))
+
+
+def test_the_timeline_ends_at_now_so_a_tick_queued_ahead_is_not_shown_fired() -> None:
+    """The node queues an allow tick a second before its time (FiringConfig.queue_ahead_s) and
+    explain calls it fired; a pause takes it back. The timeline ended a second past now, showed
+    such a tick fired, then paused (the browser test that clicked it after a pause failed): fails
+    without the end at now."""
+    from cronwheel.console.schedules import MAX_TICKS_SHOWN, timeline_bounds
+
+    now = FakeClock().now()
+    start, end, cut = timeline_bounds(now, "10m", [now + timedelta(seconds=2 * i) for i in range(10)])
+    assert end == now and start == now - timedelta(minutes=10) and not cut
+    start, end, cut = timeline_bounds(now, "7d", [now + timedelta(seconds=i) for i in range(10)])
+    assert (end, start, cut) == (now, now - timedelta(seconds=MAX_TICKS_SHOWN), True)
