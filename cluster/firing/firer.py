@@ -231,7 +231,17 @@ class Firer:
         if self._tg is None:
             self._pending.append((start, name))
         else:
-            self._tg.create_task(start(), name=name)
+            self._task(start(), name)
+
+    def _task(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None] | None:
+        """`coro` as a task of the running TaskGroup; None (and not run) once the group is shutting
+        down: a write that completes while the firer is being stopped must not fail the stop."""
+        assert self._tg is not None
+        try:
+            return self._tg.create_task(coro, name=name)
+        except RuntimeError:  # "TaskGroup ... is shutting down"
+            coro.close()
+            return None
 
     async def _initial_load(self, p: int, st: PartitionState) -> None:
         delay = self.config.retry_after_s
@@ -561,8 +571,12 @@ class Firer:
         """One statement's worth of chunks. A partition's lock is taken only if it is free right
         now (a preload or reload holding it must not hold up the other partitions' ticks); a
         busy partition's chunk goes on its own once its lock is free (`_fire_partition`). Taking
-        only free locks, never waiting while holding one, cannot deadlock."""
+        only free locks, never waiting while holding one, cannot deadlock. The plain batches go
+        as one statement; each batch with a policed tick then goes on its own, in the background,
+        its partition's lock held from its preparation to its write (released by
+        `_write_policed`): one waiting on a row lock holds up no other partition, nor the loop."""
         deferred: list[tuple[int, list[Item]]] = []
+        policed: list[_Batch] = []
         async with self._sem:
             held: list[tuple[int, PartitionState, list[Item]]] = []
             try:
@@ -582,26 +596,47 @@ class Firer:
                     for it in items:  # advance() returned it, so it is the live handle for its id
                         st.handles.pop(it[2], None)
                     batches.append(self._prepare(p, st, items))
+                policed = [b for b in batches if not b.params.only_plain]
                 await self._write_plain_many([b for b in batches if b.params.only_plain], at)
-                for b in batches:
-                    if not b.params.only_plain:
-                        await self._until(at)
-                        params = b.params if at is None else dataclasses.replace(b.params, now=self.clock.now())
-                        self._after(b, await self._write(b.p, b.st, params))
+            except BaseException:
+                policed = []
+                raise
             finally:
-                for _p, st, _items in held:
-                    st.lock.release()
-        for p, items in deferred:
-            await self._until(at)
-            await self._fire_partition(p, items)
+                handed = {b.p for b in policed}  # released by _write_policed
+                for p, st, _items in held:
+                    if p not in handed:
+                        st.lock.release()
+        # Not awaited by the fire loop (which waits for the plain statement only): a policed
+        # write can wait on a row lock (a session stopped mid-transaction: the chaos failpoint
+        # `stall-completion`), and a deferred chunk on its partition's lock. Each holds up only
+        # its own partition, whose later chunks queue behind it on that lock, in order.
+        later = [self._write_policed(b, at) for b in policed] + [
+            self._fire_partition(p, items, at) for p, items in deferred]
+        if self._tg is None:  # not under run()
+            await asyncio.gather(*later)
+            return
+        for coro in later:
+            self._task(coro, "fire-later")  # None once the firer is stopping: the coroutine is closed
 
-    async def _fire_partition(self, p: int, items: list[Item]) -> None:
+    async def _write_policed(self, b: _Batch, at: float | None) -> None:
+        """A batch with a policed tick (the general fire path), whose partition's lock the caller
+        took and hands over: released here, once the batch is written or given up."""
+        try:
+            async with self._sem:
+                await self._until(at)
+                params = b.params if at is None else dataclasses.replace(b.params, now=self.clock.now())
+                self._after(b, await self._write(b.p, b.st, params))
+        finally:
+            b.st.lock.release()
+
+    async def _fire_partition(self, p: int, items: list[Item], at: float | None = None) -> None:
+        await self._until(at)
         st = self.parts.get(p)
         if st is None:
             return
         for i in range(0, len(items), self.config.batch_size):
             chunk = items[i:i + self.config.batch_size]
-            async with self._sem, st.lock:
+            async with st.lock, self._sem:  # lock, then slot, as _write_policed: no cycle
                 if self.parts.get(p) is not st:
                     return
                 for it in chunk:  # advance() returned it, so it is the live handle for its id

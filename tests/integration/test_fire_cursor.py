@@ -566,3 +566,45 @@ async def test_a_whole_second_is_prepared_ahead_and_sent_at_its_instant_never_be
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await run
+
+
+async def test_a_fire_waiting_on_a_row_lock_holds_up_neither_other_partitions_nor_later_instants(
+        store: PgStore) -> None:
+    """A replace tick of partition 4 waits on its running run's row, locked by a session that
+    stopped mid-transaction (the chaos failpoint `stall-completion`). The ticks of partitions 3
+    and 5 (replace: written one after another in the group before) and 6 (allow) due at the same
+    instant are written while it waits, and so are their ticks of the next minute: the fire loop
+    does not wait for a policed write. Once the lock is let go, partition 4's ticks follow, in
+    order. Fails without the change (partitions after 4 in the group, and the loop, waited)."""
+    sids = {p: await make_schedule(store, p, overlap="allow" if p == 6 else "replace") for p in (3, 4, 5, 6)}
+    runs = {p: await running_run(store, sids[p], p) for p in (3, 4, 5)}
+    for p in sids:
+        assert await store.partitions.record_epoch(p, 1, "node-a")
+    clock = FakeClock(start_ts=T0.timestamp() - 5)
+    firer = Firer(store.firing, clock, FiringConfig(horizon_s=600, extend_every_s=500),
+                  epoch_if_trusted=lambda p: 1, on_stale=lambda p, e: None)
+    run = asyncio.create_task(firer.run())
+
+    async def written_at(tick: datetime, parts: Any) -> None:
+        """Wait on the firer's `written` signal until each of `parts` has a run of `tick`."""
+        while True:
+            firer.signals.written.clear()
+            if all([tick in [t for t, _ in await fired_ticks(store, sids[p])] for p in parts]):
+                return
+            await asyncio.wait_for(firer.signals.written.wait(), SIGNAL_TIMEOUT_S)
+
+    try:
+        await gain_all(firer, sids)
+        async with store.connection() as blocker:
+            await blocker.execute("BEGIN")
+            await blocker.execute("SELECT 1 FROM executions WHERE id = %s FOR UPDATE", (runs[4],))
+            clock.advance(5)  # T0
+            await written_at(T0, (3, 5, 6))
+            clock.advance(60)  # T0 + 1 min: the loop is not held by partition 4's T0
+            await written_at(T0 + MINUTE, (3, 5, 6))
+            assert await fired_ticks(store, sids[4]) == [(T0 - MINUTE, "running")]
+            await blocker.execute("ROLLBACK")
+        await written_at(T0 + MINUTE, (4,))
+        assert [t for t, _ in await fired_ticks(store, sids[4])] == [T0 - MINUTE, T0, T0 + MINUTE]
+    finally:
+        await stop(run)
