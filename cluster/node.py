@@ -46,7 +46,7 @@ from cronwheel.cluster.notifications import ChangeListener
 from cronwheel.cluster.retention.policy import RetentionConfig
 from cronwheel.cluster.retention.pruner import Pruner, RetentionMetrics
 from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookMetrics, WebhookSender
-from cronwheel.errors import CronwheelError, InvalidArgument
+from cronwheel.errors import CronwheelError, InvalidArgument, Unavailable
 from cronwheel.heap import freeze_startup_heap
 from cronwheel.storage import PgStore, SessionLimits, StoreConfig
 from cronwheel.storage.notifications import parse_queued_at
@@ -247,6 +247,25 @@ class Node:
             log.info("node ready", extra={"event": "node_ready", "partitions": len(self.coordinator.owned.epochs)})
             print(f"node {self.config.node_id} ready ({len(self.coordinator.owned.epochs)} partitions)", flush=True)
 
+    async def _end_overrun_transactions(self) -> None:
+        """PostgreSQL 15 and 16 have no `transaction_timeout`: once a second, end any node's
+        session whose transaction outlived its limit (storage/db.py SessionLimits). Returns at
+        once on PostgreSQL 17 and later, where each session carries the limit itself."""
+        while not self._stop.is_set():
+            try:
+                ended = await self.store.end_overrun_transactions()
+            except Unavailable:  # the database away: the fire and the claims say so already
+                ended = []
+            except CronwheelError as exc:  # e.g. a session not ours to signal: next round
+                log.warning("overrun sweep failed: %s", exc, extra={"event": "overrun_sweep_failed"})
+                ended = []
+            if ended is None:
+                return
+            if ended:
+                log.warning("ended %d session(s) whose transaction outlived the lease TTL", len(ended),
+                            extra={"event": "overrun_transactions_ended", "pids": ended})
+            await self.clock.sleep(OVERRUN_SWEEP_EVERY_S)
+
     async def _run_tasks(self) -> None:
         log.info("node started", extra={"event": "node_started", "address": self.advertise,
                                         "partitions": self.partitions})
@@ -265,6 +284,7 @@ class Node:
                     tg.create_task(self._become_ready(), name="readiness"),
                     tg.create_task(self.pruner.run(), name="pruner"),
                     tg.create_task(self.tokens.run(), name="token-cache"),
+                    tg.create_task(self._end_overrun_transactions(), name="overrun-sweeper"),
                     tg.create_task(self.metrics.refresh_loop(
                         self.store, self.coordinator.owned.snapshot, self.wheel_size,
                         self.coordinator.lease_deadline_s, clock=self.clock, refresh_s=15.0), name="metrics"),
@@ -307,6 +327,11 @@ def _refuse_busy_port(listen: str) -> None:
                 raise InvalidArgument("--listen", f"{listen}: address already in use "
                                       "(is another node running on this port?)") from exc
             raise InvalidArgument("--listen", f"{listen}: {exc.strerror or exc}") from exc
+
+
+# How often a node on PostgreSQL < 17 ends the sessions past their transaction limit: a stalled
+# transaction holds its locks up to the lease TTL plus this.
+OVERRUN_SWEEP_EVERY_S = 1.0
 
 
 def session_limits(lease: PartitionLeaseConfig) -> SessionLimits:

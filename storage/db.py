@@ -64,9 +64,12 @@ class SessionLimits:
     (`Database.pipelined_transaction`, the fire statement): statements sent, their Sync not yet
     arrived, the server is still "active", waiting to read (measured: a row share-locked that way
     was held until the client came back, however long). `total_s` (`transaction_timeout`,
-    PostgreSQL 17 and later: older servers have no such limit and only `idle_s` applies) ends any
-    transaction that lasts longer, in every state, so it bounds that case too. The server ends
-    the session; the client's transaction fails and writes nothing (`storage.errors`: Unavailable).
+    PostgreSQL 17 and later) ends any transaction that lasts longer, in every state, so it bounds
+    that case too. The server ends the session; the client's transaction fails and writes nothing
+    (`storage.errors`: Unavailable). PostgreSQL 15 and 16 have no such setting: there a session
+    carries its limit in its application_name (`tx_limit_name`), and the nodes end the sessions
+    past it themselves (`Database.end_overrun_transactions`, once a second on every node), so the
+    limit holds there too, up to that second later.
 
     A node takes `total_s` = its lease TTL (cluster/node.py): a node stopped for longer has lost
     its partitions anyway, and no transaction a node makes is meant to last that long (the fence
@@ -87,12 +90,34 @@ class SessionLimits:
         return (("idle_in_transaction_session_timeout", str(round(self.idle_s * 1000))),)
 
     async def apply(self, conn: AsyncConnection[Any]) -> None:
-        """What needs the server's version: `transaction_timeout` (PostgreSQL >= 17)."""
-        if self.total_s is not None and conn.info.server_version >= TRANSACTION_TIMEOUT_SINCE:
-            await conn.execute(f"SET transaction_timeout = {round(self.total_s * 1000)}")
+        """What needs the server's version: `transaction_timeout` (PostgreSQL >= 17), else the
+        limit named in the session's application_name for the nodes' sweep to enforce."""
+        if self.total_s is None:
+            return
+        limit_ms = round(self.total_s * 1000)
+        if conn.info.server_version >= TRANSACTION_TIMEOUT_SINCE:
+            await conn.execute(f"SET transaction_timeout = {limit_ms}")
+        else:
+            name = tx_limit_name(conn.info.parameter_status("application_name") or "", limit_ms)
+            await conn.execute("SELECT set_config('application_name', %s, false)", (name,))
 
 
 TRANSACTION_TIMEOUT_SINCE = 170000  # server_version_num of PostgreSQL 17
+
+# A session's transaction limit as PostgreSQL < 17 shows it to the other sessions: a tag at the end
+# of its application_name, "[cronwheel tx limit 5000ms]", after whatever name the DSN gave it.
+# TX_LIMIT_PATTERN reads it back (a PostgreSQL regular expression, in `end_overrun_transactions`).
+_TX_LIMIT_PREFIX = "cronwheel tx limit "
+TX_LIMIT_PATTERN = rf"\[{_TX_LIMIT_PREFIX}(\d+)ms\]$"
+_APPLICATION_NAME_MAX = 63  # NAMEDATALEN - 1: longer names are cut by the server
+
+
+def tx_limit_name(own: str, limit_ms: int) -> str:
+    """`own` application_name with the limit tagged on (`own` shortened so the tag survives)."""
+    tag = f"[{_TX_LIMIT_PREFIX}{limit_ms}ms]"
+    room = _APPLICATION_NAME_MAX - len(tag) - 1
+    head = own.encode()[:max(room, 0)].decode(errors="ignore").strip()
+    return f"{head} {tag}" if head else tag
 
 
 # Server settings of every node connection, appended to the options the DSN may carry (the user's
@@ -202,6 +227,18 @@ class Database:
                 await pool.check()
         except psycopg.Error as exc:
             raise map_error(exc) from exc
+
+    async def end_overrun_transactions(self) -> list[int] | None:
+        """End the sessions (any node's) whose transaction has lasted longer than the limit their
+        application_name carries (SessionLimits, PostgreSQL < 17), so that a node stopped in the
+        middle of a pipelined transaction holds its locks no longer there than on a server with
+        `transaction_timeout`. Returns the server processes ended; None where the server ends
+        them itself (PostgreSQL >= 17: nothing to sweep, ever)."""
+        async with self.connection() as conn:
+            if conn.info.server_version >= TRANSACTION_TIMEOUT_SINCE:
+                return None
+            cur = await conn.execute(q("end_overrun_transactions"), {"pattern": TX_LIMIT_PATTERN})
+            return [int(pid) for pid, ended in await cur.fetchall() if ended]
 
     async def __aenter__(self) -> Self:
         return await self.open()

@@ -7,11 +7,16 @@ cut off (partition-node) before the Sync. The backend stayed "active" waiting to
 seconds the cut lasted: another node's fire of an overlap-`replace` schedule waited on one of them
 and fired 2.02 s late. `transaction_timeout` (PostgreSQL >= 17) ends such a transaction.
 Fails without the fix: the stalled transaction keeps the row until the other writer's lock_timeout.
+
+PostgreSQL 15 and 16 have no `transaction_timeout`: there the sessions carry their limit in their
+application_name and every node ends the sessions past it (`Database.end_overrun_transactions`,
+once a second). Fails without that sweep on PostgreSQL 15 the same way (stop 43).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import psycopg
@@ -20,7 +25,14 @@ import pytest
 from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
 from cronwheel.cluster.node import session_limits
 from cronwheel.errors import Unavailable
-from cronwheel.storage.db import TRANSACTION_TIMEOUT_SINCE, Database, SessionLimits, StoreConfig
+from cronwheel.storage.db import (
+    TRANSACTION_TIMEOUT_SINCE,
+    TX_LIMIT_PATTERN,
+    Database,
+    SessionLimits,
+    StoreConfig,
+    tx_limit_name,
+)
 
 
 def test_a_node_limits_its_transactions_to_its_lease() -> None:
@@ -79,3 +91,63 @@ async def test_every_server_takes_the_limits_it_has(plan_dsn: str) -> None:
                 assert await (await conn.execute("SHOW transaction_timeout")).fetchone() == ("4s",)
     finally:
         await db.close()
+
+
+def test_the_limit_tag_survives_any_application_name() -> None:
+    for own in ("", "billing-scheduler", "x" * 200, "é" * 40):
+        name = tx_limit_name(own, 5000)
+        assert len(name.encode()) <= 63, name
+        match = re.search(TX_LIMIT_PATTERN, name)
+        assert match and match.group(1) == "5000", name
+    assert tx_limit_name("billing", 3000) == "billing [cronwheel tx limit 3000ms]"
+
+
+async def test_every_server_ends_a_stalled_pipeline_at_its_limit(plan_dsn: str) -> None:
+    """The guarantee above on every server version: PostgreSQL >= 17 by `transaction_timeout`, 15
+    and 16 by another node's sweep (here a second Database, as a second node would be)."""
+    limits = SessionLimits(idle_s=1.0, total_s=1.0)
+    version = await _version(plan_dsn)
+    async with await psycopg.AsyncConnection.connect(plan_dsn, autocommit=True) as other:
+        await other.execute("CREATE TABLE locked_row (id int PRIMARY KEY, v int NOT NULL)")
+        await other.execute("INSERT INTO locked_row VALUES (1, 0), (2, 0)")
+        stalled = Database(StoreConfig(dsn=plan_dsn, min_connections=1, max_connections=1, limits=limits))
+        peer = Database(StoreConfig(dsn=plan_dsn, min_connections=1, max_connections=1, limits=limits))
+        await stalled.open()
+        await peer.open()
+        ended: list[int] = []
+
+        async def sweep() -> None:  # the peer node's loop (cluster/node.py), quicker
+            while True:
+                got = await peer.end_overrun_transactions()
+                if got is None:
+                    return
+                ended.extend(got)
+                await asyncio.sleep(0.2)
+
+        sweeper = asyncio.create_task(sweep())
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(Unavailable):
+                async with stalled.connection() as conn, stalled.pipelined_transaction(conn):
+                    pid = conn.info.backend_pid
+                    await conn.execute("UPDATE locked_row SET v = 1 WHERE id = 2")
+                    cur = await conn.execute("SELECT v FROM locked_row WHERE id = 1 FOR UPDATE")
+                    assert await cur.fetchone() == (0,)
+                    writer = asyncio.create_task(other.execute(
+                        "SET lock_timeout = '8s'; UPDATE locked_row SET v = 7 WHERE id = 1"))
+                    await asyncio.wait({writer}, timeout=5.0)
+                    assert writer.done() and writer.exception() is None, "the stalled transaction kept its lock"
+                    waited = time.monotonic() - t0
+                    assert waited < 3.0, f"the lock was held {waited:.2f}s past a 1 s limit"
+                    await conn.execute("SELECT 1")
+        finally:
+            sweeper.cancel()
+            await asyncio.gather(sweeper, return_exceptions=True)
+            await peer.close()
+            await stalled.close()
+        rows = await (await other.execute("SELECT id, v FROM locked_row ORDER BY id")).fetchall()
+        assert rows == [(1, 7), (2, 0)]
+        if version >= TRANSACTION_TIMEOUT_SINCE:
+            assert sweeper.done() and not ended  # nothing to sweep: the server ended it
+        else:
+            assert ended == [pid], "the peer's sweep ended the stalled session, and only it"
