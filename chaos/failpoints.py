@@ -358,9 +358,11 @@ class StallCompletion:
     waited on it and fired 2.02 s late). Through the nodes' test-only hook (cluster/dispatch/
     faults.py): the completion of the replace schedule's next run stalls after its first round
     trip for 2.5-3 x TTL, past that schedule's next tick (every 5 s). The session's
-    transaction_timeout (the lease TTL, storage/db.py SessionLimits) must end it first, so that
-    tick fires on time (fire_lag_bounded does not excuse this fault). transaction_timeout is
-    PostgreSQL 17's: on an older server the failpoint is not available."""
+    transaction limit (the lease TTL, storage/db.py SessionLimits) must end it first, so that
+    tick fires on time (fire_lag_bounded does not excuse this fault): PostgreSQL 17+ by its
+    transaction_timeout, 15 and 16 by the nodes' sweep of sessions past the limit they carry
+    (`Database.end_overrun_transactions`, since stop 43: before, this failpoint was not available
+    there, and the stall held its rows as long as it lasted)."""
 
     name = "stall-completion"
 
@@ -370,8 +372,6 @@ class StallCompletion:
     def reason(self, cluster: ChaosCluster) -> str:
         if not cluster.workers or not cluster.roster:
             return "no worker or no node"
-        if int(cluster.pc.sql("SHOW server_version_num")[0][0]) < 170000:
-            return "PostgreSQL older than 17 has no transaction_timeout"
         if not self._schedule(cluster):
             return "no overlap-replace schedule (traffic without overlap schedules)"
         return ""

@@ -120,7 +120,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                         "just before its node was cut off; the backend waited for the rest of the pipeline "
                         "with the run's row locked (idle_in_transaction_session_timeout does not apply "
                         "mid-pipeline) and the owner's next fire of the overlap-replace schedule waited on it "
-                        "for the whole cut: 2.02 s late. Fixed by the node sessions' transaction_timeout"),
+                        "for the whole cut: 2.02 s late. Fixed by the node sessions' transaction limit "
+                        "(transaction_timeout on PostgreSQL 17+, the nodes' sweep on 15 and 16: stop 43)"),
     Scenario("late-keepalive", "answer a node's keepalive after its trust window closed, before the drop",
              ("late-keepalive",),
              regression="issue 14 hole 1: Firer._write answered True ('not ours') while the trust window "

@@ -4,14 +4,13 @@ itself (cronwheel.localservers), one fresh database per test cloned from a migra
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
 from cronwheel.localservers import LocalEtcd, LocalPostgres
 from cronwheel.storage import PgStore, StoreConfig, migrate
+from tests.conftest import require_pg15
 
 TEST_PARTITIONS = 8
 _counter = itertools.count()
@@ -36,22 +35,10 @@ def template_db(pg_server: LocalPostgres) -> str:
     return "cw_template"
 
 
-# A second, older PostgreSQL for the tests whose subject is a query plan: planners differ by
-# version (stop 39: a completion batch's kept plan was a sequential scan on 15 and an index scan on
-# 18, the wheel's PostgreSQL and CI's). Debian's postgresql-15 unless $CRONWHEEL_POSTGRES15_BIN names
-# another directory holding `postgres` and `initdb`. Missing, its tests are skipped on a developer's
-# machine and FAIL in CI (CI=true): `.ci/run` installs it.
-PG15_BIN = Path(os.environ.get("CRONWHEEL_POSTGRES15_BIN") or "/usr/lib/postgresql/15/bin")
-
-
 @pytest.fixture(scope="session")
 def pg15_server() -> Iterator[LocalPostgres]:
-    if not all((PG15_BIN / exe).exists() for exe in ("postgres", "initdb")):
-        why = f"PostgreSQL 15 is missing ({PG15_BIN}): apt-get install -y postgresql-15"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI must run the plan tests on PostgreSQL 15 too: {why}")
-        pytest.skip(why)
-    with LocalPostgres(bin_dir=PG15_BIN) as pg:
+    # The second server: tests/conftest.py PG15_BIN
+    with LocalPostgres(bin_dir=require_pg15()) as pg:
         pg.create_database("cw_template")
         migrate(pg.dsn("cw_template"), partitions=TEST_PARTITIONS)
         yield pg
