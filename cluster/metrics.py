@@ -131,6 +131,9 @@ class Metrics:
         self.dead_letters = Counter("cronwheel_dead_letters", "Executions out of attempts", registry=r)
         self.reap_failures = Counter("cronwheel_reap_failures", "Reaped rows (or rounds) that failed; retried",
                                      registry=r)
+        self.overrun_sessions_ended = Counter(
+            "cronwheel_overrun_sessions_ended",
+            "Database sessions this node ended: a transaction past the lease TTL (PostgreSQL < 17)", registry=r)
         self.stuck = Gauge("cronwheel_stuck_executions", "Running past lease + grace", registry=r)
         self.success_alerts = Gauge("cronwheel_success_alerts", "Schedules whose dead man's switch is raised",
                                     registry=r)

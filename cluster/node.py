@@ -49,6 +49,7 @@ from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookMetrics, Web
 from cronwheel.errors import CronwheelError, InvalidArgument, Unavailable
 from cronwheel.heap import freeze_startup_heap
 from cronwheel.storage import PgStore, SessionLimits, StoreConfig
+from cronwheel.storage.db import Database
 from cronwheel.storage.notifications import parse_queued_at
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
@@ -252,18 +253,8 @@ class Node:
         session whose transaction outlived its limit (storage/db.py SessionLimits). Returns at
         once on PostgreSQL 17 and later, where each session carries the limit itself."""
         while not self._stop.is_set():
-            try:
-                ended = await self.store.end_overrun_transactions()
-            except Unavailable:  # the database away: the fire and the claims say so already
-                ended = []
-            except CronwheelError as exc:  # e.g. a session not ours to signal: next round
-                log.warning("overrun sweep failed: %s", exc, extra={"event": "overrun_sweep_failed"})
-                ended = []
-            if ended is None:
+            if await sweep_overruns(self.store, self.metrics) is None:
                 return
-            if ended:
-                log.warning("ended %d session(s) whose transaction outlived the lease TTL", len(ended),
-                            extra={"event": "overrun_transactions_ended", "pids": ended})
             await self.clock.sleep(OVERRUN_SWEEP_EVERY_S)
 
     async def _run_tasks(self) -> None:
@@ -332,6 +323,23 @@ def _refuse_busy_port(listen: str) -> None:
 # How often a node on PostgreSQL < 17 ends the sessions past their transaction limit: a stalled
 # transaction holds its locks up to the lease TTL plus this.
 OVERRUN_SWEEP_EVERY_S = 1.0
+
+
+async def sweep_overruns(db: Database, metrics: Metrics) -> list[int] | None:
+    """One round of the sweep (`Node._end_overrun_transactions`): the server processes ended,
+    counted and logged; None where the server enforces the limit itself (PostgreSQL >= 17)."""
+    try:
+        ended = await db.end_overrun_transactions()
+    except Unavailable:  # the database away: the fire and the claims say so already
+        return []
+    except CronwheelError as exc:  # e.g. a session not ours to signal: next round
+        log.warning("overrun sweep failed: %s", exc, extra={"event": "overrun_sweep_failed"})
+        return []
+    if ended:
+        metrics.overrun_sessions_ended.inc(len(ended))
+        log.warning("ended %d session(s) whose transaction outlived the lease TTL", len(ended),
+                    extra={"event": "overrun_transactions_ended", "pids": ended})
+    return ended
 
 
 def session_limits(lease: PartitionLeaseConfig) -> SessionLimits:

@@ -23,7 +23,8 @@ import psycopg
 import pytest
 
 from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
-from cronwheel.cluster.node import session_limits
+from cronwheel.cluster.metrics import Metrics
+from cronwheel.cluster.node import session_limits, sweep_overruns
 from cronwheel.errors import Unavailable
 from cronwheel.storage.db import (
     TRANSACTION_TIMEOUT_SINCE,
@@ -115,10 +116,11 @@ async def test_every_server_ends_a_stalled_pipeline_at_its_limit(plan_dsn: str) 
         await stalled.open()
         await peer.open()
         ended: list[int] = []
+        metrics = Metrics()
 
         async def sweep() -> None:  # the peer node's loop (cluster/node.py), quicker
             while True:
-                got = await peer.end_overrun_transactions()
+                got = await sweep_overruns(peer, metrics)
                 if got is None:
                     return
                 ended.extend(got)
@@ -151,3 +153,4 @@ async def test_every_server_ends_a_stalled_pipeline_at_its_limit(plan_dsn: str) 
             assert sweeper.done() and not ended  # nothing to sweep: the server ended it
         else:
             assert ended == [pid], "the peer's sweep ended the stalled session, and only it"
+        assert metrics.registry.get_sample_value("cronwheel_overrun_sessions_ended_total") == len(ended)
