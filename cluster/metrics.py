@@ -50,7 +50,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
 
 from cronwheel.clock import Clock
-from cronwheel.cluster.api.handlers import responses, rewrap
+from cronwheel.cluster.api.handlers import responses, rewrap, wrapped_once
 from cronwheel.cluster.dispatch.policy import PRIORITIES
 from cronwheel.errors import Unavailable
 from cronwheel.storage import PgStore
@@ -228,10 +228,23 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, metrics: Metrics, clock: Clock) -> None:
         self.metrics = metrics
         self.clock = clock
+        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
 
-    def _done(self, service: str, name: str, started: float, code: grpc.StatusCode) -> None:
-        self.metrics.rpc_handled.labels(service, name, code.name).inc()
-        self.metrics.rpc_seconds.labels(service, name).observe(self.clock.monotonic() - started)
+    def _recorder(self, method: str) -> Callable[[float, grpc.StatusCode], None]:
+        """What ends one call of `method`: its count by code and its duration, into children
+        looked up once per method and code (`labels()` takes a lock and hashes its labels)."""
+        service, name = _split(method)
+        seconds = self.metrics.rpc_seconds.labels(service, name)
+        handled: dict[grpc.StatusCode, Any] = {}
+
+        def done(started: float, code: grpc.StatusCode) -> None:
+            counter = handled.get(code)
+            if counter is None:
+                counter = handled[code] = self.metrics.rpc_handled.labels(service, name, code.name)
+            counter.inc()
+            seconds.observe(self.clock.monotonic() - started)
+
+        return done
 
     @staticmethod
     def _code(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException | None) -> grpc.StatusCode:
@@ -247,7 +260,7 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
         return grpc.StatusCode.CANCELLED if isinstance(exc, asyncio.CancelledError) else grpc.StatusCode.UNKNOWN
 
     def _unary(self, inner: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Awaitable[Any]]:
-        service, name = _split(method)
+        done = self._recorder(method)
 
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started, exc = self.clock.monotonic(), None
@@ -257,12 +270,12 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
                 exc = e
                 raise
             finally:
-                self._done(service, name, started, self._code(context, exc))
+                done(started, self._code(context, exc))
 
         return behavior
 
     def _streaming(self, inner: Callable[..., Any], method: str) -> Callable[..., AsyncIterator[Any]]:
-        service, name = _split(method)
+        done = self._recorder(method)
 
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             started, exc = self.clock.monotonic(), None
@@ -273,7 +286,7 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
                 exc = e
                 raise
             finally:
-                self._done(service, name, started, self._code(context, exc))
+                done(started, self._code(context, exc))
 
         return behavior
 
@@ -282,8 +295,5 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        if handler is None:
-            return handler
-        method = details.method
-        return rewrap(handler, method, self._unary, self._streaming)
+        return await wrapped_once(self._handlers, continuation, details,
+                                  lambda handler, method: rewrap(handler, method, self._unary, self._streaming))

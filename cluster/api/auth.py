@@ -38,7 +38,6 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -50,7 +49,7 @@ from cronwheel import errors as e
 from cronwheel.clock import Clock
 from cronwheel.cluster.api import requests
 from cronwheel.cluster.api.grpc_errors import details, status_of
-from cronwheel.cluster.api.handlers import responses, rewrap
+from cronwheel.cluster.api.handlers import responses, rewrap, wrapped_once
 from cronwheel.cluster.api.tokens import TokenCache
 from cronwheel.cluster.commands.values import text
 from cronwheel.errors import InvalidArgument
@@ -198,6 +197,10 @@ def abort_args(exc: e.CronwheelError) -> tuple[grpc.StatusCode, str]:
 
 
 async def _fail(context: grpc.aio.ServicerContext[Any, Any], exc: Exception, method: str) -> None:
+    """Ends a call that raised `exc` with its status (the one place errors are mapped); an abort
+    the servicer made itself goes on as it is."""
+    if isinstance(exc, grpc.aio.AbortError):
+        raise exc
     if isinstance(exc, e.CronwheelError) and not isinstance(exc, e.Internal):
         code, message = abort_args(exc)
         await context.abort(code, message, trailing_metadata=details(exc, code))
@@ -231,6 +234,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self.config = config
         self.tokens = tokens
         self.clock = clock
+        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         if config.dev:
             log.warning("authentication disabled (dev mode): every call is an admin of tenant 'default'",
                         extra={"event": "auth_dev_mode"})
@@ -244,33 +248,32 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             raise e.PermissionDenied(f"{method.rsplit('/', 1)[-1]} is admin-only")
         return caller
 
-    @asynccontextmanager
-    async def _call(self, context: grpc.aio.ServicerContext[Any, Any], method: str) -> AsyncIterator[None]:
-        """Around one call: the caller set for it, every error mapped (the one place)."""
-        token = None
-        try:
-            token = _CALLER.set(self._authorize(context, method))
-            yield
-        except grpc.aio.AbortError:
-            raise
-        except Exception as exc:
-            await _fail(context, exc, method)
-        finally:
-            if token is not None:
-                _CALLER.reset(token)
-
     def _unary(self, inner: Behavior, method: str) -> Callable[..., Awaitable[Any]]:
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            async with self._call(context, method):
+            token = None
+            try:  # inline, not an async context manager: this runs on every call
+                token = _CALLER.set(self._authorize(context, method))
                 return await inner(_checked(request), context)
+            except Exception as exc:
+                await _fail(context, exc, method)
+            finally:
+                if token is not None:
+                    _CALLER.reset(token)
 
         return behavior
 
     def _streaming(self, inner: Behavior, method: str) -> Callable[..., AsyncIterator[Any]]:
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-            async with self._call(context, method):
+            token = None
+            try:
+                token = _CALLER.set(self._authorize(context, method))
                 async for item in responses(inner(_checked(request), context)):
                     yield item
+            except Exception as exc:
+                await _fail(context, exc, method)
+            finally:
+                if token is not None:
+                    _CALLER.reset(token)
 
         return behavior
 
@@ -279,10 +282,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        method = details.method
-        if handler is None or not method.startswith(PROTECTED_PREFIX):
-            return handler  # health, reflection, unknown methods (UNIMPLEMENTED)
+        return await wrapped_once(self._handlers, continuation, details, self._wrap)
+
+    def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        if not method.startswith(PROTECTED_PREFIX):
+            return handler  # health, reflection
         return rewrap(handler, method, self._unary, self._streaming,
                       requests.tolerant(handler.request_deserializer))
 
