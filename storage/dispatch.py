@@ -357,10 +357,10 @@ class DispatchPort:
         row = await cur.fetchone()
         return None if row is None else Reaped(row[0], row[1], row[2], row[3], row[4], row[5])
 
-    async def requeue_retries(self, conn: Conn, partition: int, epoch: int, now: datetime) -> int:
-        """Retries whose backoff has passed become claimable; how many."""
+    async def requeue_retries(self, conn: Conn, partition: int, epoch: int, now: datetime) -> list[str]:
+        """Retries whose backoff has passed become claimable; the job type of each."""
         cur = await conn.execute(q("requeue_retries"), {"partition": partition, "epoch": epoch, "now": now})
-        return len(await cur.fetchall())
+        return [r[2] for r in await cur.fetchall()]
 
     async def dead_mans_switch(self, conn: Conn, partition: int, epoch: int, now: datetime) -> list[SuccessAlert]:
         cur = await conn.execute(q("dead_mans_switch"), {"partition": partition, "epoch": epoch, "now": now})

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -42,6 +42,9 @@ from cronwheel.storage.executions import ExecutionFilter, SubmittedJob
 from cronwheel.storage.schedules import ScheduleFilter
 from cronwheel.v1 import common_pb2, enums, scheduler_pb2, scheduler_pb2_grpc
 
+if TYPE_CHECKING:
+    from cronwheel.cluster.metrics import Metrics
+
 Ctx: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 NIL_UUID = "00000000-0000-0000-0000-000000000000"
 
@@ -55,12 +58,19 @@ def _filter_text(value: str, field: str) -> str | None:
 
 class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
     def __init__(self, store: PgStore, clock: Clock, partitions: Callable[[], int],
-                 retention: timedelta = DEFAULT_RETENTION) -> None:
+                 retention: timedelta = DEFAULT_RETENTION, metrics: Metrics | None = None) -> None:
         self.store = store
         self.clock = clock
+        self.metrics = metrics
         self.partitions = partitions  # read per call: known once the node has read the database
         self.retention = retention
         self.batcher = SubmitBatcher(store, clock)
+
+    def _entered(self, *pairs: tuple[str, str]) -> None:
+        """Executions this call moved into a state, (state, job type) each: the API's part of
+        `cronwheel_executions_entered_total` (docs/operating.md, where each state is counted)."""
+        if self.metrics is not None and pairs:
+            self.metrics.executions_entered(pairs)
 
     # ------------------------------------------------------------------------------ schedules
 
@@ -150,6 +160,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         row, dedup = await runs.trigger_schedule(
             self.store, sid, self.clock.now(), caller.scope(), actor=caller.name, payload=payload,
             overlap_policy=overlap, idempotency_key=request.idempotency_key, reason=request.reason)
+        if not dedup:
+            self._entered((row["state"], row["type"]))
         return scheduler_pb2.TriggerScheduleResponse(execution=cv.execution_out(row), deduplicated=dedup)
 
     async def BackfillSchedule(self, request: scheduler_pb2.BackfillScheduleRequest,  # noqa: N802
@@ -162,6 +174,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         end = cv.opt_dt(request.range, "end_time", "range.end_time")
         res = await runs.backfill_schedule(self.store, sid, start, end, self.clock.now(), caller.scope(),
                                            actor=caller.name, reason=request.reason)
+        self._entered(*(("queued", res.job_type) for _ in res.created))
         return scheduler_pb2.BackfillScheduleResponse(
             created_count=len(res.created), existing_count=res.existing_count,
             execution_ids=[str(i) for i, _ in res.created])
@@ -224,6 +237,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         if not tracing.enabled():
             job = runs.prepare_job(self._job(request, tenant), self.clock.now(), self.partitions())
             row, dedup = await self.batcher.submit(job)  # validated first: a bad call never joins a group
+            if not dedup:
+                self._entered((row["state"], job.type))
             return _submitted(job, row, dedup)
         with tracing.span("submit", attributes={"rpc.method": "SubmitJob", "cronwheel.jobs": 1}):
             job = runs.prepare_job(self._job(request, tenant), self.clock.now(), self.partitions())
@@ -232,6 +247,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
                 row, dedup = await self.batcher.submit(traced[0])
             finally:
                 tracing.end_all(fires)
+        if not dedup:
+            self._entered((row["state"], job.type))
         return _submitted(job, row, dedup)
 
     async def SubmitJobs(self, request: scheduler_pb2.SubmitJobsRequest,  # noqa: N802
@@ -270,6 +287,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
                                          now, brief=True)
         else:
             got = await runs.submit_jobs(self.store, prepare(0, n), now, brief=True)
+        self._entered(*((r["state"], j.type) for j, (r, dedup) in zip(jobs, got, strict=True) if not dedup))
         state = enums.by_name(cv.STATE)
         stamps: dict[datetime, Timestamp] = {}  # the jobs of a call share a few run_at values
 
@@ -317,8 +335,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
                               context: Ctx) -> scheduler_pb2.CancelExecutionResponse:
         caller = current_caller()
         eid = cv.req_uuid(request.execution_id, "execution_id")
-        row = await runs.cancel_execution(self.store, eid, self.clock.now(), caller.scope(), actor=caller.name,
-                                          reason=request.reason)
+        row, entered = await runs.cancel_execution(self.store, eid, self.clock.now(), caller.scope(),
+                                                   actor=caller.name, reason=request.reason)
+        if entered:
+            self._entered(("cancelled", row["type"]))
         return scheduler_pb2.CancelExecutionResponse(execution=cv.execution_out(row))
 
     async def RetryExecution(self, request: scheduler_pb2.RetryExecutionRequest,  # noqa: N802
@@ -329,6 +349,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         row = await runs.retry_execution(self.store, eid, self.clock.now(), caller.scope(), actor=caller.name,
                                          additional_attempts=extra, run_at=cv.opt_dt(request, "run_at", "run_at"),
                                          reason=request.reason)
+        self._entered((row["state"], row["type"]))  # dead, cancelled or skipped -> queued or retry_scheduled
         return scheduler_pb2.RetryExecutionResponse(execution=cv.execution_out(row))
 
 

@@ -116,6 +116,7 @@ async def trigger_schedule(store: PgStore, schedule_id: uuid.UUID, now: datetime
 class BackfillResult:
     created: list[tuple[uuid.UUID, datetime]] = field(default_factory=list)  # in tick order
     existing_count: int = 0
+    job_type: str = ""  # the schedule's: the type of every execution created
 
 
 def backfill_ticks(cron: CronSchedule, start: datetime, end: datetime,
@@ -171,7 +172,7 @@ async def backfill_schedule(store: PgStore, schedule_id: uuid.UUID, start: datet
                                               "created": len(created), "existing": n - len(created)}), conn)
         if created:
             await store.executions.notify_queued(conn, sched["priority"])
-    return BackfillResult(created, n - len(created))
+    return BackfillResult(created, n - len(created), sched["job_type"])
 
 
 # ---------------------------------------------------------------------------------- one-off jobs
@@ -513,15 +514,16 @@ async def _lock_execution(store: PgStore, conn: Conn, execution_id: uuid.UUID, t
 
 
 async def cancel_execution(store: PgStore, execution_id: uuid.UUID, now: datetime, tenant: str | None,
-                           actor: str = "api", reason: str = "") -> Row:
+                           actor: str = "api", reason: str = "") -> tuple[Row, bool]:
     """scheduled/queued/retry_scheduled -> cancelled; running -> cancel_requested. Cancelling a
-    cancelled execution, or asking a running one again, returns it unchanged."""
+    cancelled execution, or asking a running one again, returns it unchanged. Returns (execution,
+    whether this call moved it into `cancelled`)."""
     reason = reason_text(reason)
     async with store.transaction() as conn:
         row = await _lock_execution(store, conn, execution_id, tenant)
         state = row["state"]
         if state == "cancelled" or (state == "running" and row["cancel_requested"]):
-            return row
+            return row, False
         if state not in (*CANCELLABLE, "running"):
             raise FailedPrecondition(f"execution {execution_id} is {state}: only scheduled, queued, "
                                      f"retry_scheduled and running executions can be cancelled")
@@ -538,7 +540,7 @@ async def cancel_execution(store: PgStore, execution_id: uuid.UUID, now: datetim
             # It was a run ahead of a buffered one (overlap buffer_*): that one may start now.
             if await store.executions.release_buffered(conn, row["schedule_id"], now):
                 await store.executions.notify_queued(conn, "buffered")
-    return new
+    return new, new["state"] == "cancelled"
 
 
 async def retry_execution(store: PgStore, execution_id: uuid.UUID, now: datetime, tenant: str | None,

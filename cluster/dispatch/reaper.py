@@ -150,7 +150,9 @@ class Reaper:
                     data={"last_success_at": alert.last_success_at.isoformat() if alert.last_success_at else None,
                           "within_s": alert.within_s},
                     conn=conn)
-        n = len(changed) + requeued
+        if requeued and self.metrics is not None:  # committed: counted
+            self.metrics.executions_entered(("queued", job_type) for job_type in requeued)
+        n = len(changed) + len(requeued)
         if n:
             self.reaped += n
             self.wake()

@@ -112,3 +112,54 @@ def test_cron_ticks_on_the_fast_path_are_counted_with_their_job_type_where_they_
     with grpc.insecure_channel(cluster.nodes["n1"].address) as ch:
         scheduler_pb2_grpc.SchedulerServiceStub(ch).DeleteSchedule(
             scheduler_pb2.DeleteScheduleRequest(schedule_id=s.id), timeout=10)
+
+
+def test_what_the_api_moves_is_counted_on_the_node_that_served_the_call(cluster: ProcessCluster) -> None:
+    """SubmitJob(s), TriggerSchedule, BackfillSchedule, CancelExecution and RetryExecution count
+    the states they move executions into; a deduplicated submit or a repeated cancel moves
+    nothing and counts nothing (these were not counted before)."""
+    from datetime import UTC, datetime, timedelta
+
+    from cronwheel.client import Client, JobSpec
+
+    n1, n2 = cluster.nodes["n1"], cluster.nodes["n2"]
+    with Client(n1.address) as client:
+        client.submit("api-now", idempotency_key="k1")
+        client.submit("api-now", idempotency_key="k1")  # deduplicated: moves nothing
+        later = client.submit("api-later", delay=timedelta(hours=1))
+        client.submit_many([JobSpec("api-now", {"i": i}) for i in range(3)])
+        client.cancel(later.id)
+        client.cancel(later.id)  # already cancelled: moves nothing
+        client.retry(later.id)
+        sched = client.create_schedule("api-metrics", "* * * * *", "api-cron", timezone="UTC",
+                                       misfire_policy="skip", paused=True)
+        client.trigger(sched.id)
+        now = datetime.now(UTC).replace(second=0, microsecond=0)
+        client.backfill(sched.id, now - timedelta(minutes=3), now)
+    assert value(n1, ENTERED, state="queued", job_type="api-now") == 4
+    assert value(n1, ENTERED, state="scheduled", job_type="api-later") == 1
+    assert value(n1, ENTERED, state="cancelled", job_type="api-later") == 1
+    assert value(n1, ENTERED, state="queued", job_type="api-later") == 1  # the retry
+    assert value(n1, ENTERED, state="queued", job_type="api-cron") == 4  # the trigger and 3 backfilled ticks
+    for job_type in ("api-now", "api-later", "api-cron"):
+        assert value(n2, ENTERED, state="queued", job_type=job_type) == 0
+
+
+def test_a_retry_the_reaper_requeues_is_counted_on_the_partition_owner(cluster: ProcessCluster) -> None:
+    with grpc.insecure_channel(cluster.nodes["n1"].address) as ch:
+        ex = scheduler_pb2_grpc.SchedulerServiceStub(ch).SubmitJob(scheduler_pb2.SubmitJobRequest(
+            type="requeued", retry_policy=common_pb2.RetryPolicy(
+                max_attempts=2, initial_backoff=Duration(seconds=1))), timeout=10).execution
+    leased = lease_one(cluster.nodes["n1"], "requeued", 30)
+    with grpc.insecure_channel(cluster.nodes["n1"].address) as ch:
+        out = dispatch_pb2_grpc.DispatchServiceStub(ch).FailExecution(dispatch_pb2.FailExecutionRequest(
+            execution_id=ex.id, fencing_token=leased.fencing_token, worker_id="w-metrics", error="again",
+            retryable=True, error_type="Again"), timeout=10)
+    assert out.state == common_pb2.EXECUTION_STATE_RETRY_SCHEDULED
+    owner_name = cluster.owners()[ex.partition][0]
+    owner = cluster.nodes[owner_name]
+    other = cluster.nodes["n2" if owner_name == "n1" else "n1"]
+    submitted_on_owner = 1 if owner_name == "n1" else 0  # the submit's own `queued`
+    wait_until(lambda: value(owner, ENTERED, state="queued", job_type="requeued") == submitted_on_owner + 1, 30,
+               f"the reaper's requeue in {owner_name}'s state counters")
+    assert value(other, ENTERED, state="queued", job_type="requeued") == 1 - submitted_on_owner

@@ -279,13 +279,15 @@ async def set_state(store: PgStore, eid: uuid.UUID, state: str, attempt: int = 0
 
 async def test_cancel_stops_unstarted_work_and_asks_running_work_to_stop(store: PgStore) -> None:
     queued, _ = await runs.submit_job(store, runs.JobSpec(tenant="acme", type="t"), NOW, P)
-    c = await runs.cancel_execution(store, queued["id"], NOW, "acme", actor="ops", reason="typo")
+    c, entered = await runs.cancel_execution(store, queued["id"], NOW, "acme", actor="ops", reason="typo")
     assert c["state"] == "cancelled" and c["state_reason"] == "cancelled by ops: typo" and c["finished_at"] == NOW
-    assert (await runs.cancel_execution(store, queued["id"], NOW, "acme"))["state"] == "cancelled"  # unchanged
+    assert entered
+    again, entered = await runs.cancel_execution(store, queued["id"], NOW, "acme")
+    assert again["state"] == "cancelled" and not entered  # unchanged
     running, _ = await runs.submit_job(store, runs.JobSpec(tenant="acme", type="t"), NOW, P)
     await set_state(store, running["id"], "running", 1)
-    r = await runs.cancel_execution(store, running["id"], NOW, "acme")
-    assert r["state"] == "running" and r["cancel_requested"]
+    r, entered = await runs.cancel_execution(store, running["id"], NOW, "acme")
+    assert r["state"] == "running" and r["cancel_requested"] and not entered  # the worker's report decides
     done, _ = await runs.submit_job(store, runs.JobSpec(tenant="acme", type="t"), NOW, P)
     await set_state(store, done["id"], "succeeded", 1)
     with pytest.raises(FailedPrecondition):

@@ -290,7 +290,7 @@ UPDATE executions
  WHERE partition = %(partition)s AND state = 'retry_scheduled'
    AND cronwheel_retry_due(state, run_at, %(now)s)
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
-RETURNING id, priority;
+RETURNING id, priority, type;
 
 -- name: finished_outcome
 -- The recorded outcome of a run, to answer a repeated Complete/Fail with the same token.
