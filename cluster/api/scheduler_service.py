@@ -69,7 +69,11 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
     def _entered(self, *pairs: tuple[str, str]) -> None:
         """Executions this call moved into a state, (state, job type) each: the API's part of
         `cronwheel_executions_entered_total` (docs/operating.md, where each state is counted)."""
-        if self.metrics is not None and pairs:
+        if self.metrics is None or not pairs:
+            return
+        if len(pairs) == 1:  # a SubmitJob: no tally for one pair
+            self.metrics.execution_entered(*pairs[0])
+        else:
             self.metrics.executions_entered(pairs)
 
     # ------------------------------------------------------------------------------ schedules
