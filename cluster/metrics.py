@@ -134,6 +134,12 @@ class Metrics:
         self.overrun_sessions_ended = Counter(
             "cronwheel_overrun_sessions_ended",
             "Database sessions this node ended: a transaction past the lease TTL (PostgreSQL < 17)", registry=r)
+        self.overrun_sessions_unpoliced = Gauge(
+            "cronwheel_overrun_sessions_unpoliced",
+            "Other node sessions this node's overrun sweep cannot end: their transaction start hidden from its "
+            "role, or not its to signal (PostgreSQL < 17)",
+            registry=r,
+        )
         self.stuck = Gauge("cronwheel_stuck_executions", "Running past lease + grace", registry=r)
         self.success_alerts = Gauge("cronwheel_success_alerts", "Schedules whose dead man's switch is raised",
                                     registry=r)

@@ -49,7 +49,7 @@ from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookMetrics, Web
 from cronwheel.errors import CronwheelError, InvalidArgument, Unavailable
 from cronwheel.heap import freeze_startup_heap
 from cronwheel.storage import PgStore, SessionLimits, StoreConfig
-from cronwheel.storage.db import Database
+from cronwheel.storage.db import Database, OverrunSweep
 from cronwheel.storage.notifications import parse_queued_at
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
@@ -250,11 +250,15 @@ class Node:
 
     async def _end_overrun_transactions(self) -> None:
         """PostgreSQL 15 and 16 have no `transaction_timeout`: once a second, end any node's
-        session whose transaction outlived its limit (storage/db.py SessionLimits). Returns at
-        once on PostgreSQL 17 and later, where each session carries the limit itself."""
+        session whose transaction outlived its limit (storage/db.py SessionLimits), and report
+        the ones this node's role cannot end (`sweep_overruns`). Returns at once on PostgreSQL 17
+        and later, where each session carries the limit itself."""
+        reported = 0
         while not self._stop.is_set():
-            if await sweep_overruns(self.store, self.metrics) is None:
+            sweep = await sweep_overruns(self.store, self.metrics, reported)
+            if sweep is None:
                 return
+            reported = sweep.unpoliced
             await self.clock.sleep(OVERRUN_SWEEP_EVERY_S)
 
     async def _run_tasks(self) -> None:
@@ -325,21 +329,38 @@ def _refuse_busy_port(listen: str) -> None:
 OVERRUN_SWEEP_EVERY_S = 1.0
 
 
-async def sweep_overruns(db: Database, metrics: Metrics) -> list[int] | None:
+async def sweep_overruns(db: Database, metrics: Metrics, reported: int = 0) -> OverrunSweep | None:
     """One round of the sweep (`Node._end_overrun_transactions`): the server processes ended,
-    counted and logged; None where the server enforces the limit itself (PostgreSQL >= 17)."""
+    counted and logged; the node sessions it cannot police, the gauge set to their count and a
+    warning logged when that count is above 0 and differs from `reported`, the previous round's
+    (a lasting misconfiguration is logged once, not every second). A failed round ends nothing
+    and keeps `reported` as its count. None where the server enforces the limit itself
+    (PostgreSQL >= 17)."""
     try:
-        ended = await db.end_overrun_transactions()
+        sweep = await db.end_overrun_transactions()
     except Unavailable:  # the database away: the fire and the claims say so already
-        return []
-    except CronwheelError as exc:  # e.g. a session not ours to signal: next round
+        return OverrunSweep(ended=(), unpoliced=reported)
+    except CronwheelError as exc:  # unexpected (the statement ends only what it may): next round
         log.warning("overrun sweep failed: %s", exc, extra={"event": "overrun_sweep_failed"})
-        return []
-    if ended:
-        metrics.overrun_sessions_ended.inc(len(ended))
-        log.warning("ended %d session(s) whose transaction outlived the lease TTL", len(ended),
-                    extra={"event": "overrun_transactions_ended", "pids": ended})
-    return ended
+        return OverrunSweep(ended=(), unpoliced=reported)
+    if sweep is None:
+        return None
+    if sweep.ended:
+        metrics.overrun_sessions_ended.inc(len(sweep.ended))
+        log.warning(
+            "ended %d session(s) whose transaction outlived the lease TTL",
+            len(sweep.ended),
+            extra={"event": "overrun_transactions_ended", "pids": list(sweep.ended)},
+        )
+    metrics.overrun_sessions_unpoliced.set(sweep.unpoliced)
+    if sweep.unpoliced and sweep.unpoliced != reported:
+        log.warning(
+            "%d node session(s) the overrun sweep cannot end: grant the nodes' role pg_signal_backend "
+            "and pg_read_all_stats, or run every node as one role",
+            sweep.unpoliced,
+            extra={"event": "overrun_sweep_unpoliced", "sessions": sweep.unpoliced},
+        )
+    return sweep
 
 
 def session_limits(lease: PartitionLeaseConfig) -> SessionLimits:

@@ -112,6 +112,26 @@ TX_LIMIT_PATTERN = rf"\[{_TX_LIMIT_PREFIX}(\d+)ms\]$"
 _APPLICATION_NAME_MAX = 63  # NAMEDATALEN - 1: longer names are cut by the server
 
 
+@dataclass(frozen=True, slots=True)
+class OverrunSweep:
+    """One round of the sweep of sessions past their transaction limit (`end_overrun_sessions`)."""
+
+    ended: tuple[int, ...]  # the server processes ended this round
+    # The other tagged sessions whose transaction start this session's role cannot see, or that
+    # it may not end (PostgreSQL's rules, in the statement): a stall there is never ended by it.
+    unpoliced: int
+
+
+async def end_overrun_sessions(conn: AsyncConnection[Any]) -> OverrunSweep:
+    """One round of the sweep on `conn`, on any server version (`Database.end_overrun_transactions`
+    runs it where it is needed: PostgreSQL < 17)."""
+    cur = await conn.execute(q("end_overrun_transactions"), {"pattern": TX_LIMIT_PATTERN})
+    row = await cur.fetchone()
+    assert row is not None  # one row, always
+    ended, unpoliced = row
+    return OverrunSweep(ended=tuple(int(pid) for pid in ended), unpoliced=int(unpoliced))
+
+
 def tx_limit_name(own: str, limit_ms: int) -> str:
     """`own` application_name with the limit tagged on (`own` shortened so the tag survives)."""
     tag = f"[{_TX_LIMIT_PREFIX}{limit_ms}ms]"
@@ -228,17 +248,17 @@ class Database:
         except psycopg.Error as exc:
             raise map_error(exc) from exc
 
-    async def end_overrun_transactions(self) -> list[int] | None:
+    async def end_overrun_transactions(self) -> OverrunSweep | None:
         """End the sessions (any node's) whose transaction has lasted longer than the limit their
         application_name carries (SessionLimits, PostgreSQL < 17), so that a node stopped in the
         middle of a pipelined transaction holds its locks no longer there than on a server with
-        `transaction_timeout`. Returns the server processes ended; None where the server ends
-        them itself (PostgreSQL >= 17: nothing to sweep, ever)."""
+        `transaction_timeout`. Returns what the round ended and which tagged sessions this
+        node's role cannot police (`end_overrun_sessions`); None where the server ends them
+        itself (PostgreSQL >= 17: nothing to sweep, ever)."""
         async with self.connection() as conn:
             if conn.info.server_version >= TRANSACTION_TIMEOUT_SINCE:
                 return None
-            cur = await conn.execute(q("end_overrun_transactions"), {"pattern": TX_LIMIT_PATTERN})
-            return [int(pid) for pid, ended in await cur.fetchall() if ended]
+            return await end_overrun_sessions(conn)
 
     async def __aenter__(self) -> Self:
         return await self.open()
