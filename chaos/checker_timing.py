@@ -7,6 +7,8 @@
                            queued that early by design), no other tick before its run_at, beyond
                            the clock skew of the node that fired it; and no run started (was
                            claimed) before its run_at, beyond the skew of the node that claimed it
+                           (a job due within QUEUED_AT_SUBMIT_WITHIN of its submission is queued
+                           by the submit, not fired: no fired_at, only its start is checked)
     fire_lag_bounded       every tick and delayed job fired (or got its misfire record) within
                            LAG_BOUND_S of its run_at, unless the partition changed hands right then
                            (then within LAG_BOUND_S of the new owner's acquisition) or a fault that

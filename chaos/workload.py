@@ -18,8 +18,11 @@ replace schedules):
     hourly-kolkata          @hourly           Asia/Kolkata          catch_up   tick (fires at :30 UTC)
 
 One-off jobs, from a seeded rng (the same sequence for a seed): `tick` (60%), `flaky` (25%),
-`long` checkpointing jobs of 3-6 s (15%); 30% due at once, the rest delayed 0.5-6 s. Each has an
-idempotency key, so a submission retried across a PostgreSQL restart is stored once.
+`long` checkpointing jobs of 3-6 s (15%); 30% due at once, 40% delayed 0.5-6 s (queued at
+submission, claimed from their run_at: QUEUED_AT_SUBMIT_WITHIN), 30% delayed 11-20 s (scheduled,
+queued by their partition's owner a second ahead, so the owners' failover is exercised for one-off
+jobs too). Each has an idempotency key, so a submission retried across a PostgreSQL restart is
+stored once.
 
 Tenancy (created through the tenant API before any traffic, `TENANT_LIMITS`): every
 `BURST_EVERY`-th submission also sends two bursts with submit_many, so the limits bind while the
@@ -120,7 +123,8 @@ def job_plan(seed: int, i: int) -> tuple[str, float, dict[str, Any]]:
     """The i-th one-off job of a seed: (type, delay_s, payload). Pure."""
     rng = random.Random(f"{seed}:job:{i}")
     kind = rng.choices(("tick", "flaky", "long"), weights=(60, 25, 15))[0]
-    delay = 0.0 if rng.random() < 0.3 else round(rng.uniform(0.5, 6.0), 2)
+    r = rng.random()
+    delay = 0.0 if r < 0.3 else round(rng.uniform(0.5, 6.0), 2) if r < 0.7 else round(rng.uniform(11.0, 20.0), 2)
     payload: dict[str, Any] = {"i": i}
     if kind == "long":
         payload.update(steps=rng.randint(12, 24), step_s=0.25)

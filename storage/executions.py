@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import LiteralString
 
 from cronwheel.storage.api import Conn, Row, decoding_cursor, json_text, notify_due, notify_queued, row, rows
 from cronwheel.storage.db import Database
-from cronwheel.storage.notifications import oneoff_batch_payloads
+from cronwheel.storage.notifications import oneoff_batch_payloads, queued_at_payload
 from cronwheel.storage.queries import q
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -81,11 +81,32 @@ class _QuotaFound(Exception):  # noqa: N818 - a marker: roll back, the counted p
     pass
 
 
-def _announced(jobs: Sequence[SubmittedJob]) -> tuple[list[tuple[int, uuid.UUID, datetime]], list[str]]:
-    """What a submit announces at commit (`notify_submitted`): its scheduled jobs (partition, id,
-    run_at) and the priorities it queued."""
-    return ([(j.partition, j.id, j.run_at) for j in jobs if j.state == "scheduled"],
-            sorted({j.priority for j in jobs if j.state == "queued"}))
+def announced(jobs: Iterable[tuple[int, uuid.UUID, datetime, str, str]], now: datetime
+              ) -> tuple[list[tuple[int, uuid.UUID, datetime]], list[str]]:
+    """What a submit announces at commit (`notify_submitted`), from its jobs' (partition, id,
+    run_at, state, priority): its scheduled jobs (partition, id, run_at) for their owners, and
+    the cronwheel_queued payloads: each priority queued due now, and `at:` the soonest run_at of
+    those queued ahead of it (cluster/commands/values.py QUEUED_AT_SUBMIT_WITHIN), so waiting
+    calls wake when it is due, not now."""
+    due: list[tuple[int, uuid.UUID, datetime]] = []
+    now_priorities: set[str] = set()
+    soonest: datetime | None = None
+    for partition, ident, run_at, state, priority in jobs:
+        if state == "scheduled":
+            due.append((partition, ident, run_at))
+        elif state == "queued":
+            if run_at <= now:
+                now_priorities.add(priority)
+            elif soonest is None or run_at < soonest:
+                soonest = run_at
+    payloads = sorted(now_priorities)
+    if soonest is not None:
+        payloads.append(queued_at_payload(soonest.timestamp()))
+    return due, payloads
+
+
+def _announced(jobs: Sequence[SubmittedJob], now: datetime) -> tuple[list[tuple[int, uuid.UUID, datetime]], list[str]]:
+    return announced(((j.partition, j.id, j.run_at, j.state, j.priority) for j in jobs), now)
 
 
 def _any_unique(jobs: Sequence[SubmittedJob]) -> bool:
@@ -243,7 +264,7 @@ class ExecutionsPort:
                 await quota.execute(q("api_daily_quotas"), {"tenants": sorted({j.tenant for j in jobs})})
                 await ins.execute(_insert_query(brief, _any_unique(jobs)), {**self._many(jobs, now),
                                                                             "unless_quota": True})
-                await self.notify_submitted(conn, *_announced(jobs))
+                await self.notify_submitted(conn, *_announced(jobs, now))
             if await quota.fetchall():
                 return None
             return list(await ins.fetchall())
@@ -278,7 +299,7 @@ class ExecutionsPort:
                         await ins.execute(_insert_query(brief), {**self._many(chunk, now), "unless_quota": False})
                         inserts.append(ins)
                         drawn.extend(chunk)
-                    await self.notify_submitted(conn, *_announced(drawn))
+                    await self.notify_submitted(conn, *_announced(drawn, now))
                     quota = await conn.execute(q("api_daily_quotas"), {"tenants": sorted({j.tenant for j in drawn})})
                     if await quota.fetchall():
                         raise _QuotaFound
@@ -318,14 +339,15 @@ class ExecutionsPort:
         return {r["tenant"]: int(r["used"]) for r in got}
 
     async def notify_submitted(self, conn: Conn, due: Sequence[tuple[int, uuid.UUID, datetime]],
-                               priorities: Sequence[str]) -> None:
+                               queued: Sequence[str]) -> None:
         """At commit, coalesced: the partition owners learn of the scheduled one-offs `due`
         (partition, id, run_at) with their run_at (no lookup per job), and dispatchers wake once
-        per queued priority. One statement per kind, whatever the number of jobs."""
+        per cronwheel_queued payload (`announced`: a queued priority, or `at:` an instant). One
+        statement per kind, whatever the number of jobs."""
         if due:
             await conn.execute(q("notify_due_many"), {"payloads": oneoff_batch_payloads(due)})
-        if priorities:
-            await conn.execute(q("notify_queued_many"), {"payloads": sorted(set(priorities))})
+        if queued:
+            await conn.execute(q("notify_queued_many"), {"payloads": sorted(set(queued))})
 
     async def insert_run(self, conn: Conn, run: ManualRun, now: datetime) -> Row | None:
         """None when the tick or the idempotency key is taken."""

@@ -33,6 +33,7 @@ from cronwheel.cluster.commands.unique import UniqueSpec, unique_key
 from cronwheel.cluster.commands.unique import validate as validate_unique
 from cronwheel.cluster.commands.values import (
     MAX_RUN_AT_AHEAD,
+    QUEUED_AT_SUBMIT_WITHIN,
     JsonText,
     QuotaExceeded,
     RetryPolicy,
@@ -49,7 +50,7 @@ from cronwheel.cron import CronSchedule, OverlapAction, decide_overlap, parse_ov
 from cronwheel.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Conn, Event, Row
-from cronwheel.storage.executions import Backfill, ManualRun, Retry, SubmittedJob
+from cronwheel.storage.executions import Backfill, ManualRun, Retry, SubmittedJob, announced
 from cronwheel.storage.ids import new_execution_id
 
 MAX_BACKFILL_TICKS = 10_000
@@ -207,7 +208,8 @@ SUBMIT_CHUNK = 250
 
 def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
     """Validate one job (InvalidArgument naming the field) and give it its id, partition and
-    state: queued at once unless run_at is in the future (then scheduled). No I/O."""
+    state: queued at once unless run_at is more than QUEUED_AT_SUBMIT_WITHIN ahead (then
+    scheduled); a queued job is claimed from its run_at. No I/O."""
     tenant = text("tenant", job.tenant)
     jtype = text("type", job.type)
     payload = payload_json("payload_json", job.payload)
@@ -225,7 +227,7 @@ def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
         rule = validate_unique(job.unique)
         ukey, umask = unique_key(rule, tenant, jtype, str(payload), run_at), rule.mask
     eid = new_execution_id()
-    state = "queued" if run_at <= now else "scheduled"
+    state = "queued" if run_at <= now + QUEUED_AT_SUBMIT_WITHIN else "scheduled"
     return SubmittedJob(
         id=eid, tenant=tenant, type=jtype, payload=str(payload), partition=partition_of(eid, partitions),
         run_at=run_at, priority=priority(job.priority), state=state, max_attempts=retry.max_attempts,
@@ -402,9 +404,8 @@ async def _write_once(store: PgStore, source: Sequence[SubmittedJob] | Iterator[
                                                                          brief)}
             lost = [i for i in accepted if jobs[i].id not in inserted]
             _settle(jobs, accepted, inserted, await _read_back(store, conn, jobs, lost), results)
-            await ex.notify_submitted(
-                conn, [(r["partition"], r["id"], r["run_at"]) for r in inserted.values() if r["state"] == "scheduled"],
-                [r["priority"] for r in inserted.values() if r["state"] == "queued"])
+            await ex.notify_submitted(conn, *announced(
+                ((r["partition"], r["id"], r["run_at"], r["state"], r["priority"]) for r in inserted.values()), now))
     for i, f in aliases:
         got = results[f]
         results[i] = (got[0], True) if isinstance(got, tuple) else got

@@ -29,6 +29,12 @@ MAX_REASON = 1000
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_JSON_DEPTH = 100
 MAX_RUN_AT_AHEAD = timedelta(days=3653)
+# A one-off job due within this of its submission is stored `queued` at once and claimed from its
+# run_at (the dispatchers wake then: the submit's `at:` notification, `claim_wait`), so a short
+# delay (a retry-after, a debounce: seconds) costs no fire, which is an update of the row by its
+# partition's owner. Further out it is `scheduled` until its owner queues it
+# FiringConfig.queue_ahead_s before its run_at. docs/semantics.md, "One-off jobs".
+QUEUED_AT_SUBMIT_WITHIN = timedelta(seconds=10)
 PRIORITIES = tuple(p.value for p in Priority)
 # One search instead of a Python test per character (the submit path checks every name and payload).
 _CONTROL = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")  # control characters and lone surrogates

@@ -81,12 +81,15 @@ def test_a_dead_letter_decided_by_the_reaper_is_counted_on_the_partition_owner_o
 
 def test_a_submitted_one_off_is_counted_as_queued_where_its_partition_owner_fired_it(cluster: ProcessCluster
                                                                                      ) -> None:
-    """Fired by the firer of the partition owner (a delayed job: `scheduled`, then queued)."""
+    """Fired by the firer of the partition owner (a delayed job: `scheduled`, then queued a
+    second before its run_at; only a job due more than QUEUED_AT_SUBMIT_WITHIN ahead is)."""
     from google.protobuf.timestamp_pb2 import Timestamp
+
+    from cronwheel.cluster.commands.values import QUEUED_AT_SUBMIT_WITHIN
 
     at = Timestamp()
     at.GetCurrentTime()
-    at.seconds += 1
+    at.seconds += int(QUEUED_AT_SUBMIT_WITHIN.total_seconds()) + 1
     with grpc.insecure_channel(cluster.nodes["n1"].address) as ch:
         ex = scheduler_pb2_grpc.SchedulerServiceStub(ch).SubmitJob(scheduler_pb2.SubmitJobRequest(
             type="delayed", run_at=at), timeout=10).execution

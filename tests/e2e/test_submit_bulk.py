@@ -90,15 +90,24 @@ def test_concurrent_submits_each_get_their_own_answer(cluster: tuple[ProcessClus
 
 
 def test_a_scheduled_job_fires_at_its_run_at(cluster: tuple[ProcessCluster, str]) -> None:
+    """Jobs due more than QUEUED_AT_SUBMIT_WITHIN ahead are scheduled and fired by their owners
+    (a second before their run_at); jobs due sooner are queued by the submit itself, claimable
+    from their run_at."""
+    from cronwheel.cluster.commands.values import QUEUED_AT_SUBMIT_WITHIN
+
     c, address = cluster
-    ts = Timestamp()
-    ts.FromDatetime(datetime.now(UTC) + timedelta(seconds=1))
+    far, soon = Timestamp(), Timestamp()
+    far.FromDatetime(datetime.now(UTC) + QUEUED_AT_SUBMIT_WITHIN + timedelta(seconds=1))
+    soon.FromDatetime(datetime.now(UTC) + timedelta(seconds=1))
     got = Api(address, "acme").call("SubmitJobs", scheduler_pb2.SubmitJobsRequest(
-        jobs=[item(run_at=ts) for _ in range(50)])).results
-    assert {r.state for r in got} == {common_pb2.EXECUTION_STATE_SCHEDULED}
-    ids = [r.execution_id for r in got]
+        jobs=[item(run_at=far) for _ in range(50)] + [item(run_at=soon) for _ in range(5)])).results
+    states = [common_pb2.EXECUTION_STATE_SCHEDULED] * 50 + [common_pb2.EXECUTION_STATE_QUEUED] * 5
+    assert [r.state for r in got] == states
+    ids = [r.execution_id for r in got[:50]]
     wait_until(lambda: rows(c, "SELECT count(*) FROM executions WHERE id = ANY(%s::uuid[]) AND state <> 'scheduled'",
-                            ids) == [(50,)], 15, "the 50 jobs to be fired")
+                            ids) == [(50,)], 25, "the 50 jobs to be fired")
+    fired = rows(c, "SELECT count(*) FROM executions WHERE id = ANY(%s::uuid[]) AND fired_at IS NOT NULL", ids)
+    assert fired == [(50,)]
 
 
 def test_a_node_killed_mid_submit_loses_no_acknowledged_job() -> None:

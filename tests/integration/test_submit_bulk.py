@@ -308,3 +308,32 @@ async def test_a_refused_commit_of_chunks_reaches_the_caller_and_stores_nothing(
         assert await count(store) == 0, n
     got = await runs.submit_jobs(store, chunks(prep([job(i) for i in range(600)])), NOW)
     assert len(got) == 600 and await count(store) == 600
+
+
+async def test_a_job_due_within_queued_at_submit_within_is_stored_queued_and_announced_for_its_run_at(
+        store: PgStore) -> None:
+    """A one-off job due within QUEUED_AT_SUBMIT_WITHIN is written `queued` with its run_at (no
+    fire: no owner is told of it), announced as claimable from the soonest such run_at (`at:`),
+    not now; one due now wakes the dispatchers now (its priority), one further out is scheduled
+    and announced to its owner. Fails without the rule (the first two would be scheduled)."""
+    from cronwheel.cluster.commands.values import QUEUED_AT_SUBMIT_WITHIN
+    from cronwheel.storage.notifications import Listener, parse_oneoff_batch, parse_queued_at
+
+    soon, later = NOW + timedelta(seconds=2), NOW + timedelta(seconds=3)
+    far = NOW + QUEUED_AT_SUBMIT_WITHIN + timedelta(seconds=1)
+    async with Listener(store.config.dsn) as notes:
+        got = await runs.submit_jobs(store, prep([job(0, run_at=later), job(1, run_at=soon), job(2, run_at=far),
+                                                  job(3)]), NOW)
+        it = notes.__aiter__()
+        queued: set[str] = set()
+        due: list = []
+        while len(queued) < 2 or not due:
+            n = await asyncio.wait_for(it.__anext__(), 10)
+            if n.channel == "cronwheel_queued":
+                queued.add(n.payload)
+            else:
+                due += parse_oneoff_batch(n.payload) or []
+    assert [(r["state"], r["run_at"]) for r, _ in got] == [("queued", later), ("queued", soon), ("scheduled", far),
+                                                          ("queued", NOW)]
+    assert {parse_queued_at(p) for p in queued} == {None, soon.timestamp()}  # now (job 3), and at `soon`
+    assert [(p, i) for p, i, _ in due] == [(got[2][0]["partition"], got[2][0]["id"])]

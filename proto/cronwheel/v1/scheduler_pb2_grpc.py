@@ -268,8 +268,9 @@ class SchedulerServiceServicer:
         """Submits a one-off job, to run now or at run_at. With an idempotency_key, a second
         submission with the same key (same tenant) creates nothing and returns the existing
         execution with deduplicated = true; the key is remembered as long as that execution
-        exists (until it is pruned). Without run_at, or with run_at not in the future, the
-        execution is QUEUED at once; otherwise it is SCHEDULED until run_at.
+        exists (until it is pruned). Without run_at, or with run_at at most 10 s after the call,
+        the execution is QUEUED at once (claimed from its run_at); otherwise it is SCHEDULED until
+        its partition's owner queues it, a second before run_at.
         Errors: INVALID_ARGUMENT (type missing or too long, payload_json invalid or > 256 KiB,
         run_at more than 10 years ahead, idempotency_key too long, a retry policy or timeout out
         of range, tenant missing for an admin caller); PERMISSION_DENIED when a tenant caller

@@ -225,10 +225,13 @@ UPDATE executions
 RETURNING id, priority;
 
 -- name: queue_depths
--- Queued executions per priority and the oldest run_at among them (metrics and ClusterStatus).
+-- Queued executions due now per priority and the oldest run_at among them (metrics and
+-- ClusterStatus): what waits for a worker, not the runs queued ahead of their run_at (a delayed
+-- one-off job submitted within QUEUED_AT_SUBMIT_WITHIN of it, or queued by its owner a second
+-- ahead), which no worker may take yet.
 SELECT priority, count(*) AS queued, min(run_at) AS oldest_run_at
   FROM executions
- WHERE state = 'queued'
+ WHERE state = 'queued' AND run_at <= now()
  GROUP BY priority;
 
 -- name: reap_due_partitions
