@@ -422,7 +422,8 @@ class LongRetryHistory:
     """Jobs with a history of hundreds of failed attempts under multiplier 100 (issue 14, hole 2):
     the retry policy must decide their next attempt on both paths without overflowing, and no node
     may crash on them. Submitted through the API's command with run_at a few seconds ahead (so no
-    worker takes them first); their attempt counters are then set as a long history leaves them:
+    worker takes them first: queued by the submit, claimable only from their run_at); their
+    attempt counters are then set as a long history leaves them:
 
         doomed   `doomed` handler (always fails, retryable), attempt 994 of 1000, multiplier 100:
                  six more FailExecution calls at attempts 995..1000, then `dead`
@@ -436,6 +437,9 @@ class LongRetryHistory:
 
     name = "long-retry-history"
     POLICY = {"initial_s": 0.05, "multiplier": 100.0, "max_s": 0.3, "max_attempts": 1000}
+    # Not taken by any worker yet: scheduled, or queued ahead of its run_at (a job due within
+    # QUEUED_AT_SUBMIT_WITHIN of its submission), which no claim takes before then.
+    UNTAKEN = "state IN ('scheduled', 'queued') AND run_at > now()"
 
     def available(self, cluster: ChaosCluster) -> bool:
         return bool(cluster.workers)
@@ -457,16 +461,16 @@ class LongRetryHistory:
                                for kind, job_type in (("doomed", "doomed"), ("stalled", "tick")))
         # The history a long run of failures leaves (set before the jobs are due, so no worker saw them).
         marked = cluster.pc.sql(
-            "UPDATE executions SET attempt = 994, fencing_token = 994 WHERE id = %s AND state = 'scheduled'"
-            " RETURNING id", doomed)
+            f"UPDATE executions SET attempt = 994, fencing_token = 994 WHERE id = %s AND {self.UNTAKEN} RETURNING id",
+            doomed)
         marked += cluster.pc.sql(
             "UPDATE executions SET state = 'running', attempt = 600, fencing_token = 600, timeout_s = 1,"
             " lease_owner = 'vanished-worker', lease_expires = now() + interval '1 hour',"
             " started_at = now() - interval '1 minute', heartbeat_at = now() - interval '1 minute'"
-            " WHERE id = %s AND state = 'scheduled' RETURNING id", stalled)
+            f" WHERE id = %s AND {self.UNTAKEN} RETURNING id", stalled)
         if len(marked) != 2:
             return _record(self.name, "dispatch", t0, {"doomed": doomed, "stalled": stalled},
-                           f"could not give the jobs their history ({len(marked)} of 2 rows still scheduled)")
+                           f"could not give the jobs their history ({len(marked)} of 2 rows still not due)")
         expected = {doomed: "dead", stalled: "succeeded"}
         reached: dict[str, str] = {}
         while time.time() - t0 < 40:
