@@ -85,11 +85,9 @@ def test_a_submitted_one_off_is_counted_as_queued_where_its_partition_owner_fire
     second before its run_at; only a job due more than QUEUED_AT_SUBMIT_WITHIN ahead is)."""
     from google.protobuf.timestamp_pb2 import Timestamp
 
-    from cronwheel.cluster.commands.values import QUEUED_AT_SUBMIT_WITHIN
-
     at = Timestamp()
     at.GetCurrentTime()
-    at.seconds += int(QUEUED_AT_SUBMIT_WITHIN.total_seconds()) + 1
+    at.seconds += 11  # past the node's QUEUED_AT_SUBMIT_WITHIN (10 s): scheduled, then fired
     with grpc.insecure_channel(cluster.nodes["n1"].address) as ch:
         ex = scheduler_pb2_grpc.SchedulerServiceStub(ch).SubmitJob(scheduler_pb2.SubmitJobRequest(
             type="delayed", run_at=at), timeout=10).execution
