@@ -347,7 +347,7 @@ class ExecutionsPort:
         if due:
             await conn.execute(q("notify_due_many"), {"payloads": oneoff_batch_payloads(due)})
         if queued:
-            await conn.execute(q("notify_queued_many"), {"payloads": sorted(set(queued))})
+            await conn.execute(q("notify_queued_many"), {"payloads": list(queued)})  # `announced`: distinct
 
     async def insert_run(self, conn: Conn, run: ManualRun, now: datetime) -> Row | None:
         """None when the tick or the idempotency key is taken."""

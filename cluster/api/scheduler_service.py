@@ -69,11 +69,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
     def _entered(self, *pairs: tuple[str, str]) -> None:
         """Executions this call moved into a state, (state, job type) each: the API's part of
         `cronwheel_executions_entered_total` (docs/operating.md, where each state is counted)."""
-        if self.metrics is None or not pairs:
-            return
-        if len(pairs) == 1:  # a SubmitJob: no tally for one pair
-            self.metrics.execution_entered(*pairs[0])
-        else:
+        if self.metrics is not None and pairs:
             self.metrics.executions_entered(pairs)
 
     # ------------------------------------------------------------------------------ schedules
@@ -241,16 +237,14 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         if not tracing.enabled():
             job = runs.prepare_job(self._job(request, tenant), self.clock.now(), self.partitions())
             row, dedup = await self.batcher.submit(job)  # validated first: a bad call never joins a group
-            if not dedup:
-                self._entered((row["state"], job.type))
-            return _submitted(job, row, dedup)
-        with tracing.span("submit", attributes={"rpc.method": "SubmitJob", "cronwheel.jobs": 1}):
-            job = runs.prepare_job(self._job(request, tenant), self.clock.now(), self.partitions())
-            traced, fires = runs.traced_jobs([job])
-            try:
-                row, dedup = await self.batcher.submit(traced[0])
-            finally:
-                tracing.end_all(fires)
+        else:
+            with tracing.span("submit", attributes={"rpc.method": "SubmitJob", "cronwheel.jobs": 1}):
+                job = runs.prepare_job(self._job(request, tenant), self.clock.now(), self.partitions())
+                traced, fires = runs.traced_jobs([job])
+                try:
+                    row, dedup = await self.batcher.submit(traced[0])
+                finally:
+                    tracing.end_all(fires)
         if not dedup:
             self._entered((row["state"], job.type))
         return _submitted(job, row, dedup)
