@@ -15,7 +15,8 @@ Invariants kept here, whoever calls:
   share-locks the partition row and checks the epoch; the acquisition update conflicts with that
   lock. A node that lost p (paused past its lease, partitioned away) gets `StaleEpoch` and writes
   nothing.
-- **Fire once.** `UNIQUE (schedule_id, scheduled_for)`: a tick has at most one execution, even if
+- **Fire once.** The unique index `executions_schedule_tick (schedule_id, scheduled_for)`, over the
+  rows of a schedule (partial: one-offs have none): a tick has at most one execution, even if
   two owners somehow fired it. Fire batches insert `ON CONFLICT DO NOTHING` and report duplicates.
 - **Never lost.** A schedule's cursor (`schedule_due.next_run_at`) moves only by compare-and-set
   from the tick the same transaction recorded, and never for a paused, deleted or edited

@@ -10,7 +10,8 @@ conflicts with that lock, so a new owner's epoch cannot land in the middle of an
 batch, and once it has landed every later fenced transaction of the old owner fails its check.
 Each fenced statement also names the epoch in its own WHERE clause (defence in depth, and a test
 checks every fenced query does). This, not the etcd lease, is what stops a paused node from
-firing a tick twice; `UNIQUE (schedule_id, scheduled_for)` is the second wall.
+firing a tick twice; the unique index on
+(schedule_id, scheduled_for) is the second wall.
 """
 
 from __future__ import annotations

@@ -161,10 +161,13 @@ CREATE TABLE executions (
     concurrency_key   text,
     concurrency_limit integer,
     CONSTRAINT executions_concurrency_key_limit
-        CHECK ((concurrency_key IS NULL) = (concurrency_limit IS NULL) AND (concurrency_limit IS NULL OR concurrency_limit >= 1)),
-    -- The whole fire-once story: one execution per (schedule, tick).
-    CONSTRAINT executions_schedule_tick UNIQUE (schedule_id, scheduled_for)
+        CHECK ((concurrency_key IS NULL) = (concurrency_limit IS NULL) AND (concurrency_limit IS NULL OR concurrency_limit >= 1))
 );
+-- The whole fire-once story: one execution per (schedule, tick). Partial (0019): a one-off job
+-- has no schedule, so its NULL never conflicted, and indexing it cost each of its row versions
+-- an index entry. An ON CONFLICT on it names the predicate.
+CREATE UNIQUE INDEX executions_schedule_tick ON executions (schedule_id, scheduled_for)
+    WHERE schedule_id IS NOT NULL;
 -- Submissions are deduplicated per tenant (partial: cron ticks carry no key).
 CREATE UNIQUE INDEX executions_idempotency ON executions (tenant, idempotency_key)
     WHERE idempotency_key IS NOT NULL;

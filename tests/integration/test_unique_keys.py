@@ -43,6 +43,31 @@ async def test_unique_schedule_tick_rejects_a_raw_duplicate(store: PgStore) -> N
             await conn.execute(insert, (uuid.uuid4(), sid, T0, T0))
 
 
+
+async def test_the_tick_key_indexes_cron_rows_only(store: PgStore) -> None:
+    """executions_schedule_tick is partial (migration 0019): a one-off job (no schedule) can never
+    conflict on it, so neither its insert nor a later version of its row (claim, completion) adds
+    an entry to it. The rule is unchanged: one-offs of one instant all go in, a cron tick's second
+    row does not (and the ON CONFLICT of the fire, which names the predicate, still skips it:
+    test_second_fire_of_a_tick_is_a_duplicate_not_a_row)."""
+    sid = await make_schedule(store, 0)
+    insert = (
+        "INSERT INTO executions (id, schedule_id, tenant, type, partition, scheduled_for, run_at,"
+        " state) VALUES (%s, %s, 't1', 'x', 0, %s, %s, 'queued')"
+    )
+    async with store.connection() as conn:
+        cur = await conn.execute("SELECT pg_get_indexdef('executions_schedule_tick'::regclass)")
+        assert await cur.fetchone() == (
+            "CREATE UNIQUE INDEX executions_schedule_tick ON public.executions USING btree (schedule_id, "
+            "scheduled_for) WHERE (schedule_id IS NOT NULL)",)
+        for _ in range(3):
+            await conn.execute(insert, (uuid.uuid4(), None, T0, T0))
+        await conn.execute(insert, (uuid.uuid4(), sid, T0, T0))
+    with pytest.raises(AlreadyExists, match="executions_schedule_tick"):
+        async with store.connection() as conn:
+            await conn.execute(insert, (uuid.uuid4(), sid, T0, T0))
+
+
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 

@@ -129,7 +129,7 @@ SELECT v.id, s.id, s.tenant, s.job_type, s.payload, s.partition, v.scheduled_for
        AS v(id, scheduled_for, run_at)
   JOIN schedules AS s ON s.id = %(schedule_id)s
  ORDER BY v.scheduled_for
-ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
+ON CONFLICT (schedule_id, scheduled_for) WHERE schedule_id IS NOT NULL DO NOTHING
 RETURNING id, scheduled_for;
 
 -- name: api_count_executions_since

@@ -97,7 +97,7 @@ SELECT g.id, s.id, s.tenant, s.job_type, s.payload, s.partition, g.scheduled_for
   FROM g
   JOIN schedules AS s ON s.id = g.schedule_id
   LEFT JOIN over AS o ON o.id = g.id
-ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
+ON CONFLICT (schedule_id, scheduled_for) WHERE schedule_id IS NOT NULL DO NOTHING
 RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;
 
 -- name: notify_queued
@@ -154,7 +154,7 @@ WITH fence AS (
            'cron', adv.max_attempts, adv.retry_initial_s, adv.retry_multiplier, adv.retry_max_s, adv.timeout_s,
            adv.epoch, clock_timestamp(), CASE WHEN o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END
       FROM adv LEFT JOIN over AS o ON o.id = adv.id
-    ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
+    ON CONFLICT (schedule_id, scheduled_for) WHERE schedule_id IS NOT NULL DO NOTHING
     RETURNING partition, state, type
 ), entered AS (  -- what entered which state, by job type: the state counters (metrics)
     SELECT partition, state, type, count(*) AS n FROM ins GROUP BY partition, state, type
