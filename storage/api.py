@@ -73,6 +73,25 @@ async def notify_queued(conn: Conn, payload: str) -> None:
     await conn.execute(q("notify_queued"), {"payload": payload})
 
 
+async def release_buffered(conn: Conn, schedule_id: uuid.UUID, now: datetime) -> str | None:
+    """Overlap buffer_*: queue the schedule's oldest buffered run (the run ahead of it ended). The
+    released run's job type (the state counters count it `queued` once committed), or None when
+    none was buffered. The caller wakes the dispatchers."""
+    cur = await conn.execute(q("release_buffered"), {"schedule_id": schedule_id, "now": now})
+    got = await cur.fetchone()
+    return None if got is None else str(got[2])
+
+
+async def replace_active(conn: Conn, partition: int, epoch: int, schedule_ids: Sequence[uuid.UUID],
+                         now: datetime | None) -> list[str]:
+    """Inside a transaction fenced at `epoch`: overlap `replace` stops the schedules' active runs
+    (queued and retry_scheduled ones cancelled, `finished_at` = `now`; running ones asked to stop).
+    The job type of each run it cancelled (the state counters count them once committed)."""
+    cur = await conn.execute(q("replace_active"), {"partition": partition, "epoch": epoch,
+                                                   "ids": list(schedule_ids), "now": now})
+    return [str(t) for _id, state, t in await cur.fetchall() if state == "cancelled"]
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """One audit or alert event to append (`at`: None for the database's time)."""

@@ -26,6 +26,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from cronwheel.storage.api import release_buffered
 from cronwheel.storage.db import Database, Pending, price_out_seqscans
 from cronwheel.storage.errors import map_error
 from cronwheel.storage.queries import q
@@ -289,16 +290,18 @@ class DispatchPort:
             "results": [_jsonb(i.result) for i in items], "now": now})
         return [Completed(r[0], r[1], r[3], r[4]) for r in await cur.fetchall()]
 
-    async def release_buffered(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> bool:
-        """Overlap buffer_*: queue the schedule's oldest buffered run; True if there was one."""
-        cur = await conn.execute(q("release_buffered"), {"schedule_id": schedule_id, "now": now})
-        return await cur.fetchone() is not None
+    async def release_buffered(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> str | None:
+        """Overlap buffer_*: queue the schedule's oldest buffered run; its job type, or None."""
+        return await release_buffered(conn, schedule_id, now)
 
-    async def release_buffered_many(self, conn: Conn, schedule_ids: Sequence[uuid.UUID], now: datetime) -> None:
+    async def release_buffered_many(self, conn: Conn, schedule_ids: Sequence[uuid.UUID],
+                                    now: datetime) -> Pending[list[str]]:
         """Queue each listed schedule's oldest buffered run (`release_buffered_many`), waking the
-        dispatchers at commit if one was; the result is not read, so in a pipelined transaction
-        the statement travels with the COMMIT."""
-        await conn.execute(q("release_buffered_many"), {"schedule_ids": list(schedule_ids), "now": now})
+        dispatchers at commit if one was. Nothing is read here, so in a pipelined transaction the
+        statement travels with the COMMIT: the answer (the released runs' job types) is read
+        once the transaction is over."""
+        cur = await conn.execute(q("release_buffered_many"), {"schedule_ids": list(schedule_ids), "now": now})
+        return Pending(cur, lambda got: [str(r[0]) for r in got])
 
     async def mark_success(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> None:
         await conn.execute(q("mark_success"), {"schedule_id": schedule_id, "now": now})

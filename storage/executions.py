@@ -15,7 +15,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import LiteralString
 
-from cronwheel.storage.api import Conn, Row, decoding_cursor, json_text, notify_due, notify_queued, row, rows
+from cronwheel.storage.api import (
+    Conn,
+    Row,
+    decoding_cursor,
+    json_text,
+    notify_due,
+    notify_queued,
+    release_buffered,
+    replace_active,
+    row,
+    rows,
+)
 from cronwheel.storage.db import Database
 from cronwheel.storage.notifications import oneoff_batch_payloads, queued_at_payload
 from cronwheel.storage.queries import q
@@ -396,14 +407,15 @@ class ExecutionsPort:
         return (int(r["running"]), int(r["buffered"])) if r else (0, 0)
 
     async def replace_active(self, conn: Conn, partition: int, epoch: int, schedule_id: uuid.UUID,
-                             now: datetime) -> int:
-        """Overlap `replace`: the firing path's `replace_active` for one schedule; how many runs."""
-        return len(await rows(conn, "replace_active", {"partition": partition, "epoch": epoch,
-                                                       "ids": [schedule_id], "now": now}))
+                             now: datetime) -> list[str]:
+        """Overlap `replace` for one schedule (storage/api.py `replace_active`, as the firing path):
+        the job type of each run it cancelled."""
+        return await replace_active(conn, partition, epoch, [schedule_id], now)
 
-    async def release_buffered(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> bool:
-        """Queue the oldest buffered run of the schedule (the run ahead of it ended); whether any."""
-        return await row(conn, "release_buffered", {"schedule_id": schedule_id, "now": now}) is not None
+    async def release_buffered(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> str | None:
+        """Queue the oldest buffered run of the schedule (the run ahead of it ended): its job type,
+        or None (storage/api.py `release_buffered`)."""
+        return await release_buffered(conn, schedule_id, now)
 
     async def notify_queued(self, conn: Conn, priority: str) -> None:
         await notify_queued(conn, priority)

@@ -34,6 +34,7 @@ from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from cronwheel.errors import StaleEpoch
+from cronwheel.storage.api import replace_active
 from cronwheel.storage.db import Database, stale_epoch
 from cronwheel.storage.executions import from_micros
 from cronwheel.storage.ids import new_execution_id
@@ -166,6 +167,7 @@ class FireBatchResult:
     advanced: int
     plain_stale: int = 0  # plain ticks not fired: their schedule changed, was paused or deleted
     plain_entered: tuple[tuple[str, str, int], ...] = ()  # plain ticks inserted: (state, job type, count)
+    replaced: tuple[str, ...] = ()  # the job type of each run an overlap `replace` cancelled
 
     @property
     def plain_inserted(self) -> int:
@@ -311,11 +313,11 @@ class FiringPort:
         return {r[0]: (int(r[1]), int(r[2])) for r in await cur.fetchall()}
 
     async def replace_active(self, conn: AsyncConnection[Any], partition: int, epoch: int,
-                             schedule_ids: Sequence[uuid.UUID], now: datetime | None = None) -> None:
+                             schedule_ids: Sequence[uuid.UUID], now: datetime | None = None) -> list[str]:
         """Inside a fenced transaction: overlap `replace` stops the schedules' active runs
-        (`finished_at` of the cancelled ones is `now`, the firer's clock)."""
-        await conn.execute(q("replace_active"), {"partition": partition, "epoch": epoch, "ids": list(schedule_ids),
-                                                 "now": now})
+        (`finished_at` of the cancelled ones is `now`, the firer's clock); the job type of each
+        run it cancelled (storage/api.py `replace_active`)."""
+        return await replace_active(conn, partition, epoch, schedule_ids, now)
 
     async def write_fire(self, conn: AsyncConnection[Any], p: FireBatchParams) -> FireBatchResult:
         """Inside `fenced(p.partition, p.epoch)`: stop replaced runs, insert tick executions (a
@@ -357,8 +359,9 @@ class FiringPort:
             fired.extend(Fired(*r) for r in rows)
             dupes = len(ticks) - len(rows)
         staged = [f for f in fired if f.schedule_id in replacing and f.state == "scheduled"]
+        replaced: list[str] = []
         if staged:
-            await self.replace_active(conn, p.partition, p.epoch, [f.schedule_id for f in staged], p.now)
+            replaced = await self.replace_active(conn, p.partition, p.epoch, [f.schedule_id for f in staged], p.now)
             staged_ids = PlainTicks([], [], [], [], [], [f.id for f in staged])
             got = await _fire_ticks(conn, [(p.partition, p.epoch, staged_ids)], p.now)  # fence held: like a one-off
             queued = {f.id: f.state for f in got.get(p.partition, (0, (), ()))[2]}
@@ -394,7 +397,7 @@ class FiringPort:
             )
             if (got := await cur.fetchone()) is not None:  # its webhook deliveries, in this transaction
                 await enqueue_deliveries(conn, int(got[0]))
-        return FireBatchResult(tuple(fired), dupes, advanced, plain_stale, plain_entered)
+        return FireBatchResult(tuple(fired), dupes, advanced, plain_stale, plain_entered, tuple(replaced))
 
     async def set_tick_trace_contexts(self, ticks: Sequence[tuple[uuid.UUID, float, str]]) -> None:
         """Tracing only: store each fired tick's fire-span traceparent, `(schedule_id, tick as

@@ -157,11 +157,12 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         sid = cv.req_uuid(request.schedule_id, "schedule_id")
         payload = parse_json("payload_json", request.payload_json) if request.payload_json else None
         overlap = cv.enum(cv.OVERLAP, request.overlap_policy, "overlap_policy")
+        moved: list[tuple[str, str]] = []  # runs an overlap `replace` cancelled
         row, dedup = await runs.trigger_schedule(
             self.store, sid, self.clock.now(), caller.scope(), actor=caller.name, payload=payload,
-            overlap_policy=overlap, idempotency_key=request.idempotency_key, reason=request.reason)
+            overlap_policy=overlap, idempotency_key=request.idempotency_key, reason=request.reason, moved=moved)
         if not dedup:
-            self._entered((row["state"], row["type"]))
+            self._entered((row["state"], row["type"]), *moved)
         return scheduler_pb2.TriggerScheduleResponse(execution=cv.execution_out(row), deduplicated=dedup)
 
     async def BackfillSchedule(self, request: scheduler_pb2.BackfillScheduleRequest,  # noqa: N802
@@ -333,10 +334,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
                               context: Ctx) -> scheduler_pb2.CancelExecutionResponse:
         caller = current_caller()
         eid = cv.req_uuid(request.execution_id, "execution_id")
+        moved: list[tuple[str, str]] = []  # a buffered run released
         row, entered = await runs.cancel_execution(self.store, eid, self.clock.now(), caller.scope(),
-                                                   actor=caller.name, reason=request.reason)
-        if entered:
-            self._entered(("cancelled", row["type"]))
+                                                   actor=caller.name, reason=request.reason, moved=moved)
+        self._entered(*([("cancelled", row["type"])] if entered else []), *moved)
         return scheduler_pb2.CancelExecutionResponse(execution=cv.execution_out(row))
 
     async def RetryExecution(self, request: scheduler_pb2.RetryExecutionRequest,  # noqa: N802

@@ -71,12 +71,15 @@ def _key(value: str | None) -> str | None:
 
 async def trigger_schedule(store: PgStore, schedule_id: uuid.UUID, now: datetime, tenant: str | None,
                            actor: str = "api", payload: str | None = None, overlap_policy: str | None = None,
-                           idempotency_key: str | None = None, reason: str = "") -> tuple[Row, bool]:
+                           idempotency_key: str | None = None, reason: str = "",
+                           moved: list[tuple[str, str]] | None = None) -> tuple[Row, bool]:
     """Run a schedule now (paused or not): an execution with trigger 'manual', scheduled_for =
     run_at = now, queued unless the overlap policy (the schedule's, or the one given) skips or
-    buffers it. Returns (execution, deduplicated)."""
+    buffers it. Returns (execution, deduplicated). `moved`, if given, receives once committed the
+    (state, job type) of the other executions the call moved: the runs an overlap `replace` cancelled."""
     reason = reason_text(reason)
     key = _key(idempotency_key)
+    replaced: list[str] = []
     doc = payload_json("payload_json", JsonText(payload)) if payload else None
     pol = parse_overlap_policy(overlap_policy).value if overlap_policy else None
     partition = (await get_schedule(store, schedule_id, tenant))["partition"]  # never changes
@@ -94,7 +97,7 @@ async def trigger_schedule(store: PgStore, schedule_id: uuid.UUID, now: datetime
         elif decision.action is OverlapAction.BUFFER:
             state, why = "scheduled", "buffered"
         elif decision.action is OverlapAction.CANCEL_RUNNING_THEN_START:
-            await ex.replace_active(conn, partition, epoch, schedule_id, now)
+            replaced = await ex.replace_active(conn, partition, epoch, schedule_id, now)
         row = None
         for i in range(8):  # scheduled_for is unique per schedule: step a microsecond on a clash
             row = await ex.insert_run(conn, ManualRun(new_execution_id(), schedule_id, str(doc) if doc else None,
@@ -110,6 +113,8 @@ async def trigger_schedule(store: PgStore, schedule_id: uuid.UUID, now: datetime
                                         data={"reason": reason, "state": state, "overlap": decision.reason}), conn)
         if state == "queued":
             await ex.notify_queued(conn, row["priority"])
+    if moved is not None:
+        moved.extend(("cancelled", t) for t in replaced)
     return row, False
 
 
@@ -515,10 +520,12 @@ async def _lock_execution(store: PgStore, conn: Conn, execution_id: uuid.UUID, t
 
 
 async def cancel_execution(store: PgStore, execution_id: uuid.UUID, now: datetime, tenant: str | None,
-                           actor: str = "api", reason: str = "") -> tuple[Row, bool]:
+                           actor: str = "api", reason: str = "",
+                           moved: list[tuple[str, str]] | None = None) -> tuple[Row, bool]:
     """scheduled/queued/retry_scheduled -> cancelled; running -> cancel_requested. Cancelling a
     cancelled execution, or asking a running one again, returns it unchanged. Returns (execution,
-    whether this call moved it into `cancelled`)."""
+    whether this call moved it into `cancelled`). `moved`, if given, receives once committed the
+    (state, job type) of the other execution the call moved: a buffered run it released."""
     reason = reason_text(reason)
     async with store.transaction() as conn:
         row = await _lock_execution(store, conn, execution_id, tenant)
@@ -537,10 +544,14 @@ async def cancel_execution(store: PgStore, execution_id: uuid.UUID, now: datetim
                                         data={"reason": reason, "from_state": state}), conn)
         if state in ("scheduled", "retry_scheduled"):
             await store.executions.notify_due(conn, row["partition"], execution_id)  # the owner drops it
+        freed = None
         if new["state"] == "cancelled" and row["schedule_id"] is not None and row["state_reason"] != "buffered":
             # It was a run ahead of a buffered one (overlap buffer_*): that one may start now.
-            if await store.executions.release_buffered(conn, row["schedule_id"], now):
+            freed = await store.executions.release_buffered(conn, row["schedule_id"], now)
+            if freed is not None:
                 await store.executions.notify_queued(conn, "buffered")
+    if moved is not None and freed is not None:
+        moved.append(("queued", freed))
     return new, new["state"] == "cancelled"
 
 

@@ -303,13 +303,18 @@ class Dispatcher:
             now = self.clock.now()
             # Two round trips: BEGIN with the completions, then the buffered runs' release (cron
             # runs only) with the COMMIT.
-            async with self.store.connection() as conn, self.store.pipelined_transaction(conn):
-                rows = await self.port.complete_batch(conn, worker, tenant, ok_items, now)
-                await self._faults.stall_completion(self.clock, (r.schedule_id for r in rows))
-                done = {r.id: r.type for r in rows}
-                sids = list({r.schedule_id for r in rows if r.schedule_id is not None})
-                if sids:
-                    await self.port.release_buffered_many(conn, sids, now)
+            released = None
+            async with self.store.connection() as conn:
+                async with self.store.pipelined_transaction(conn):
+                    rows = await self.port.complete_batch(conn, worker, tenant, ok_items, now)
+                    await self._faults.stall_completion(self.clock, (r.schedule_id for r in rows))
+                    done = {r.id: r.type for r in rows}
+                    sids = list({r.schedule_id for r in rows if r.schedule_id is not None})
+                    if sids:
+                        released = await self.port.release_buffered_many(conn, sids, now)
+                freed = await released.result() if released is not None else []  # committed
+            if freed and self.metrics is not None:
+                self.metrics.executions_entered(("queued", job_type) for job_type in freed)
             self._slots_freed(r.tenant for r in rows)
         out: list[Outcome | Exception] = []
         for (ident, token, result_json), pre in zip(items, results, strict=True):
@@ -361,9 +366,11 @@ class Dispatcher:
                 finished_at=now if terminal else None, now=now))
             if state == "succeeded" and run.schedule_id is not None:
                 await self.port.mark_success(conn, run.schedule_id, now)
-            if terminal and run.schedule_id is not None and await self.port.release_buffered(
-                    conn, run.schedule_id, now):
-                await self.port.notify_queued(conn, "buffered")
+            freed = None
+            if terminal and run.schedule_id is not None:
+                freed = await self.port.release_buffered(conn, run.schedule_id, now)
+                if freed is not None:
+                    await self.port.notify_queued(conn, "buffered")
             if state in ("dead", "failed"):  # a non-retryable failure ends the run too: execution_failed
                 await self.store.insert_event("dead_letter" if state == "dead" else "execution_failed",
                                               tenant=run.tenant, schedule_id=run.schedule_id,
@@ -376,6 +383,8 @@ class Dispatcher:
         self._slots_freed([run.tenant])
         if self.metrics is not None:
             self.metrics.record_outcome(out.state, error_type, run.type)
+            if freed is not None:
+                self.metrics.execution_entered("queued", freed)
         return Outcome.of(out)
 
     async def _repeat_of_finished(self, conn: Conn, call: TokenCall, succeeded: bool) -> Outcome | None:

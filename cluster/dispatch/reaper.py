@@ -135,8 +135,9 @@ class Reaper:
         now = self.clock.now()
         async with self.store.fenced(p, epoch) as conn:
             changed: list[Reaped] = []
+            released: list[str] = []  # the job types of buffered runs released (overlap buffer_*)
             for c in await self.port.reap_candidates(conn, p, epoch, now):
-                row = await self._reap_one(conn, c, p, epoch, now)
+                row = await self._reap_one(conn, c, p, epoch, now, released)
                 if row is not None:
                     changed.append(row)
             requeued = await self.port.requeue_retries(conn, p, epoch, now)
@@ -150,18 +151,21 @@ class Reaper:
                     data={"last_success_at": alert.last_success_at.isoformat() if alert.last_success_at else None,
                           "within_s": alert.within_s},
                     conn=conn)
-        if requeued and self.metrics is not None:  # committed: counted
-            self.metrics.executions_entered(("queued", job_type) for job_type in requeued)
+        if (requeued or released) and self.metrics is not None:  # committed: counted
+            self.metrics.executions_entered(("queued", job_type) for job_type in (*requeued, *released))
         n = len(changed) + len(requeued)
         if n:
             self.reaped += n
             self.wake()
         return n
 
-    async def _reap_one(self, conn: Conn, c: ReapCandidate, p: int, epoch: int, now: datetime) -> Reaped | None:
-        """Decide and write one run; a failure is this row's alone (its savepoint is undone)."""
+    async def _reap_one(self, conn: Conn, c: ReapCandidate, p: int, epoch: int, now: datetime,
+                        released: list[str]) -> Reaped | None:
+        """Decide and write one run; a failure is this row's alone (its savepoint is undone). The
+        job type of a buffered run it released goes to `released` (counted after commit)."""
         try:
             d = decide(c, self.rng.random())
+            freed: str | None = None
             async with self.port.savepoint(conn):
                 a = application(c, d, p, epoch, now)
                 row = await self.port.reap_apply(conn, a)
@@ -174,7 +178,9 @@ class Reaper:
                         data={"error": "lease expired or timed out", "attempts": c.attempt}, conn=conn)
                 if row.state in ("dead", "cancelled") and row.schedule_id is not None:
                     # The run ahead of a buffered one (overlap buffer_*) ended here: release it.
-                    await self.port.release_buffered(conn, row.schedule_id, now)
+                    freed = await self.port.release_buffered(conn, row.schedule_id, now)
+            if freed is not None:
+                released.append(freed)
             if self.metrics is not None:
                 self.metrics.record_outcome(row.state, a.error_type or "", row.type)
             return row

@@ -831,7 +831,8 @@ class Firer:
         if self.metrics is not None:
             observe_many(self.metrics.fire_lag, lags)
             self.metrics.fired.inc(len(res.fired) + res.plain_inserted)
-            self.metrics.executions_entered(((f.state, f.type) for f in res.fired), res.plain_entered)
+            moved = itertools.chain(((f.state, f.type) for f in res.fired), (("cancelled", t) for t in res.replaced))
+            self.metrics.executions_entered(moved, res.plain_entered)
         self.stats.duplicates += res.duplicates
         # When what this batch queued is claimable: its soonest run_at (runs queued ahead of it,
         # queue_ahead_s), or now; waiting calls are woken then, not sooner.

@@ -164,3 +164,43 @@ def test_a_retry_the_reaper_requeues_is_counted_on_the_partition_owner(cluster: 
     wait_until(lambda: value(owner, ENTERED, state="queued", job_type="requeued") == submitted_on_owner + 1, 30,
                f"the reaper's requeue in {owner_name}'s state counters")
     assert value(other, ENTERED, state="queued", job_type="requeued") == 1 - submitted_on_owner
+
+
+def test_what_an_overlap_policy_moves_beside_the_call_is_counted(cluster: ProcessCluster) -> None:
+    """Beside the run a call makes, an overlap policy moves others: a `replace` trigger cancels
+    the run ahead of it, and a buffered run is released (`queued`) when the run ahead of it ends:
+    by a CancelExecution, and by a CompleteExecutions batch. Each is counted on the node that
+    served the call (none was counted before: fails without the change)."""
+    from cronwheel.client import Client
+
+    n1, n2 = cluster.nodes["n1"], cluster.nodes["n2"]
+    with Client(n1.address) as client:
+        rep = client.create_schedule("replace-metrics", "* * * * *", "ov-replace", timezone="UTC",
+                                     misfire_policy="skip", overlap_policy="replace", paused=True)
+        client.trigger(rep.id)
+        client.trigger(rep.id)  # cancels the first, still queued
+        buf = client.create_schedule("buffer-metrics", "* * * * *", "ov-buffer", timezone="UTC",
+                                     misfire_policy="skip", overlap_policy="buffer_all", paused=True)
+        a = client.trigger(buf.id)
+        b = client.trigger(buf.id)
+        c = client.trigger(buf.id)
+        assert (a.state, b.state, c.state) == ("queued", "scheduled", "scheduled")
+        client.cancel(a.id)  # releases b
+        assert client.get_execution(b.id).state == "queued"
+    assert value(n1, ENTERED, state="queued", job_type="ov-replace") == 2
+    assert value(n1, ENTERED, state="cancelled", job_type="ov-replace") == 1
+    assert value(n1, ENTERED, state="scheduled", job_type="ov-buffer") == 2
+    assert value(n1, ENTERED, state="cancelled", job_type="ov-buffer") == 1
+    assert value(n1, ENTERED, state="queued", job_type="ov-buffer") == 2  # a, and b released by the cancel
+
+    leased = lease_one(n2, "ov-buffer", 30)
+    assert leased.execution_id == b.id
+    with grpc.insecure_channel(n2.address) as ch:
+        out = dispatch_pb2_grpc.DispatchServiceStub(ch).CompleteExecutions(dispatch_pb2.CompleteExecutionsRequest(
+            items=[dispatch_pb2.CompleteExecutionRequest(execution_id=b.id, fencing_token=leased.fencing_token,
+                                                         worker_id="w-metrics")]), timeout=10)
+    assert [o.code for o in out.outcomes] == [0]
+    assert value(n2, ENTERED, state="succeeded", job_type="ov-buffer") == 1
+    assert value(n2, ENTERED, state="queued", job_type="ov-buffer") == 1  # c, released by b's completion
+    with Client(n1.address) as client:
+        assert client.get_execution(c.id).state == "queued"

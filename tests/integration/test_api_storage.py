@@ -97,7 +97,7 @@ async def test_the_firing_paths_overlap_statements_refuse_a_stale_epoch(store: P
     first, _ = await runs.trigger_schedule(store, row["id"], NOW, "acme")
     async with store.transaction() as conn:
         assert await store.executions.active_counts(conn, row["partition"], 6, row["id"]) == (0, 0)
-        assert await store.executions.replace_active(conn, row["partition"], 6, row["id"], NOW) == 0
+        assert await store.executions.replace_active(conn, row["partition"], 6, row["id"], NOW) == []
         epoch = await store.at_current_epoch(conn, row["partition"])
         assert epoch == 7
         assert await store.executions.active_counts(conn, row["partition"], epoch, row["id"]) == (1, 0)

@@ -176,6 +176,23 @@ async def test_a_replace_tick_stops_the_running_run_and_queues_its_own(store: Pg
     assert await fired_ticks(store, sid) == [(T0 - MINUTE, "running"), (T0, "queued")]
 
 
+
+async def test_a_replace_tick_reports_the_runs_it_cancelled_for_the_state_counters(store: PgStore) -> None:
+    """FireBatchResult.replaced: the job type of each run the tick cancelled (a queued one), not
+    of a running one it asked to stop; the firer counts them `cancelled` (fails without it)."""
+    sid = await make_schedule(store, 2, overlap="replace")
+    await running_run(store, sid, 2)
+    queued = uuid.uuid4()
+    async with store.connection() as conn:
+        await conn.execute(
+            "INSERT INTO executions (id, schedule_id, tenant, type, partition, scheduled_for, run_at, state)"
+            " VALUES (%s, %s, 't1', 'noop', 2, %s, %s, 'queued')", (queued, sid, T0 - MINUTE / 2, T0 - MINUTE / 2))
+    assert await store.partitions.record_epoch(2, 20, "a")
+    res = await store.firing.fire(replace_batch(sid))
+    assert [(f.scheduled_for, f.state) for f in res.fired] == [(T0, "queued")]
+    assert res.replaced == ("noop",)
+
+
 # ---------------------------------------------------------------------- the Firer on a FakeClock
 
 class Trust:

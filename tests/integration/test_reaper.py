@@ -87,6 +87,31 @@ async def test_one_bad_row_is_logged_counted_and_the_rest_are_reaped(
             if rec.__dict__.get("event") == "reap_row_failed"] == [str(bad)]
 
 
+
+async def test_a_buffered_run_the_reaper_releases_is_counted_as_queued(owned: PgStore) -> None:
+    """The run ahead of a buffered one (overlap buffer_*) dies of its timeout: the reaper releases
+    the buffered run and, once committed, counts it `queued` under its job type (it was not
+    counted before: fails without the change)."""
+    from tests.integration.test_fencing import make_schedule
+
+    clock = FakeClock(start_ts=(T0 + timedelta(minutes=5)).timestamp())
+    sid = await make_schedule(owned, P)
+    ahead = await insert_execution(
+        owned, schedule_id=sid, type="noop", trigger="cron", partition=P, scheduled_for=T0, run_at=T0,
+        state="running", attempt=1, max_attempts=1, timeout_s=60.0, lease_owner="w1",
+        lease_expires=T0 + timedelta(hours=1), fencing_token=1, started_at=T0, heartbeat_at=T0)
+    behind = await insert_execution(
+        owned, schedule_id=sid, type="noop", trigger="cron", partition=P, scheduled_for=T0 + timedelta(minutes=1),
+        run_at=T0 + timedelta(minutes=1), state="scheduled", state_reason="buffered")
+    metrics = Metrics()
+    assert await reaper(owned, clock, metrics).reap(P, EPOCH) == 1
+    assert (await row(owned, ahead))["state"] == "dead"
+    assert (await row(owned, behind))["state"] == "queued"
+    entered = "cronwheel_executions_entered_total"
+    assert metrics.registry.get_sample_value(entered, {"state": "dead", "job_type": "noop"}) == 1.0
+    assert metrics.registry.get_sample_value(entered, {"state": "queued", "job_type": "noop"}) == 1.0
+
+
 async def test_reaper_loop_on_a_fake_clock_requeues_a_lapsed_lease_only_once_the_clock_passes_it(
         owned: PgStore) -> None:
     clock = FakeClock(start_ts=T0.timestamp())

@@ -216,13 +216,14 @@ SELECT fencing_token, lease_owner, state, result, error FROM executions
 UPDATE schedules SET last_success_at = %(now)s, success_alert_at = NULL WHERE id = %(schedule_id)s;
 
 -- name: release_buffered
--- Overlap buffer_*: the run ahead finished, queue the oldest buffered run of the schedule.
+-- Overlap buffer_*: the run ahead finished, queue the oldest buffered run of the schedule. Its
+-- job type comes back for the state counters (storage/api.py release_buffered).
 UPDATE executions
    SET state = 'queued', state_reason = NULL, queued_at = %(now)s
  WHERE id = (SELECT id FROM executions
               WHERE schedule_id = %(schedule_id)s AND state = 'scheduled' AND state_reason = 'buffered'
               ORDER BY scheduled_for LIMIT 1 FOR UPDATE SKIP LOCKED)
-RETURNING id, priority;
+RETURNING id, priority, type;
 
 -- name: queue_depths
 -- Queued executions due now per priority and the oldest run_at among them (metrics and
@@ -362,7 +363,8 @@ SELECT id, schedule_id, (SELECT count(*) FROM fed) AS fed, type, tenant FROM don
 -- Overlap buffer_*: for each listed schedule whose run ahead finished, queue its oldest
 -- buffered run, and wake the dispatchers (as `notify_queued` with payload 'buffered',
 -- delivered at commit; one notification however many runs) if there was one: in the statement,
--- so the caller need not read its result before it commits.
+-- so the caller need not read its result before it commits. Answers the job type of each run
+-- released (the state counters), which the caller reads once committed.
 WITH released AS (
     UPDATE executions
        SET state = 'queued', state_reason = NULL, queued_at = %(now)s
@@ -370,6 +372,8 @@ WITH released AS (
                    WHERE schedule_id = ANY(%(schedule_ids)s::uuid[]) AND state = 'scheduled'
                      AND state_reason = 'buffered'
                    ORDER BY schedule_id, scheduled_for)
-    RETURNING id
+    RETURNING type
+), woke AS MATERIALIZED (
+    SELECT pg_notify('cronwheel_queued', 'buffered') FROM (SELECT 1 FROM released LIMIT 1) r
 )
-SELECT pg_notify('cronwheel_queued', 'buffered') FROM (SELECT 1 FROM released LIMIT 1) r;
+SELECT type, (SELECT count(*) FROM woke) AS woke FROM released;

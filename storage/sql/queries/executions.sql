@@ -40,7 +40,9 @@ SELECT schedule_id,
  GROUP BY schedule_id;
 
 -- name: replace_active
--- Fenced: overlap `replace`: cancel queued runs now, ask running ones to stop.
+-- Fenced: overlap `replace`: cancel queued runs now, ask running ones to stop. Answers each run
+-- touched with the state it is in now ('cancelled', or 'running' asked to stop) and its job type
+-- (the state counters count the cancelled ones).
 UPDATE executions
    SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
        state_reason = CASE WHEN state = 'running' THEN state_reason ELSE 'replaced by a newer run' END,
@@ -49,7 +51,7 @@ UPDATE executions
  WHERE partition = %(partition)s AND schedule_id = ANY(%(ids)s::uuid[])
    AND state IN ('queued', 'running', 'retry_scheduled')
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
-RETURNING id;
+RETURNING id, state, type;
 
 -- name: fire_executions
 -- Fenced: insert the executions (or skip records) of fired cron ticks, each only while its
