@@ -303,7 +303,9 @@ async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob] | Iterator[Seq
     group is in flight applies from the next group.
 
     `brief`: the rows of new jobs hold only id, tenant, idempotency_key, state, partition,
-    run_at and priority (storage's BRIEF_COLUMNS: a SubmitJobs answer); a deduplicated job's row is whole.
+    run_at and priority (storage's BRIEF_COLUMNS: a SubmitJobs answer), built by storage from the
+    jobs sent (PostgreSQL only says which were inserted, and only when some were not); a
+    deduplicated job's row is whole.
 
     `jobs` may instead be an iterator of chunks, drawn lazily (`submit_jobs`): no chunk may hold
     a unique job, and the fast path writes each chunk while the next is drawn

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -337,3 +337,69 @@ async def test_a_job_due_within_queued_at_submit_within_is_stored_queued_and_ann
                                                           ("queued", NOW)]
     assert {parse_queued_at(p) for p in queued} == {None, soon.timestamp()}  # now (job 3), and at `soon`
     assert [(p, i) for p, i, _ in due] == [(got[2][0]["partition"], got[2][0]["id"])]
+
+
+# ------------------------------------------------------------- SubmitJobs' brief rows
+
+
+def brief_mix(n: int) -> list[runs.JobSpec]:
+    """Queued now, queued at a sub-second run_at within QUEUED_AT_SUBMIT_WITHIN, and scheduled at
+    a sub-second run_at given in another zone; every other job with an idempotency key."""
+    east = timezone(timedelta(hours=2))
+    specs = []
+    for i in range(n):
+        run_at = (None, NOW + timedelta(seconds=2, microseconds=137 * i + 1),
+                  (NOW + timedelta(hours=1, microseconds=7919 * i + 3)).astimezone(east))[i % 3]
+        specs.append(job(i, key=f"b{i}" if i % 2 else None, run_at=run_at,
+                         priority=("default", "critical", "bulk", "default")[i % 4]))
+    return specs
+
+
+@pytest.mark.parametrize("path", ["list", "chunks", "counted"])
+async def test_brief_rows_equal_the_stored_rows_column_by_column(store: PgStore, path: str) -> None:
+    """SubmitJobs' storage path (`brief`): the node builds the rows of new jobs from the jobs it
+    sent, PostgreSQL saying only which were inserted; they must be what a SELECT of BRIEF_COLUMNS
+    reads, value and type. Jobs whose key a committed row holds come back deduplicated, whole."""
+    from psycopg.rows import dict_row
+
+    from cronwheel.storage.executions import BRIEF_COLUMNS
+
+    columns = [c.strip() for c in BRIEF_COLUMNS.split(",")]
+    n = 2 * runs.SUBMIT_CHUNK + 17
+    specs = brief_mix(n)
+    taken = [1, 7, runs.SUBMIT_CHUNK + 1, n - 2]  # in the first, second and last chunk
+    first = {r["idempotency_key"]: r["id"] for r, _ in
+             await runs.submit_jobs(store, prep([job(1000 + i, key=f"b{i}") for i in taken]), NOW)}
+    if path == "counted":
+        await set_quota(store, "acme", 10 * n)
+        assert await store.executions.insert_unless_quota(prep(specs[:3]), NOW, brief=True) is None  # nothing written
+        assert await count(store) == len(taken)
+
+    async def submit(specs: list[runs.JobSpec]) -> list:
+        jobs = prep(specs)
+        return await runs.submit_jobs(store, chunks(jobs) if path == "chunks" else jobs, NOW, brief=True)
+
+    got = await submit(specs)
+    assert len(got) == n
+    async with store.connection() as conn:
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute("SELECT " + BRIEF_COLUMNS + " FROM executions WHERE tenant = 'acme'")
+        stored = {r["id"]: r for r in await cur.fetchall()}
+    assert len(stored) == n
+    states = set()
+    for i, (row, dedup) in enumerate(got):
+        if i in taken:
+            assert dedup and row["id"] == first[f"b{i}"] and set(columns) < set(row), i  # the existing row, whole
+            continue
+        assert not dedup and list(row) == columns, i
+        want = stored[row["id"]]
+        for c in columns:
+            assert row[c] == want[c] and type(row[c]) is type(want[c]), (i, c, row[c], want[c])
+        assert row["run_at"].utcoffset() is not None
+        states.add((row["state"], row["run_at"].microsecond != 0))
+    assert states == {("queued", False), ("queued", True), ("scheduled", True)}
+
+    again = await submit(specs)  # every key taken (every job left out of a statement, or none has a key)
+    keyed = [i for i in range(n) if specs[i].idempotency_key is not None]
+    assert all(again[i][1] and again[i][0]["id"] == got[i][0]["id"] for i in keyed)
+    assert await count(store) == n + (n - len(keyed))

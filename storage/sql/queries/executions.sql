@@ -209,7 +209,10 @@ UPDATE executions e
 -- unique-key order; a group without one reads NULL constants for the two unique columns instead of
 -- items 15 and 16. RETURNING order is not
 -- the input order. `unless_quota`: insert nothing at all if any of the tenants has a daily quota
--- (the caller then takes the locked, counted path instead).
+-- (the caller then takes the locked, counted path instead). SubmitJobs runs it brief
+-- (storage/executions.py `_insert_query`): as `WITH ins AS (<this> RETURNING id)`, answering no row
+-- when every job was inserted and otherwise one, the ids inserted; the node builds the rows from
+-- the jobs it sent (every returned column would be a value it sent).
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, trigger, max_attempts, retry_initial_s,
                         retry_multiplier, retry_max_s, timeout_s, idempotency_key, queued_at, created_at,
