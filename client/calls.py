@@ -542,16 +542,28 @@ def _job_request(ctx: Context, prefix: str, job: t.JobSpec) -> S.SubmitJobReques
         missing = "concurrency_limit" if climit is None else "concurrency_key"
         raise c.BadValue(f"{prefix}{missing}", "concurrency_key and concurrency_limit go together")
     payload = "" if job.payload is None else c.json_text(job.payload, f"{prefix}payload")
-    if len(payload.encode()) > MAX_PAYLOAD_BYTES:
+    if len(payload) * 4 > MAX_PAYLOAD_BYTES and len(payload.encode()) > MAX_PAYLOAD_BYTES:  # <= 4 bytes a char
         raise c.BadValue(f"{prefix}payload", f"at most {MAX_PAYLOAD_BYTES} bytes as JSON, got {len(payload.encode())}")
-    return S.SubmitJobRequest(
-        tenant=job.tenant or "", type=job.type, payload_json=payload,
-        run_at=c.timestamp(run_at, f"{prefix}run_at"),
-        priority=c.enum_number(t.Priority, job.priority, f"{prefix}priority"),
-        retry_policy=c.retry_policy(job.retry_policy, f"{prefix}retry_policy"),
-        timeout=c.duration(job.attempt_timeout, f"{prefix}attempt_timeout"),
-        idempotency_key=key or _new_key(), unique=c.unique(job.unique, f"{prefix}unique"),
-        concurrency_key=ckey or "", concurrency_limit=min(climit or 0, 2**31 - 1))
+    # Only the fields given: a field left at its default is not sent either way, and naming each
+    # one cost a thousand-job submit_many a millisecond.
+    fields: dict[str, Any] = {"type": job.type, "idempotency_key": key or _new_key()}
+    if job.tenant:
+        fields["tenant"] = job.tenant
+    if payload:
+        fields["payload_json"] = payload
+    if run_at is not None:
+        fields["run_at"] = c.timestamp(run_at, f"{prefix}run_at")
+    if job.priority is not None:
+        fields["priority"] = c.enum_number(t.Priority, job.priority, f"{prefix}priority")
+    if job.retry_policy is not None:
+        fields["retry_policy"] = c.retry_policy(job.retry_policy, f"{prefix}retry_policy")
+    if job.attempt_timeout is not None:
+        fields["timeout"] = c.duration(job.attempt_timeout, f"{prefix}attempt_timeout")
+    if job.unique is not None:
+        fields["unique"] = c.unique(job.unique, f"{prefix}unique")
+    if ckey is not None and climit is not None:
+        fields["concurrency_key"], fields["concurrency_limit"] = ckey, min(climit, 2**31 - 1)
+    return S.SubmitJobRequest(**fields)
 
 
 def get_execution(ctx: Context, execution_id: str) -> Call[t.Execution]:

@@ -204,7 +204,14 @@ def time_range(start: datetime | None, end: datetime | None, field: str) -> comm
 
 
 def _enum(kind: Any, number: int, table: dict[int, str]) -> Any:
-    return kind(table[number]) if number in table else None
+    """The member of StrEnum `kind` whose word `table` gives for a proto number (None: unknown)."""
+    members = _MEMBERS.get((kind, id(table)))
+    if members is None:  # once per (kind, table): constructing a member by value cost ~1 us a call
+        members = _MEMBERS[(kind, id(table))] = {n: kind(word) for n, word in table.items()}
+    return members.get(number)
+
+
+_MEMBERS: dict[tuple[Any, int], dict[int, Any]] = {}
 
 
 def _ts(msg: Any, name: str) -> datetime | None:
