@@ -179,13 +179,21 @@ class Metrics:
     def record_outcome(self, state: str, error_type: str, job_type: str = "") -> None:
         """The outcome of one attempt (a worker's report, or the reaper's verdict on a lapsed lease
         or a timeout): the state it entered, and failures/retries/dead letters."""
-        self.execution_entered(state, job_type)
+        self.record_outcomes(state, error_type, (job_type,))
+
+    def record_outcomes(self, state: str, error_type: str, job_types: Iterable[str]) -> None:
+        """`record_outcome` for attempts that ended alike (a completion batch), one counter
+        update per job type (a label lookup per run cost a 250-run batch ~1 ms of the node)."""
+        n = 0
+        for job_type, k in Tally(job_types).items():
+            self.execution_entered(state, job_type, k)
+            n += k
         if state in ("retry_scheduled", "failed", "dead"):
-            self.failures.labels(error_type or "error").inc()
+            self.failures.labels(error_type or "error").inc(n)
         if state == "retry_scheduled":
-            self.retries.inc()
+            self.retries.inc(n)
         if state == "dead":
-            self.dead_letters.inc()
+            self.dead_letters.inc(n)
 
     async def refresh_loop(self, store: PgStore, owned: Callable[[], dict[int, int]], wheel_size: Callable[[], int],
                            trust_left: Callable[[], float], *, clock: Clock, refresh_s: float = 5.0) -> None:

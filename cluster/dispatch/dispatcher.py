@@ -317,13 +317,14 @@ class Dispatcher:
                 self.metrics.executions_entered(("queued", job_type) for job_type in freed)
             self._slots_freed(r.tenant for r in rows)
         out: list[Outcome | Exception] = []
+        if done and self.metrics is not None:
+            self.metrics.record_outcomes("succeeded", "", done.values())
+        succeeded = Outcome("succeeded", None, 0, 0)
         for (ident, token, result_json), pre in zip(items, results, strict=True):
             if pre is not None:
                 out.append(pre)
             elif ident in done:
-                if self.metrics is not None:
-                    self.metrics.record_outcome("succeeded", "", done[ident])
-                out.append(Outcome("succeeded", None, 0, 0))
+                out.append(succeeded)
             else:  # not ours (stale token, finished, unknown): the single path says why
                 try:
                     out.append(await self.complete(ident, token, worker, result_json, tenant))
