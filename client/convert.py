@@ -217,8 +217,13 @@ _MEMBERS: dict[tuple[Any, int], dict[int, Any]] = {}
 def _ts(msg: Any, name: str) -> datetime | None:
     if not msg.HasField(name):
         return None
-    v = getattr(msg, name)
-    return _when(v.seconds, v.nanos)
+    return instant(getattr(msg, name))
+
+
+def instant(ts: Timestamp) -> datetime:
+    """A Timestamp as an aware UTC datetime (microseconds), each distinct value converted once
+    (protobuf's ToDatetime is Python code: ~3 us a call, twice per leased run in the Worker)."""
+    return _when(ts.seconds, ts.nanos)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -86,13 +86,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC
 from typing import Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
 from cronwheel import tracing
+from cronwheel.client.convert import instant
 from cronwheel.client.worker_connection import Connection, WorkerStopped, permanent, unreachable
 from cronwheel.client.worker_context import JobContext, NonRetryable, Run, Stale
 from cronwheel.client.worker_policy import (
@@ -397,18 +397,18 @@ class Worker:
         ctx = JobContext(
             execution_id=ex.execution_id, schedule_id=ex.schedule_id or None, type=ex.type, tenant=ex.tenant,
             payload=json.loads(ex.payload_json) if ex.payload_json else None,
-            scheduled_for=ex.scheduled_for.ToDatetime().replace(tzinfo=UTC), attempt=ex.attempt,
+            scheduled_for=instant(ex.scheduled_for), attempt=ex.attempt,
             max_attempts=ex.max_attempts, fencing_token=ex.fencing_token,
             checkpoint_value=json.loads(ex.checkpoint_json) if ex.checkpoint_json else None,
-            deadline=ex.deadline.ToDatetime().replace(tzinfo=UTC) if ex.HasField("deadline") else None,
+            deadline=instant(ex.deadline) if ex.HasField("deadline") else None,
             trace=ex.trace_context or None, _worker=self,
-            started_at=ex.started_at.ToDatetime().replace(tzinfo=UTC) if ex.HasField("started_at") else None,
+            started_at=instant(ex.started_at) if ex.HasField("started_at") else None,
         )
         timeout_s: float | None = None
         if ex.HasField("timeout"):
             timeout_s = ex.timeout.ToTimedelta().total_seconds()
         elif ex.HasField("deadline"):
-            timeout_s = max(ex.deadline.ToDatetime().replace(tzinfo=UTC).timestamp() - self.clock.now_ts(), 0.0)
+            timeout_s = max(instant(ex.deadline).timestamp() - self.clock.now_ts(), 0.0)
         deadline = None if timeout_s is None else t1 + timeout_s
         warn_at = None if deadline is None or timeout_s is None else deadline - min(self.timeout_grace_s,
                                                                                     timeout_s / 4)

@@ -180,13 +180,13 @@ class Reporter:
         attempt = 0
         while batch:
             attempt += 1
+            req = dispatch_pb2.CompleteExecutionsRequest()
+            add = req.items.add  # in place: an item built apart is copied in, twice the work
+            for r in batch:
+                add(execution_id=r.execution_id, fencing_token=r.fencing_token, worker_id=self.worker_id,
+                    result_json=r.verdict.result_json, trace_context=r.trace_context)
             try:
-                resp = await self.stub.CompleteExecutions(dispatch_pb2.CompleteExecutionsRequest(items=[
-                    dispatch_pb2.CompleteExecutionRequest(execution_id=r.execution_id, fencing_token=r.fencing_token,
-                                                          worker_id=self.worker_id,
-                                                          result_json=r.verdict.result_json,
-                                                          trace_context=r.trace_context) for r in batch]),
-                    timeout=self.call_timeout_s, metadata=self.metadata)
+                resp = await self.stub.CompleteExecutions(req, timeout=self.call_timeout_s, metadata=self.metadata)
             except grpc.aio.AioRpcError as exc:
                 kind = classify(exc.code())
                 if kind is CodeClass.FATAL:
