@@ -9,6 +9,7 @@ fields only when the row has a value. Pure functions, no I/O.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import uuid
@@ -82,11 +83,18 @@ def req_uuid(text: str, field: str) -> uuid.UUID:
 
 
 def to_dt(ts: Timestamp, field: str) -> datetime:
-    if not MIN_TS <= ts.seconds <= MAX_TS:
+    seconds, nanos = ts.seconds, ts.nanos
+    if not MIN_TS <= seconds <= MAX_TS:
         raise InvalidArgument(field, "out of range (0001-01-01 .. 9999-12-31)")
-    if not 0 <= ts.nanos <= 999_999_999:
-        raise InvalidArgument(field, f"nanos must be 0..999999999, got {ts.nanos}")
-    return EPOCH + timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
+    if not 0 <= nanos <= 999_999_999:
+        raise InvalidArgument(field, f"nanos must be 0..999999999, got {nanos}")
+    return _instant(seconds, nanos // 1000)
+
+
+@functools.lru_cache(maxsize=4096)
+def _instant(seconds: int, micros: int) -> datetime:
+    """Cached: the jobs of one SubmitJobs call often share a run_at, and datetimes are immutable."""
+    return EPOCH + timedelta(seconds=seconds, microseconds=micros)
 
 
 def opt_dt(msg: Message, name: str, field: str) -> datetime | None:
