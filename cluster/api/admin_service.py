@@ -17,7 +17,6 @@ import asyncio
 from typing import Any
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from cronwheel.clock import Clock
 from cronwheel.cluster.api import convert as cv
@@ -34,12 +33,6 @@ from cronwheel.v1.enums import PRIORITY
 LOCAL_ONLY = "x-cronwheel-local-only"
 
 
-def ts(seconds: float) -> Timestamp:
-    t = Timestamp()
-    t.FromNanoseconds(int(seconds * 1e9))
-    return t
-
-
 class AdminService(admin_pb2_grpc.AdminServiceServicer):
     """Depends on the store (fencing records, queue depths, events), the clock and a
     `StatusProvider` (this node's and its coordinator's view), nothing else of the node."""
@@ -54,9 +47,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         now = self.clock.now_ts()
         m = admin_pb2.Member(node_id=me.node_id, address=me.address, partitions=list(me.partitions),
                              wheel_size=me.wheel_size, version=me.version)
-        m.lease_deadline.CopyFrom(ts(now + me.lease_deadline_in_s))
-        m.stats_at.CopyFrom(ts(now))
-        m.started_at.CopyFrom(ts(me.started_at))
+        m.lease_deadline.CopyFrom(cv.epoch_ts(now + me.lease_deadline_in_s))
+        m.stats_at.CopyFrom(cv.epoch_ts(now))
+        m.started_at.CopyFrom(cv.epoch_ts(me.started_at))
         if me.fire_lag_s is not None:
             m.fire_lag_p50.FromNanoseconds(int(max(0.0, me.fire_lag_s[0]) * 1e9))
             m.fire_lag_p99.FromNanoseconds(int(max(0.0, me.fire_lag_s[1]) * 1e9))
@@ -69,7 +62,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         md = dict(context.invocation_metadata() or ())
         resp = admin_pb2.ClusterStatusResponse(cluster_name=st.cluster_name, partition_count=st.partitions,
                                                answered_by=st.node_id)
-        resp.observed_at.CopyFrom(ts(self.clock.now_ts()))
+        resp.observed_at.CopyFrom(cv.epoch_ts(self.clock.now_ts()))
         if md.get(LOCAL_ONLY):
             resp.members.append(self.self_member())
             return resp
@@ -92,7 +85,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
                 fenced_epoch=row.epoch if row else 0,
             )
             if row is not None and row.acquired_at is not None:
-                ps.acquired_at.CopyFrom(ts(row.acquired_at.timestamp()))
+                ps.acquired_at.CopyFrom(cv.ts(row.acquired_at))
             resp.partitions.append(ps)
         depths = {d.priority: (d.queued, d.oldest_run_at) for d in await self.store.dispatch.queue_depths()}
         for number, name in PRIORITY.items():

@@ -13,7 +13,7 @@ import functools
 import math
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -115,6 +115,26 @@ def opt_s(msg: Message, name: str, field: str) -> float | None:
 def ts(dt: datetime) -> Timestamp:
     micros = (dt - EPOCH) // timedelta(microseconds=1)
     return Timestamp(seconds=micros // 1_000_000, nanos=(micros % 1_000_000) * 1000)
+
+
+def epoch_ts(seconds: float) -> Timestamp:
+    """Unix seconds (a float) as a Timestamp, to the microsecond."""
+    micros = round(seconds * 1e6)
+    return Timestamp(seconds=micros // 1_000_000, nanos=(micros % 1_000_000) * 1000)
+
+
+class Converted(dict[Any, Any]):
+    """`convert` of each distinct value once, for one answer whose rows share a few values (a
+    claim's `now`, a herd's run_at). Its Timestamps are shared: only pass them to a message's
+    constructor or CopyFrom, which copy."""
+
+    def __init__(self, convert: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self._convert = convert
+
+    def __missing__(self, value: Any) -> Any:
+        got = self[value] = self._convert(value)
+        return got
 
 
 def dur(seconds: float) -> Duration:

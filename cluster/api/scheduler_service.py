@@ -18,11 +18,10 @@ connection from the node's pool. SubmitJobs writes its jobs in one transaction o
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from cronwheel import tracing
 from cronwheel.clock import Clock
@@ -288,19 +287,12 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
             got = await runs.submit_jobs(self.store, prepare(0, n), now, brief=True)
         self._entered(*((r["state"], j.type) for j, (r, dedup) in zip(jobs, got, strict=True) if not dedup))
         state = enums.by_name(cv.STATE)
-        stamps: dict[datetime, Timestamp] = {}  # the jobs of a call share a few run_at values
-
-        def stamp(at: datetime) -> Timestamp:
-            hit = stamps.get(at)
-            if hit is None:
-                hit = stamps[at] = cv.ts(at)
-            return hit
-
+        stamps = cv.Converted(cv.ts)  # the jobs of a call share a few run_at values
         resp = scheduler_pb2.SubmitJobsResponse()
         add = resp.results.add  # in place: a result built apart is copied in, twice the work
         for j, (r, dedup) in zip(jobs, got, strict=True):
             add(execution_id=str(r["id"]), deduplicated=dedup, state=state[r["state"]], partition=r["partition"],
-                run_at=stamp(r["run_at"]), deduplicated_by=_DEDUP[runs.deduplicated_by(j, r, dedup)])
+                run_at=stamps[r["run_at"]], deduplicated_by=_DEDUP[runs.deduplicated_by(j, r, dedup)])
         return resp
 
     async def GetExecution(self, request: scheduler_pb2.GetExecutionRequest,  # noqa: N802

@@ -14,10 +14,10 @@ from typing import Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from cronwheel import tracing
 from cronwheel.cluster.api.auth import current_caller
+from cronwheel.cluster.api.convert import Converted, epoch_ts, ts
 from cronwheel.cluster.api.grpc_errors import status_of
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher, Leased
 from cronwheel.errors import InvalidArgument
@@ -47,32 +47,11 @@ def seconds(field: str, d: Duration, has: bool, default: float) -> float:
     return s
 
 
-def ts(dt: Any) -> Timestamp:
-    t = Timestamp()
-    if dt is not None:
-        t.FromDatetime(dt)
-    return t
-
-
-def epoch_ts(seconds: float) -> Timestamp:
-    micros = round(seconds * 1e6)
-    return Timestamp(seconds=micros // 1_000_000, nanos=(micros % 1_000_000) * 1000)
-
-
-class _Stamps(dict[float, Timestamp]):
-    """epoch_ts of each instant once: a claim's runs share its `now` (started_at, lease_expires)
-    and often their run_at (a herd)."""
-
-    def __missing__(self, seconds: float) -> Timestamp:
-        got = self[seconds] = epoch_ts(seconds)
-        return got
-
-
 def add_leased(resp: dispatch_pb2.LeaseExecutionsResponse, rows: Iterable[Leased]) -> None:
     """Each leased run as a LeasedExecution of `resp`, built in place: built apart and copied in,
     with its four timestamps converted each time, a 1,000-run answer took 13.5 ms of the node's
     CPU, in place with each instant converted once 6.8 ms (measured on this machine)."""
-    stamps = _Stamps()
+    stamps = Converted(epoch_ts)  # a claim's runs share its `now`, a herd its run_at
     add = resp.executions.add
     for row in rows:
         m = add(execution_id=row.id, schedule_id=row.schedule_id or "", tenant=row.tenant, type=row.type,
