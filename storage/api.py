@@ -74,12 +74,12 @@ async def notify_queued(conn: Conn, payload: str) -> None:
 
 
 async def release_buffered(conn: Conn, schedule_id: uuid.UUID, now: datetime) -> str | None:
-    """Overlap buffer_*: queue the schedule's oldest buffered run (the run ahead of it ended). The
-    released run's job type (the state counters count it `queued` once committed), or None when
-    none was buffered. The caller wakes the dispatchers."""
+    """Overlap buffer_*: queue the schedule's oldest buffered run (the run ahead of it ended),
+    waking the dispatchers at commit if there was one. The released run's job type (the state
+    counters count it `queued` once committed), or None when none was buffered."""
     cur = await conn.execute(q("release_buffered"), {"schedule_id": schedule_id, "now": now})
     got = await cur.fetchone()
-    return None if got is None else str(got[2])
+    return None if got is None else str(got[0])
 
 
 async def replace_active(conn: Conn, partition: int, epoch: int, schedule_ids: Sequence[uuid.UUID],
@@ -89,7 +89,7 @@ async def replace_active(conn: Conn, partition: int, epoch: int, schedule_ids: S
     The job type of each run it cancelled (the state counters count them once committed)."""
     cur = await conn.execute(q("replace_active"), {"partition": partition, "epoch": epoch,
                                                    "ids": list(schedule_ids), "now": now})
-    return [str(t) for _id, state, t in await cur.fetchall() if state == "cancelled"]
+    return [str(t) for state, t in await cur.fetchall() if state == "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)

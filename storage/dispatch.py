@@ -291,7 +291,8 @@ class DispatchPort:
         return [Completed(r[0], r[1], r[3], r[4]) for r in await cur.fetchall()]
 
     async def release_buffered(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> str | None:
-        """Overlap buffer_*: queue the schedule's oldest buffered run; its job type, or None."""
+        """Overlap buffer_*: queue the schedule's oldest buffered run, waking the dispatchers at
+        commit; its job type, or None (storage/api.py `release_buffered`)."""
         return await release_buffered(conn, schedule_id, now)
 
     async def release_buffered_many(self, conn: Conn, schedule_ids: Sequence[uuid.UUID],

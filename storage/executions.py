@@ -447,8 +447,8 @@ class ExecutionsPort:
         return await replace_active(conn, partition, epoch, [schedule_id], now)
 
     async def release_buffered(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> str | None:
-        """Queue the oldest buffered run of the schedule (the run ahead of it ended): its job type,
-        or None (storage/api.py `release_buffered`)."""
+        """Queue the oldest buffered run of the schedule (the run ahead of it ended), waking the
+        dispatchers at commit: its job type, or None (storage/api.py `release_buffered`)."""
         return await release_buffered(conn, schedule_id, now)
 
     async def notify_queued(self, conn: Conn, priority: str) -> None:

@@ -550,8 +550,6 @@ async def cancel_execution(store: PgStore, execution_id: uuid.UUID, now: datetim
         if new["state"] == "cancelled" and row["schedule_id"] is not None and row["state_reason"] != "buffered":
             # It was a run ahead of a buffered one (overlap buffer_*): that one may start now.
             freed = await store.executions.release_buffered(conn, row["schedule_id"], now)
-            if freed is not None:
-                await store.executions.notify_queued(conn, "buffered")
     if moved is not None and freed is not None:
         moved.append(("queued", freed))
     return new, new["state"] == "cancelled"

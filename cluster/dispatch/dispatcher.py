@@ -367,11 +367,9 @@ class Dispatcher:
                 finished_at=now if terminal else None, now=now))
             if state == "succeeded" and run.schedule_id is not None:
                 await self.port.mark_success(conn, run.schedule_id, now)
-            freed = None
+            freed = None  # the buffered run released (overlap buffer_*), if any: its job type
             if terminal and run.schedule_id is not None:
                 freed = await self.port.release_buffered(conn, run.schedule_id, now)
-                if freed is not None:
-                    await self.port.notify_queued(conn, "buffered")
             if state in ("dead", "failed"):  # a non-retryable failure ends the run too: execution_failed
                 await self.store.insert_event("dead_letter" if state == "dead" else "execution_failed",
                                               tenant=run.tenant, schedule_id=run.schedule_id,

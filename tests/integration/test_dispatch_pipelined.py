@@ -105,8 +105,11 @@ async def test_every_refused_commit_reaches_the_caller_as_the_refusal(store: PgS
     assert any(REFUSED[0] in m for m in seen), seen  # the server's own words reach the caller
 
 
-async def test_completing_a_cron_run_releases_its_buffered_run_and_wakes_dispatchers(store: PgStore,
-                                                                                    dsn: str) -> None:
+@pytest.mark.parametrize("batch", [True, False], ids=["CompleteExecutions", "CompleteExecution"])
+async def test_completing_a_cron_run_releases_its_buffered_run_and_wakes_dispatchers(store: PgStore, dsn: str,
+                                                                                    batch: bool) -> None:
+    """Both completion paths release the buffered run and wake the dispatchers: the wake is in the
+    release statement itself (release_buffered and release_buffered_many), not left to callers."""
     sid = uuid.uuid4()
     ahead = await insert_execution(store, partition=1, schedule_id=sid, scheduled_for=T0, run_at=T0,
                                    state="queued", trigger="cron")
@@ -118,7 +121,10 @@ async def test_completing_a_cron_run_releases_its_buffered_run_and_wakes_dispatc
     assert run.id == str(ahead)
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as listener:
         await listener.execute(f"LISTEN {QUEUED_CHANNEL}")
-        [out] = await d.complete_many("w1", [(ahead, run.fencing_token, "{}")])
+        if batch:
+            [out] = await d.complete_many("w1", [(ahead, run.fencing_token, "{}")])
+        else:
+            out = await d.complete(ahead, run.fencing_token, "w1", "{}")
         assert not isinstance(out, Exception) and out.state == "succeeded"
         note = await asyncio.wait_for(anext(aiter(listener.notifies())), timeout=10)
     assert (note.channel, note.payload) == (QUEUED_CHANNEL, "buffered")

@@ -216,14 +216,21 @@ SELECT fencing_token, lease_owner, state, result, error FROM executions
 UPDATE schedules SET last_success_at = %(now)s, success_alert_at = NULL WHERE id = %(schedule_id)s;
 
 -- name: release_buffered
--- Overlap buffer_*: the run ahead finished, queue the oldest buffered run of the schedule. Its
--- job type comes back for the state counters (storage/api.py release_buffered).
-UPDATE executions
-   SET state = 'queued', state_reason = NULL, queued_at = %(now)s
- WHERE id = (SELECT id FROM executions
-              WHERE schedule_id = %(schedule_id)s AND state = 'scheduled' AND state_reason = 'buffered'
-              ORDER BY scheduled_for LIMIT 1 FOR UPDATE SKIP LOCKED)
-RETURNING id, priority, type;
+-- Overlap buffer_*: the run ahead finished, queue the oldest buffered run of the schedule and,
+-- if there was one, wake the dispatchers (payload 'buffered', delivered at commit), as
+-- `release_buffered_many` does. Its job type comes back for the state counters
+-- (storage/api.py release_buffered).
+WITH released AS (
+    UPDATE executions
+       SET state = 'queued', state_reason = NULL, queued_at = %(now)s
+     WHERE id = (SELECT id FROM executions
+                  WHERE schedule_id = %(schedule_id)s AND state = 'scheduled' AND state_reason = 'buffered'
+                  ORDER BY scheduled_for LIMIT 1 FOR UPDATE SKIP LOCKED)
+    RETURNING type
+), woke AS MATERIALIZED (
+    SELECT pg_notify('cronwheel_queued', 'buffered') FROM released
+)
+SELECT type, (SELECT count(*) FROM woke) AS woke FROM released;
 
 -- name: queue_depths
 -- Queued executions due now per priority and the oldest run_at among them (metrics and

@@ -51,7 +51,7 @@ UPDATE executions
  WHERE partition = %(partition)s AND schedule_id = ANY(%(ids)s::uuid[])
    AND state IN ('queued', 'running', 'retry_scheduled')
    AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
-RETURNING id, state, type;
+RETURNING state, type;
 
 -- name: fire_executions
 -- Fenced: insert the executions (or skip records) of fired cron ticks, each only while its
