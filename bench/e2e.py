@@ -12,7 +12,10 @@ executions table emptied (TRUNCATE) between them.
 - W1: N jobs (20,000) all due at one instant T, submitted from T - 10 s with submit_many in
   SubmitJobs calls of 1,000, one call after the other. enqueue rate = N / (last answer - first
   send); drain = last handler start - T; lag = handler start - T (p50/p99/max); exec/s = N /
-  (last start - first start). Once with the Worker's default concurrency, once with 16.
+  (last start - first start). Once with the Worker's default concurrency, once with 16. For
+  scale, the drain's statements alone in the same run (`bench.dispatch`'s batched baseline:
+  claims of the Worker's lease size and batch completions of the same N runs, from this process
+  on one connection, no gRPC and no worker).
 - W2: 2,000 delayed jobs/s offered for 20 s, each due now + uniform(1, 5) s (`delay`): as
   submit_many calls of 100 every 50 ms (open loop: a call is sent on time whether or not the
   previous ones were answered), and again as single submit calls from 64 concurrent callers
@@ -20,6 +23,9 @@ executions table emptied (TRUNCATE) between them.
   max(the offered duration, last answer - first send); start lag = handler start - the job's run_at.
 - S: single SubmitJob calls, closed loop: 64 callers for 10 s (jobs/s, latency p50/p99) and 1
   caller for 10 s (latency p50/p99). Jobs are due in an hour: this measures the submit alone.
+  For scale, the same loop of 64 callers against the node's cheapest call (grpc.health.v1
+  Health/Check, no Client, no database): its calls/s and the node's CPU a call beside
+  SubmitJob's, so what gRPC alone costs on this machine in this hour shows next to the figure.
 - W3: 1,000 `* * * * *` schedules created with create_schedule (16 in flight); the handler
   start of each schedule's tick at the next minute boundary B that is at least 5 s away once
   they exist: lag = start - B (p50/p99/max). One boundary per repeat.
@@ -63,11 +69,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import grpc
 import psycopg
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.cpu import CpuTrace, children
+from bench.dispatch import baseline
 from chaos.harness import NodeProc, ProcessCluster
 from cronwheel.client import AsyncClient, JobSpec
+from cronwheel.client.worker_policy import LEASE_CALL_RUNS
 
 PARTITIONS = 64  # the node's default (`cronwheel migrate --partitions`)
 LEASE_TTL_S = 5  # the node's default --lease-ttl
@@ -330,6 +340,7 @@ def w1(c: ProcessCluster, node: NodeProc, z: Sizes, concurrency: int | None) -> 
     out.update(cpu_fields(trace, "enqueue", first, last))
     if starts:
         out.update(cpu_fields(trace, "drain", T, max(starts)))
+    out["sql_drain_s"] = z.w1_jobs / baseline(c.dsn, z.w1_jobs, batched=True, limit=LEASE_CALL_RUNS)
     out.update({"enqueue_per_s": len(ids) / (last - first), "enqueue_late_s": last - T,
                 "drain_s": max(starts) - T if starts else float("nan"),
                 "lag_p50_ms": 1000 * pct(lags, 0.5), "lag_p99_ms": 1000 * pct(lags, 0.99),
@@ -435,12 +446,43 @@ def single_submit(node: NodeProc, callers: int, seconds: float) -> tuple[int, li
     return asyncio.run(go())
 
 
+def cheapest_calls(node: NodeProc, callers: int, seconds: float) -> tuple[int, float]:
+    """For scale: the node's cheapest unary call, grpc.health.v1 Health/Check (no Client, no
+    database, the node's interceptors but no auth), in the same closed loop as `single_submit`,
+    with the same per-call deadline. What any call costs the node and the caller on this machine
+    in this hour; the gap to SubmitJob is what a submit adds to it."""
+
+    async def go() -> tuple[int, float]:
+        async with grpc.aio.insecure_channel(node.address) as channel:
+            check = health_pb2_grpc.HealthStub(channel).Check
+            req = health_pb2.HealthCheckRequest()
+            await check(req, timeout=10)  # connect first
+            n = 0
+            t0 = time.time()
+            end = t0 + seconds
+
+            async def caller() -> None:
+                nonlocal n
+                while time.time() < end:
+                    await check(req, timeout=10)
+                    n += 1
+
+            await asyncio.gather(*(caller() for _ in range(callers)))
+            return n, time.time() - t0
+
+    return asyncio.run(go())
+
+
 def s(c: ProcessCluster, node: NodeProc, z: Sizes) -> dict[str, float]:
     with cpu_trace(c, node, None) as trace:
         n, lat, elapsed = single_submit(node, z.s_callers, z.s_seconds)
         done = time.time()
+        n_floor, elapsed_floor = cheapest_calls(node, z.s_callers, z.s_seconds)
+        done_floor = time.time()
     n1, lat1, _ = single_submit(node, 1, z.s_seconds)
     out = {**cpu_fields(trace, "s64", done - elapsed, done),
+           **cpu_fields(trace, "floor", done_floor - elapsed_floor, done_floor),
+           "floor_per_s": n_floor / elapsed_floor,
            "per_s_64": n / elapsed, "p50_ms_64": 1000 * pct(lat, 0.5), "p99_ms_64": 1000 * pct(lat, 0.99),
            "p50_ms_1": 1000 * pct(lat1, 0.5), "p99_ms_1": 1000 * pct(lat1, 0.99), "per_s_1": n1 / z.s_seconds}
     reset(c)
@@ -537,6 +579,8 @@ def fmt_w1(m: dict[str, float]) -> str:
             f"last answer {m['enqueue_late_s']:+.1f} s from T), drain {m['drain_s']:.2f} s after T "
             f"(target <= 1.0 s: {verdict(m['drain_s'] <= 1.0)}), lag p50 {m['lag_p50_ms']:.0f} / p99 "
             f"{m['lag_p99_ms']:.0f} / max {m['lag_max_ms']:.0f} ms, {m['exec_per_s']:,.0f} exec/s; {dup_txt(m)}\n"
+            f"    for scale, the drain's statements alone (claims of {LEASE_CALL_RUNS}, batch completions; one "
+            f"connection, no gRPC, no worker): {m['sql_drain_s']:.2f} s for the same number of runs\n"
             f"    {inside_txt(m, herd=True)}{cpu_txt(m, 'enqueue', 'the enqueue')}"
             f"{cpu_txt(m, 'drain', 'the drain, T to last start')}")
 
@@ -553,7 +597,18 @@ def fmt_s(m: dict[str, float]) -> str:
     return (f"64 callers {m['per_s_64']:,.0f} jobs/s (target >= 3,000: {verdict(m['per_s_64'] >= 3000)}), latency "
             f"p50 {m['p50_ms_64']:.1f} / p99 {m['p99_ms_64']:.1f} ms; 1 caller p50 {m['p50_ms_1']:.1f} / p99 "
             f"{m['p99_ms_1']:.1f} ms (target p99 <= 20 ms: {verdict(m['p99_ms_1'] <= 20)}), {m['per_s_1']:,.0f} "
-            f"jobs/s{cpu_txt(m, 's64', 'the 64 callers')}")
+            f"jobs/s{cpu_txt(m, 's64', 'the 64 callers')}\n    {floor_txt(m)}")
+
+
+def floor_txt(m: dict[str, float]) -> str:
+    """S's scale: the node's cheapest call in the same run, and the node CPU a call of each."""
+    if "cpu_floor_wall_s" not in m:
+        return ""
+    per_call = 1000 * m["cpu_floor_node_s"] / max(1.0, m["floor_per_s"] * m["cpu_floor_wall_s"])
+    per_job = 1000 * m["cpu_s64_node_s"] / max(1.0, m["per_s_64"] * m["cpu_s64_wall_s"])
+    return (f"for scale, the node's cheapest call (grpc.health.v1 Health/Check: no Client, no database), 64 "
+            f"callers: {m['floor_per_s']:,.0f} calls/s; node CPU {per_call:.2f} ms a call, against {per_job:.2f} ms "
+            f"a SubmitJob{cpu_txt(m, 'floor', 'the Health/Check callers')}")
 
 
 def fmt_w3(m: dict[str, float]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from bench.e2e import Record, checks, claim_figures, hist_quantile, pct
+from bench.e2e import CPU_GROUPS, Record, checks, claim_figures, floor_txt, hist_quantile, pct
 
 
 def test_a_quantile_of_the_difference_of_two_scrapes_interpolates_within_its_bucket() -> None:
@@ -35,3 +35,13 @@ def test_the_claims_of_a_herd_are_the_distinct_started_at_of_its_rows() -> None:
     assert math.isclose(got["rows_lease_p50_ms"], 50.0, abs_tol=1e-6)
     assert math.isclose(got["rows_lease_p99_ms"], 90.0, abs_tol=1e-6)
     assert claim_figures([])["claims"] == 0.0 and math.isnan(claim_figures([])["claim_last_ms"])
+
+
+def test_s_prints_the_node_cpu_of_a_call_of_each_kind_from_the_same_run() -> None:
+    m = {"per_s_64": 2_000.0, "floor_per_s": 4_000.0}
+    for phase, node_s in (("s64", 8.0), ("floor", 6.0)):  # 10 s windows: 20,000 submits, 40,000 checks
+        m.update({f"cpu_{phase}_wall_s": 10.0, **{f"cpu_{phase}_{g}_s": 0.0 for g in CPU_GROUPS}})
+        m[f"cpu_{phase}_node_s"] = node_s
+    text = floor_txt(m)
+    assert "4,000 calls/s" in text and "node CPU 0.15 ms a call, against 0.40 ms a SubmitJob" in text
+    assert floor_txt({"per_s_64": 1.0}) == ""  # a run without the floor prints nothing of it
