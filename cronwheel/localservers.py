@@ -27,7 +27,7 @@ the child while the child closes its descriptors before exec, so the child abort
 `epoll_wait error: Bad file descriptor` before it runs anything. Seen as a node, a worker or an
 initdb that "did not start" (the tests, which set it first; a chaos run's restarted worker, exit
 -6). The children exec at once and need nothing of the parent's gRPC state. The test process,
-the chaos suite and the benchmarks import this module before gRPC (`chaos/__init__.py`,
+the chaos suite and the benchmarks import this module before gRPC (`chaos/__init__.py`, `bench/__init__.py`,
 tests/conftest.py; shown by tests/unit/test_localservers_fork.py).
 """
 

@@ -31,7 +31,8 @@ print(seen[0])
 """
 
 
-@pytest.mark.parametrize("module", ["chaos.runner", "chaos.harness", "bench.e2e", "bench.fire", "cronwheel.dev"])
+@pytest.mark.parametrize("module", ["chaos.runner", "chaos.harness", "bench.e2e", "bench.fire", "bench.dispatch",
+                                    "cronwheel.dev"])
 def test_grpc_fork_handlers_are_off_before_grpc_is_first_imported(module: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
     env["PYTHONPATH"] = str(ROOT)
