@@ -112,15 +112,19 @@ def opt_s(msg: Message, name: str, field: str) -> float | None:
     return to_s(getattr(msg, name), field) if msg.HasField(name) else None
 
 
-def ts(dt: datetime) -> Timestamp:
-    micros = (dt - EPOCH) // timedelta(microseconds=1)
+def _stamp(micros: int) -> Timestamp:
+    """Exact integer microseconds since the Unix epoch as a Timestamp."""
     return Timestamp(seconds=micros // 1_000_000, nanos=(micros % 1_000_000) * 1000)
+
+
+def ts(dt: datetime) -> Timestamp:
+    """An aware datetime as a Timestamp, exactly."""
+    return _stamp((dt - EPOCH) // timedelta(microseconds=1))
 
 
 def epoch_ts(seconds: float) -> Timestamp:
     """Unix seconds (a float) as a Timestamp, to the microsecond."""
-    micros = round(seconds * 1e6)
-    return Timestamp(seconds=micros // 1_000_000, nanos=(micros % 1_000_000) * 1000)
+    return _stamp(round(seconds * 1e6))
 
 
 class Converted(dict[Any, Any]):
