@@ -121,20 +121,25 @@ def run_workers(address: str, workers: int, stop_when_empty: bool, until: float)
     return procs
 
 
-def enqueue(dsn: str, n: int) -> None:
+def enqueue(dsn: str, n: int, submitted: bool = False) -> None:
+    """n queued runs of type 'bench', due now. `submitted`: each as a submit makes it (bench.e2e's
+    jobs): a payload {"i": g} and an idempotency key, which every update of the row also indexes."""
     with psycopg.connect(dsn) as c:
         c.execute("""INSERT INTO executions (id, tenant, type, payload, partition, scheduled_for, run_at, priority,
-                                            state, trigger)
-                     SELECT cronwheel_uuid7(), 'bench', 'bench', '{}', g %% 16, now(), now(), 'default', 'queued',
-                            'submit' FROM generate_series(1, %s) g""", (n,))
+                                            state, trigger, idempotency_key)
+                     SELECT cronwheel_uuid7(), 'bench', 'bench',
+                            CASE WHEN %(submitted)s THEN jsonb_build_object('i', g) ELSE '{}' END, g %% 16, now(),
+                            now(), 'default', 'queued', 'submit',
+                            CASE WHEN %(submitted)s THEN gen_random_uuid()::text END
+                       FROM generate_series(1, %(n)s) g""", {"n": n, "submitted": submitted})
 
 
-def baseline(dsn: str, n: int, batched: bool, limit: int = 100) -> float:
+def baseline(dsn: str, n: int, batched: bool, limit: int = 100, submitted: bool = False) -> float:
     """Claim `limit` at a time and finish them one by one or as a batch: same SQL, one connection.
-    Executions/s. Empties the executions table first."""
+    Executions/s. Empties the executions table first; `submitted` as for `enqueue`."""
     with psycopg.connect(dsn) as c:
         c.execute("DELETE FROM executions")  # each baseline starts from the same empty table
-    enqueue(dsn, n)
+    enqueue(dsn, n, submitted)
     t0 = time.monotonic()
     done = 0
     with psycopg.connect(dsn, autocommit=True) as c:
