@@ -1,7 +1,7 @@
 """cronwheel: a distributed job scheduler that fires one-off, delayed and cron jobs on time and
 never twice.
 
-The package is laid out as the architecture (see DESIGN.md and the README):
+The package is laid out as the architecture (docs/design.md draws it room by room):
 
     cronwheel.wheel     hierarchical timing wheel (pure)
     cronwheel.cron      cron semantics: parsing, zones, DST, H fields, jitter, misfire, overlap (pure)
@@ -10,8 +10,11 @@ The package is laid out as the architecture (see DESIGN.md and the README):
     cronwheel.client    what users import: Client and Worker
     cronwheel.v1        generated gRPC stubs of proto/cronwheel/v1
 
-Dependencies point one way (checked by import-linter): cli -> client -> cluster -> storage ->
-cron | wheel. `clock` and `errors` are leaves everyone may use.
+Dependencies point one way (checked from the source by tests/unit/test_architecture.py, since
+import-linter cannot see packages mapped from top-level folders): cli -> cluster -> storage ->
+cron | wheel | v1; `client` is a peer of `cluster` that imports only `v1`, so an application never
+pulls in the server. `clock`, `entropy`, `errors`, `heap` and `tracing` are leaves everyone may
+use.
 """
 
 __version__ = "0.1.0"
