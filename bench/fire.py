@@ -15,8 +15,8 @@ real etcd, one `cronwheel node` process owning every partition.
    the fire lag, max(0, fired_at - run_at): how late after its time a tick was claimable (what a
    worker sees; 0 when it was written ahead); and the write lag, fired_at - (run_at -
    queue_ahead_s): how long the fire path took from the tick's wheel deadline to its row, the
-   figure "fire lag" named before stop 42 (comparable with the README's earlier rows). p50/p99/max
-   of each and achieved fires/s.
+   figure "fire lag" named before stop 42 (comparable with the earlier rows of the Status table,
+   docs/perf-log.md). p50/p99/max of each and achieved fires/s.
 2. Top-of-the-hour burst: S schedules (100k, 1M) all due at the same instant T. Reported: time
    from T until the last execution is committed (and its count checked), fires/s, node peak RSS;
    the write starts queue_ahead_s before T, so fires/s and the ratio below take the write's

@@ -1,6 +1,6 @@
 """The `cronwheel` command.
 
-Exit codes scripts can trust (README "CLI exit codes"; `exit_code` below is the one table):
+Exit codes scripts can trust (docs/cli.md "Errors and exit codes"; `exit_code` below is the one table):
     0  success (also when the reader of stdout went away early, as with `| head`)
     1  the operation failed (refused by the server, a precondition, a failed check)
     2  bad usage: unknown flag, bad value (the message names the flag and the help to read)
