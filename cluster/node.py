@@ -8,7 +8,8 @@
     └── listeners of partition gains and losses (the firing path subscribes here)
 
 Start, in this order (`run()`): open the pool; read P and claim the database for this cluster
-(`PartitionsPort.claim_cluster`: a database serves one cluster, a node of another is refused);
+(`PartitionsPort.claim_cluster`: a database serves one cluster, its name and its etcd cluster's
+id, and a node of another is refused);
 bind the port (no port reuse: a second node on a busy port fails, `--listen: ... address already
 in use`); build every component; serve with health NOT_SERVING; start the tasks and print the `listening
 on` line; health turns SERVING (and `ready` is printed) once the node has joined and owns its share
@@ -222,7 +223,7 @@ class Node:
         try:
             await self.store.open()
             self.partitions = await self.store.partitions.partition_count()
-            await self.store.partitions.claim_cluster(self.config.lease.cluster)
+            await self.store.partitions.claim_cluster(self.config.lease.cluster, await self.etcd.cluster_id())
             await self.tokens.refresh()  # before serving: API-made tokens work from the first call
             self._bind()  # first: the advertised address names the bound port
             self._build()
