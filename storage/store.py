@@ -49,7 +49,7 @@ class PgStore(Database):
         self.events = EventsPort(self)
         self.explain = ExplainPort(self)
         self.partitions = PartitionsPort(self)
-        self.webhooks = WebhooksPort(self)  # storage/webhooks.py
+        self.webhooks = WebhooksPort(self, config.secrets)  # storage/webhooks.py
         self.retention = RetentionPort(self)
         self.tenants = TenantsPort(self)  # storage/tenants.py
         self.tokens = TokensPort(self)  # storage/tokens.py

@@ -10,16 +10,26 @@ and adds one to `attempts`, which is the claim's token. A sender that dies mid-d
 the row due again when its lease lapses (another sender, or the restarted one, sends it again:
 at-least-once). `record` applies an outcome only while the row still carries the claim's token.
 
+Secrets at rest (issue 48). `webhooks.secret` holds the signing secret sealed by the node's
+`SecretStore` (cronwheel/secret_store.py; plaintext only on a cluster run without a key): sealed
+by `create`, opened by `Claimed.secret` at the moment a request is signed, never returned by a
+read of the API (`webhook_get`/`webhook_list` do not select it). `seal_at_rest` (every node start,
+`cronwheel secrets rotate`) refuses a store that lacks a key in use, then re-seals under the first
+key what it did not seal; each re-seal is a compare-and-set on the value read, so nodes starting
+at once never seal a secret twice nor lose one.
+
 Time is the caller's (`now`), as in every port. Task-safe (stateless over the pool).
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from cronwheel.errors import SecretUnavailable
+from cronwheel.secret_store import KEY_ENV, KEY_FILE_FLAG, SEALED_PREFIX, SecretStore
 from cronwheel.storage.api import Conn, Row, row, rows
 from cronwheel.storage.db import Database
 from cronwheel.storage.queries import q
@@ -56,17 +66,37 @@ class DeliveryFilter:
     limit: int
 
 
+def secret_place(webhook_id: uuid.UUID) -> str:
+    """Where a webhook's secret is sealed for (a sealed value opens at its own row only)."""
+    return f"webhooks.secret:{webhook_id}"
+
+
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A delivery claimed for one attempt, with what its request needs. `event_*` are None when
-    the event was pruned by retention (the delivery cannot be built any more)."""
+    the event was pruned by retention (the delivery cannot be built any more). The secret is
+    opened when the request is signed (`secret`: SecretUnavailable when this node lacks its key)."""
 
     id: uuid.UUID
     attempt: int
     webhook_id: uuid.UUID
     url: str
-    secret: str
+    stored_secret: str = field(repr=False)
     event: Row | None  # id, at, tenant, kind, schedule_id, schedule_name, execution_id, partition, actor, alert, data
+    secrets: SecretStore = field(default_factory=SecretStore, repr=False)
+
+    @property
+    def secret(self) -> str:
+        return self.secrets.open(self.stored_secret, secret_place(self.webhook_id))
+
+
+@dataclass(frozen=True, slots=True)
+class SealReport:
+    """What `seal_at_rest` found and did: the stored secrets by sealing key ('' : plaintext),
+    before, and how many it re-sealed under the first key."""
+
+    by_key: dict[str, int]
+    resealed: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +119,15 @@ _EVENT_COLUMNS = ("event_id", "at", "tenant", "kind", "schedule_id", "schedule_n
 class WebhooksPort:
     """Task-safe (stateless over the pool)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, secrets: SecretStore | None = None) -> None:
         self.db = db
+        self.secrets = secrets or SecretStore()
 
     async def create(self, w: NewWebhook) -> Row:
+        sealed = self.secrets.seal(w.secret, secret_place(w.id))
         async with self.db.transaction() as conn:
             got = await row(conn, "webhook_insert", {
-                "id": w.id, "tenant": w.tenant, "url": w.url, "secret": w.secret, "kinds": list(w.kinds),
+                "id": w.id, "tenant": w.tenant, "url": w.url, "secret": sealed, "kinds": list(w.kinds),
                 "schedule_id": w.schedule_id, "description": w.description, "actor": w.actor, "now": w.now})
         assert got is not None
         return got
@@ -126,7 +158,38 @@ class WebhooksPort:
         async with self.db.transaction() as conn:
             got = await rows(conn, "claim_deliveries", {"node": node, "now": now, "lease_s": lease_s,
                                                         "limit": limit})
-        return [_claimed(r) for r in got]
+        return [_claimed(r, self.secrets) for r in got]
+
+    async def seal_at_rest(self, batch: int = 500) -> SealReport:
+        """Refuse (SecretUnavailable, one line naming the key ids) when a stored secret is sealed
+        with a key this store lacks; else re-seal under the first key every secret it did not
+        seal (none without a key ring). Idempotent; safe from several processes at once."""
+        async with self.db.connection() as conn:
+            by_key = {r["key_id"]: int(r["n"]) for r in await rows(conn, "webhook_secret_key_ids",
+                                                                     {"prefix": SEALED_PREFIX})}
+        missing = self.secrets.missing(k for k in by_key if k)
+        if missing:
+            n = sum(by_key[k] for k in missing)
+            raise SecretUnavailable(
+                f"secrets: {n} webhook secret(s) are encrypted with key {', '.join(missing)}, which this process "
+                f"does not hold: give {KEY_FILE_FLAG} (or ${KEY_ENV}) holding it")
+        ring = self.secrets.ring
+        if ring is None:
+            return SealReport(by_key, 0)
+        resealed, after = 0, None
+        while True:
+            async with self.db.connection() as conn:
+                page = await rows(conn, "webhook_secrets_to_reseal", {
+                    "sealed_by_primary": f"{SEALED_PREFIX}{ring.primary}:", "after": after, "limit": batch})
+                for r in page:
+                    place = secret_place(r["id"])
+                    cur = await conn.execute(q("webhook_secret_reseal"), {
+                        "id": r["id"], "read": r["secret"],
+                        "sealed": self.secrets.seal(self.secrets.open(r["secret"], place), place)})
+                    resealed += cur.rowcount
+            if len(page) < batch:
+                return SealReport(by_key, resealed)
+            after = page[-1]["id"]
 
     async def record(self, o: Outcome) -> bool:
         """Apply the outcome of one attempt; False when the claim was superseded (the lease
@@ -144,9 +207,9 @@ class WebhooksPort:
             return cur.rowcount
 
 
-def _claimed(r: Row) -> Claimed:
+def _claimed(r: Row, secrets: SecretStore) -> Claimed:
     event: dict[str, Any] | None = None
     if r["event_id"] is not None:
         event = {k: r[k] for k in _EVENT_COLUMNS}
     return Claimed(id=r["id"], attempt=int(r["attempts"]), webhook_id=r["webhook_id"], url=r["url"],
-                   secret=r["secret"], event=event)
+                   stored_secret=r["secret"], event=event, secrets=secrets)
