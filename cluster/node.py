@@ -250,15 +250,16 @@ class Node:
         """Secrets at rest (cronwheel/secret_store.py): refuse to start without a key a stored
         secret needs; re-seal under the first key what it did not seal (the first start with a
         key encrypts the plaintext ones; a start after a key rotation re-seals the old key's)."""
-        report = await self.store.webhooks.seal_at_rest()
+        reports = await self.store.seal_at_rest()
+        stored = sum(n for r in reports.values() for n in r.by_key.values())
+        resealed = sum(r.resealed for r in reports.values())
         if self.config.secret_keys is None:
-            if report.by_key:
-                log.warning("webhook secrets are stored in plaintext: start the nodes with --secret-key-file",
-                            extra={"event": "secrets_plaintext", "webhooks": sum(report.by_key.values())})
-        elif report.resealed:
-            log.info("webhook secrets sealed with key %s", self.config.secret_keys.primary,
-                     extra={"event": "secrets_sealed", "resealed": report.resealed,
-                            "key_id": self.config.secret_keys.primary})
+            if stored:
+                log.warning("stored secrets are in plaintext: start the nodes with --secret-key-file",
+                            extra={"event": "secrets_plaintext", "secrets": stored})
+        elif resealed:
+            log.info("stored secrets sealed with key %s", self.config.secret_keys.primary,
+                     extra={"event": "secrets_sealed", "resealed": resealed, "key_id": self.config.secret_keys.primary})
 
     async def _become_ready(self) -> None:
         await wait_ready(self.coordinator, self.firer.owned, self.clock)

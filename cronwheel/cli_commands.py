@@ -87,17 +87,20 @@ def cmd_secrets(args: argparse.Namespace) -> int:
     if keys is None:
         raise InvalidArgument(KEY_FILE_FLAG, f"a key ring is required (or set ${KEY_ENV})")
     from cronwheel.storage import PgStore, StoreConfig
+    from cronwheel.storage.secrets import SealReport
 
-    async def rotate() -> tuple[int, dict[str, int]]:
+    async def rotate() -> tuple[dict[str, SealReport], dict[str, SealReport]]:
         async with PgStore(StoreConfig(dsn=_dsn(args), min_connections=1, max_connections=1,
                                        secrets=SecretStore(keys))) as store:
-            done = await store.webhooks.seal_at_rest()
-            return done.resealed, (await store.webhooks.seal_at_rest()).by_key  # the second pass: what is left
+            return await store.seal_at_rest(), await store.seal_at_rest()  # the second pass: what is left
 
-    resealed, now = asyncio.run(rotate())
-    print(f"{resealed} webhook secret(s) re-encrypted under key {keys.primary}; now, by key: "
-          + (", ".join(f"{k or '(plaintext)'}: {n}" for k, n in now.items()) or "none"))
-    if set(now) <= {keys.primary}:
+    done, left = asyncio.run(rotate())
+    now: set[str] = set()
+    for what, report in done.items():
+        now |= set(left[what].by_key)
+        print(f"{what}: {report.resealed} re-encrypted under key {keys.primary}; now, by key: "
+              + (", ".join(f"{k or '(plaintext)'}: {n}" for k, n in left[what].by_key.items()) or "none"))
+    if now <= {keys.primary}:
         print(f"every stored secret is encrypted with key {keys.primary}: once every node's key ring starts with "
               "it, the other keys may be removed")
     return 0

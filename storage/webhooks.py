@@ -15,8 +15,8 @@ Secrets at rest (issue 48). `webhooks.secret` holds the signing secret sealed by
 by `create`, opened by `Claimed.secret` at the moment a request is signed, never returned by a
 read of the API (`webhook_get`/`webhook_list` do not select it). `seal_at_rest` (every node start,
 `cronwheel secrets rotate`) refuses a store that lacks a key in use, then re-seals under the first
-key what it did not seal; each re-seal is a compare-and-set on the value read, so nodes starting
-at once never seal a secret twice nor lose one.
+key what it did not seal (storage/secrets.py `seal_rows`: each re-seal is a compare-and-set on the
+value read, so nodes starting at once never seal a secret twice nor lose one).
 
 Time is the caller's (`now`), as in every port. Task-safe (stateless over the pool).
 """
@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from cronwheel.errors import SecretUnavailable
-from cronwheel.secret_store import KEY_ENV, KEY_FILE_FLAG, SEALED_PREFIX, SecretStore
+from cronwheel.secret_store import SecretStore
 from cronwheel.storage.api import Conn, Row, row, rows
 from cronwheel.storage.db import Database
 from cronwheel.storage.queries import q
+from cronwheel.storage.secrets import SealedColumn, SealReport, seal_rows
 
 DELIVERY_STATES = ("pending", "delivered", "failed")  # the CHECK of webhook_deliveries.state
 
@@ -90,13 +90,9 @@ class Claimed:
         return self.secrets.open(self.stored_secret, secret_place(self.webhook_id))
 
 
-@dataclass(frozen=True, slots=True)
-class SealReport:
-    """What `seal_at_rest` found and did: the stored secrets by sealing key ('' : plaintext),
-    before, and how many it re-sealed under the first key."""
-
-    by_key: dict[str, int]
-    resealed: int
+WEBHOOK_SECRETS = SealedColumn(
+    what="webhook secret", key_ids="webhook_secret_key_ids", to_reseal="webhook_secrets_to_reseal",
+    reseal="webhook_secret_reseal", place=lambda r: secret_place(r["id"]), ident=lambda r: {"id": r["id"]})
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,35 +157,9 @@ class WebhooksPort:
         return [_claimed(r, self.secrets) for r in got]
 
     async def seal_at_rest(self, batch: int = 500) -> SealReport:
-        """Refuse (SecretUnavailable, one line naming the key ids) when a stored secret is sealed
-        with a key this store lacks; else re-seal under the first key every secret it did not
-        seal (none without a key ring). Idempotent; safe from several processes at once."""
-        async with self.db.connection() as conn:
-            by_key = {r["key_id"]: int(r["n"]) for r in await rows(conn, "webhook_secret_key_ids",
-                                                                     {"prefix": SEALED_PREFIX})}
-        missing = self.secrets.missing(k for k in by_key if k)
-        if missing:
-            n = sum(by_key[k] for k in missing)
-            raise SecretUnavailable(
-                f"secrets: {n} webhook secret(s) are encrypted with key {', '.join(missing)}, which this process "
-                f"does not hold: give {KEY_FILE_FLAG} (or ${KEY_ENV}) holding it")
-        ring = self.secrets.ring
-        if ring is None:
-            return SealReport(by_key, 0)
-        resealed, after = 0, None
-        while True:
-            async with self.db.connection() as conn:
-                page = await rows(conn, "webhook_secrets_to_reseal", {
-                    "sealed_by_primary": f"{SEALED_PREFIX}{ring.primary}:", "after": after, "limit": batch})
-                for r in page:
-                    place = secret_place(r["id"])
-                    cur = await conn.execute(q("webhook_secret_reseal"), {
-                        "id": r["id"], "read": r["secret"],
-                        "sealed": self.secrets.seal(self.secrets.open(r["secret"], place), place)})
-                    resealed += cur.rowcount
-            if len(page) < batch:
-                return SealReport(by_key, resealed)
-            after = page[-1]["id"]
+        """Refuse a store that lacks a key a webhook secret needs, then re-seal under its first
+        key what it did not seal (storage/secrets.py `seal_rows`, the one rule)."""
+        return await seal_rows(self.db, self.secrets, WEBHOOK_SECRETS, batch)
 
     async def record(self, o: Outcome) -> bool:
         """Apply the outcome of one attempt; False when the claim was superseded (the lease

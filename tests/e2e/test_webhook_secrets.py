@@ -158,7 +158,7 @@ def test_the_key_rotates_new_key_first_reseals_then_the_old_key_goes(receiver: R
         # `cronwheel secrets rotate` does the same without a node (here while r4 runs: k3 first, k2 after).
         r = run_cli("secrets", "rotate", "--dsn", c.dsn, "--secret-key-file", key_file(c, "k3.key", k3, k2))
         assert r.returncode == 0, r.stderr
-        assert "1 webhook secret(s) re-encrypted under key k3; now, by key: k3: 1" in r.stdout, r.stdout
+        assert "webhook secrets: 1 re-encrypted under key k3; now, by key: k3: 1" in r.stdout, r.stdout
         assert "the other keys may be removed" in r.stdout and secret not in r.stdout + r.stderr
         assert [key_id_of(s) for (s,) in c.sql("SELECT secret FROM webhooks")] == ["k3"]
         stale = c.start_node("r5", "--secret-key-file", key_file(c, "stale.key", k2), *FLAGS, wait=False)

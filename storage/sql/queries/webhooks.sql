@@ -96,10 +96,9 @@ SELECT CASE WHEN starts_with(secret, %(prefix)s) THEN split_part(substr(secret, 
   FROM webhooks GROUP BY 1 ORDER BY 1;
 
 -- name: webhook_secrets_to_reseal
--- A page (by id after `after`) of the webhook secrets the first key did not seal: plaintext, or an older key's.
+-- Up to `limit` webhook secrets the first key did not seal: plaintext, or an older key's.
 SELECT id, secret FROM webhooks
  WHERE NOT starts_with(secret, %(sealed_by_primary)s)
-   AND (%(after)s::uuid IS NULL OR id > %(after)s)
  ORDER BY id LIMIT %(limit)s;
 
 -- name: webhook_secret_reseal
