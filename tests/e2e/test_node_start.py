@@ -98,6 +98,7 @@ def test_node_on_a_database_never_migrated_exits_3_database_is_not_migrated(clus
     ("--retention-pause", "-1", "--retention-pause: must be >= 0 seconds, got -1"),
     ("--retention-idle", "0", "--retention-idle: must be > 0 seconds, got 0"),
     ("--retention-gap-share", "1.5", "--retention-gap-share: must be in (0, 1], got 1.5"),
+    ("--secret-key-file", "/nonexistent/secret.key", "--secret-key-file: cannot read /nonexistent/secret.key"),
 ])
 def test_a_bad_node_flag_exits_2_naming_the_flag_before_anything_starts(flag: str, value: str, says: str) -> None:
     r = run_cli("node", "--etcd", "127.0.0.1:1", "--dsn", "postgresql://nobody@127.0.0.1:1/x", flag, value)

@@ -118,3 +118,15 @@ async def test_resolve_picks_the_provider_by_scheme() -> None:
         await store.resolve("other", "api-key")
     with pytest.raises(NotFound, match="secret provider aws"):
         await store.resolve("acme", "aws:api-key")
+
+
+def test_the_cli_makes_a_key_line_and_rotate_without_a_key_names_the_flag(capsys: pytest.CaptureFixture[str],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from cronwheel import cli
+
+    assert cli.main(["secrets", "new-key", "--key-id", "k9"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert parse_keys(line, "--secret-key-file").ids == ("k9",)
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    assert cli.main(["secrets", "rotate", "--dsn", "postgresql://nobody@127.0.0.1:1/x"]) == 2
+    assert "--secret-key-file: a key ring is required" in capsys.readouterr().err
