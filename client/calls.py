@@ -357,8 +357,9 @@ def create_webhook(ctx: Context, url: str, *, kinds: Iterable[str] = (), tenant:
                    schedule_id: str | None = None, secret: str | None = None,
                    description: str = "") -> Call[t.CreatedWebhook]:
     """Subscribes `url` to event `kinds` (none: the alerts dead_letter, no_success_alert,
-    misfire_refused, execution_failed), optionally of one tenant and one schedule. Returns the webhook and its
-    signing secret (generated when not given), which is shown only here. Not retried."""
+    misfire_refused, execution_failed), optionally of one tenant and one schedule. Returns the webhook and,
+    when `secret` is not given, the signing secret generated, which is shown only here (a secret given is never
+    returned: `secret` is then ""). Not retried."""
     req = A.CreateWebhookRequest(url=url, kinds=list(kinds), tenant=tenant or "", schedule_id=schedule_id or "",
                                  secret=secret or "", description=description)
     return Call(WEBHOOKS, "CreateWebhook", req, c.created_webhook, safe=False)

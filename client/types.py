@@ -297,7 +297,8 @@ class Webhook:
 
 @dataclass(frozen=True, slots=True)
 class CreatedWebhook:
-    """What create_webhook returns: the webhook and its signing secret, shown this once."""
+    """What create_webhook returns: the webhook and the signing secret generated, shown this once
+    ("" when the caller gave the secret: it is never echoed)."""
 
     webhook: Webhook
     secret: str

@@ -8,7 +8,8 @@
     └── listeners of partition gains and losses (the firing path subscribes here)
 
 Start, in this order (`run()`): open the pool; read P and claim the database for this cluster
-(`PartitionsPort.claim_cluster`: a database serves one cluster, a node of another is refused);
+(`PartitionsPort.claim_cluster`: a database serves one cluster, its name and its etcd cluster's
+id, and a node of another is refused);
 bind the port (no port reuse: a second node on a busy port fails, `--listen: ... address already
 in use`); build every component; serve with health NOT_SERVING; start the tasks and print the `listening
 on` line; health turns SERVING (and `ready` is printed) once the node has joined and owns its share
@@ -48,6 +49,7 @@ from cronwheel.cluster.retention.pruner import Pruner, RetentionMetrics
 from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookMetrics, WebhookSender
 from cronwheel.errors import CronwheelError, InvalidArgument, Unavailable
 from cronwheel.heap import freeze_startup_heap
+from cronwheel.secret_store import KeyRing, SecretStore
 from cronwheel.storage import PgStore, SessionLimits, StoreConfig
 from cronwheel.storage.db import Database, OverrunSweep
 from cronwheel.storage.notifications import parse_queued_at
@@ -76,6 +78,8 @@ class NodeConfig:
     auth_file: str = ""
     tls_cert: str = ""
     tls_key: str = ""
+    # The operator's key ring (--secret-key-file / $CRONWHEEL_SECRET_KEY; None: secrets in plaintext).
+    secret_keys: KeyRing | None = None
 
     def validate(self) -> NodeConfig:
         if not self.node_id or "/" in self.node_id:
@@ -120,6 +124,7 @@ class Node:
         self.started_at = self.clock.now_ts()
         self.store = PgStore(StoreConfig(
             dsn=config.dsn, max_connections=config.db_pool_max, limits=session_limits(config.lease),
+            secrets=SecretStore(config.secret_keys),
         ))
         self.etcd = Etcd(config.etcd_endpoints, timeout_s=config.lease.etcd_timeout_s)
         self.listeners = Listeners()
@@ -222,7 +227,8 @@ class Node:
         try:
             await self.store.open()
             self.partitions = await self.store.partitions.partition_count()
-            await self.store.partitions.claim_cluster(self.config.lease.cluster)
+            await self.store.partitions.claim_cluster(self.config.lease.cluster, await self.etcd.cluster_id())
+            await self._seal_secrets()  # refuses a database whose secrets this node's keys cannot open
             await self.tokens.refresh()  # before serving: API-made tokens work from the first call
             self._bind()  # first: the advertised address names the bound port
             self._build()
@@ -239,6 +245,21 @@ class Node:
             self.metrics.close()
             if self.server is not None and self.port:
                 log.info("node stopped", extra={"event": "node_stopped"})
+
+    async def _seal_secrets(self) -> None:
+        """Secrets at rest (cronwheel/secret_store.py): refuse to start without a key a stored
+        secret needs; re-seal under the first key what it did not seal (the first start with a
+        key encrypts the plaintext ones; a start after a key rotation re-seals the old key's)."""
+        reports = await self.store.seal_at_rest()
+        stored = sum(n for r in reports.values() for n in r.by_key.values())
+        resealed = sum(r.resealed for r in reports.values())
+        if self.config.secret_keys is None:
+            if stored:
+                log.warning("stored secrets are in plaintext: start the nodes with --secret-key-file",
+                            extra={"event": "secrets_plaintext", "secrets": stored})
+        elif resealed:
+            log.info("stored secrets sealed with key %s", self.config.secret_keys.primary,
+                     extra={"event": "secrets_sealed", "resealed": resealed, "key_id": self.config.secret_keys.primary})
 
     async def _become_ready(self) -> None:
         await wait_ready(self.coordinator, self.firer.owned, self.clock)

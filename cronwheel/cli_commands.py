@@ -1,4 +1,4 @@
-"""The server-side subcommands of `cronwheel`: migrate, dev, node, worker (a module of
+"""The server-side subcommands of `cronwheel`: migrate, dev, node, worker, secrets (a module of
 `cronwheel.cli.MODULES`: `add_parser` adds them)."""
 
 from __future__ import annotations
@@ -63,6 +63,49 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_secrets(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="secrets_command", metavar="ACTION", required=True)
+    k = sub.add_parser("new-key", help="print a new key line for a --secret-key-file (put it first to rotate)")
+    k.add_argument("--key-id", default="", help="the key's id (default: 'k' and 8 random hex digits)")
+    r = sub.add_parser("rotate", help="re-encrypt every stored secret under the first key of the key ring, and "
+                                      "report which keys the stored secrets need (idempotent; nodes may run)")
+    r.add_argument("--dsn", help="PostgreSQL DSN (default: $CRONWHEEL_DSN)")
+    r.add_argument("--secret-key-file", default="", help="the key ring, as the nodes' (or $CRONWHEEL_SECRET_KEY)")
+    for q in (k, r):
+        q.set_defaults(handler=cmd_secrets)
+
+
+def cmd_secrets(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from cronwheel.secret_store import KEY_ENV, KEY_FILE_FLAG, SecretStore, load_keys, new_key_line
+
+    if args.secrets_command == "new-key":
+        print(new_key_line(args.key_id or None))
+        return 0
+    keys = load_keys(args.secret_key_file)
+    if keys is None:
+        raise InvalidArgument(KEY_FILE_FLAG, f"a key ring is required (or set ${KEY_ENV})")
+    from cronwheel.storage import PgStore, StoreConfig
+    from cronwheel.storage.secrets import SealReport
+
+    async def rotate() -> tuple[dict[str, SealReport], dict[str, SealReport]]:
+        async with PgStore(StoreConfig(dsn=_dsn(args), min_connections=1, max_connections=1,
+                                       secrets=SecretStore(keys))) as store:
+            return await store.seal_at_rest(), await store.seal_at_rest()  # the second pass: what is left
+
+    done, left = asyncio.run(rotate())
+    now: set[str] = set()
+    for what, report in done.items():
+        now |= set(left[what].by_key)
+        print(f"{what}: {report.resealed} re-encrypted under key {keys.primary}; now, by key: "
+              + (", ".join(f"{k or '(plaintext)'}: {n}" for k, n in left[what].by_key.items()) or "none"))
+    if now <= {keys.primary}:
+        print(f"every stored secret is encrypted with key {keys.primary}: once every node's key ring starts with "
+              "it, the other keys may be removed")
+    return 0
+
+
 def _configure_dev(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=_positive_int("--nodes", 1, 16), default=3,
                    help="scheduler nodes to run (default 3)")
@@ -100,6 +143,10 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
     p.add_argument("--auth-file", default=os.environ.get("CRONWHEEL_AUTH_FILE", ""),
                    help="JSON file of bearer tokens (sha256) -> tenant or admin (default: $CRONWHEEL_AUTH_FILE; "
                         "none: dev mode, every call is admin)")
+    p.add_argument("--secret-key-file", default="",
+                   help="the key ring that encrypts stored secrets (webhook signing secrets): one 'KEY_ID BASE64' "
+                        "line per key, the first encrypts, all decrypt (or $CRONWHEEL_SECRET_KEY, the same text); "
+                        "`cronwheel secrets new-key` makes one")
     p.add_argument("--tls-cert", default="", help="PEM certificate chain: serve gRPC over TLS (with --tls-key)")
     p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
     p.add_argument("--retention-days", type=_positive_int("--retention-days", 1, 3650), default=30,
@@ -157,10 +204,12 @@ def cmd_node(args: argparse.Namespace) -> int:
     from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
     from cronwheel.cluster.firing.firer import FiringConfig
     from cronwheel.cluster.node import NodeConfig, serve
+    from cronwheel.secret_store import load_keys
 
     endpoints = tuple(e.strip() for e in args.etcd.split(",") if e.strip())
     if not endpoints:
         raise InvalidArgument("--etcd", "at least one etcd endpoint is required (or set CRONWHEEL_ETCD)")
+    keys = load_keys(args.secret_key_file)  # a bad key ring fails here, naming the flag (exit 2)
     node_id = args.node_id or f"{socket.gethostname()}-{os.getpid()}"
     extend_every_s = min(30.0, args.horizon / 4)
     try:
@@ -169,7 +218,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         config = NodeConfig(
             node_id=node_id, dsn=_dsn(args), etcd_endpoints=endpoints, listen=args.listen,
             advertise=args.advertise, lease=lease, ignore_local_trust=args.unsafe_ignore_local_trust,
-            auth_file=args.auth_file, tls_cert=args.tls_cert, tls_key=args.tls_key,
+            auth_file=args.auth_file, tls_cert=args.tls_cert, tls_key=args.tls_key, secret_keys=keys,
             metrics_listen=args.metrics_listen, retention_days=args.retention_days, retention=_retention(args),
             webhooks=cli_webhook.node_config(args),
             firing=FiringConfig(horizon_s=args.horizon, extend_every_s=extend_every_s,
@@ -261,6 +310,8 @@ def add_parser(subparsers: Any) -> None:
         ("node", "run a scheduler node (SIGTERM hands its partitions over and exits)", _configure_node, cmd_node),
         ("worker", "run a worker: a module's handlers, leasing from a node (SIGTERM: finish or hand back, exit)",
          _configure_worker, cmd_worker),
+        ("secrets", "the key that encrypts stored secrets: make a key, re-encrypt under a new one (rotation)",
+         _configure_secrets, cmd_secrets),
     ):
         p = subparsers.add_parser(name, help=help_, description=help_)
         configure(p)

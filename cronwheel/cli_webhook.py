@@ -7,7 +7,8 @@ public Client (cronwheel.client), and the node's `--webhook-*` tuning flags.
     cronwheel webhook deliveries --webhook ID --state failed
     cronwheel webhook delete ID
 
-`create` prints the signing secret once (it cannot be read later). Every command takes
+`create` prints a generated signing secret once (it cannot be read later; one given with
+`--secret` is never printed). Every command takes
 `--address` ($CRONWHEEL_ADDRESS), `--token` ($CRONWHEEL_TOKEN), `--tls`/`--ca-file` and `--json`.
 """
 
@@ -65,13 +66,16 @@ def handle(args: argparse.Namespace) -> int:
             made = client.create_webhook(args.url, kinds=args.kinds, tenant=args.tenant or None,
                                          schedule_id=args.schedule or None, secret=args.secret or None,
                                          description=args.description)
+            shown = {"secret": made.secret} if made.secret else {}  # a --secret given is never echoed
             if args.json:
-                _print_json({**_plain(made.webhook), "secret": made.secret})
+                _print_json({**_plain(made.webhook), **shown})
             else:
                 w = made.webhook
+                secret = (f"{made.secret}\n  (the secret is shown only now: keep it to verify signatures)"
+                          if made.secret else "the one given with --secret (never shown)")
                 print(f"webhook {w.id} -> {w.url}\n  kinds: {', '.join(w.kinds)}"
                       f"\n  tenant: {w.tenant or '(every tenant)'}\n  schedule: {w.schedule_id or '(any)'}"
-                      f"\n  secret: {made.secret}\n  (the secret is shown only now: keep it to verify signatures)")
+                      f"\n  secret: {secret}")
         elif args.webhook_command == "list":
             hooks = list(client.list_webhooks(tenant=args.tenant or None))
             if args.json:

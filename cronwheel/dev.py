@@ -7,6 +7,8 @@ everything is. SIGINT (Ctrl-C) or SIGTERM stops the worker and the nodes (SIGTER
 their partitions over and exit), then the servers, and removes every temp dir.
 
 Auth is off in dev (every caller is admin): the nodes are started without --auth-file.
+Stored secrets are encrypted as in production: the dev cluster makes a key (a key file in a temp
+dir of its own, mode 0600, removed at the end) and starts every node with --secret-key-file.
 
 Names: each process is named once, and that name is everywhere: node `node-1` runs with
 `--node-id node-1` (what `cronwheel status` lists as its member), the demo worker `worker-1`
@@ -28,9 +30,11 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -38,6 +42,7 @@ from typing import Any, TextIO
 
 from cronwheel.clock import Clock, SystemClock
 from cronwheel.localservers import LocalEtcd, LocalPostgres, die_with_parent, free_port
+from cronwheel.secret_store import KEY_ENV, new_key_line
 from cronwheel.storage.migrate import migrate
 
 DEMO_TENANT = "default"
@@ -92,6 +97,7 @@ class DevCluster:
     etcd: LocalEtcd = field(default_factory=LocalEtcd)
     children: list[Child] = field(default_factory=list)
     dsn: str = ""
+    key_file: str = ""  # the nodes' --secret-key-file, made by start()
     logs: bool = False
     clock: Clock = field(default_factory=SystemClock)
     # Set when the dev cluster must stop by itself; `failure` says why (run_dev exits 1).
@@ -107,6 +113,7 @@ class DevCluster:
             "postgres": {"dsn": self.dsn, "pid": self.pg.pid, "dir": str(self.pg.base_dir)},
             "etcd": {"endpoints": self.etcd.endpoints, "pids": [m.pid for m in self.etcd.members],
                      "dir": str(self.etcd.base_dir)},
+            "secret_key_file": self.key_file,
             "nodes": [{"name": c.name, "pid": c.proc.pid, "address": _field(c, " listening on "),
                        "metrics": _field(c, " metrics on ")} for c in nodes],
             "workers": [{"name": c.name, "pid": c.proc.pid} for c in self.children if c.name.startswith("worker")],
@@ -119,12 +126,14 @@ class DevCluster:
         self.etcd.start()
         self.dsn = self.pg.create_database("cronwheel")
         migrate(self.dsn, partitions=self.partitions, progress=lambda m: self._say(f"migrate: {m}"))
+        self.key_file = make_key_file()
         for i in range(1, self.nodes + 1):
             port = 7069 + i if _port_free(7069 + i) else free_port()
             metrics = 7169 + i if _port_free(7169 + i) else free_port()  # the same port across restarts
             self._spawn(f"node-{i}", ["node", "--dsn", self.dsn, "--etcd", ",".join(self.etcd.endpoints),
                                       "--node-id", f"node-{i}", "--listen", f"127.0.0.1:{port}", "--lease-ttl", "5",
-                                      "--metrics-listen", f"127.0.0.1:{metrics}"],
+                                      "--metrics-listen", f"127.0.0.1:{metrics}",
+                                      "--secret-key-file", self.key_file],
                         ready=" listening on ")
         first = _field(self.children[0], " listening on ")
         self._spawn("worker-1", ["worker", "cronwheel.client.demo", "--address", first, "--worker-id", "worker-1"],
@@ -161,7 +170,8 @@ class DevCluster:
     def _popen(args: list[str]) -> subprocess.Popen[str]:
         return subprocess.Popen([sys.executable, "-m", "cronwheel", *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                # the nodes' key is the dev cluster's own key file (not both: refused)
+                                env={**{k: v for k, v in os.environ.items() if k != KEY_ENV}, "PYTHONUNBUFFERED": "1"},
                                 preexec_fn=die_with_parent())  # even a SIGKILLed `dev` leaves none behind
 
     def _watch(self, child: Child) -> None:
@@ -248,6 +258,8 @@ class DevCluster:
                 c.proc.wait()
         self.etcd.stop()
         self.pg.stop()
+        if self.key_file:
+            shutil.rmtree(os.path.dirname(self.key_file), ignore_errors=True)
 
     def _say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
@@ -258,6 +270,7 @@ class DevCluster:
         self._say(f"etcd      {','.join(i['etcd']['endpoints'])}  (pids {i['etcd']['pids']})")
         for n in i["nodes"]:
             self._say(f"node      {n['name']}: gRPC {n['address']}, metrics {n['metrics']}  (pid {n['pid']})")
+        self._say(f"secrets   encrypted with the key in {i['secret_key_file']} (removed at the end)")
         for con in i["console"]:
             self._say(f"console   {con['url']}  (dev mode: no login)")
         first = i["nodes"][0]["address"]
@@ -265,6 +278,15 @@ class DevCluster:
         self._say(f"          cronwheel schedule list --address {first}")
         self._say("ready " + json.dumps(i))
         self._say("Press Ctrl-C to stop everything.")
+
+
+def make_key_file() -> str:
+    """A new key (cronwheel.secret_store) in a file only this user can read, in a temp dir of its own."""
+    path = os.path.join(tempfile.mkdtemp(prefix="cronwheel-dev-key-"), "secret.key")  # mkdtemp: mode 0700
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(new_key_line("dev") + "\n")
+    return path
 
 
 def _field(c: Child, marker: str) -> str:

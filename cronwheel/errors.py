@@ -7,7 +7,8 @@
     ├── FailedPrecondition              the object is not in a state that allows the call
     │   ├── StaleEpoch(partition, epoch)        a fenced write for a partition this node no longer owns
     │   ├── StaleFencingToken(execution, token) a worker call with an outdated lease token
-    │   └── VersionConflict(kind, id, expected, actual)
+    │   ├── VersionConflict(kind, id, expected, actual)
+    │   └── SecretUnavailable           a stored secret is sealed with a key this process lacks
     ├── ResourceExhausted               a tenant quota is used up
     ├── Unauthenticated                 no or unknown credentials
     ├── PermissionDenied                the caller may not do this
@@ -97,6 +98,10 @@ class VersionConflict(FailedPrecondition):
         self.expected = expected
         self.actual = actual
         super().__init__(f"version conflict: expected {expected}, found {actual}")
+
+
+class SecretUnavailable(FailedPrecondition):
+    """A stored secret cannot be opened with the keys this process holds."""
 
 
 class ResourceExhausted(CronwheelError):

@@ -26,7 +26,12 @@ Invariants kept here, whoever calls:
   their own `unique_states` (`cronwheel_unique_holds`, migration 0015); a group holding a unique
   job inserts with a bare `ON CONFLICT DO NOTHING` and reads the holders back (`by_unique_keys`).
 - **One cluster per database.** `cluster_meta.cluster`, recorded by `migrate` (or the first node),
-  is checked by every node at start (`PartitionsPort.claim_cluster`).
+  and `cluster_meta.etcd_cluster_id`, recorded by the first node, are checked by every node at
+  start (`PartitionsPort.claim_cluster`): a second etcd cluster of the same name is refused.
+- **Secrets sealed at rest.** `webhooks.secret` and `secrets.value` hold values sealed by the
+  store's `SecretStore` (cronwheel/secret_store.py); no read of the API selects them, and
+  `PgStore.seal_at_rest` (every node start) refuses a key ring that lacks a key in use and
+  re-seals under its first key what it did not seal (secrets.py `seal_rows`).
 
 How it fails: driver errors are mapped once (`errors.map_error`): unique violations become
 `AlreadyExists` naming the object and key (constraint name -> kind), lost connections

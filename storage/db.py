@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Self, TypeVar
 
 import psycopg
@@ -23,6 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 from cronwheel.errors import StaleEpoch, Unavailable
+from cronwheel.secret_store import SecretStore
 from cronwheel.storage.errors import commit_error, map_error
 from cronwheel.storage.queries import q
 
@@ -39,6 +40,8 @@ class StoreConfig:
     # How long a transaction of these sessions may hold its locks when its client stops in the
     # middle of it (SessionLimits below); None: the server's own settings.
     limits: SessionLimits | None = None
+    # Seals the secrets the ports keep (cronwheel/secret_store.py); the default has no key.
+    secrets: SecretStore = field(default_factory=SecretStore)
 
     def validate(self) -> StoreConfig:
         if not self.dsn:

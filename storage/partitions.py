@@ -5,13 +5,18 @@
     current_epoch           the recorded (epoch, owner) of one partition
     list_partitions         every partition's fencing record
     partition_count         P, fixed at migrate time
-    claim_cluster           which cluster this database serves (recorded once, then enforced)
+    claim_cluster           which cluster (name and etcd cluster id) this database serves (recorded once,
+                            then enforced)
     report_unowned          the partition_unowned alert event, once per gap (any node may report)
 
 One database serves one cluster: `cluster_meta.cluster` is written by the first `migrate` (or, on
 a database migrated before the name was recorded, by the first node) and a node of another
 cluster is refused (`check_cluster_owner`), because two clusters would take each other's fencing
-records and both stall. A database that was never migrated is reported as such (`NotMigrated`,
+records and both stall. A name is not an identity (every cluster is `cronwheel` by default), so
+the first node also records its etcd cluster's id (`cluster_meta.etcd_cluster_id`, etcd's own,
+from a response header): a node of a second etcd cluster of the same name is refused too
+(`check_etcd_cluster`). A database recorded before the id was (issue 48) adopts the id of the
+first node that starts on it. A database that was never migrated is reported as such (`NotMigrated`,
 an `Unavailable`: the CLI exits 3), not as a driver error.
 
 Task-safe: shares the node's `Database` pool; holds no state of its own.
@@ -25,6 +30,7 @@ from datetime import datetime
 from psycopg.types.json import Jsonb
 
 from cronwheel.errors import FailedPrecondition, Unavailable
+from cronwheel.storage.api import Conn
 from cronwheel.storage.db import Database
 from cronwheel.storage.errors import NotMigrated
 from cronwheel.storage.queries import q
@@ -33,6 +39,7 @@ from cronwheel.storage.webhooks import enqueue_deliveries
 DEFAULT_CLUSTER = "cronwheel"  # the cluster name of `cronwheel migrate` and `cronwheel node` alike
 META_PARTITIONS = "partitions"
 META_CLUSTER = "cluster"
+META_ETCD_CLUSTER = "etcd_cluster_id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,16 @@ def check_cluster_owner(stored: str, wanted: str) -> None:
             f"cluster: this database belongs to cluster {stored!r}, not {wanted!r} "
             f"(one database serves one cluster; start the node with --cluster {stored} "
             f"or give cluster {wanted!r} its own database)"
+        )
+
+
+def check_etcd_cluster(cluster: str, stored: str, wanted: str) -> None:
+    """Two etcd clusters of one name on one database: refuse, naming both ids."""
+    if stored != wanted:
+        raise FailedPrecondition(
+            f"cluster: this database belongs to cluster {cluster!r} of etcd cluster {stored}, not of etcd cluster "
+            f"{wanted} (two etcd clusters both named {cluster!r} must not share a database: point this node at "
+            f"etcd cluster {stored}, or give the other etcd cluster its own database)"
         )
 
 
@@ -115,12 +132,20 @@ class PartitionsPort:
             raise NotMigrated()
         return int(row[0])
 
-    async def claim_cluster(self, cluster: str) -> None:
-        """Refuse (FailedPrecondition) unless this database serves `cluster`. A database migrated
-        before the owner was recorded is claimed by the first node that asks (atomically: of two
-        clusters starting at once, one wins and the other is refused)."""
+    async def claim_cluster(self, cluster: str, etcd_cluster_id: str) -> None:
+        """Refuse (FailedPrecondition) unless this database serves `cluster` on the etcd cluster
+        `etcd_cluster_id`. What is not recorded yet (a database migrated before the name, or
+        before the etcd id, was) is claimed by the first node that asks, atomically per key: of
+        two clusters starting at once, one wins and the other is refused."""
         async with self.db.connection() as conn:
-            cur = await conn.execute(q("put_meta_if_absent"), {"key": META_CLUSTER, "value": Jsonb(cluster)})
-            row = await cur.fetchone()
+            name = await self._meta_if_absent(conn, META_CLUSTER, cluster)
+            check_cluster_owner(name, cluster)
+            check_etcd_cluster(cluster, await self._meta_if_absent(conn, META_ETCD_CLUSTER, etcd_cluster_id),
+                               etcd_cluster_id)
+
+    @staticmethod
+    async def _meta_if_absent(conn: Conn, key: str, value: str) -> str:
+        cur = await conn.execute(q("put_meta_if_absent"), {"key": key, "value": Jsonb(value)})
+        row = await cur.fetchone()
         assert row is not None, "put_meta_if_absent returns the stored value"
-        check_cluster_owner(str(row[0]), cluster)
+        return str(row[0])

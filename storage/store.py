@@ -29,6 +29,7 @@ from cronwheel.storage.firing import FiringPort
 from cronwheel.storage.partitions import PartitionsPort
 from cronwheel.storage.retention import RetentionPort
 from cronwheel.storage.schedules import SchedulesPort
+from cronwheel.storage.secrets import SealReport, SecretsPort
 from cronwheel.storage.tenants import TenantsPort
 from cronwheel.storage.tokens import TokensPort
 from cronwheel.storage.webhooks import WebhooksPort
@@ -49,10 +50,18 @@ class PgStore(Database):
         self.events = EventsPort(self)
         self.explain = ExplainPort(self)
         self.partitions = PartitionsPort(self)
-        self.webhooks = WebhooksPort(self)  # storage/webhooks.py
+        self.webhooks = WebhooksPort(self, config.secrets)  # storage/webhooks.py
+        self.secrets = SecretsPort(self, config.secrets)  # storage/secrets.py: named secrets, a SecretProvider
         self.retention = RetentionPort(self)
         self.tenants = TenantsPort(self)  # storage/tenants.py
         self.tokens = TokensPort(self)  # storage/tokens.py
+
+    async def seal_at_rest(self) -> dict[str, SealReport]:
+        """Every stored secret, of every table that keeps some (storage/secrets.py `seal_rows`):
+        refuse (SecretUnavailable) when this store lacks a key one needs, else re-seal under the
+        first key what it did not seal. By what the secrets are (as the refusal names them)."""
+        return {"webhook secrets": await self.webhooks.seal_at_rest(),
+                "named secrets": await self.secrets.seal_at_rest()}
 
     async def insert_event(
         self,

@@ -10,19 +10,29 @@ and adds one to `attempts`, which is the claim's token. A sender that dies mid-d
 the row due again when its lease lapses (another sender, or the restarted one, sends it again:
 at-least-once). `record` applies an outcome only while the row still carries the claim's token.
 
+Secrets at rest (issue 48). `webhooks.secret` holds the signing secret sealed by the node's
+`SecretStore` (cronwheel/secret_store.py; plaintext only on a cluster run without a key): sealed
+by `create`, opened by `Claimed.secret` at the moment a request is signed, never returned by a
+read of the API (`webhook_get`/`webhook_list` do not select it). `seal_at_rest` (every node start,
+`cronwheel secrets rotate`) refuses a store that lacks a key in use, then re-seals under the first
+key what it did not seal (storage/secrets.py `seal_rows`: each re-seal is a compare-and-set on the
+value read, so nodes starting at once never seal a secret twice nor lose one).
+
 Time is the caller's (`now`), as in every port. Task-safe (stateless over the pool).
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from cronwheel.secret_store import SecretStore
 from cronwheel.storage.api import Conn, Row, row, rows
 from cronwheel.storage.db import Database
 from cronwheel.storage.queries import q
+from cronwheel.storage.secrets import SealedColumn, SealReport, seal_rows
 
 DELIVERY_STATES = ("pending", "delivered", "failed")  # the CHECK of webhook_deliveries.state
 
@@ -56,17 +66,33 @@ class DeliveryFilter:
     limit: int
 
 
+def secret_place(webhook_id: uuid.UUID) -> str:
+    """Where a webhook's secret is sealed for (a sealed value opens at its own row only)."""
+    return f"webhooks.secret:{webhook_id}"
+
+
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A delivery claimed for one attempt, with what its request needs. `event_*` are None when
-    the event was pruned by retention (the delivery cannot be built any more)."""
+    the event was pruned by retention (the delivery cannot be built any more). The secret is
+    opened when the request is signed (`secret`: SecretUnavailable when this node lacks its key)."""
 
     id: uuid.UUID
     attempt: int
     webhook_id: uuid.UUID
     url: str
-    secret: str
+    stored_secret: str = field(repr=False)
     event: Row | None  # id, at, tenant, kind, schedule_id, schedule_name, execution_id, partition, actor, alert, data
+    secrets: SecretStore = field(default_factory=SecretStore, repr=False)
+
+    @property
+    def secret(self) -> str:
+        return self.secrets.open(self.stored_secret, secret_place(self.webhook_id))
+
+
+WEBHOOK_SECRETS = SealedColumn(
+    what="webhook secret", key_ids="webhook_secret_key_ids", to_reseal="webhook_secrets_to_reseal",
+    reseal="webhook_secret_reseal", place=lambda r: secret_place(r["id"]), ident=lambda r: {"id": r["id"]})
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +115,15 @@ _EVENT_COLUMNS = ("event_id", "at", "tenant", "kind", "schedule_id", "schedule_n
 class WebhooksPort:
     """Task-safe (stateless over the pool)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, secrets: SecretStore | None = None) -> None:
         self.db = db
+        self.secrets = secrets or SecretStore()
 
     async def create(self, w: NewWebhook) -> Row:
+        sealed = self.secrets.seal(w.secret, secret_place(w.id))
         async with self.db.transaction() as conn:
             got = await row(conn, "webhook_insert", {
-                "id": w.id, "tenant": w.tenant, "url": w.url, "secret": w.secret, "kinds": list(w.kinds),
+                "id": w.id, "tenant": w.tenant, "url": w.url, "secret": sealed, "kinds": list(w.kinds),
                 "schedule_id": w.schedule_id, "description": w.description, "actor": w.actor, "now": w.now})
         assert got is not None
         return got
@@ -126,7 +154,12 @@ class WebhooksPort:
         async with self.db.transaction() as conn:
             got = await rows(conn, "claim_deliveries", {"node": node, "now": now, "lease_s": lease_s,
                                                         "limit": limit})
-        return [_claimed(r) for r in got]
+        return [_claimed(r, self.secrets) for r in got]
+
+    async def seal_at_rest(self, batch: int = 500) -> SealReport:
+        """Refuse a store that lacks a key a webhook secret needs, then re-seal under its first
+        key what it did not seal (storage/secrets.py `seal_rows`, the one rule)."""
+        return await seal_rows(self.db, self.secrets, WEBHOOK_SECRETS, batch)
 
     async def record(self, o: Outcome) -> bool:
         """Apply the outcome of one attempt; False when the claim was superseded (the lease
@@ -144,9 +177,9 @@ class WebhooksPort:
             return cur.rowcount
 
 
-def _claimed(r: Row) -> Claimed:
+def _claimed(r: Row, secrets: SecretStore) -> Claimed:
     event: dict[str, Any] | None = None
     if r["event_id"] is not None:
         event = {k: r[k] for k in _EVENT_COLUMNS}
     return Claimed(id=r["id"], attempt=int(r["attempts"]), webhook_id=r["webhook_id"], url=r["url"],
-                   secret=r["secret"], event=event)
+                   stored_secret=r["secret"], event=event, secrets=secrets)

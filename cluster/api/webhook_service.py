@@ -68,7 +68,9 @@ class WebhookService:
         row = await self.store.webhooks.create(NewWebhook(
             id=uuid.uuid4(), tenant=tenant, url=url, secret=secret, kinds=kinds, schedule_id=schedule_id,
             description=description, actor=caller.name, now=self.clock.now()))
-        return admin_pb2.CreateWebhookResponse(webhook=webhook_out(row), secret=secret)
+        # A secret the caller gave is never echoed (no answer carries a secret the caller did not
+        # need to learn); a generated one is shown this once, or nobody could verify a signature.
+        return admin_pb2.CreateWebhookResponse(webhook=webhook_out(row), secret="" if request.secret else secret)
 
     async def ListWebhooks(self, request: admin_pb2.ListWebhooksRequest, context: Ctx  # noqa: N802
                            ) -> admin_pb2.ListWebhooksResponse:

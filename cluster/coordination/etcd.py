@@ -123,6 +123,15 @@ class Etcd:
                 return
             raise self._err(exc, "lease revoke") from exc
 
+    async def cluster_id(self) -> str:
+        """The etcd cluster's id, as etcdctl prints it (hex): every response header carries it,
+        and two etcd clusters never share one, even when cronwheel names them alike."""
+        try:
+            r = await self._kv.Range(rpc.RangeRequest(key=b"\x00", count_only=True), timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise self._err(exc, "cluster id") from exc
+        return f"{int(r.header.cluster_id):x}"
+
     # ------------------------------------------------------------------ keys
 
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 from cronwheel.cluster.webhooks.payload import ALERT_KINDS, CLUSTER_KINDS, EVENT_KINDS, TENANT_ALERT_KINDS
 from cronwheel.errors import InvalidArgument
+from cronwheel.secret_store import SEALED_PREFIX, is_sealed
 
 MAX_URL = 2000
 SECRET_CHARS = (16, 200)
@@ -52,4 +53,6 @@ def secret(value: str) -> str:
     lo, hi = SECRET_CHARS
     if not lo <= len(value) <= hi or any(ord(c) <= 32 or ord(c) == 127 for c in value):
         raise InvalidArgument("secret", f"must be {lo}..{hi} characters without spaces or control characters")
+    if is_sealed(value):  # it would be taken for a sealed value at rest
+        raise InvalidArgument("secret", f"must not start with {SEALED_PREFIX!r}")
     return value

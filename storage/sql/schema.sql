@@ -286,6 +286,17 @@ CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHER
 CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook_id, created_at);
 CREATE INDEX webhook_deliveries_by_event ON webhook_deliveries (event_id);
 
+-- Named secrets (0021): the secret store's database provider (storage/secrets.py). A tenant's
+-- value by name ('' : the cluster's), sealed with the nodes' key like webhooks.secret.
+CREATE TABLE secrets (
+    tenant      text NOT NULL DEFAULT '',
+    name        text NOT NULL CHECK (name ~ '^[A-Za-z0-9_.-]{1,128}$'),
+    value       text NOT NULL,              -- sealed (cwsec1:KEY_ID:...); plaintext only on a cluster without a key
+    created_at  timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+
 -- Functions (0009: ids; 0014: the rules several statements share, inlined by the planner).
 CREATE FUNCTION cronwheel_uuid7() RETURNS uuid
 LANGUAGE sql VOLATILE PARALLEL SAFE AS $$

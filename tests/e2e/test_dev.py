@@ -1,15 +1,20 @@
 """`cronwheel dev` as a user runs it: real servers, 3 nodes, a demo worker and example schedules
-that fire; `cronwheel status --json` and the metrics endpoint answer; Ctrl-C leaves nothing."""
+that fire; `cronwheel status --json` and the metrics endpoint answer; stored secrets are encrypted
+with the key dev made; Ctrl-C leaves nothing."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import stat
 import subprocess
 import urllib.request
 
+import psycopg
 import pytest
+
+from cronwheel.secret_store import key_id_of
 
 from .helpers import CRONWHEEL, LineReader, pid_alive, ready_info, run_cli, wait_until
 
@@ -28,8 +33,15 @@ def test_dev_runs_a_cluster_that_fires_and_sigint_leaves_no_process_or_dir() -> 
         assert len(nodes) == 3 and len(info["workers"]) == 1
         pids = [info["postgres"]["pid"], *info["etcd"]["pids"], *(n["pid"] for n in nodes),
                 *(w["pid"] for w in info["workers"]), *(c["pid"] for c in info["console"])]
-        dirs = [info["postgres"]["dir"], info["etcd"]["dir"]]
+        dirs = [info["postgres"]["dir"], info["etcd"]["dir"], os.path.dirname(info["secret_key_file"])]
         assert all(pid_alive(p) for p in pids), reader.seen
+        assert stat.S_IMODE(os.stat(info["secret_key_file"]).st_mode) == 0o600  # dev made the nodes' key
+        made = run_cli("webhook", "create", "--url", "http://127.0.0.1:9/dev", "--secret", "whsec_dev-known-secret",
+                       "--address", nodes[0]["address"])
+        assert made.returncode == 0 and "whsec_dev-known-secret" not in made.stdout, made.stderr
+        with psycopg.connect(info["postgres"]["dsn"]) as conn:
+            (stored,) = conn.execute("SELECT secret FROM webhooks").fetchone() or ("",)
+        assert key_id_of(stored) == "dev"  # encrypted at rest with it
         assert all(os.path.isdir(d) for d in dirs)
         # The every-10-seconds example schedule fires and the demo worker runs it.
         ran = reader.wait_for("[worker-1] ran demo.print", timeout=40)

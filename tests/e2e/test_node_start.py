@@ -4,12 +4,14 @@ Each refusal is one clear line and the exit code docs/operating.md promises."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
 
 from chaos.harness import NodeProc, ProcessCluster
-from cronwheel.localservers import free_port
+from cronwheel.cluster.coordination.etcd import Etcd
+from cronwheel.localservers import LocalEtcd, free_port
 
 from .helpers import run_cli
 
@@ -49,6 +51,29 @@ def test_node_of_another_cluster_is_refused_naming_both_clusters(cluster: Proces
     assert cluster.sql("SELECT count(*) FROM partition_history WHERE owner = 'other'") == [(0,)]
 
 
+def test_node_of_a_second_etcd_cluster_of_the_same_name_is_refused_naming_both(cluster: ProcessCluster) -> None:
+    first = cluster.start_node("etcd-a")  # records the first etcd cluster's id (adopted: migrate knows no etcd)
+    recorded = cluster.sql("SELECT value #>> '{}' FROM cluster_meta WHERE key = 'etcd_cluster_id'")[0][0]
+    with LocalEtcd() as other:  # a second etcd server: its own cluster id, and the same cluster name
+        node = cluster.start_node("etcd-b", "--etcd", other.endpoint, wait=False)
+        code, line = exit_of(node)
+        theirs = asyncio.run(_cluster_id(other.endpoint))
+    assert code == 1, line
+    assert line.startswith("cronwheel: error: ") and "Traceback" not in node.log_path.read_text(), line
+    assert recorded in line and theirs in line and recorded != theirs and "'cronwheel'" in line, line
+    assert cluster.sql("SELECT count(*) FROM partition_history WHERE owner = 'etcd-b'") == [(0,)]
+    assert first.alive()
+    cluster.stop_node("etcd-a")
+
+
+async def _cluster_id(endpoint: str) -> str:
+    etcd = Etcd([endpoint])
+    try:
+        return await etcd.cluster_id()
+    finally:
+        await etcd.close()
+
+
 def test_migrate_of_a_database_owned_by_another_cluster_is_refused(cluster: ProcessCluster) -> None:
     r = run_cli("migrate", "--dsn", cluster.dsn, "--partitions", "4", "--cluster", "elsewhere")
     assert r.returncode == 1, r.stderr
@@ -73,6 +98,7 @@ def test_node_on_a_database_never_migrated_exits_3_database_is_not_migrated(clus
     ("--retention-pause", "-1", "--retention-pause: must be >= 0 seconds, got -1"),
     ("--retention-idle", "0", "--retention-idle: must be > 0 seconds, got 0"),
     ("--retention-gap-share", "1.5", "--retention-gap-share: must be in (0, 1], got 1.5"),
+    ("--secret-key-file", "/nonexistent/secret.key", "--secret-key-file: cannot read /nonexistent/secret.key"),
 ])
 def test_a_bad_node_flag_exits_2_naming_the_flag_before_anything_starts(flag: str, value: str, says: str) -> None:
     r = run_cli("node", "--etcd", "127.0.0.1:1", "--dsn", "postgresql://nobody@127.0.0.1:1/x", flag, value)

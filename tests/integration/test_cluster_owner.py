@@ -21,10 +21,31 @@ def test_migrate_records_the_cluster_and_refuses_another_naming_both(empty_dsn: 
     assert migrate(empty_dsn, partitions=4, cluster="blue").applied == ()
 
 
+ETCD_A, ETCD_B = "cdf818194e3a8c32", "8e9e05c52164694d"  # etcd cluster ids, as etcdctl prints them
+
+
 async def test_a_node_of_another_cluster_is_refused(store: PgStore) -> None:
-    await store.partitions.claim_cluster("cronwheel")  # the fixtures migrate with the default name
+    await store.partitions.claim_cluster("cronwheel", ETCD_A)  # the fixtures migrate with the default name
     with pytest.raises(FailedPrecondition, match="belongs to cluster 'cronwheel', not 'other'"):
-        await store.partitions.claim_cluster("other")
+        await store.partitions.claim_cluster("other", ETCD_A)
+
+
+async def test_a_second_etcd_cluster_of_the_same_name_is_refused_naming_both_ids(store: PgStore) -> None:
+    await store.partitions.claim_cluster("cronwheel", ETCD_A)
+    await store.partitions.claim_cluster("cronwheel", ETCD_A)  # the same cluster again: fine
+    with pytest.raises(FailedPrecondition) as ei:
+        await store.partitions.claim_cluster("cronwheel", ETCD_B)
+    assert ETCD_A in ei.value.message and ETCD_B in ei.value.message and "'cronwheel'" in ei.value.message
+
+
+async def test_a_database_recorded_without_an_etcd_id_adopts_the_first_nodes(dsn: str, store: PgStore) -> None:
+    with psycopg.connect(dsn, autocommit=True) as c:  # as every database recorded before issue 48
+        assert c.execute("SELECT count(*) FROM cluster_meta WHERE key = 'etcd_cluster_id'").fetchone() == (0,)
+    await store.partitions.claim_cluster("cronwheel", ETCD_B)
+    with psycopg.connect(dsn, autocommit=True) as c:
+        assert c.execute("SELECT value FROM cluster_meta WHERE key = 'etcd_cluster_id'").fetchone() == (ETCD_B,)
+    with pytest.raises(FailedPrecondition, match=ETCD_B):
+        await store.partitions.claim_cluster("cronwheel", ETCD_A)
 
 
 async def test_a_database_migrated_before_the_name_was_recorded_is_claimed_by_its_first_node(
@@ -32,10 +53,10 @@ async def test_a_database_migrated_before_the_name_was_recorded_is_claimed_by_it
 ) -> None:
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute("DELETE FROM cluster_meta WHERE key = 'cluster'")
-    await store.partitions.claim_cluster("first")
-    await store.partitions.claim_cluster("first")
+    await store.partitions.claim_cluster("first", ETCD_A)
+    await store.partitions.claim_cluster("first", ETCD_A)
     with pytest.raises(FailedPrecondition, match="'first'"):
-        await store.partitions.claim_cluster("second")
+        await store.partitions.claim_cluster("second", ETCD_A)
 
 
 async def test_a_database_never_migrated_is_reported_as_not_migrated(empty_dsn: str) -> None:
@@ -43,5 +64,5 @@ async def test_a_database_never_migrated_is_reported_as_not_migrated(empty_dsn: 
         with pytest.raises(NotMigrated) as ei:
             await s.partitions.partition_count()
         with pytest.raises(NotMigrated):
-            await s.partitions.claim_cluster("cronwheel")
+            await s.partitions.claim_cluster("cronwheel", ETCD_A)
     assert isinstance(ei.value, Unavailable) and "database is not migrated" in ei.value.message

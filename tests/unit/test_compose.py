@@ -356,6 +356,14 @@ def test_every_cronwheel_command_is_accepted_by_the_cli(services: dict[str, dict
         assert args.command == expected[name], name
 
 
+def test_every_node_encrypts_stored_secrets_with_a_key_compose_requires(services: dict[str, dict[str, Any]]) -> None:
+    from cronwheel.secret_store import KEY_ENV
+
+    for name in NODES:
+        value = services[name].get("environment", {}).get(KEY_ENV, "")
+        assert value.startswith(f"${{{KEY_ENV}:?"), f"{name}: no ${KEY_ENV}, or compose would start it without one"
+
+
 def test_health_checks_run_real_commands(services: dict[str, dict[str, Any]]) -> None:
     for name, s in services.items():
         hc = s.get("healthcheck")

@@ -97,6 +97,8 @@ def test_a_secret_is_generated_when_not_given_and_checked_when_given() -> None:
     assert subscriptions.secret("x" * 16) == "x" * 16
     with pytest.raises(InvalidArgument):
         subscriptions.secret("short")
+    with pytest.raises(InvalidArgument, match="secret: must not start with 'cwsec1:'"):
+        subscriptions.secret("cwsec1:k1:looks-sealed-at-rest")  # would be taken for a sealed value
 
 
 def test_a_lease_not_longer_than_the_request_timeout_is_refused() -> None:

@@ -87,3 +87,21 @@ DELETE FROM webhook_deliveries WHERE id IN (
     SELECT id FROM webhook_deliveries
      WHERE state <> 'pending' AND finished_at < %(now)s::timestamptz - make_interval(days => %(days)s)
      LIMIT %(limit)s);
+
+-- name: webhook_secret_key_ids
+-- The keys the stored webhook secrets are sealed with ('' : plaintext), with how many each sealed.
+SELECT CASE WHEN starts_with(secret, %(prefix)s) THEN split_part(substr(secret, length(%(prefix)s) + 1), ':', 1)
+            ELSE '' END AS key_id,
+       count(*) AS n
+  FROM webhooks GROUP BY 1 ORDER BY 1;
+
+-- name: webhook_secrets_to_reseal
+-- Up to `limit` webhook secrets the first key did not seal: plaintext, or an older key's.
+SELECT id, secret FROM webhooks
+ WHERE NOT starts_with(secret, %(sealed_by_primary)s)
+ ORDER BY id LIMIT %(limit)s;
+
+-- name: webhook_secret_reseal
+-- Store one webhook secret re-sealed, only while it is still the value read: of several nodes
+-- starting at once, one re-seals each secret and the others change nothing.
+UPDATE webhooks SET secret = %(sealed)s WHERE id = %(id)s AND secret = %(read)s;
