@@ -99,7 +99,9 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
                    help="host:port of the Prometheus metrics endpoint (default 127.0.0.1:0, a free port; '' disables)")
     p.add_argument("--auth-file", default=os.environ.get("CRONWHEEL_AUTH_FILE", ""),
                    help="JSON file of bearer tokens (sha256) -> tenant or admin (default: $CRONWHEEL_AUTH_FILE; "
-                        "none: dev mode, every call is admin)")
+                        "none: dev mode, every call is admin, refused beyond loopback without --insecure)")
+    p.add_argument("--insecure", action="store_true",
+                   help="without --auth-file, listen beyond loopback anyway: anyone who reaches the port is an admin")
     p.add_argument("--tls-cert", default="", help="PEM certificate chain: serve gRPC over TLS (with --tls-key)")
     p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
     p.add_argument("--retention-days", type=_positive_int("--retention-days", 1, 3650), default=30,
@@ -179,13 +181,18 @@ def cmd_node(args: argparse.Namespace) -> int:
         ).validate()
     except ValueError as exc:
         raise InvalidArgument("node", str(exc)) from exc
-    from cronwheel.cluster.api.auth import load_auth, read_tls
+    from cronwheel.cluster.api.auth import exposure_refusal, load_auth, read_tls
 
     try:  # bad security configuration fails here, before anything starts
         load_auth(args.auth_file)
         read_tls(args.tls_cert, args.tls_key)
     except InvalidArgument as exc:
         raise InvalidArgument("--" + exc.field.replace("_", "-"), exc.message.split(": ", 1)[-1]) from None
+    refused = exposure_refusal(args.listen, bool(args.auth_file), args.insecure,
+                               without="without --auth-file (every caller would be an admin)",
+                               remedy="give --auth-file FILE")
+    if refused:
+        raise InvalidArgument("--listen", refused)
     logs.setup(node=node_id, level=args.log_level)
     asyncio.run(serve(config))
     return 0
