@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cronwheel import cli_webhook
@@ -206,6 +207,7 @@ def _configure_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=_positive_int("--concurrency", 1, 10000), default=None,
                    help="handlers run at once (default: the Worker's own)")
     p.add_argument("--token", default=os.environ.get("CRONWHEEL_TOKEN", ""), help="bearer token ($CRONWHEEL_TOKEN)")
+    p.add_argument("--token-file", default="", help="a file holding the bearer token (instead of --token)")
     p.add_argument("--threads", type=_positive_int("--threads", 1, 1024), default=None,
                    help="threads for sync handlers (default: the Worker's own)")
     p.add_argument("--tls", action="store_true", help="connect with TLS (system roots unless --ca-file)")
@@ -236,6 +238,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
         worker.worker_id = args.worker_id
     if args.concurrency:
         worker.concurrency = args.concurrency
+    if args.token_file:
+        try:
+            args.token = Path(args.token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise InvalidArgument("--token-file", f"cannot read {args.token_file}: {exc.strerror or exc}") from None
+        if not args.token:
+            raise InvalidArgument("--token-file", f"{args.token_file} is empty")
     if args.token:
         worker.token = args.token
     if args.threads:
