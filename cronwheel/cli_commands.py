@@ -83,6 +83,15 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dsn", help="PostgreSQL DSN (default: $CRONWHEEL_DSN)")
     p.add_argument("--etcd", default=os.environ.get("CRONWHEEL_ETCD", ""),
                    help="comma-separated etcd endpoints host:port (default: $CRONWHEEL_ETCD)")
+    p.add_argument("--etcd-cacert", default="",
+                   help="PEM of the CA that signed etcd's certificate: reach etcd over TLS")
+    p.add_argument("--etcd-cert", default="", help="PEM client certificate for etcd (with --etcd-key; implies TLS)")
+    p.add_argument("--etcd-key", default="", help="PEM private key of --etcd-cert")
+    p.add_argument("--etcd-user", default=os.environ.get("CRONWHEEL_ETCD_USER", ""),
+                   help="etcd user, when etcd has auth enabled (default: $CRONWHEEL_ETCD_USER; the password: "
+                        "$CRONWHEEL_ETCD_PASSWORD)")
+    p.add_argument("--etcd-password", default=os.environ.get("CRONWHEEL_ETCD_PASSWORD", ""),
+                   help="etcd password (prefer $CRONWHEEL_ETCD_PASSWORD: a flag shows in ps)")
     p.add_argument("--node-id", default=os.environ.get("CRONWHEEL_NODE_ID", ""),
                    help="unique node id (default: $CRONWHEEL_NODE_ID, else hostname-pid)")
     p.add_argument("--listen", default="127.0.0.1:0", help="gRPC listen address (default 127.0.0.1:0)")
@@ -157,6 +166,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     import socket
 
     from cronwheel import logs
+    from cronwheel.cluster.coordination.etcd import EtcdSecurity
     from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
     from cronwheel.cluster.firing.firer import FiringConfig
     from cronwheel.cluster.node import NodeConfig, serve
@@ -165,12 +175,15 @@ def cmd_node(args: argparse.Namespace) -> int:
     if not endpoints:
         raise InvalidArgument("--etcd", "at least one etcd endpoint is required (or set CRONWHEEL_ETCD)")
     node_id = args.node_id or f"{socket.gethostname()}-{os.getpid()}"
+    etcd_security = EtcdSecurity(cacert=args.etcd_cacert, cert=args.etcd_cert, key=args.etcd_key,
+                                 user=args.etcd_user, password=args.etcd_password).validate()
     extend_every_s = min(30.0, args.horizon / 4)
     try:
         lease = PartitionLeaseConfig.for_ttl(args.lease_ttl, cluster=args.cluster,
                                              unowned_alert_after_s=args.unowned_alert_after)
         config = NodeConfig(
-            node_id=node_id, dsn=_dsn(args), etcd_endpoints=endpoints, listen=args.listen,
+            node_id=node_id, dsn=_dsn(args), etcd_endpoints=endpoints, etcd_security=etcd_security,
+            listen=args.listen,
             advertise=args.advertise, lease=lease, ignore_local_trust=args.unsafe_ignore_local_trust,
             auth_file=args.auth_file, tls_cert=args.tls_cert, tls_key=args.tls_key,
             metrics_listen=args.metrics_listen, retention_days=args.retention_days, retention=_retention(args),
