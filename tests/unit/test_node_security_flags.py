@@ -4,6 +4,8 @@ listen address beyond loopback without auth (item 5, the rule of cluster/api/aut
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cronwheel.cli import main
@@ -43,3 +45,15 @@ def test_is_loopback(listen: str, loopback: bool) -> None:
     assert is_loopback(listen) is loopback
     assert auth_mode("", listen) == ("loopback-only" if loopback else "insecure")
     assert auth_mode("auth.json", listen) == "tokens"
+
+
+@pytest.mark.parametrize("content", [None, "  \n"])
+def test_worker_token_file_missing_or_empty_exits_2_naming_it(
+    content: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "token"
+    if content is not None:
+        path.write_text(content)
+    assert main(["worker", "cronwheel.client.demo", "--token-file", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--token-file" in err[0] and str(path) in err[0], err
