@@ -139,7 +139,8 @@ class Node:
         self._stop = asyncio.Event()
         self.metrics = Metrics()
         self.dispatcher = Dispatcher(self.store, self.clock, metrics=self.metrics)
-        self.tokens = TokenCache(self.store.tokens.live, self.clock)  # API-made tokens (cluster/api/tokens.py)
+        # API-made tokens (cluster/api/tokens.py); a revocation wakes the long polls to re-check theirs
+        self.tokens = TokenCache(self.store.tokens.live, self.clock, on_revoked=self.dispatcher.wake)
 
     def wheel_size(self) -> int:
         return self.firer.wheel_size() if hasattr(self, "firer") else 0

@@ -33,7 +33,8 @@ token, and neither does a node's self-view (`ClusterStatus` with metadata `x-cro
 answered with that node's own Member only: figures its public metrics endpoint shows too), which
 is what a node asks its peers for: no caller's token ever leaves the node it was sent to (issue 48,
 item 6: a member address written to etcd could be anyone's). The caller is available to
-servicers as `current_caller()`.
+servicers as `current_caller()`; a call held open (a long poll) re-authenticates with
+`recheck_caller()`, so a revoked token's poll ends as its other calls are refused.
 
 Concurrency: AuthConfig is immutable; the caller lives in a ContextVar set per call.
 """
@@ -50,6 +51,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +122,7 @@ class Caller:
 DEV_CALLER = Caller("dev", DEV_TENANT, admin=True)
 SELF_VIEW_CALLER = Caller("self-view", None)  # a tokenless ClusterStatus local-only call: no tenant, no admin
 _CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("cronwheel_caller")
+_RECHECK: contextvars.ContextVar[Callable[[], Caller]] = contextvars.ContextVar("cronwheel_recheck")
 
 
 def current_caller() -> Caller:
@@ -128,6 +131,17 @@ def current_caller() -> Caller:
         return _CALLER.get()
     except LookupError:
         raise e.Unauthenticated("no authenticated caller") from None
+
+
+def recheck_caller() -> None:
+    """Authenticate the RPC being served again, as a new call would be: a call held open (a long
+    poll) calls it before each claim, so a token revoked or expired meanwhile ends it with
+    UNAUTHENTICATED (issue 48, item 7) instead of leasing on. A dict lookup; no I/O."""
+    try:
+        again = _RECHECK.get()
+    except LookupError:
+        return  # not served through the AuthInterceptor (an in-process test of a servicer)
+    again()
 
 
 def hash_token(token: str) -> str:
@@ -311,15 +325,18 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     def _unary(self, inner: Behavior, method: str) -> Callable[..., Awaitable[Any]]:
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            token = None
+            token = recheck = None
             try:  # inline, not an async context manager: this runs on every call
                 token = _CALLER.set(self._authorize(context, method))
+                recheck = _RECHECK.set(partial(self._authorize, context, method))
                 return await inner(_checked(request), context)
             except Exception as exc:
                 await _fail(context, exc, method)
             finally:
                 if token is not None:
                     _CALLER.reset(token)
+                if recheck is not None:
+                    _RECHECK.reset(recheck)
 
         return behavior
 
