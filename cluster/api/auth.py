@@ -69,9 +69,9 @@ from cronwheel.errors import InvalidArgument
 log = logging.getLogger("cronwheel.cluster.api.auth")
 
 PROTECTED_PREFIX = "/cronwheel.v1."
-ADMIN_ONLY = frozenset({"/cronwheel.v1.AdminService/ClusterStatus"})  # CLUSTER_STATUS
-ADMIN_ONLY_SERVICES = ("/cronwheel.v1.TenantService/",)  # tenants and tokens
 CLUSTER_STATUS = "/cronwheel.v1.AdminService/ClusterStatus"
+ADMIN_ONLY = frozenset({CLUSTER_STATUS})
+ADMIN_ONLY_SERVICES = ("/cronwheel.v1.TenantService/",)  # tenants and tokens
 LOCAL_ONLY = "x-cronwheel-local-only"  # ClusterStatus: this node's own Member only (a peer's question)
 
 
