@@ -11,12 +11,12 @@ task-safe (grpc.aio channels are; the auth token is fetched under a lock).
 Security (`EtcdSecurity`; etcd holds the fencing truth, so whoever writes it can take partitions):
     TLS          `--etcd-cacert` (the CA that signed etcd's certificate; else the system's roots),
                  `--etcd-cert`/`--etcd-key` (a client certificate, for etcd's --client-cert-auth).
-                 An `https://` endpoint turns TLS on too. The certificate is checked against the
-                 host of the FIRST endpoint as given (the channel dials resolved addresses): give
-                 every member a certificate that names it, or one shared name first.
+                 An `https://` endpoint turns TLS on too. One channel spans every member, so
+                 one name is checked: the host of the FIRST endpoint as given. Every member's
+                 certificate must carry it (a shared SAN, or every member's address in each).
     user/password `--etcd-user` and `$CRONWHEEL_ETCD_PASSWORD` (`--etcd-password` works but shows in
                  `ps`): etcd's Authenticate RPC gives a token sent as `token` metadata with every
-                 call. A token etcd no longer knows (UNAUTHENTICATED: an etcd restart, its TTL)
+                 call. A token etcd no longer knows (UNAUTHENTICATED: auth turned off and on, its TTL)
                  is dropped and fetched again, and the unary call retried once.
 """
 
