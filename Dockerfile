@@ -32,7 +32,10 @@ RUN pip install . \
 
 # Run as an unprivileged user. Workers import their handler modules from the working
 # directory (`cronwheel worker MODULE` puts it on sys.path): mount or copy them into /app.
-RUN useradd --system --uid 10001 --user-group --home-dir /app --create-home cronwheel
+RUN useradd --system --uid 10001 --user-group --home-dir /app --create-home cronwheel \
+    && install -d -o cronwheel -g cronwheel -m 0700 /auth
+# /auth: docker-compose's `auth` volume (the admin token and the auth file); a new named volume
+# takes this directory's owner and mode, so the unprivileged user can write and read it.
 USER cronwheel
 WORKDIR /app
 

@@ -165,7 +165,9 @@ class ChaosCluster:
             slot = self.netns.slot(name)
             dsn = self.pc.dsn.replace("@127.0.0.1:", f"@{slot.host_ip}:")
             etcd = ",".join(f"{slot.host_ip}:{m.client_port}" for m in self.pc.etcd.members)
-            extra += ["--listen", f"{slot.ns_ip}:{port}", "--dsn", dsn, "--etcd", etcd]
+            # The namespace's address is beyond loopback: the chaos cluster runs without auth, on
+            # a veth pair only this host routes, so it says --insecure (cluster/api/auth.py).
+            extra += ["--listen", f"{slot.ns_ip}:{port}", "--dsn", dsn, "--etcd", etcd, "--insecure"]
             launcher = tuple(slot.launcher)
         else:
             extra += ["--listen", f"127.0.0.1:{port}"]

@@ -237,6 +237,7 @@ class Member:
     stats_at: datetime | None
     version: str
     started_at: datetime | None
+    auth_mode: str = ""  # "tokens", "loopback-only", "insecure"; "" when the node did not answer
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,10 @@ depth, executions by state, stuck runs, raised dead man's switches) are refreshe
     cronwheel_queue_depth{priority}       gauge      queued executions
     cronwheel_executions{state}           gauge      live executions by state (queued, running,
                                                      scheduled, retry_scheduled)
-    cronwheel_failures_total{type}        counter    failed attempts by error type
+    cronwheel_failures_total{type}        counter    failed attempts by error type (a worker's word:
+                                                     `other` unless an identifier of at most 64
+                                                     characters, and past the first 50 distinct;
+                                                     never free text on the public endpoint)
     cronwheel_retries_total               counter    attempts scheduled for retry
     cronwheel_dead_letters_total          counter    executions that ran out of attempts
     cronwheel_reap_failures_total         counter    reaped rows (or whole rounds) that failed to
@@ -41,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import re
 from collections import Counter as Tally
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from datetime import datetime
@@ -64,6 +68,9 @@ STUCK_GRACE_S = 30.0
 # are counted as OTHER_JOB_TYPE (a series per label pair lives for the process's lifetime).
 MAX_JOB_TYPE_LABELS = 50
 OTHER_JOB_TYPE = "other"
+# A worker chooses its error_type (up to 200 characters of anything): only identifier-like words
+# (an exception's class name) become a label value, so no message or payload reaches /metrics.
+_ERROR_TYPE_LABEL = re.compile(r"[A-Za-z_][\w.:-]{0,63}")
 RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -112,6 +119,7 @@ class Metrics:
         r = self.registry = CollectorRegistry()
         ProcessCollector(registry=r)
         self.job_type_label = JobTypeLabels(job_type_cap)
+        self.error_type_label = JobTypeLabels(job_type_cap)  # the same cap on `type` of cronwheel_failures
         self.entered = Counter("cronwheel_executions_entered", "Executions this node moved into a state",
                                ["state", "job_type"], registry=r)
         self.rpc_handled = Counter("cronwheel_grpc_server_handled", "RPCs finished, by status code",
@@ -189,7 +197,9 @@ class Metrics:
             self.execution_entered(state, job_type, k)
             n += k
         if state in ("retry_scheduled", "failed", "dead"):
-            self.failures.labels(error_type or "error").inc(n)
+            word = error_type or "error"
+            self.failures.labels(self.error_type_label(word if _ERROR_TYPE_LABEL.fullmatch(word)
+                                                       else OTHER_JOB_TYPE)).inc(n)
         if state == "retry_scheduled":
             self.retries.inc(n)
         if state == "dead":

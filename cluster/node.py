@@ -36,7 +36,7 @@ from cronwheel.cluster.api import reflection, services
 from cronwheel.cluster.api.health import Health, wait_ready
 from cronwheel.cluster.api.tokens import TokenCache
 from cronwheel.cluster.coordination.coordinator import Coordinator, OwnershipListener
-from cronwheel.cluster.coordination.etcd import Etcd
+from cronwheel.cluster.coordination.etcd import Etcd, EtcdSecurity
 from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher
 from cronwheel.cluster.dispatch.reaper import Reaper
@@ -64,6 +64,7 @@ class NodeConfig:
     dsn: str
     etcd_endpoints: tuple[str, ...]
     listen: str = "127.0.0.1:0"
+    etcd_security: EtcdSecurity = field(default_factory=EtcdSecurity)  # TLS files, user and password
     advertise: str = ""
     lease: PartitionLeaseConfig = field(default_factory=PartitionLeaseConfig)
     firing: FiringConfig = field(default_factory=FiringConfig)
@@ -126,7 +127,8 @@ class Node:
             dsn=config.dsn, max_connections=config.db_pool_max, limits=session_limits(config.lease),
             secrets=SecretStore(config.secret_keys),
         ))
-        self.etcd = Etcd(config.etcd_endpoints, timeout_s=config.lease.etcd_timeout_s)
+        self.etcd = Etcd(config.etcd_endpoints, timeout_s=config.lease.etcd_timeout_s,
+                         security=config.etcd_security)
         self.listeners = Listeners()
         self.partitions = 0
         # Built by run() once the database is known to be this cluster's (see _build).
@@ -142,7 +144,8 @@ class Node:
         self._stop = asyncio.Event()
         self.metrics = Metrics()
         self.dispatcher = Dispatcher(self.store, self.clock, metrics=self.metrics)
-        self.tokens = TokenCache(self.store.tokens.live, self.clock)  # API-made tokens (cluster/api/tokens.py)
+        # API-made tokens (cluster/api/tokens.py); a revocation wakes the long polls to re-check theirs
+        self.tokens = TokenCache(self.store.tokens.live, self.clock, on_revoked=self.dispatcher.wake)
 
     def wheel_size(self) -> int:
         return self.firer.wheel_size() if hasattr(self, "firer") else 0

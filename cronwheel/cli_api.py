@@ -204,7 +204,9 @@ def _token_who(args: argparse.Namespace) -> None:
 
 
 def _token_offline(args: argparse.Namespace) -> int:
-    """`token new --offline`: a random token and its auth-file entry (the bootstrap; no server)."""
+    """`token new --offline`: a random token and its auth-file entry (the bootstrap; no server).
+    With --token-file and --auth-file (docker-compose's `auth-init`): the token is written to the
+    one (mode 0600) and its entry added to the other, once: an existing token file is kept."""
     import hashlib
     import secrets
 
@@ -213,6 +215,10 @@ def _token_offline(args: argparse.Namespace) -> int:
     if args.expires_in is not None:
         raise UsageError("--expires-in needs a token made through the API (auth-file tokens never expire)",
                          "cronwheel token new")
+    if bool(args.token_file) != bool(args.auth_file):
+        raise UsageError("--token-file and --auth-file go together (with --offline)", "cronwheel token new")
+    if args.token_file and _kept(args.token_file, args.auth_file):
+        return 0
     token = "cw_" + secrets.token_urlsafe(32)
     entry: dict[str, Any] = {"name": args.name or (args.tenant or "admin"),
                              "sha256": hashlib.sha256(token.encode()).hexdigest()}
@@ -220,7 +226,10 @@ def _token_offline(args: argparse.Namespace) -> int:
         entry["tenant"] = args.tenant
     if args.admin:
         entry["admin"] = True
-    if args.json:
+    if args.token_file:
+        _write_bootstrap(args.token_file, token, args.auth_file, entry)
+        print(f"token written to {args.token_file}; its entry added to {args.auth_file}")
+    elif args.json:
         print(json.dumps({"token": token, "entry": entry}))
     else:
         print(f"token (give it to the client; it is not stored): {token}")
@@ -228,10 +237,44 @@ def _token_offline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kept(token_file: str, auth_file: str) -> bool:
+    """Whether a bootstrap token exists already (then nothing is written, whatever runs again)."""
+    from pathlib import Path
+
+    if Path(token_file).is_file() and Path(token_file).read_text().strip():
+        print(f"token kept: {token_file} exists (its entry is in {auth_file})")
+        return True
+    return False
+
+
+def _write_bootstrap(token_file: str, token: str, auth_file: str, entry: dict[str, Any]) -> None:
+    """The entry goes into the auth file first (a node must accept the token before anyone
+    holds it); each file is replaced whole (write, then rename), never seen half-written."""
+    import os
+    from pathlib import Path
+
+    from cronwheel.cluster.api.auth import load_auth
+
+    auth = Path(auth_file)
+    doc = json.loads(auth.read_text()) if auth.is_file() else {"tokens": []}
+    doc["tokens"].append(entry)
+    for path, text, mode in ((auth, json.dumps(doc, indent=2) + "\n", 0o644), (Path(token_file), token + "\n", 0o600)):
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    load_auth(auth_file)  # what a node will read: refused here, not at the node's start
+
+
 def _token_new(args: argparse.Namespace) -> int:
     _token_who(args)
     if args.offline:
         return _token_offline(args)
+    if args.token_file or args.auth_file:
+        from cronwheel.cli import UsageError
+
+        raise UsageError("--token-file and --auth-file need --offline", "cronwheel token new")
     with client_for(args) as client:
         made = client.create_token(args.name or (args.tenant or "admin"), tenant=args.tenant or None,
                                    admin=args.admin, expires_in=args.expires_in)
@@ -281,6 +324,9 @@ def _token_parser(subparsers: Any) -> None:
                    help="the token stops working after this long, e.g. 30d (default: never)")
     n.add_argument("--offline", action="store_true",
                    help="print an auth-file entry instead (no server; for --auth-file)")
+    n.add_argument("--token-file", default="", help="with --offline and --auth-file: write the token to this file "
+                                                    "(mode 0600) and add its entry to --auth-file; kept if it exists")
+    n.add_argument("--auth-file", default="", help="with --offline --token-file: the auth file to add the entry to")
     connection_flags(n)
     n.set_defaults(handler=_token_new)
     ls = leaf(sub, "list", "list API-made tokens (never their secrets)", _token_list)

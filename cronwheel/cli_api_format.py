@@ -98,9 +98,9 @@ def print_status(st: Any) -> None:
     handing = sum(1 for p in st.partitions if p.owner and p.fenced_epoch != p.epoch)
     print(f"cluster {st.cluster_name}: {len(st.members)} member(s), {owned}/{st.partition_count} partitions "
           f"owned, {handing} handing over (answered by {st.answered_by})")
-    table(["NODE", "ADDRESS", "PARTITIONS", "WHEEL", "VERSION", "LEASE DEADLINE"],
+    table(["NODE", "ADDRESS", "PARTITIONS", "WHEEL", "VERSION", "AUTH", "LEASE DEADLINE"],
           [[m.node_id, m.address, str(len(m.partitions)), str(m.wheel_size) if m.stats_at else "?",
-            m.version or "?", ts(m.lease_deadline)] for m in st.members])
+            m.version or "?", m.auth_mode or "?", ts(m.lease_deadline)] for m in st.members])
     print()
     table(["PRIORITY", "QUEUED", "OLDEST RUN AT"],
           [[str(q.priority), str(q.queued), ts(q.oldest_run_at)] for q in st.queue_depths])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cronwheel import cli_webhook
@@ -67,6 +68,9 @@ def _configure_secrets(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="secrets_command", metavar="ACTION", required=True)
     k = sub.add_parser("new-key", help="print a new key line for a --secret-key-file (put it first to rotate)")
     k.add_argument("--key-id", default="", help="the key's id (default: 'k' and 8 random hex digits)")
+    k.add_argument("--key-file", default="",
+                   help="write the key line to this file (owner-only) instead of printing it, unless the file "
+                        "already holds a key: then keep it (an init step that runs on every start)")
     r = sub.add_parser("rotate", help="re-encrypt every stored secret under the first key of the key ring, and "
                                       "report which keys the stored secrets need (idempotent; nodes may run)")
     r.add_argument("--dsn", help="PostgreSQL DSN (default: $CRONWHEEL_DSN)")
@@ -75,13 +79,31 @@ def _configure_secrets(p: argparse.ArgumentParser) -> None:
         q.set_defaults(handler=cmd_secrets)
 
 
+def _write_private(path: str, text: str) -> None:
+    """Create `path` readable by its owner only, failing if it appeared meanwhile."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise InvalidArgument("--key-file", f"{path}: {exc.strerror}") from None
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
 def cmd_secrets(args: argparse.Namespace) -> int:
     import asyncio
 
     from cronwheel.secret_store import KEY_ENV, KEY_FILE_FLAG, SecretStore, load_keys, new_key_line
 
     if args.secrets_command == "new-key":
-        print(new_key_line(args.key_id or None))
+        line = new_key_line(args.key_id or None)
+        if not args.key_file:
+            print(line)
+            return 0
+        if os.path.exists(args.key_file) and load_keys(args.key_file, env={}) is not None:  # there, valid: keep it
+            print(f"{args.key_file}: kept")
+            return 0
+        _write_private(args.key_file, line + "\n")
+        print(f"{args.key_file}: new key made")
         return 0
     keys = load_keys(args.secret_key_file)
     if keys is None:
@@ -125,6 +147,15 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dsn", help="PostgreSQL DSN (default: $CRONWHEEL_DSN)")
     p.add_argument("--etcd", default=os.environ.get("CRONWHEEL_ETCD", ""),
                    help="comma-separated etcd endpoints host:port (default: $CRONWHEEL_ETCD)")
+    p.add_argument("--etcd-cacert", default="",
+                   help="PEM of the CA that signed etcd's certificate: reach etcd over TLS")
+    p.add_argument("--etcd-cert", default="", help="PEM client certificate for etcd (with --etcd-key; implies TLS)")
+    p.add_argument("--etcd-key", default="", help="PEM private key of --etcd-cert")
+    p.add_argument("--etcd-user", default=os.environ.get("CRONWHEEL_ETCD_USER", ""),
+                   help="etcd user, when etcd has auth enabled (default: $CRONWHEEL_ETCD_USER; the password: "
+                        "$CRONWHEEL_ETCD_PASSWORD)")
+    p.add_argument("--etcd-password", default=os.environ.get("CRONWHEEL_ETCD_PASSWORD", ""),
+                   help="etcd password (prefer $CRONWHEEL_ETCD_PASSWORD: a flag shows in ps)")
     p.add_argument("--node-id", default=os.environ.get("CRONWHEEL_NODE_ID", ""),
                    help="unique node id (default: $CRONWHEEL_NODE_ID, else hostname-pid)")
     p.add_argument("--listen", default="127.0.0.1:0", help="gRPC listen address (default 127.0.0.1:0)")
@@ -142,7 +173,9 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
                    help="host:port of the Prometheus metrics endpoint (default 127.0.0.1:0, a free port; '' disables)")
     p.add_argument("--auth-file", default=os.environ.get("CRONWHEEL_AUTH_FILE", ""),
                    help="JSON file of bearer tokens (sha256) -> tenant or admin (default: $CRONWHEEL_AUTH_FILE; "
-                        "none: dev mode, every call is admin)")
+                        "none: dev mode, every call is admin, refused beyond loopback without --insecure)")
+    p.add_argument("--insecure", action="store_true",
+                   help="without --auth-file, listen beyond loopback anyway: anyone who reaches the port is an admin")
     p.add_argument("--secret-key-file", default="",
                    help="the key ring that encrypts stored secrets (webhook signing secrets): one 'KEY_ID BASE64' "
                         "line per key, the first encrypts, all decrypt (or $CRONWHEEL_SECRET_KEY, the same text); "
@@ -201,6 +234,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     import socket
 
     from cronwheel import logs
+    from cronwheel.cluster.coordination.etcd import EtcdSecurity
     from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
     from cronwheel.cluster.firing.firer import FiringConfig
     from cronwheel.cluster.node import NodeConfig, serve
@@ -211,12 +245,15 @@ def cmd_node(args: argparse.Namespace) -> int:
         raise InvalidArgument("--etcd", "at least one etcd endpoint is required (or set CRONWHEEL_ETCD)")
     keys = load_keys(args.secret_key_file)  # a bad key ring fails here, naming the flag (exit 2)
     node_id = args.node_id or f"{socket.gethostname()}-{os.getpid()}"
+    etcd_security = EtcdSecurity(cacert=args.etcd_cacert, cert=args.etcd_cert, key=args.etcd_key,
+                                 user=args.etcd_user, password=args.etcd_password).validate()
     extend_every_s = min(30.0, args.horizon / 4)
     try:
         lease = PartitionLeaseConfig.for_ttl(args.lease_ttl, cluster=args.cluster,
                                              unowned_alert_after_s=args.unowned_alert_after)
         config = NodeConfig(
-            node_id=node_id, dsn=_dsn(args), etcd_endpoints=endpoints, listen=args.listen,
+            node_id=node_id, dsn=_dsn(args), etcd_endpoints=endpoints, etcd_security=etcd_security,
+            listen=args.listen,
             advertise=args.advertise, lease=lease, ignore_local_trust=args.unsafe_ignore_local_trust,
             auth_file=args.auth_file, tls_cert=args.tls_cert, tls_key=args.tls_key, secret_keys=keys,
             metrics_listen=args.metrics_listen, retention_days=args.retention_days, retention=_retention(args),
@@ -228,13 +265,18 @@ def cmd_node(args: argparse.Namespace) -> int:
         ).validate()
     except ValueError as exc:
         raise InvalidArgument("node", str(exc)) from exc
-    from cronwheel.cluster.api.auth import load_auth, read_tls
+    from cronwheel.cluster.api.auth import exposure_refusal, load_auth, read_tls
 
     try:  # bad security configuration fails here, before anything starts
         load_auth(args.auth_file)
         read_tls(args.tls_cert, args.tls_key)
     except InvalidArgument as exc:
         raise InvalidArgument("--" + exc.field.replace("_", "-"), exc.message.split(": ", 1)[-1]) from None
+    refused = exposure_refusal(args.listen, bool(args.auth_file), args.insecure,
+                               without="without --auth-file (every caller would be an admin)",
+                               remedy="give --auth-file FILE")
+    if refused:
+        raise InvalidArgument("--listen", refused)
     logs.setup(node=node_id, level=args.log_level)
     asyncio.run(serve(config))
     return 0
@@ -248,6 +290,7 @@ def _configure_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=_positive_int("--concurrency", 1, 10000), default=None,
                    help="handlers run at once (default: the Worker's own)")
     p.add_argument("--token", default=os.environ.get("CRONWHEEL_TOKEN", ""), help="bearer token ($CRONWHEEL_TOKEN)")
+    p.add_argument("--token-file", default="", help="a file holding the bearer token (instead of --token)")
     p.add_argument("--threads", type=_positive_int("--threads", 1, 1024), default=None,
                    help="threads for sync handlers (default: the Worker's own)")
     p.add_argument("--tls", action="store_true", help="connect with TLS (system roots unless --ca-file)")
@@ -278,6 +321,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
         worker.worker_id = args.worker_id
     if args.concurrency:
         worker.concurrency = args.concurrency
+    if args.token_file:
+        try:
+            args.token = Path(args.token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise InvalidArgument("--token-file", f"cannot read {args.token_file}: {exc.strerror or exc}") from None
+        if not args.token:
+            raise InvalidArgument("--token-file", f"{args.token_file} is empty")
     if args.token:
         worker.token = args.token
     if args.threads:

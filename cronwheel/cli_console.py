@@ -4,7 +4,8 @@
 
 People log in with their own token (a tenant's or an admin's); `--token-file` gives the console
 a token of its own, used to sample the overview's charts (an admin token) and, with `--no-login`
-(dev mode, the cluster without auth), for every visitor. `--tls`/`--tls-ca` (as every API command)
+(dev mode, the cluster without auth), for every visitor; `--no-login` beyond loopback needs
+`--insecure` (the node's rule, cluster/api/auth.py `exposure_refusal`). `--tls`/`--tls-ca` (as every API command)
 and `--cert-file`/`--key-file` (mutual TLS) reach a cluster over TLS; `--https-cert`/`--https-key`
 serve the console over HTTPS (its cookies are then marked Secure).
 """
@@ -28,6 +29,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-file", default=None, help="a file holding the console's own token")
     p.add_argument("--no-login", action="store_true",
                    help="dev mode: no login page, every visitor uses the console's token (every page says so)")
+    p.add_argument("--insecure", action="store_true",
+                   help="with --no-login, listen beyond loopback anyway: every visitor acts with the console's token")
     p.add_argument("--tls", action="store_true", help="reach the nodes over TLS, trusting the system's CAs")
     p.add_argument("--tls-ca", default=None, help="reach the nodes over TLS, trusting this PEM CA certificate")
     p.add_argument("--cert-file", default=None, help="client certificate (mutual TLS)")
@@ -37,6 +40,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cronwheel.cluster.api.auth import exposure_refusal
     from cronwheel.console.app import serve
     from cronwheel.console.web import Settings
 
@@ -44,6 +48,11 @@ def run(args: argparse.Namespace) -> int:
     host, sep, port = args.listen.rpartition(":")
     if not sep or not port.isdigit():
         raise UsageError(f"--listen: expected host:port, got {args.listen!r}")
+    refused = exposure_refusal(args.listen, not args.no_login, args.insecure,
+                               without="with --no-login (every visitor would act with the console's token)",
+                               remedy="drop --no-login")
+    if refused:
+        raise UsageError(f"--listen: {refused}")
     token = None
     if args.token_file:
         try:

@@ -3,9 +3,11 @@
 ClusterStatus (admin-only, enforced by auth.AuthInterceptor) answers from etcd (members,
 partition keys: owner and epoch), PostgreSQL (the fencing record: the owner and epoch the
 database will accept writes from; queue depths) and each node's own view of itself (lease
-deadline, partitions it acts for). Peers are asked for their self-view with a short deadline,
-forwarding the caller's (admin) credentials and over TLS when the node serves TLS; a peer that
-does not answer is listed without it.
+deadline, partitions it acts for, auth mode). Peers are asked for their self-view with a short
+deadline, over TLS when the node serves TLS, and WITHOUT the caller's credentials: a member
+address is whatever was written to etcd, so a token sent there could be anyone's to keep (issue
+48, item 6). The self-view needs no token (auth.py: `LOCAL_ONLY`; it is the figures the node's
+public metrics endpoint shows). A peer that does not answer is listed without it.
 
 ListEvents pages through the events table by ascending id; a tenant caller sees only its own
 tenant's events (cluster events have no tenant and are admin-only).
@@ -21,7 +23,7 @@ import grpc
 from cronwheel.clock import Clock
 from cronwheel.cluster.api import convert as cv
 from cronwheel.cluster.api import pages
-from cronwheel.cluster.api.auth import current_caller, peer_channel
+from cronwheel.cluster.api.auth import LOCAL_ONLY, current_caller, peer_channel, self_view_only
 from cronwheel.cluster.api.status import StatusProvider
 from cronwheel.cluster.commands.values import text
 from cronwheel.errors import InvalidArgument
@@ -29,8 +31,6 @@ from cronwheel.storage import PgStore
 from cronwheel.storage.api import EventFilter
 from cronwheel.v1 import admin_pb2, admin_pb2_grpc
 from cronwheel.v1.enums import PRIORITY
-
-LOCAL_ONLY = "x-cronwheel-local-only"
 
 
 class AdminService(admin_pb2_grpc.AdminServiceServicer):
@@ -46,7 +46,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         me = self.status.self_view()
         now = self.clock.now_ts()
         m = admin_pb2.Member(node_id=me.node_id, address=me.address, partitions=list(me.partitions),
-                             wheel_size=me.wheel_size, version=me.version)
+                             wheel_size=me.wheel_size, version=me.version, auth_mode=me.auth_mode)
         m.lease_deadline.CopyFrom(cv.epoch_ts(now + me.lease_deadline_in_s))
         m.stats_at.CopyFrom(cv.epoch_ts(now))
         m.started_at.CopyFrom(cv.epoch_ts(me.started_at))
@@ -59,17 +59,15 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.ClusterStatusRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> admin_pb2.ClusterStatusResponse:
         st = self.status
-        md = dict(context.invocation_metadata() or ())
         resp = admin_pb2.ClusterStatusResponse(cluster_name=st.cluster_name, partition_count=st.partitions,
                                                answered_by=st.node_id)
         resp.observed_at.CopyFrom(cv.epoch_ts(self.clock.now_ts()))
-        if md.get(LOCAL_ONLY):
+        if self_view_only(context.invocation_metadata()):
             resp.members.append(self.self_member())
             return resp
         view = st.cluster_view()
         peers = [(node, address) for node, address in view.members.items() if node != st.node_id]
-        auth = tuple((k, v) for k, v in md.items() if k == "authorization")
-        answers = await asyncio.gather(*(self._peer(address, auth) for _, address in peers))
+        answers = await asyncio.gather(*(self._peer(address) for _, address in peers))
         resp.members.append(self.self_member())
         for (node, address), got in zip(peers, answers, strict=True):
             resp.members.append(got if got is not None else admin_pb2.Member(node_id=node, address=address))
@@ -117,12 +115,13 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
                                                 [rows[size - 1]["id"]])
         return resp
 
-    async def _peer(self, address: str, auth: tuple[tuple[str, str], ...]) -> admin_pb2.Member | None:
+    async def _peer(self, address: str) -> admin_pb2.Member | None:
+        """The peer's self-view; no credential of any caller goes with the question."""
         try:
             async with peer_channel(address, self.status.tls_cert) as ch:
                 stub = admin_pb2_grpc.AdminServiceStub(ch)
                 r = await stub.ClusterStatus(
-                    admin_pb2.ClusterStatusRequest(), timeout=0.5, metadata=((LOCAL_ONLY, "1"), *auth)
+                    admin_pb2.ClusterStatusRequest(), timeout=0.5, metadata=((LOCAL_ONLY, "1"),)
                 )
                 return r.members[0] if r.members else None
         except grpc.RpcError:

@@ -20,12 +20,21 @@ stored hashed in the `tokens` table and checked against every node's in-memory c
 
 Without an auth file the node runs in DEV MODE: no token is needed and every call is an admin
 whose default tenant is "default" (what `cronwheel dev` uses). A warning is logged at start.
+Dev mode is for loopback only (Redis' protected mode): a node asked to listen beyond loopback
+without an auth file refuses to start unless `--insecure` says so (`exposure_refusal`, the one
+rule, which `cronwheel console --no-login` follows too). `auth_mode` names what a node runs with
+("tokens", "loopback-only", "insecure"); ClusterStatus shows it for every member.
 
 Rules: no, malformed, unknown, revoked or expired token -> UNAUTHENTICATED; a tenant token
 naming another tenant -> PERMISSION_DENIED; a tenant token on an admin-only RPC
 (AdminService.ClusterStatus, every TenantService RPC: `admin_only`) -> PERMISSION_DENIED;
 another tenant's object -> NOT_FOUND (the commands check it). Health and reflection need no
-token. The caller is available to servicers as `current_caller()`.
+token, and neither does a node's self-view (`ClusterStatus` with metadata `x-cronwheel-local-only`,
+answered with that node's own Member only: figures its public metrics endpoint shows too), which
+is what a node asks its peers for: no caller's token ever leaves the node it was sent to (issue 48,
+item 6: a member address written to etcd could be anyone's). The caller is available to
+servicers as `current_caller()`; a call held open (a long poll) re-authenticates with
+`recheck_caller()`, so a revoked token's poll ends as its other calls are refused.
 
 Concurrency: AuthConfig is immutable; the caller lives in a ContextVar set per call.
 """
@@ -34,12 +43,15 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import ipaddress
 import json
 import logging
 import re
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +69,10 @@ from cronwheel.errors import InvalidArgument
 log = logging.getLogger("cronwheel.cluster.api.auth")
 
 PROTECTED_PREFIX = "/cronwheel.v1."
-ADMIN_ONLY = frozenset({"/cronwheel.v1.AdminService/ClusterStatus"})
+CLUSTER_STATUS = "/cronwheel.v1.AdminService/ClusterStatus"
+ADMIN_ONLY = frozenset({CLUSTER_STATUS})
 ADMIN_ONLY_SERVICES = ("/cronwheel.v1.TenantService/",)  # tenants and tokens
+LOCAL_ONLY = "x-cronwheel-local-only"  # ClusterStatus: this node's own Member only (a peer's question)
 
 
 def admin_only(method: str) -> bool:
@@ -106,7 +120,9 @@ class Caller:
 
 
 DEV_CALLER = Caller("dev", DEV_TENANT, admin=True)
+SELF_VIEW_CALLER = Caller("self-view", None)  # a tokenless ClusterStatus local-only call: no tenant, no admin
 _CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("cronwheel_caller")
+_RECHECK: contextvars.ContextVar[Callable[[], Caller]] = contextvars.ContextVar("cronwheel_recheck")
 
 
 def current_caller() -> Caller:
@@ -115,6 +131,17 @@ def current_caller() -> Caller:
         return _CALLER.get()
     except LookupError:
         raise e.Unauthenticated("no authenticated caller") from None
+
+
+def recheck_caller() -> None:
+    """Authenticate the RPC being served again, as a new call would be: a call held open (a long
+    poll) calls it before each claim, so a token revoked or expired meanwhile ends it with
+    UNAUTHENTICATED (issue 48, item 7) instead of leasing on. A dict lookup; no I/O."""
+    try:
+        again = _RECHECK.get()
+    except LookupError:
+        return  # not served through the AuthInterceptor (an in-process test of a servicer)
+    again()
 
 
 def hash_token(token: str) -> str:
@@ -139,6 +166,11 @@ class AuthConfig:
         if caller is None:
             raise e.Unauthenticated("unknown token")
         return caller
+
+
+def self_view_only(metadata: Any) -> bool:
+    """Whether a call asks for the answering node's own view only (LOCAL_ONLY metadata)."""
+    return any(k == LOCAL_ONLY and v for k, v in (metadata or ()))
 
 
 def bearer_digest(metadata: Any) -> str:
@@ -189,6 +221,46 @@ def load_auth(path: str | None) -> AuthConfig:
             raise InvalidArgument("auth_file", f"{where}: the same token appears twice")
         tokens[digest.lower()] = Caller(name, tenant.strip() if tenant else None, admin)
     return AuthConfig(tokens=tokens)
+
+
+# ---------------------------------------------------------------------------------- exposure
+
+AUTH_TOKENS, AUTH_LOOPBACK_ONLY, AUTH_INSECURE = "tokens", "loopback-only", "insecure"
+
+
+def is_loopback(listen: str) -> bool:
+    """Whether a `host:port` listen address is reachable from this machine only: a loopback
+    literal, or a name resolving to loopback addresses only. An empty host, 0.0.0.0, [::], any
+    other address and a name that does not resolve are not."""
+    host = listen.rpartition(":")[0].strip("[]") if ":" in listen else listen
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
+
+
+def exposure_refusal(listen: str, authenticated: bool, insecure: bool, *, without: str, remedy: str) -> str | None:
+    """Why a server must not listen on `listen` (None: it may): beyond loopback, unauthenticated
+    and not told `--insecure`. The line, for InvalidArgument("--listen", ...): `L is reachable
+    beyond loopback <without>; <remedy>, or --insecure to serve it anyway`."""
+    if authenticated or insecure or is_loopback(listen):
+        return None
+    return f"{listen} is reachable beyond loopback {without}; {remedy}, or --insecure to serve it anyway"
+
+
+def auth_mode(auth_file: str, listen: str) -> str:
+    """What a node runs with: "tokens" (an auth file), "loopback-only" (dev mode on loopback),
+    "insecure" (dev mode beyond loopback, started with --insecure)."""
+    if auth_file:
+        return AUTH_TOKENS
+    return AUTH_LOOPBACK_ONLY if is_loopback(listen) else AUTH_INSECURE
 
 
 def abort_args(exc: e.CronwheelError) -> tuple[grpc.StatusCode, str]:
@@ -243,22 +315,28 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     def _authorize(self, context: grpc.aio.ServicerContext[Any, Any], method: str) -> Caller:
         now = self.clock.now() if self.clock is not None else None
-        caller = self.config.authenticate(context.invocation_metadata(), self.tokens, now)
+        metadata = context.invocation_metadata()
+        if method == CLUSTER_STATUS and self_view_only(metadata):
+            return SELF_VIEW_CALLER  # AdminService answers it with this node's Member, nothing else
+        caller = self.config.authenticate(metadata, self.tokens, now)
         if admin_only(method) and not caller.admin:
             raise e.PermissionDenied(f"{method.rsplit('/', 1)[-1]} is admin-only")
         return caller
 
     def _unary(self, inner: Behavior, method: str) -> Callable[..., Awaitable[Any]]:
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            token = None
+            token = recheck = None
             try:  # inline, not an async context manager: this runs on every call
                 token = _CALLER.set(self._authorize(context, method))
+                recheck = _RECHECK.set(partial(self._authorize, context, method))
                 return await inner(_checked(request), context)
             except Exception as exc:
                 await _fail(context, exc, method)
             finally:
                 if token is not None:
                     _CALLER.reset(token)
+                if recheck is not None:
+                    _RECHECK.reset(recheck)
 
         return behavior
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from cronwheel.cluster.api.auth import auth_mode
+
 if TYPE_CHECKING:
     from cronwheel.cluster.node import Node
 
@@ -27,6 +29,7 @@ class SelfView:
     version: str
     started_at: float  # Unix seconds
     fire_lag_s: tuple[float, float] | None  # (p50, p99), None before any fire
+    auth_mode: str = ""  # auth.auth_mode: "tokens", "loopback-only" or "insecure"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,7 @@ class NodeStatus:
         self.cluster_name = node.config.lease.cluster
         self.node_id = node.config.node_id
         self.tls_cert = getattr(node.config, "tls_cert", "")
+        self.auth_mode = auth_mode(getattr(node.config, "auth_file", ""), getattr(node.config, "listen", ""))
 
     @property
     def partitions(self) -> int:
@@ -79,6 +83,7 @@ class NodeStatus:
             lease_deadline_in_s=coord.lease_deadline_s() if coord is not None else 0.0,
             wheel_size=n.wheel_size(), version=n.version, started_at=n.started_at,
             fire_lag_s=firer.lag_percentiles() if firer is not None else None,
+            auth_mode=self.auth_mode,
         )
 
     def cluster_view(self) -> ClusterView:

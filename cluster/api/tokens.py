@@ -9,6 +9,10 @@ within the same time.
 
 Expiry is checked per call against the Clock (`lookup(digest, now)`): exact, no refresh needed.
 
+Calls held open (long polls) re-check their token before each claim; `on_revoked` (the node
+wires the dispatcher's `wake`) is called when a refresh finds tokens gone, so a poll of a
+revoked token ends within about REFRESH_S of the revocation, not at its next wake-up.
+
 Fail closed: when the table could not be read for `STALE_S` (the database is unreachable), the
 copy may be missing revocations, so API-made tokens are refused with UNAVAILABLE ("token list
 is stale") until a read succeeds again; the auth file's tokens keep working (they are the
@@ -48,8 +52,9 @@ Source = Callable[[], Awaitable[list[dict[str, Any]]]]  # storage.tokens.TokensP
 
 class TokenCache:
     def __init__(self, source: Source, clock: Clock, interval_s: float = REFRESH_S,
-                 stale_s: float = STALE_S) -> None:
+                 stale_s: float = STALE_S, on_revoked: Callable[[], None] | None = None) -> None:
         self.source = source
+        self.on_revoked = on_revoked
         self.clock = clock
         self.interval_s = interval_s
         self.stale_s = stale_s
@@ -60,8 +65,11 @@ class TokenCache:
         """Re-read the live tokens (raises the storage error when the read fails)."""
         started = self.clock.monotonic()
         got = await self.source()
+        before = self._tokens
         self._tokens = {r["sha256"]: DbToken(r["name"], r["tenant"], r["admin"], r["expires_at"]) for r in got}
         self._read_at = started
+        if self.on_revoked is not None and before.keys() - self._tokens.keys():
+            self.on_revoked()
 
     async def run(self) -> None:
         failing = False

@@ -38,7 +38,7 @@ import json
 import random
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -189,9 +189,13 @@ class Dispatcher:
         return rows
 
     async def lease_held(self, worker: str, types: list[str], max_count: int, lease_s: float,
-                         wait_s: float, tenant: str | None = None) -> tuple[list[Leased], float]:
+                         wait_s: float, tenant: str | None = None,
+                         still_allowed: Callable[[], object] | None = None) -> tuple[list[Leased], float]:
         """`lease`, and the seconds the call was held before the claim that leased its runs (its
-        leases began that long after the call arrived): the worker counts its leases from there."""
+        leases began that long after the call arrived): the worker counts its leases from there.
+        `still_allowed` runs before every claim after the first and raises when the caller may no
+        longer lease (a revoked token: `auth.recheck_caller`); `wake()` after a revocation makes
+        the waiting calls ask at once."""
         if not worker.strip():
             raise InvalidArgument("worker_id", "is required")
         if not 1 <= max_count <= self.config.max_count:
@@ -201,10 +205,14 @@ class Dispatcher:
         self.check_lease(lease_s)
         arrived = self.clock.monotonic()
         deadline = arrived + wait_s
+        first = True  # the call was authenticated as it arrived
         while True:
             waiter = asyncio.Event()
             self._waiters[waiter] = tenant  # before the claim, so a wake-up during it is not lost
             try:
+                if still_allowed is not None and not first:
+                    still_allowed()
+                first = False
                 claimed = self.clock.monotonic()  # before the claim's own now(): its leases start later
                 rows, wait = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
                 left = deadline - self.clock.monotonic()

@@ -390,5 +390,5 @@ def test_tls_with_a_token(tmp_path: object) -> None:
         c.wait_converged(["tls", "tls2"])
         admin = Api(n.address, "admin", channel=grpc.secure_channel(n.address, creds))
         members = admin.call("ClusterStatus", admin_pb2.ClusterStatusRequest()).members
-        # The peer answered over TLS with the admin's forwarded token: its figures are present.
+        # The peer answered over TLS (its self-view, no token forwarded): its figures are present.
         assert sorted(m.node_id for m in members) == ["tls", "tls2"] and all(m.HasField("stats_at") for m in members)

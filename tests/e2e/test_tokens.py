@@ -163,3 +163,65 @@ def test_cli_token_new_list_revoke_use_the_api(cluster: tuple[Any, str, str]) ->
     wait_until(lambda: not _works(a, doc["secret"]), 5, "node A to refuse the CLI-revoked token")
     offline = run_cli("token", "new", "--tenant", "acme", "--offline", "--json")
     assert offline.returncode == 0 and "sha256" in json.loads(offline.stdout)["entry"]
+
+
+def _open_poll(address: str, secret: str, job_type: str) -> tuple[Any, float]:
+    """A LeaseExecutions long poll (30 s) with this token, in flight: (its future, when it was sent)."""
+    import grpc
+    from google.protobuf.duration_pb2 import Duration
+
+    from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
+
+    channel = grpc.insecure_channel(address)
+    stub = dispatch_pb2_grpc.DispatchServiceStub(channel)
+    req = dispatch_pb2.LeaseExecutionsRequest(worker_id="revoked-poller", job_types=[job_type], max_count=1,
+                                              wait_timeout=Duration(seconds=30))
+    return stub.LeaseExecutions.future(req, metadata=(("authorization", f"Bearer {secret}"),), timeout=40), \
+        time.monotonic()
+
+
+def _ended(future: Any) -> tuple[str, Any]:
+    """How a poll ended: ("refused", status code) or ("leased", the response)."""
+    import grpc
+
+    try:
+        return "leased", future.result(timeout=40)
+    except grpc.RpcError as exc:
+        return "refused", exc.code()
+
+
+@pytest.mark.parametrize("where", ["same node", "other node"])
+def test_a_revoked_tokens_open_long_poll_ends_and_leases_no_job_submitted_after(
+    cluster: tuple[Any, str, str], where: str
+) -> None:
+    """Issue 48, item 7: reproduced, a revoked token's open poll leased a job submitted 3 s after
+    the revocation. The poll re-checks its token before each claim, and a revocation wakes it."""
+    import grpc
+
+    _, a, b = cluster
+    poll_at = a if where == "same node" else b
+    job_type = f"revoke-probe-{where.replace(' ', '-')}-{time.monotonic_ns()}"
+    with _admin(a) as admin:
+        made = admin.create_token(f"poller-{where.replace(' ', '-')}", tenant="acme")
+        wait_until(lambda: _works(poll_at, made.secret), 5, "the poll's node to accept the token")
+        poll, _ = _open_poll(poll_at, made.secret, job_type)
+        revoked_at = time.monotonic()
+        admin.revoke_token(made.token.id)  # through node A
+        how, code = "", None
+        if where == "same node":
+            # The revoking node re-reads its copy at once: the poll ends before anything is queued.
+            how, code = _ended(poll)
+            assert (how, code) == ("refused", grpc.StatusCode.UNAUTHENTICATED)
+            ended_s = time.monotonic() - revoked_at
+            assert ended_s < 1.0, f"the poll ended {ended_s:.2f} s after the revocation"
+        # The issue's reproduction, with 1 s instead of 3: a job submitted 1 s after the revocation.
+        wait_until(lambda: time.monotonic() - revoked_at >= 1.0, 2, "1 s since the revocation", interval_s=0.01)
+        job = admin.submit(job_type, {"n": 1}, tenant="acme")
+        if where == "other node":
+            # The other node reads the revocation within its refresh (REFRESH_S = 1 s plus a read).
+            how, code = _ended(poll)
+            ended_s = time.monotonic() - revoked_at
+            assert (how, code) == ("refused", grpc.StatusCode.UNAUTHENTICATED), (how, code, f"{ended_s:.2f} s")
+            assert ended_s < 2.5, f"the poll ended {ended_s:.2f} s after the revocation"
+        got = admin.get_execution(job.id)
+        assert got.state == "queued" and got.attempt == 0, got

@@ -42,6 +42,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 ETCD = ("etcd1", "etcd2", "etcd3")
 NODES = ("node1", "node2", "node3")
 WORKERS = ("worker1", "worker2")
+ONE_SHOT = ("migrate", "auth-init", "key-init")
 
 
 # ------------------------------------------------------------------------------ the subset parser
@@ -333,21 +334,23 @@ def test_pyyaml_reads_the_compose_file_as_the_subset_parser_does() -> None:
 
 
 def test_compose_has_the_production_shape(services: dict[str, dict[str, Any]]) -> None:
-    assert set(services) == {*ETCD, "postgres", "migrate", *NODES, *WORKERS}
+    assert set(services) == {*ETCD, "postgres", *ONE_SHOT, *NODES, *WORKERS}
     for name in ETCD:
         assert re.fullmatch(r"quay\.io/coreos/etcd:v3\.5\.\d+", services[name]["image"]), name
     assert re.fullmatch(r"postgres:16(\.\d+)*", services["postgres"]["image"])
     for name, s in services.items():
-        if name != "migrate":
+        if name not in ONE_SHOT:
             assert "healthcheck" in s or name in WORKERS, f"{name} has no health check"
             assert s.get("restart") == "unless-stopped", f"{name} should come back after a crash"
-    assert services["migrate"].get("restart") == "no", "migrate is one-shot"
+    for name in ONE_SHOT:
+        assert services[name].get("restart") == "no", f"{name} is one-shot"
 
 
 def test_every_cronwheel_command_is_accepted_by_the_cli(services: dict[str, dict[str, Any]]) -> None:
     ours = cronwheel_services(services)
-    assert set(ours) == {"migrate", *NODES, *WORKERS}
-    expected = {"migrate": "migrate", **dict.fromkeys(NODES, "node"), **dict.fromkeys(WORKERS, "worker")}
+    assert set(ours) == {*ONE_SHOT, *NODES, *WORKERS}
+    expected = {"migrate": "migrate", "auth-init": "token", "key-init": "secrets", **dict.fromkeys(NODES, "node"),
+                **dict.fromkeys(WORKERS, "worker")}
     for name, s in ours.items():
         argv = s["command"]
         assert isinstance(argv, list) and all(isinstance(a, str) for a in argv), \
@@ -356,12 +359,34 @@ def test_every_cronwheel_command_is_accepted_by_the_cli(services: dict[str, dict
         assert args.command == expected[name], name
 
 
-def test_every_node_encrypts_stored_secrets_with_a_key_compose_requires(services: dict[str, dict[str, Any]]) -> None:
-    from cronwheel.secret_store import KEY_ENV
+def test_every_node_encrypts_stored_secrets_with_the_key_key_init_makes_once(
+    services: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """Issue 48, item 4: every node seals stored secrets with the key ring `key-init` makes before
+    any node starts, so `docker compose up` needs no hand-made key. key-init's real command runs
+    here, twice (a second `up` keeps the key: a new one would orphan every stored secret)."""
+    from cronwheel.cli import main
+    from cronwheel.secret_store import load_keys
 
+    init = services["key-init"]
+    volume = {v.split(":")[0]: v.split(":")[1] for v in init["volumes"]}["auth"]
+    key_file = flags(init["command"][2:])["--key-file"]
+    assert key_file.startswith(volume + "/")
     for name in NODES:
-        value = services[name].get("environment", {}).get(KEY_ENV, "")
-        assert value.startswith(f"${{{KEY_ENV}:?"), f"{name}: no ${KEY_ENV}, or compose would start it without one"
+        s = services[name]
+        assert flags(s["command"][1:]).get("--secret-key-file") == key_file, f"{name}: --secret-key-file {key_file}"
+        assert f"auth:{volume}:ro" in s["volumes"]
+        assert s["depends_on"]["key-init"]["condition"] == "service_completed_successfully"
+    local = [f"{tmp_path}/{a.removeprefix(volume + '/')}" if a.startswith(volume + "/") else a
+             for a in init["command"]]
+    assert main(local) == 0
+    made = tmp_path / key_file.removeprefix(volume + "/")
+    assert made.stat().st_mode & 0o077 == 0, "the key file is the owner's only"
+    ring = load_keys(str(made), env={})
+    assert ring is not None
+    first = made.read_text()
+    assert main(local) == 0, "a second `up` keeps the key the first made"
+    assert made.read_text() == first
 
 
 def test_health_checks_run_real_commands(services: dict[str, dict[str, Any]]) -> None:
@@ -450,6 +475,44 @@ def test_nodes_and_workers_point_at_services_that_exist(services: dict[str, dict
         assert advertised[f["--address"]] in services[name]["depends_on"]
         worker_ids.add(f["--worker-id"])
     assert len(worker_ids) == len(WORKERS), "worker ids must be unique (they become lease owners)"
+
+
+def test_auth_is_on_for_every_node_and_its_token_reaches_every_worker(
+    services: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """Issue 48, item 5: every node listens beyond loopback, so every node has an auth file (the
+    node itself refuses to start otherwise), made by `auth-init` before any node starts and
+    holding the token the workers are given. auth-init's real command runs here, twice (a second
+    `docker compose up`), with the volume's path moved to tmp_path."""
+    from cronwheel.cli import main
+    from cronwheel.cluster.api.auth import hash_token, load_auth
+
+    init = services["auth-init"]
+    volume = {v.split(":")[0]: v.split(":")[1] for v in init["volumes"]}["auth"]
+    init_flags = flags(init["command"])
+    auth_file, token_file = init_flags["--auth-file"], init_flags["--token-file"]
+    assert auth_file.startswith(volume + "/") and token_file.startswith(volume + "/")
+    for name in NODES:
+        s = services[name]
+        f = flags(s["command"][1:])
+        assert "--insecure" not in f, f"{name}: no --insecure in the compose file"
+        assert f.get("--auth-file") == auth_file, f"{name}: --auth-file {auth_file} (auth on for every node)"
+        assert f"auth:{volume}:ro" in s["volumes"], f"{name}: mount the auth volume read-only"
+        assert s["depends_on"]["auth-init"]["condition"] == "service_completed_successfully"
+    for name in WORKERS:
+        s = services[name]
+        assert flags(s["command"][2:]).get("--token-file") == token_file, f"{name}: --token-file {token_file}"
+        assert f"auth:{volume}:ro" in s["volumes"]
+    local = [f"{tmp_path}/{a.removeprefix(volume + '/')}" if a.startswith(volume + "/") else a
+             for a in init["command"]]
+    assert main(local) == 0
+    token = (tmp_path / "admin.token").read_text().strip()
+    assert (tmp_path / "admin.token").stat().st_mode & 0o077 == 0, "the token file is the owner's only"
+    callers = load_auth(str(tmp_path / "auth.json")).tokens
+    assert callers[hash_token(token)].admin
+    assert main(local) == 0, "a second `up` keeps what the first made"
+    assert (tmp_path / "admin.token").read_text().strip() == token
+    assert load_auth(str(tmp_path / "auth.json")).tokens == callers
 
 
 def test_etcd_addresses_are_fixed_outside_the_dynamic_range(compose: dict[str, Any]) -> None:

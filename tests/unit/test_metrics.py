@@ -27,3 +27,23 @@ def test_observe_many_equals_observe_one_by_one(values: list[float]) -> None:
     assert [k for k, _ in got] == [k for k, _ in want]
     for (_, a), (_, b) in zip(got, want, strict=True):
         assert abs(a - b) <= 1e-9 * max(1.0, abs(b))
+
+
+def test_failure_labels_carry_no_free_text_and_are_capped() -> None:
+    """The metrics endpoint is public (Prometheus' convention, issue 48 item 5): a worker's
+    error_type becomes a label only when it is an identifier, and only the first 50 do."""
+    from cronwheel.cluster.metrics import Metrics
+
+    m = Metrics()
+    try:
+        m.record_outcome("failed", "ValueError", "j")
+        m.record_outcome("failed", "password=hunter2 in /etc/app.conf", "j")
+        m.record_outcome("failed", "", "j")
+        for i in range(60):
+            m.record_outcome("failed", f"E{i}", "j")
+        labels = {s.labels["type"] for metric in m.registry.collect() if metric.name == "cronwheel_failures"
+                  for s in metric.samples}
+        assert {"ValueError", "error", "other"} <= labels and len(labels) <= 51
+        assert not any("hunter2" in label for label in labels)
+    finally:
+        m.close()
