@@ -1,12 +1,14 @@
-"""A pause that answers before a tick's run_at takes the tick back, however the fire is queued.
+"""A pause, edit or delete that answers before a tick's run_at applies to the tick, however the
+fire is queued.
 
 An overlap-`allow` tick is queued FiringConfig.queue_ahead_s (1 s) before its run_at. A
-PauseSchedule that commits in that last second must leave no run of the tick, even when the
-owner's fire statement for a herd of schedules due at the same instant is in flight as the pause
-commits (issue 47, item 3: before the fire statement and the pause serialised on the schedule
-row, 7-8 of 28 such ticks ran after their pause had answered). Black box: real PostgreSQL, etcd
-and node processes, driven through the Client; the herd is the load that keeps the fire
-statement in flight for the last second.
+PauseSchedule or DeleteSchedule that commits in that last second must leave no run of the tick,
+and after an UpdateSchedule the tick runs as edited, even when the owner's fire statement for a
+herd of schedules due at the same instant is in flight as the change commits (issue 47, item 3:
+before the fire statement and the change serialised on the schedule row, 7-8 of 28 such ticks
+ran after their pause had answered, and a fire could insert the old payload). Black box: real
+PostgreSQL, etcd and node processes, driven through the Client; the herd is the load that keeps
+the fire statement in flight in the last second.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from .helpers import cursors_past, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-HERD = 2000  # schedules due at T besides the paused ones: their fire is in flight in T's last second
-PAUSED = 28
+HERD = 2000  # schedules due at T besides the changed ones: their fire is in flight in T's last second
+CHANGED = 28  # of each kind: paused, edited, deleted
 CRON = "*/20 * * * * *"  # every 20 s: T is the next boundary once the herd exists
 
 
@@ -42,7 +44,7 @@ def cluster() -> Iterator[ProcessCluster]:
 
 def _create(cw: Client, names: list[str]) -> list[str]:
     return [cw.create_schedule(name=n, cron=CRON, job_type="herd", timezone="UTC", misfire_policy="skip",
-                               overlap_policy="allow", tenant="t").id for n in names]
+                               overlap_policy="allow", tenant="t", payload={"v": 1}).id for n in names]
 
 
 def _create_many(cluster: ProcessCluster, names: list[str]) -> list[str]:
@@ -51,40 +53,55 @@ def _create_many(cluster: ProcessCluster, names: list[str]) -> list[str]:
         return [sid for ids in pool.map(lambda ch: _create(cw, ch), chunks) for sid in ids]
 
 
-def test_a_pause_answered_before_a_queued_ahead_tick_is_due_leaves_no_run_of_it(cluster: ProcessCluster) -> None:
+def test_a_change_answered_before_a_queued_ahead_tick_is_due_applies_to_it(cluster: ProcessCluster) -> None:
     herd = _create_many(cluster, [f"herd-{i}" for i in range(HERD)])
-    paused = _create_many(cluster, [f"paused-{i}" for i in range(PAUSED)])
+    kinds = {k: _create_many(cluster, [f"{k}-{i}" for i in range(CHANGED)]) for k in ("pause", "edit", "delete")}
+    changed = [sid for ids in kinds.values() for sid in ids]
     now = datetime.now(UTC)
     t = datetime.fromtimestamp((int(now.timestamp()) // 20 + 1) * 20, UTC)
-    if t - now < timedelta(seconds=4):  # time to line the pauses up before T's last second
+    if t - now < timedelta(seconds=4):  # time to line the changes up before T's last second
         t += timedelta(seconds=20)
     [(due,)] = cluster.sql("SELECT count(*) FROM schedule_due WHERE schedule_id = ANY(%s) AND next_run_at = %s",
-                           [*herd, *paused], t)
-    assert due == HERD + PAUSED, f"only {due} schedules due at {t}"
-    # Pauses sent from just before T's last second into it, while the owners' fire of the herd (from
-    # T - 1 s, a few hundred ms for 2,000 ticks here) is in flight.
-    sends = [t - timedelta(seconds=1.05 - 0.4 * i / PAUSED) for i in range(PAUSED)]
+                           [*herd, *changed], t)
+    assert due == HERD + len(changed), f"only {due} schedules due at {t}"
+    # Changes sent from just before T's last second into it, while the owners' fire of the herd
+    # (from T - 1 s, a few hundred ms for 2,000 ticks here) is in flight; the kinds interleaved.
+    order = [sid for trio in zip(*kinds.values(), strict=True) for sid in trio]
+    sends = [t - timedelta(seconds=1.05 - 0.4 * i / len(order)) for i in range(len(order))]
+    kind_of = {sid: k for k, ids in kinds.items() for sid in ids}
     answered: dict[str, datetime] = {}
     lock = threading.Lock()
 
-    def pause(sid: str, at: datetime) -> None:
+    def change(sid: str, at: datetime) -> None:
         with Client(cluster.addresses()) as cw:
             cw.get_schedule(sid)  # channel open before the send instant
             time.sleep(max((at - datetime.now(UTC)).total_seconds(), 0.0))  # the workload's send instant
-            cw.pause(sid, reason="last second")
+            if kind_of[sid] == "pause":
+                cw.pause(sid, reason="last second")
+            elif kind_of[sid] == "edit":
+                cw.update_schedule(sid, payload={"v": 2})
+            else:
+                cw.delete(sid)
             with lock:
                 answered[sid] = datetime.now(UTC)
 
-    with ThreadPoolExecutor(PAUSED) as pool:
-        list(pool.map(pause, paused, sends))
-    wait_until(lambda: cursors_past(cluster, herd, t), 60, "the herd's tick T to have fired")
+    with ThreadPoolExecutor(len(order)) as pool:
+        list(pool.map(change, order, sends))
+    wait_until(lambda: cursors_past(cluster, [*herd, *kinds["edit"]], t), 60, "tick T to have fired")
     early = {sid: a for sid, a in answered.items() if a < t}
-    assert len(early) >= PAUSED // 2, f"only {len(early)} of {PAUSED} pauses answered before T (machine too slow)"
-    rows = cluster.sql("SELECT schedule_id::text, state, started_at FROM executions"
-                       " WHERE schedule_id = ANY(%s) AND scheduled_for = %s", list(early), t)
+    for k, ids in kinds.items():
+        n = sum(1 for sid in ids if sid in early)
+        assert n >= CHANGED // 2, f"only {n} of {CHANGED} {k} calls answered before T (machine too slow)"
     [(herd_rows,)] = cluster.sql("SELECT count(*) FROM executions WHERE schedule_id = ANY(%s) AND scheduled_for = %s",
                                  herd, t)
     assert herd_rows == HERD, "the herd's tick T fired for every herd schedule"
-    assert rows == [], (f"{len(rows)} of {len(early)} ticks paused before T were left to run: "
-                        + ", ".join(f"{sid} {st} (pause answered {(t - early[sid]).total_seconds():.3f}s before T)"
-                                    for sid, st, _ in rows))
+    rows = cluster.sql("SELECT schedule_id::text, state, payload FROM executions"
+                       " WHERE schedule_id = ANY(%s) AND scheduled_for = %s", list(early), t)
+    wrong = [(sid, st, payload) for sid, st, payload in rows
+             if kind_of[sid] != "edit" or payload != {"v": 2}]
+    assert wrong == [], (f"{len(wrong)} ticks changed before T were left to run as before: "
+                         + ", ".join(f"{kind_of[sid]} {sid} {st} {payload} (answered "
+                                     f"{(t - early[sid]).total_seconds():.3f}s before T)"
+                                     for sid, st, payload in wrong))
+    edited = {sid for sid in kinds["edit"] if sid in early}
+    assert {sid for sid, _, _ in rows if sid in edited} == edited, "every edited schedule's tick T ran, as edited"
