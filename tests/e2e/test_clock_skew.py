@@ -33,7 +33,8 @@ def test_a_node_process_with_a_clock_5s_ahead_stands_down_and_claims_nothing() -
         c.wait_converged(["n1"])
         assert n2.alive() and value(n2, "cronwheel_partitions_owned") == 0
         c.sql("INSERT INTO executions (id, tenant, type, partition, scheduled_for, run_at, state, trigger)"
-              " VALUES (%s, 't', 'noop', 0, now() + interval '3 s', now() + interval '3 s', 'queued', 'submit') RETURNING id",
+              " VALUES (%s, 't', 'noop', 0, now() + interval '3 s', now() + interval '3 s', 'queued', 'submit')"
+              " RETURNING id",
               uuid.uuid4())
         with grpc.insecure_channel(n2.address) as ch:
             got = dispatch_pb2_grpc.DispatchServiceStub(ch).LeaseExecutions(dispatch_pb2.LeaseExecutionsRequest(
