@@ -8,7 +8,11 @@
                            the clock skew of the node that fired it; and no run started (was
                            claimed) before its run_at, beyond the skew of the node that claimed it
                            (a job due within QUEUED_AT_SUBMIT_WITHIN of its submission is queued
-                           by the submit, not fired: no fired_at, only its start is checked)
+                           by the submit, not fired: no fired_at, only its start is checked);
+                           and no handler began (the worker's own `start` line, on the true clock:
+                           started_at is the claiming node's clock) earlier than its run_at minus
+                           the nodes' --max-clock-skew, whatever skew the run gave them (the
+                           clock-skew guard, cluster/coordination/clock_skew.py)
     fire_lag_bounded       every tick and delayed job fired (or got its misfire record) within
                            LAG_BOUND_S of its run_at, unless the partition changed hands right then
                            (then within LAG_BOUND_S of the new owner's acquisition) or a fault that
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 from chaos.checker import CLOCK_SLACK_S, InvariantResult, _Collector, _dt, iso, owners_by_epoch, skew_of
 from chaos.history import History
+from cronwheel.cluster.coordination.clock_skew import ClockSkewConfig
 from cronwheel.cluster.firing.firer import FiringConfig
 from cronwheel.cron import jitter_offset_s
 
@@ -95,6 +100,15 @@ def check_not_fired_early(h: History) -> InvariantResult:
                            f"{f' less {ahead:g}s queued ahead' if e.id in queued_ahead else ''} "
                            f"(firing node skew {skew}s)")
     c.extra["max_early_within_skew_s"] = round(worst, 3)
+    bound = ClockSkewConfig().max_skew_s  # the nodes of a chaos run keep the default --max-clock-skew
+    for r in h.runs:
+        if r.event != "start" or r.execution_id not in due:
+            continue
+        c.counts["handler_starts_checked"] += 1
+        if due[r.execution_id] - r.t > bound + CLOCK_SLACK_S:
+            c.bad("started_before_skew_bound", f"execution {r.execution_id}: worker {r.worker} began it "
+                                               f"{due[r.execution_id] - r.t:.3f}s before its run_at "
+                                               f"{iso(due[r.execution_id])} (--max-clock-skew {bound:g}s)")
     return c.result()
 
 

@@ -27,6 +27,9 @@ depth, executions by state, stuck runs, raised dead man's switches) are refreshe
     cronwheel_partition_epoch{partition}  gauge      epoch of each owned partition
     cronwheel_wheel_size                  gauge      timers in this node's wheel
     cronwheel_lease_trust_seconds         gauge      seconds of lease trust left
+    cronwheel_clock_skew_seconds          gauge      this node's wall clock minus PostgreSQL's, last
+                                                     conclusive sample (clock_skew.py)
+    cronwheel_clock_skew_exceeded         gauge      1 while the node stands down for clock skew
     cronwheel_executions_entered_total{state,job_type}
                                           counter    executions this node moved into `state`
                                                      (counted where the transition is decided:
@@ -155,6 +158,11 @@ class Metrics:
         self.epoch = Gauge("cronwheel_partition_epoch", "Epoch of each owned partition", ["partition"], registry=r)
         self.wheel_size = Gauge("cronwheel_wheel_size", "Timers in the wheel", registry=r)
         self.lease_trust = Gauge("cronwheel_lease_trust_seconds", "Seconds of lease trust left", registry=r)
+        self.clock_skew = Gauge("cronwheel_clock_skew_seconds", "This node's wall clock minus PostgreSQL's",
+                                registry=r)
+        self.clock_skew_exceeded = Gauge("cronwheel_clock_skew_exceeded",
+                                         "1 while the node holds no partitions and claims nothing: clock skew "
+                                         "beyond --max-clock-skew", registry=r)
         self.port = 0
 
     def serve(self, listen: str) -> int:

@@ -3,6 +3,8 @@
     Node
     ├── PgStore           (psycopg pool; fencing enforced in storage)
     ├── Etcd + Coordinator (membership, partition leases, epochs)
+    ├── ClockSkewGuard     (this node's clock against PostgreSQL's: beyond --max-clock-skew it
+    │                       stands down: no partitions, no claims; coordination/clock_skew.py)
     ├── gRPC server        (AdminService, ...; health per service; reflection v1 + v1alpha)
     ├── Firer, Reaper, Pruner (retention) for the partitions it owns
     └── listeners of partition gains and losses (the firing path subscribes here)
@@ -35,6 +37,7 @@ from cronwheel.clock import Clock, SystemClock
 from cronwheel.cluster.api import reflection, services
 from cronwheel.cluster.api.health import Health, wait_ready
 from cronwheel.cluster.api.tokens import TokenCache
+from cronwheel.cluster.coordination.clock_skew import ClockSkewConfig, ClockSkewGuard, SkewState
 from cronwheel.cluster.coordination.coordinator import Coordinator, OwnershipListener
 from cronwheel.cluster.coordination.etcd import Etcd, EtcdSecurity
 from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
@@ -72,6 +75,7 @@ class NodeConfig:
     metrics_listen: str = "127.0.0.1:0"  # empty: no metrics endpoint
     retention_days: int = 30  # events and ownership history; ExplainSchedule windows
     retention: RetentionConfig = field(default_factory=RetentionConfig)  # finished executions
+    clock_skew: ClockSkewConfig = field(default_factory=ClockSkewConfig)  # --max-clock-skew
     db_pool_max: int = 10
     # Test-only: keep acting past the local lease-trust window (shows the DB fence alone holds).
     ignore_local_trust: bool = False
@@ -91,6 +95,7 @@ class NodeConfig:
         self.firing.validate()
         self.webhooks.validate()
         self.retention.validate()
+        self.clock_skew.validate()
         return self
 
 
@@ -133,6 +138,7 @@ class Node:
         self.partitions = 0
         # Built by run() once the database is known to be this cluster's (see _build).
         self.coordinator: Coordinator
+        self.skew_guard: ClockSkewGuard
         self.firer: Firer
         self.reaper: Reaper
         self.pruner: Pruner
@@ -219,6 +225,8 @@ class Node:
                              clock=self.clock, config=self.config.retention,
                              metrics=RetentionMetrics(self.metrics.registry), fires=self.firer)
         self.listeners.subscribers.append(self.firer)
+        self.skew_guard = ClockSkewGuard(self.store.partitions.database_ts, self.clock, self.config.clock_skew,
+                                         self._clock_skew_changed, on_sample=self._clock_skew_sampled)
         self.changes = ChangeListener(self.config.dsn, self._on_change, self._after_reconnect,
                                       lambda payload: self.dispatcher.wake_at(parse_queued_at(payload)),
                                       clock=self.clock,
@@ -264,6 +272,21 @@ class Node:
             log.info("stored secrets sealed with key %s", self.config.secret_keys.primary,
                      extra={"event": "secrets_sealed", "resealed": resealed, "key_id": self.config.secret_keys.primary})
 
+    async def _clock_skew_changed(self, skewed: bool, skew_s: float) -> None:
+        """The guard's verdict (clock_skew.py): stand down (no partitions, no claims) or up again."""
+        if skewed:
+            why = f"clock skew {skew_s:+.3f}s beyond --max-clock-skew {self.config.clock_skew.max_skew_s:g}s"
+            self.dispatcher.hold_claims(why)
+            self.coordinator.stand_down(why)
+        else:
+            self.coordinator.stand_up()
+            self.dispatcher.hold_claims(None)
+
+    def _clock_skew_sampled(self, state: SkewState) -> None:
+        if state.skew_s is not None:
+            self.metrics.clock_skew.set(state.skew_s)
+        self.metrics.clock_skew_exceeded.set(1 if state.skewed else 0)
+
     async def _become_ready(self) -> None:
         await wait_ready(self.coordinator, self.firer.owned, self.clock)
         if not self._stop.is_set():
@@ -296,6 +319,7 @@ class Node:
             async with asyncio.TaskGroup() as tg:
                 tasks = [
                     tg.create_task(self.coordinator.run(), name="coordinator"),
+                    tg.create_task(self.skew_guard.run(), name="clock-skew-guard"),
                     tg.create_task(self.firer.run(), name="firer"),
                     tg.create_task(self.changes.run(), name="change-listener"),
                     tg.create_task(self.reaper.run(), name="reaper"),

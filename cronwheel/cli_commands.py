@@ -165,6 +165,9 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
                    help="etcd lease TTL in seconds (default 5)")
     p.add_argument("--unowned-alert-after", type=_seconds("--unowned-alert-after", 1.0, 86400.0), default=30.0,
                    help="seconds a partition may have no owner before the partition_unowned alert (default 30)")
+    p.add_argument("--max-clock-skew", type=_seconds("--max-clock-skew", 0.1, 3600.0), default=2.0,
+                   help="seconds this node's clock may differ from PostgreSQL's; beyond it the node releases its "
+                        "partitions and claims nothing until it is back within (default 2)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--misfire-grace", type=float, default=10.0,
                    help="seconds a tick may be late and still fire normally; older ones get the misfire policy")
@@ -234,6 +237,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     import socket
 
     from cronwheel import logs
+    from cronwheel.cluster.coordination.clock_skew import ClockSkewConfig
     from cronwheel.cluster.coordination.etcd import EtcdSecurity
     from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
     from cronwheel.cluster.firing.firer import FiringConfig
@@ -257,7 +261,7 @@ def cmd_node(args: argparse.Namespace) -> int:
             advertise=args.advertise, lease=lease, ignore_local_trust=args.unsafe_ignore_local_trust,
             auth_file=args.auth_file, tls_cert=args.tls_cert, tls_key=args.tls_key, secret_keys=keys,
             metrics_listen=args.metrics_listen, retention_days=args.retention_days, retention=_retention(args),
-            webhooks=cli_webhook.node_config(args),
+            webhooks=cli_webhook.node_config(args), clock_skew=ClockSkewConfig(max_skew_s=args.max_clock_skew),
             firing=FiringConfig(horizon_s=args.horizon, extend_every_s=extend_every_s,
                                 misfire_grace_s=args.misfire_grace,
                                 # within what the wheel holds (validate's bound), also for a tiny horizon

@@ -15,8 +15,12 @@ deleted, and its cursor `schedule_due.next_run_at` still equals the tick the dec
 from (`Tick.cursor`, `ScheduleAdvance.cursor`). So a pause, delete or edit that committed first
 is refused for every overlap policy and every misfire record, and the cursor is a
 compare-and-set: no code path moves a schedule past a tick it did not record (Temporal's
-`LastProcessedTime` rule). `tests/unit/test_fire_guard.py` keeps the three statements' guards
-the same.
+`LastProcessedTime` rule). The statements that record ticks (`fire_ticks_fenced`,
+`fire_executions`) take the guard on the schedule row locked `FOR KEY SHARE`, and insert that
+version's payload: the API's `lock_schedule` (FOR UPDATE) of a pause, edit or delete waits for the
+fire to commit and then sees (and takes back, `api_unfire_ahead`) the tick queued ahead, or the
+fire waits for the change and sees it (issue 47, item 3). `tests/unit/test_fire_guard.py` keeps
+the three statements' guards the same.
 
 Concurrency contract: a FiringPort holds no state beyond its `Database`; task-safe.
 """

@@ -8,6 +8,7 @@
     claim_cluster           which cluster (name and etcd cluster id) this database serves (recorded once,
                             then enforced)
     report_unowned          the partition_unowned alert event, once per gap (any node may report)
+    database_ts             PostgreSQL's wall clock (each node's clock-skew guard measures against it)
 
 One database serves one cluster: `cluster_meta.cluster` is written by the first `migrate` (or, on
 a database migrated before the name was recorded, by the first node) and a node of another
@@ -123,6 +124,14 @@ class PartitionsPort:
                 return False
             await enqueue_deliveries(conn, int(got[0]))
             return True
+
+    async def database_ts(self) -> float:
+        """PostgreSQL's wall clock now, as Unix seconds (the clock-skew guard's reference)."""
+        async with self.db.connection() as conn:
+            cur = await conn.execute(q("database_ts"), {})
+            row = await cur.fetchone()
+        assert row is not None
+        return float(row[0])
 
     async def partition_count(self) -> int:
         async with self.db.connection() as conn:

@@ -232,6 +232,9 @@ def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
         rule = validate_unique(job.unique)
         ukey, umask = unique_key(rule, tenant, jtype, str(payload), run_at), rule.mask
     eid = new_execution_id()
+    # `now` is this API node's clock: a job queued here at once is still claimed only from its
+    # run_at, by a node whose clock the clock-skew guard keeps within --max-clock-skew of
+    # PostgreSQL's (cluster/coordination/clock_skew.py); a node whose clock runs ahead delays it.
     state = "queued" if run_at <= now + QUEUED_AT_SUBMIT_WITHIN else "scheduled"
     return SubmittedJob(
         id=eid, tenant=tenant, type=jtype, payload=str(payload), partition=partition_of(eid, partitions),

@@ -25,6 +25,13 @@ Time comes only from the injected `Clock` (`clock.sleep`, `clock.wait`, `clock.m
 test on a `FakeClock` drives the trust watchdog without waiting. `faults.py` holds a test-only
 hook (off unless its environment variable is set) that delays keepalive replies.
 
+Standing down (`stand_down`, the clock-skew guard's verdict, clock_skew.py): the node withdraws
+its member key, so the rendezvous assignment of every node leaves it out; its reconcile releases
+every partition it holds (reason `clock skew`) and `epoch_if_trusted` answers None from that
+moment, before the release finishes. `stand_up` puts the member key back under the lease; the
+assignment then gives the node its share again. Both are states the reconcile loop converges to
+(the member key is put or deleted there, retried like any etcd call).
+
 States of a partition on this node: free -> held (our key exists) -> owned (epoch recorded,
 listener told) -> released | lost. Only `owned` partitions are acted on, and only while the trust
 window is open (`epoch_if_trusted`).
@@ -153,6 +160,7 @@ class Coordinator:
         self.faults = KeepaliveFaults.from_env()
         self.stale_epoch_refusals = 0
         self.unowned = UnownedWatch(self.config.unowned_alert_after_s)
+        self.standing_down: str | None = None  # why this node holds no partitions now (None: it may)
 
     # ------------------------------------------------------------------ public view
 
@@ -163,7 +171,7 @@ class Coordinator:
     def epoch_if_trusted(self, partition: int) -> int | None:
         """The epoch to fence writes for `partition` with, or None if this node must not act."""
         epoch = self.owned.epochs.get(partition)
-        if epoch is None:
+        if epoch is None or self.standing_down is not None:
             return None
         if not self.ignore_local_trust and not self.trust.trusted(self.clock.monotonic()):
             return None
@@ -174,6 +182,17 @@ class Coordinator:
         self.stale_epoch_refusals += 1
         if self.owned.epochs.get(partition) == epoch:
             self._lose(partition, "database refused our epoch")
+        self._wake.set()
+
+    def stand_down(self, reason: str) -> None:
+        """Hold no partition while `reason` lasts: stop acting at once, withdraw the member key and
+        release every partition (the reconcile loop does both)."""
+        self.standing_down = reason
+        self._wake.set()
+
+    def stand_up(self) -> None:
+        """Take a share of the partitions again (the member key goes back under the lease)."""
+        self.standing_down = None
         self._wake.set()
 
     def lease_deadline_s(self) -> float:
@@ -252,13 +271,28 @@ class Coordinator:
     async def _register(self) -> None:
         started = self.clock.monotonic()
         lease_id = await self.etcd.grant(self.config.ttl_s)
-        value = json.dumps({"node": self.node_id, "address": self.address, "pid": os.getpid()}).encode()
-        await self.etcd.put(f"{self.prefix}members/{self.node_id}", value, lease=lease_id)
+        if self.standing_down is None:
+            await self.etcd.put(self._member_key, self._member_value(), lease=lease_id)
         self._lease_id = lease_id
         self._lease_gen += 1
         self.trust.renewed(started, self.config.ttl_s)
         log.info("member registered", extra={"event": "member_registered", "lease": lease_id})
         self._wake.set()
+
+    @property
+    def _member_key(self) -> str:
+        return f"{self.prefix}members/{self.node_id}"
+
+    def _member_value(self) -> bytes:
+        return json.dumps({"node": self.node_id, "address": self.address, "pid": os.getpid()}).encode()
+
+    async def _converge_membership(self) -> None:
+        """The member key exists exactly while the node is not standing down (`stand_down`)."""
+        listed = self.node_id in self.view.members
+        if self.standing_down is not None and listed:
+            await self.etcd.delete_if(self._member_key, value=self._member_value())
+        elif self.standing_down is None and not listed and self.view.revision:
+            await self.etcd.put(self._member_key, self._member_value(), lease=self._lease_id)
 
     async def _watchdog(self) -> None:
         while not self._stopping:
@@ -417,7 +451,9 @@ class Coordinator:
         if not self._lease_id or not self.trust.trusted(self.clock.monotonic()):
             return
         gen = self._lease_gen
-        mine = {p for p, nd in self.assignment().items() if nd == self.node_id}
+        await self._converge_membership()
+        mine = (set() if self.standing_down is not None
+                else {p for p, nd in self.assignment().items() if nd == self.node_id})
         keys = self.view.partition_keys
         # Keys we hold that vanished (deleted by hand, expired): stop acting. Only judged once the
         # view has caught up with our own create, or a fresh key would look deleted.
@@ -427,7 +463,7 @@ class Coordinator:
                 self._lose(p, "partition key disappeared")
         # Release what is no longer ours to hold.
         for p in sorted(set(self._held) - mine):
-            await self._release(p, self._held[p], "rebalance")
+            await self._release(p, self._held[p], self.standing_down or "rebalance")
         # Take free assigned partitions; record epochs of held ones.
         pending = []
         for p in sorted(mine):

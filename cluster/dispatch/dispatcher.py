@@ -25,6 +25,11 @@ node's last claim saw queued work, it wakes one waiting call that may take from 
 not at the fallback poll. Calls waiting on other nodes are not woken by it: their fallback
 poll covers them.
 
+While the node's clock is off PostgreSQL's beyond --max-clock-skew (the clock-skew guard,
+cluster/coordination/clock_skew.py), `hold_claims` makes every claim take nothing: the claim's
+`now` is this node's clock, and a run queued ahead would start early by the skew. Waiting calls
+wait out their timeout (the fallback poll finds nothing either) and are woken when it ends.
+
 Every call that carries a token is checked against the execution's current token, owner and
 state in the same statement; a mismatch changes nothing and raises StaleFencingToken.
 
@@ -135,6 +140,13 @@ class Dispatcher:
         self._claiming = asyncio.Lock()
         self._queued_seen = False  # the last claim's locks found queued work (see _claim_once)
         self._faults = StallFaults.from_env()  # test-only (faults.py): off unless its variable is set
+        self.claims_held: str | None = None  # why this node claims nothing now (None: it claims)
+
+    def hold_claims(self, reason: str | None) -> None:
+        """Claim nothing while `reason` is set (the clock-skew guard); None: claim again, at once."""
+        self.claims_held = reason
+        if reason is None:
+            self.wake()
 
     def wake(self) -> None:
         """Work was queued: every waiting lease call claims again."""
@@ -229,6 +241,8 @@ class Dispatcher:
                           lease_s: float, tenant: str | None) -> tuple[list[Leased], float | None]:
         """The runs leased, and (when none) the seconds until queued work may be claimable
         (`claim_wait`: a rate-limited tenant's next token, a run queued ahead of its run_at)."""
+        if self.claims_held is not None:
+            return [], None
         order = priority_order(self.config.weights, self.rng.random())
         wait = None
         # While the node's last claim found queued work, one round trip: the tenant locks, the

@@ -540,3 +540,18 @@ def test_a_zombie_that_ignores_its_lease_against_an_unfenced_database_fails_the_
                      partitions_table="partitions_real")
     dup = result(h2, "no_duplicate_tick")
     assert not dup.ok and dup.counts["violations.rows"] == 1, dup
+
+
+def test_no_handler_may_begin_earlier_than_its_run_at_minus_the_clock_skew_bound() -> None:
+    """The nodes stand down beyond --max-clock-skew (issue 47, item 6), so a worker's own start
+    line (true time) earlier than run_at minus that bound is a violation whatever skew the run
+    recorded; within the bound it is the skew's, judged by the other checks."""
+    from cronwheel.cluster.coordination.clock_skew import ClockSkewConfig
+
+    bound = ClockSkewConfig().max_skew_s
+    h = dataclasses.replace(clean(), meta=dataclasses.replace(clean().meta, skews={"n1": 5.0}))
+    assert check_not_fired_early(h).counts["handler_starts_checked"] == len(h.runs) // 2
+    within = dataclasses.replace(h, runs=(*h.runs, *run(JOB, 2, T0 + 3 - bound + 0.2, outcome=None)))
+    assert check_not_fired_early(within).ok
+    beyond = dataclasses.replace(h, runs=(*h.runs, *run(JOB, 2, T0 + 3 - bound - 0.5, outcome=None)))
+    assert_fails(beyond, "not_fired_early", "started_before_skew_bound")

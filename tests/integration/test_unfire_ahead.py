@@ -80,3 +80,17 @@ async def test_a_manual_run_queued_for_later_is_not_taken_back(store: PgStore) -
             " VALUES (%s, %s, 't1', 'noop', 3, %s, %s, 'queued', 'manual')", (uuid.uuid4(), sid, T0, T0))
     await update_schedule(store, sid, {"payload": '{"v": 2}'}, SOON, None)
     assert (await _state(store, sid))[0] == [(T0, "queued")]
+
+
+async def test_a_run_requeued_after_a_lease_is_never_taken_back_whatever_the_api_nodes_clock_says(
+        store: PgStore) -> None:
+    """A retry the owner requeued at its run_at (by the owner's clock) reads `queued` with run_at
+    ahead of an API node whose clock runs behind: it was leased before (fencing_token > 0), so it
+    is no tick queued ahead and a pause leaves it alone (issue 47, item 6: api_unfire_ahead judged
+    "queued ahead" by the API node's clock alone and deleted it). Fails without `fencing_token = 0`."""
+    sid = await make_schedule(store, 3)
+    ident = await _queued_ahead(store, sid)
+    async with store.connection() as conn:  # leased once, failed, its retry requeued at T0
+        await conn.execute("UPDATE executions SET attempt = 1, fencing_token = 1 WHERE id = %s", (ident,))
+    await set_paused(store, sid, True, SOON, None)  # the API node's clock: 0.4 s behind the owner's
+    assert (await _state(store, sid))[0] == [(T0, "queued")]

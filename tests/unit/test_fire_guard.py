@@ -28,3 +28,10 @@ def test_every_fire_statement_applies_the_same_guard(name: str) -> None:
 def test_every_fire_statement_takes_queued_at_from_the_caller_not_the_database(name: str) -> None:
     sql = _sql(name)
     assert "now()" not in sql.replace("coalesce(%(now)s::timestamptz, now())", "")
+
+
+@pytest.mark.parametrize("name", ("fire_ticks_fenced", "fire_executions"))
+def test_every_statement_that_records_a_tick_locks_the_schedule_row_it_guards(name: str) -> None:
+    """A pause, edit or delete (lock_schedule: FOR UPDATE) and the fire serialise on the schedule
+    row, so a change that commits while a tick is being queued ahead still takes it back."""
+    assert "FOR KEY SHARE OF s" in _sql(name)

@@ -57,10 +57,15 @@ SELECT s.*, d.next_run_at, d.last_scheduled_for FROM s JOIN d ON d.schedule_id =
 -- not due at `now`: an edit, pause or delete made before a tick is due applies to it, as it did
 -- when ticks were queued at their time. The rows go (never claimed: a claim takes a run only from
 -- its run_at), so the tick can be fired again; the answer is the earliest tick taken back (NULL:
--- none). Reads executions_schedule_tick (schedule_id, scheduled_for).
+-- none). Reads executions_schedule_tick (schedule_id, scheduled_for). Only a row never leased
+-- (`fencing_token = 0`) is a tick queued ahead: a retry requeued by its owner at its run_at reads
+-- `queued` with run_at ahead of an API node whose clock runs behind, and stays. Runs under the
+-- schedule's row lock (api_lock_schedule), taken after any fire of the schedule in flight
+-- committed (the fire locks the row FOR KEY SHARE): this statement's snapshot holds its rows.
 WITH gone AS (
     DELETE FROM executions
      WHERE schedule_id = %(id)s AND state = 'queued' AND trigger = 'cron' AND run_at > %(now)s
+       AND fencing_token = 0
     RETURNING scheduled_for
 )
 SELECT min(scheduled_for) AS tick FROM gone;

@@ -40,3 +40,8 @@ WITH tagged AS MATERIALIZED (
 )
 SELECT ARRAY(SELECT pid FROM overrun WHERE ended ORDER BY pid) AS ended,
        (SELECT count(*) FROM tagged WHERE NOT policed) AS unpoliced;
+
+-- name: database_ts
+-- PostgreSQL's wall clock as Unix seconds, read when the statement runs: each node measures its
+-- own clock against it (cluster/coordination/clock_skew.py).
+SELECT extract(epoch FROM clock_timestamp())::float8;

@@ -91,7 +91,8 @@ WITH locked AS MATERIALIZED (
      CROSS JOIN LATERAL (
           SELECT e.id, e.run_at, e.concurrency_key AS ckey, e.concurrency_limit AS klimit FROM executions e
            WHERE e.tenant = elig.tenant AND e.state = 'queued' AND e.priority = p.priority
-             AND e.run_at <= %(now)s
+             AND e.run_at <= %(now)s  -- this node's clock: off PostgreSQL's by at most --max-clock-skew,
+                                      -- or the node claims nothing (cluster/coordination/clock_skew.py)
              AND (%(types)s::text[] IS NULL OR e.type = ANY(%(types)s::text[]))
              AND (e.concurrency_key IS NULL
                   OR coalesce((SELECT kr.n FROM key_running kr

@@ -64,8 +64,9 @@ RETURNING state, type;
 -- whose max_executions_per_day is used up (cronwheel_daily_room, ticks of one tenant counted in
 -- tick order) is recorded as skipped with state_reason 'quota: max_executions_per_day ...' (the
 -- same rule as fire_ticks_fenced).
-WITH g AS (
-    SELECT v.*, s.tenant
+WITH g AS (  -- the schedule row share-locked, as in fire_ticks_fenced (`live`): its payload is inserted
+    SELECT v.*, s.tenant, s.job_type, s.payload, s.partition, s.priority, s.max_attempts, s.retry_initial_s,
+           s.retry_multiplier, s.retry_max_s, s.timeout_s
       FROM unnest(%(ids)s::uuid[], %(schedule_ids)s::uuid[], %(scheduled_fors)s::timestamptz[],
                   %(run_ats)s::timestamptz[], %(states)s::text[], %(state_reasons)s::text[],
                   %(triggers)s::text[], %(versions)s::bigint[], %(cursors)s::timestamptz[])
@@ -74,6 +75,7 @@ WITH g AS (
       JOIN schedule_due AS d ON d.schedule_id = v.schedule_id
      WHERE s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = v.cursor
        AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+       FOR KEY SHARE OF s
 ), quota_tenants AS MATERIALIZED (  -- the few tenants with a quota that have ticks here; NULL: none
     SELECT array_agg(t.id) AS ids FROM tenants t
      WHERE t.max_executions_per_day IS NOT NULL AND EXISTS (SELECT 1 FROM g a WHERE a.tenant = t.id)
@@ -89,15 +91,14 @@ WITH g AS (
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, state_reason, trigger, max_attempts, retry_initial_s,
                         retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
-SELECT g.id, s.id, s.tenant, s.job_type, s.payload, s.partition, g.scheduled_for, g.run_at,
-       s.priority, CASE WHEN o.id IS NULL THEN g.state ELSE 'skipped' END,
+SELECT g.id, g.schedule_id, g.tenant, g.job_type, g.payload, g.partition, g.scheduled_for, g.run_at,
+       g.priority, CASE WHEN o.id IS NULL THEN g.state ELSE 'skipped' END,
        CASE WHEN o.id IS NULL THEN g.state_reason
             ELSE 'quota: max_executions_per_day ' || o.quota || ' used up (UTC day)' END,
-       g.trigger, s.max_attempts, s.retry_initial_s,
-       s.retry_multiplier, s.retry_max_s, s.timeout_s, %(epoch)s, clock_timestamp(),
+       g.trigger, g.max_attempts, g.retry_initial_s,
+       g.retry_multiplier, g.retry_max_s, g.timeout_s, %(epoch)s, clock_timestamp(),
        CASE WHEN g.state = 'queued' AND o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END
   FROM g
-  JOIN schedules AS s ON s.id = g.schedule_id
   LEFT JOIN over AS o ON o.id = g.id
 ON CONFLICT (schedule_id, scheduled_for) WHERE schedule_id IS NOT NULL DO NOTHING
 RETURNING id, schedule_id, scheduled_for, run_at, state, priority, type, tenant;
@@ -125,14 +126,22 @@ WITH fence AS (
     SELECT * FROM unnest(%(tick_partitions)s::integer[], %(schedule_ids)s::uuid[], %(ticks)s::float8[],
                          %(run_ats)s::float8[], %(nexts)s::float8[], %(versions)s::bigint[])
            AS v(partition, schedule_id, tick, run_at, next_ts, version)
-), adv AS (
-    UPDATE schedule_due AS d
-       SET next_run_at = to_timestamp(v.next_ts), last_scheduled_for = to_timestamp(v.tick)
+), live AS MATERIALIZED (  -- the guard, on the schedule row share-locked as the API's lock_schedule
+    -- would find it: a pause or edit that locked first is seen (READ COMMITTED rechecks the row's
+    -- latest version after the wait), one that locks later waits for this commit and then takes
+    -- back the tick queued here (api_unfire_ahead); the payload inserted is the version locked.
+    SELECT s.id, s.tenant, s.job_type, s.payload, s.priority, s.max_attempts, s.retry_initial_s,
+           s.retry_multiplier, s.retry_max_s, s.timeout_s, v.tick, v.run_at, v.next_ts, v.partition, fence.epoch
       FROM v JOIN fence ON fence.id = v.partition JOIN schedules AS s ON s.id = v.schedule_id
-     WHERE d.schedule_id = v.schedule_id AND d.partition = v.partition
-       AND s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = to_timestamp(v.tick)
-    RETURNING s.id, s.tenant, s.job_type, s.payload, s.priority, s.max_attempts, s.retry_initial_s,
-              s.retry_multiplier, s.retry_max_s, s.timeout_s, v.tick, v.run_at, d.partition, fence.epoch
+      JOIN schedule_due AS d ON d.schedule_id = v.schedule_id AND d.partition = v.partition
+     WHERE s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = to_timestamp(v.tick)
+       FOR KEY SHARE OF s
+), adv AS (  -- the cursor's compare-and-set, rechecked on the due row's latest version
+    UPDATE schedule_due AS d
+       SET next_run_at = to_timestamp(live.next_ts), last_scheduled_for = to_timestamp(live.tick)
+      FROM live
+     WHERE d.schedule_id = live.id AND d.partition = live.partition AND d.next_run_at = to_timestamp(live.tick)
+    RETURNING live.*
 ), quota_tenants AS MATERIALIZED (  -- the few tenants with a quota that have ticks here; NULL: none
     SELECT array_agg(t.id) AS ids FROM tenants t
      WHERE t.max_executions_per_day IS NOT NULL AND EXISTS (SELECT 1 FROM adv a WHERE a.tenant = t.id)
