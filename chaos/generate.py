@@ -293,6 +293,8 @@ class Operator:
             return {"range_start": kw["start"], "range_end": kw["end"], "created": b.created_count}, b
         if kind == "cancel":
             live = list(cw.list_executions(schedule_id=sid, states=("queued", "running", "scheduled"), page_size=20))
+            if not live:  # else a delayed one-off job of the traffic
+                live = [e for e in cw.list_executions(states=("scheduled",), page_size=20) if e.schedule_id is None]
             if not live:
                 raise LookupError("nothing unfinished to cancel")
             e = self.rng.choice(live)
