@@ -128,10 +128,12 @@ class _Ctx:
         for o in h.ops:
             if o.schedule_id:
                 self.ops[o.schedule_id].append(model.Op(o.kind, o.sent, o.answered, o.ok, o.version))
-        self.started: set[tuple[str, float]] = set()
+        self.started: set[tuple[str, float]] = set()  # ticks a worker started as cron or catch_up runs
+        out_of_band = {e.id for e in h.executions if e.trigger not in ("cron", "catch_up")}
+        out_of_band |= {o.execution_id for o in h.ops if o.execution_id}
         for run in h.runs:
             t = _ts(run.scheduled_for)
-            if run.event == "start" and run.schedule_id and t is not None:
+            if run.event == "start" and run.schedule_id and t is not None and run.execution_id not in out_of_band:
                 self.started.add((run.schedule_id, round(t, 3)))
         self.refused: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
         for ev in h.events:
@@ -207,9 +209,11 @@ def _judge(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick) -> None:
     r = got[0] if got else None
     ran = (s.id, round(t.scheduled_for, 3)) in ctx.started or (r is not None and r.started_at is not None)
     if not ctl.active and not ctl.ambiguous:
-        if ran or (r is not None and r.state not in ("cancelled",)):
-            c.bad("not_taken_back", f"{where}: a pause/edit/delete answered before its run_at "
-                                    f"{iso(t.run_at)}, yet {r.state if r else 'a run'} {'started' if ran else ''}")
+        if ran or (r is not None and r.state not in ("cancelled", "skipped")):
+            c.bad("not_taken_back", f"{where}: a pause/delete answered before its run_at {iso(t.run_at)}, yet "
+                                    f"{'a run of it started' if ran else f'its row is {r.state if r else None}'}")
+        elif r is not None:
+            c.counts["taken_back_with_a_record"] += 1  # e.g. a quota skip written a second ahead: no run
         else:
             c.counts["taken_back"] += 1
         return
@@ -394,6 +398,11 @@ def check_explain_agrees(h: History) -> InvariantResult:
     c = _Collector("explain_agrees")
     ctx = _Ctx(h)
     names = {s.id: s for s in h.schedules}
+    by_tick: dict[tuple[str, float], list[ExecutionRec]] = defaultdict(list)
+    for e in h.executions:
+        if e.schedule_id is not None:
+            by_tick[(e.schedule_id, e.scheduled_for)].append(e)
+    previews = {p.schedule_id: {float(a): float(b) for a, b in p.ticks} for p in h.previews}
     for ex in h.explains:
         s = names.get(ex.schedule_id)
         if s is None:
@@ -408,12 +417,21 @@ def check_explain_agrees(h: History) -> InvariantResult:
             c.counts[f"outcome.{outcome}"] += 1
             if (s.id, sf) in ctx.ambiguous_ticks:
                 continue
-            rows = ctx.rows.get(s.id, {}).get(sf, [])
+            rows = by_tick.get((s.id, sf), [])
             where = f"schedule {s.name} tick {iso(sf)}"
+            retains = s.keep_last is not None or s.keep_succeeded_for_s is not None
+            run_at = previews.get(s.id, {}).get(sf, sf)
             if outcome == "missed":
-                c.bad("missed", f"{where}: explain says missed ({reason})")
+                if not model.control_at(model.Tick(sf, run_at), ctx.ops.get(s.id, ())).active:
+                    c.bad("missed_taken_back", f"{where}: explain says missed, but a pause/delete answered "
+                                               f"before its run_at {iso(run_at)} took it back ({reason})")
+                else:
+                    c.bad("missed", f"{where}: explain says missed ({reason})")
+            elif not rows and retains:
+                c.counts["of_pruned_rows"] += 1  # explain may know it from the events
             elif outcome in EXPLAINED:
-                got = {_observed(r) for r in rows}
+                got = {_observed(r) for r in rows} | ({model.RAN} if any(
+                    r.trigger in ("backfill", "manual") and r.state != "skipped" for r in rows) else set())
                 if not got & EXPLAINED[outcome]:
                     c.bad("disagrees", f"{where}: explain says {outcome}, the rows say {sorted(got) or 'nothing'}")
             elif outcome == "pruned_by_retention" and rows:
