@@ -44,7 +44,10 @@ QUOTA_TENANT = "chaos-quota"
 GEN_TENANTS = ("chaos-a", "chaos-b")
 OP_KINDS = ("pause", "update", "trigger", "cancel", "backfill", "delete")
 OP_WEIGHTS = (4, 4, 2, 2, 1, 1)  # a backfill goes over a paused range; a resume follows each pause
-PREVIEW_COUNT = 1000
+PREVIEW_COUNT = 1000  # at most (the API's limit); ticks are at least a second apart
+# A herd: schedules whose ticks share one instant, so the fire statement of that instant is
+# long and a pause or an edit aimed at its last second races it (issue 47 item 3).
+HERD_CRON = "*/10 * * * * *"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,15 @@ class Drawn:
     def combo(self) -> str:
         s = self.spec
         return f"{s['overlap_policy']}x{s['misfire_policy']}"
+
+
+def draw_herd(seed: int, n: int) -> list[Drawn]:
+    """`n` allow schedules due together every 10 s (the queued-ahead path). Pure."""
+    rng = random.Random(f"{seed}:generate:herd")
+    return [Drawn(GEN_TENANTS[i % 2], dict(
+        name=f"herd{i}", cron=HERD_CRON, timezone=rng.choice(ZONES), job_type="tick",
+        misfire_policy=rng.choice(MISFIRES), overlap_policy="allow", max_catch_up=100,
+        payload={"schedule": f"herd{i}", "v": 0}), 10) for i in range(n)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +122,10 @@ def draw_schedules(seed: int, duration_s: float, n: int = 18) -> tuple[list[Draw
     return out, max(5, int(quota_rate * duration_s / 2))
 
 
-def draw_ops(seed: int, duration_s: float, n_schedules: int) -> list[PlannedOp]:
-    """The operations of a run, in the order of their instants. Pure."""
+def draw_ops(seed: int, duration_s: float, n_schedules: int, herd: int = 0) -> list[PlannedOp]:
+    """The operations of a run, in the order of their instants (schedule indexes: the drawn ones,
+    then the herd's). A third of the pauses, edits and deletes go to herd schedules, aimed at the
+    last second before the herd's instant, while its fire statement runs. Pure."""
     rng = random.Random(f"{seed}:generate:ops")
     count = max(4, int(duration_s / 2))
     deleted = 0
@@ -125,15 +139,19 @@ def draw_ops(seed: int, duration_s: float, n_schedules: int) -> list[PlannedOp]:
         at = rng.uniform(1.0, duration_s * (0.9 if kind == "delete" else 0.8))
         before = round(rng.uniform(0.02, 1.0), 3) if kind in ("pause", "update", "delete") and rng.random() < 0.6 \
             else None
-        out.append(PlannedOp(round(at, 3), kind, rng.randrange(n_schedules), before,
+        target = rng.randrange(n_schedules)
+        if herd and kind in ("pause", "update", "delete") and rng.random() < 1 / 3:
+            target, before = n_schedules + rng.randrange(herd), round(rng.uniform(0.5, 1.0), 3)
+        out.append(PlannedOp(round(at, 3), kind, target, before,
                              round(rng.uniform(2.0, 8.0), 2) if kind == "pause" else 0.0))
     return sorted(out, key=lambda o: o.at_s)
 
 
-def describe(drawn: Sequence[Drawn], quota: int) -> dict[str, Any]:
+def describe(drawn: Sequence[Drawn], quota: int, herd: int = 0) -> dict[str, Any]:
     """What a run drew, for its report."""
     return {
         "schedules": len(drawn),
+        "herd": herd,
         "combinations": dict(sorted(Counter(d.combo for d in drawn).items())),
         "jitter": dict(Counter(str(d.spec.get("jitter", timedelta()).total_seconds()) for d in drawn)),
         "zones": dict(Counter(d.spec["timezone"] for d in drawn)),
@@ -159,14 +177,16 @@ def create(addresses: Sequence[str], drawn: Sequence[Drawn], quota: int) -> dict
     return ids
 
 
-def record_previews(addresses: Sequence[str]) -> list[PreviewRec]:
-    """Every live schedule's ticks from its creation on (PreviewSchedule): the ticks the checker
-    expects, with their run times (H and jitter included). The checker computes no cron."""
+def record_previews(addresses: Sequence[str], horizon_s: float = PREVIEW_COUNT) -> list[PreviewRec]:
+    """Every live schedule's ticks from its creation on, for `horizon_s` seconds
+    (PreviewSchedule): the ticks the checker expects, with their run times (H and jitter
+    included). The checker computes no cron."""
     out = []
+    count = max(1, min(PREVIEW_COUNT, int(horizon_s)))
     with Client(addresses) as cw:
         for s in cw.list_schedules(page_size=1000):
             assert s.created_at is not None
-            ticks = cw.preview(s.id, count=PREVIEW_COUNT, after=s.created_at - timedelta(seconds=1))
+            ticks = cw.preview(s.id, count=count, after=s.created_at - timedelta(seconds=1))
             out.append(PreviewRec(s.id, tuple((x.scheduled_for.timestamp(), x.run_at.timestamp()) for x in ticks)))
     return out
 

@@ -113,7 +113,8 @@ def summary(rep: dict[str, Any]) -> str:
     g = rep.get("generated")
     if g:
         lines.append(f"drew {g['schedules']} schedules (overlap x misfire: "
-                     + ", ".join(f"{k} {v}" for k, v in g["combinations"].items()) + ")")
+                     + ", ".join(f"{k} {v}" for k, v in g["combinations"].items())
+                     + f") and a herd of {g.get('herd', 0)} allow schedules due together every 10 s")
         lines.append(f"  jitter {g['jitter']}, max_catch_up {g['max_catch_up']}, retention {g['retention']}, "
                      f"zones {g['zones']}, {g['quota_schedules']} under a quota of "
                      f"{g['quota_max_executions_per_day']}/day")

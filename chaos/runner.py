@@ -52,6 +52,7 @@ class RunConfig:
     keep: bool = False
     include_known_bugs: bool = False
     generate: bool = False  # the generative workload (chaos.generate) instead of the fixed schedules
+    herd: int = 200  # --generate: allow schedules due together every 10 s (chaos.generate.draw_herd)
 
 
 @dataclass
@@ -90,17 +91,19 @@ def run(cfg: RunConfig) -> tuple[int, dict[str, Any]]:
     traffic: Traffic | None = None
     operator: generate.Operator | None = None
     drawn, quota = generate.draw_schedules(cfg.seed, cfg.duration_s) if cfg.generate else ([], 0)
+    herd = generate.draw_herd(cfg.seed, cfg.herd) if cfg.generate else []
     try:
         cluster.start()
         create_workload(cluster.pc.addresses(), overlap=scenario.overlap_schedules, schedules=not cfg.generate)
-        ids = generate.create(cluster.pc.addresses(), drawn, quota) if cfg.generate else {}
-        previews = generate.record_previews(cluster.pc.addresses())
+        ids = generate.create(cluster.pc.addresses(), drawn + herd, quota) if cfg.generate else {}
+        previews = generate.record_previews(cluster.pc.addresses(), cfg.duration_s + SETTLE_MAX_S + 120)
         created = _created_at(cluster.pc.addresses())
         traffic = Traffic(cluster.pc.addresses, cfg.seed)
         if cfg.generate:
             operator = generate.Operator(
-                cluster.pc.addresses, generate.draw_ops(cfg.seed, cfg.duration_s, len(drawn)),
-                [ids[d.spec["name"]] for d in drawn], {p.schedule_id: list(p.ticks) for p in previews}, cfg.seed)
+                cluster.pc.addresses, generate.draw_ops(cfg.seed, cfg.duration_s, len(drawn), len(herd)),
+                [ids[d.spec["name"]] for d in drawn + herd], {p.schedule_id: list(p.ticks) for p in previews},
+                cfg.seed)
         traffic.start()
         window_start = time.time()
         if operator is not None:
@@ -150,7 +153,7 @@ def run(cfg: RunConfig) -> tuple[int, dict[str, Any]]:
         cluster={**asdict(spec), "etcd_members": 3}, planned=[asdict(s) for s in timeline[:st.walked + 3]],
         history=history, skipped=st.skipped, notes=st.notes, results=results, error=error, run_dir=str(run_dir),
         traffic=_traffic_stats(history, traffic), exit_codes=exit_codes,
-        drawn=generate.describe(drawn, quota) if cfg.generate else None,
+        drawn=generate.describe(drawn, quota, len(herd)) if cfg.generate else None,
     )
     (run_dir / "report.json").write_text(json.dumps(rep, indent=1, default=str))
     (run_dir / "summary.txt").write_text(summary(rep) + "\n")
