@@ -77,8 +77,8 @@ def generative_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess
     operations at random instants on top of the faults, judged against chaos.model."""
     out = tmp_path_factory.mktemp("generative")
     proc = subprocess.run(
-        [sys.executable, "-m", "chaos", "run", "--scenario", "all", "--generate", "--duration", "20", "--seed",
-         str(GENERATIVE_SEED), "--out", str(out)],
+        [sys.executable, "-m", "chaos", "run", "--scenario", "all", "--generate", "--herd", "50", "--duration", "20",
+         "--seed", str(GENERATIVE_SEED), "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=200,
     )
     (report_path,) = out.glob("all-seed*/report.json")
@@ -91,6 +91,7 @@ def test_a_short_generative_run_draws_the_policy_space_and_reports_it(
     assert rep["error"] is None, rep["error"]
     g = rep["generated"]
     assert g["schedules"] == 18 and len(g["combinations"]) == 15  # every overlap x misfire pair
+    assert g["herd"] == 50
     assert g["quota_schedules"] >= 0 and g["operations"].get("submit", 0) > 5
     assert sum(v for k, v in g["operations"].items() if k != "submit") >= 5, g["operations"]
     assert g["faults"], g
