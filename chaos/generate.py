@@ -117,6 +117,8 @@ def draw_schedules(seed: int, duration_s: float, n: int = 18) -> tuple[list[Draw
         quota = rng.random() < 0.2
         if quota:
             quota_rate += 1.0 / period
+            if "keep_last" not in spec and "keep_succeeded_for" not in spec and rng.random() < 0.5:
+                spec["keep_last"] = 0  # its runs pruned as they end: the quota must count them (item 4)
         out.append(Drawn(QUOTA_TENANT if quota else GEN_TENANTS[i % 2], spec, period))
     # Binds about halfway through the run.
     return out, max(5, int(quota_rate * duration_s / 2))
