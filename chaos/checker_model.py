@@ -13,8 +13,9 @@
     quota_counts_created    a tenant's runs created in a UTC day stay within max_executions_per_day
                          (counted from the rows AND the workers' starts, so a pruned row counts),
                          and a tick is skipped for quota only once the quota was used
-    explain_agrees       every ExplainSchedule answer read after the drain agrees with the rows
-    operations_answered  each cancel / trigger / backfill did what it answered
+
+The explain and operation checks (explain_agrees, operations_answered) are in
+chaos.checker_explain.
 
 Tick instants come from the recorded previews, never from a cron implementation: this module and
 chaos.model import nothing of the product.
@@ -28,7 +29,7 @@ from datetime import datetime
 
 from chaos import model
 from chaos.checker import CLOCK_SLACK_S, InvariantResult, _Collector, iso, owners_by_epoch, skew_of
-from chaos.history import ExecutionRec, History, OpRec, ScheduleRec
+from chaos.history import ExecutionRec, History, ScheduleRec
 
 # How near an earlier run's creation or end may be to a decision for the count to go either way
 # (the fire statement's snapshot is taken before its row's clock_timestamp()).
@@ -383,99 +384,3 @@ def check_quota_counts_created(h: History) -> InvariantResult:
             c.bad("early_quota_skip", f"tenant {tenant}: tick {iso(e.scheduled_for)} skipped for quota with "
                                       f"only {before} executions created before it (quota {quota})")
     return c.result()
-
-
-EXPLAINED = {
-    "fired": {model.RAN, model.REPLAYED},
-    "skipped_overlap": {model.SKIPPED_OVERLAP},
-    "skipped_misfire": {model.skipped_misfire("skip")},
-    "coalesced_misfire": {model.skipped_misfire("run_once")},
-    "skipped_quota": {model.SKIPPED_QUOTA},
-}
-
-
-def check_explain_agrees(h: History) -> InvariantResult:
-    c = _Collector("explain_agrees")
-    ctx = _Ctx(h)
-    names = {s.id: s for s in h.schedules}
-    by_tick: dict[tuple[str, float], list[ExecutionRec]] = defaultdict(list)
-    for e in h.executions:
-        if e.schedule_id is not None:
-            by_tick[(e.schedule_id, e.scheduled_for)].append(e)
-    previews = {p.schedule_id: {float(a): float(b) for a, b in p.ticks} for p in h.previews}
-    for ex in h.explains:
-        s = names.get(ex.schedule_id)
-        if s is None:
-            continue
-        if ex.error:
-            c.counts["errors"] += 1
-            if s.deleted_at is None:
-                c.bad("error", f"schedule {s.name}: explain failed: {ex.error}")
-            continue
-        for sf, outcome, _eid, reason in ex.ticks:
-            sf = float(sf)
-            c.counts[f"outcome.{outcome}"] += 1
-            if (s.id, sf) in ctx.ambiguous_ticks:
-                continue
-            rows = by_tick.get((s.id, sf), [])
-            where = f"schedule {s.name} tick {iso(sf)}"
-            retains = s.keep_last is not None or s.keep_succeeded_for_s is not None
-            run_at = previews.get(s.id, {}).get(sf, sf)
-            if outcome == "missed":
-                if not model.control_at(model.Tick(sf, run_at), ctx.ops.get(s.id, ())).active:
-                    c.bad("missed_taken_back", f"{where}: explain says missed, but a pause/delete answered "
-                                               f"before its run_at {iso(run_at)} took it back ({reason})")
-                else:
-                    c.bad("missed", f"{where}: explain says missed ({reason})")
-            elif not rows and retains:
-                c.counts["of_pruned_rows"] += 1  # explain may know it from the events
-            elif outcome in EXPLAINED:
-                got = {_observed(r) for r in rows} | ({model.RAN} if any(
-                    r.trigger in ("backfill", "manual") and r.state != "skipped" for r in rows) else set())
-                if not got & EXPLAINED[outcome]:
-                    c.bad("disagrees", f"{where}: explain says {outcome}, the rows say {sorted(got) or 'nothing'}")
-            elif outcome == "pruned_by_retention" and rows:
-                c.bad("disagrees", f"{where}: explain says pruned, yet its row {rows[0].id} is there")
-            elif outcome in ("refused_catch_up", "paused", "deleted") and any(r.state != "skipped" for r in rows):
-                c.bad("disagrees", f"{where}: explain says {outcome}, yet {rows[0].id} fired it")
-    return c.result()
-
-
-def check_operations_answered(h: History) -> InvariantResult:
-    c = _Collector("operations_answered")
-    by_id = {e.id: e for e in h.executions}
-    starts: dict[str, list[float]] = defaultdict(list)
-    for run in h.runs:
-        if run.event == "start":
-            starts[run.execution_id].append(run.t)
-    sched = {s.id: s for s in h.schedules}
-    for o in h.ops:
-        c.counts[f"{o.kind}.{'ok' if o.ok else 'unanswered'}"] += 1
-        if not o.ok:
-            continue
-        if o.kind == "cancel" and o.execution_id:
-            _judge_cancel(c, o, by_id.get(o.execution_id), starts.get(o.execution_id, []))
-        elif o.kind == "trigger" and o.execution_id:
-            s = sched.get(o.schedule_id or "")
-            if o.execution_id not in by_id and not starts.get(o.execution_id) and not (
-                    s and (s.keep_last is not None or s.keep_succeeded_for_s is not None)):
-                c.bad("trigger_lost", f"trigger of {o.schedule_id} answered {o.execution_id}, which has no row")
-        elif o.kind == "backfill" and o.range_start is not None and o.range_end is not None:
-            got = [e for e in h.executions if e.schedule_id == o.schedule_id and e.trigger == "backfill"
-                   and o.range_start <= e.scheduled_for < o.range_end]
-            s = sched.get(o.schedule_id or "")
-            if o.created is not None and len(got) > o.created:
-                c.bad("backfill", f"backfill of {o.schedule_id} answered {o.created} created, {len(got)} rows")
-            elif o.created and not got and not (s and s.keep_last is not None):
-                c.bad("backfill", f"backfill of {o.schedule_id} answered {o.created} created, no row is there")
-    return c.result()
-
-
-def _judge_cancel(c: _Collector, o: OpRec, e: ExecutionRec | None, starts: list[float]) -> None:
-    if e is None:
-        return  # pruned after it ended
-    late = [t for t in starts if t > o.answered + 1.0]
-    if late:
-        c.bad("started_after_cancel", f"execution {e.id} started at {iso(late[0])}, cancelled at {iso(o.answered)}")
-    if e.state in ("queued", "scheduled", "retry_scheduled"):
-        c.bad("cancel_ignored", f"execution {e.id} is {e.state} after a cancel answered at {iso(o.answered)}")

@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from chaos.checker_model import (
-    check_buffered_runs_released,
-    check_explain_agrees,
-    check_quota_counts_created,
-    check_ticks_exactly_once,
-)
+from chaos.checker_explain import check_explain_agrees
+from chaos.checker_model import check_buffered_runs_released, check_quota_counts_created, check_ticks_exactly_once
 from chaos.history import ExplainRec, History, OpRec, PreviewRec
 from tests.chaos.test_checker import SID, T0, assert_fails, clean, replace_rows, result, tick_row
 
