@@ -147,6 +147,8 @@ def run(cfg: RunConfig) -> tuple[int, dict[str, Any]]:
     for node, code in exit_codes.items():
         if code != 0:
             st.notes.append(f"{node} exited {code} on the final SIGTERM")
+    if history is not None:  # first: a checker that raises must not lose the run (`chaos check DIR`)
+        save_history(history, run_dir / "history.json")
     results: list[InvariantResult] = check(history) if history is not None else []
     rep = build(
         scenario=scenario, seed=cfg.seed, duration_s=cfg.duration_s, wall_s=time.time() - t_begin,
@@ -157,8 +159,6 @@ def run(cfg: RunConfig) -> tuple[int, dict[str, Any]]:
     )
     (run_dir / "report.json").write_text(json.dumps(rep, indent=1, default=str))
     (run_dir / "summary.txt").write_text(summary(rep) + "\n")
-    if history is not None:
-        save_history(history, run_dir / "history.json")
     if rep["passed"] and not cfg.keep:
         shutil.rmtree(run_dir / "cluster", ignore_errors=True)
     return (0 if rep["passed"] else 3 if error else 1), rep
