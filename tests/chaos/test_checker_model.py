@@ -110,3 +110,20 @@ def test_a_tick_taken_back_by_a_pause_is_not_lost_and_one_never_recorded_is() ->
     h = without(h, *(f"e-{i}" for i in range(2, 11)))
     assert check_ticks_exactly_once(h).ok
     assert_fails(without(clean(), "e-2"), "ticks_exactly_once", "lost")
+
+
+def test_a_jittered_tick_buffered_behind_a_run_that_just_ended_and_never_released_is_reported() -> None:
+    # Seed 1 (30 s, at fc3593a): buffer_one with jitter 12 s, ticks 45 and 50 came due out of
+    # order (run_at 52.397 and 52.293); tick 50 was buffered at 52.414 behind tick 45's run, which
+    # had ended at 52.412, so nothing released it and every later tick was skipped as "buffer of one
+    # is full: 0 running, 1 buffered" for the rest of the run. The docs say a buffered run waits only
+    # behind an unfinished one: the product is wrong.
+    h = policies(clean(), overlap_policy="buffer_one", jitter_s=12.0)
+    ahead = tick_row(T0 + 2, run_at=T0 + 4.397, fired_at=T0 + 4.402, started_at=T0 + 4.404, finished_at=T0 + 4.412)
+    stuck = tick_row(T0 + 3, run_at=T0 + 4.293, fired_at=T0 + 4.414, state="scheduled", state_reason="buffered",
+                     started_at=None, finished_at=None)
+    full = [tick_row(T0 + i, state="skipped", state_reason="overlap: buffer of one is full: 0 running, 1 buffered",
+                     started_at=None, finished_at=None) for i in range(4, 11)]
+    r = check_buffered_runs_released(replace_rows(h, ahead, stuck, *full))
+    assert r.counts["violations.nothing_ahead"] == 1, r
+    assert_fails(replace_rows(h, ahead, stuck, *full), "fired_runs_completed", "not_terminal")
