@@ -309,6 +309,25 @@ def _judge_live(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick, r: Exec
     if not ok:
         c.bad("policy", f"{where}: {outcome} with {counts[0]}..{counts[1]} earlier runs unfinished at "
                         f"{iso(decided)}; {s.overlap_policy} allows {sorted(allowed)}")
+    elif s.overlap_policy == "replace" and outcome == model.RAN:
+        _judge_replaced(c, ctx, s, t, decided, where)
+
+
+def _judge_replaced(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick, decided: float, where: str) -> None:
+    """replace cancels the unfinished runs: one still queued when the new tick came due ends
+    cancelled and never starts after (a running one is asked to stop and may still succeed)."""
+    for e in ctx.all_rows.get(s.id, ()):
+        created = e.fired_at if e.fired_at is not None else e.created_at
+        if (e.scheduled_for >= t.scheduled_for or e.state == "skipped" or created is None
+                or created > decided - OVERLAP_SLACK_S):
+            continue
+        queued = e.started_at is None or e.started_at > decided + OVERLAP_SLACK_S
+        open_then = e.finished_at is None or e.finished_at >= decided - CLOCK_SLACK_S  # the replace may end it
+        if queued and open_then:
+            c.counts["replaced_queued"] += 1
+            if e.state != "cancelled":
+                c.bad("not_replaced", f"{where}: replace ran it while {e.id} (tick {iso(e.scheduled_for)}) was "
+                                      f"queued, which ended {e.state}, not cancelled")
 
 
 def check_buffered_runs_released(h: History) -> InvariantResult:

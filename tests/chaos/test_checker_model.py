@@ -127,3 +127,14 @@ def test_a_jittered_tick_buffered_behind_a_run_that_just_ended_and_never_release
     r = check_buffered_runs_released(replace_rows(h, ahead, stuck, *full))
     assert r.counts["violations.nothing_ahead"] == 1, r
     assert_fails(replace_rows(h, ahead, stuck, *full), "fired_runs_completed", "not_terminal")
+
+
+def test_replace_must_cancel_a_run_still_queued_when_the_next_tick_came_due() -> None:
+    h = policies(clean(), overlap_policy="replace")
+    queued = tick_row(T0 + 4, started_at=None, finished_at=T0 + 5.02, state="cancelled")  # by tick 5's fire
+    h2 = replace_rows(h, queued)
+    h2 = dataclasses.replace(h2, runs=tuple(r for r in h2.runs if r.execution_id != "e-4"))
+    r = check_ticks_exactly_once(h2)
+    assert r.ok and r.counts["replaced_queued"] == 1, r
+    ran_anyway = tick_row(T0 + 4, started_at=T0 + 6.0, finished_at=T0 + 6.1)  # started after tick 5 replaced it
+    assert_fails(replace_rows(h, ran_anyway), "ticks_exactly_once", "not_replaced")
