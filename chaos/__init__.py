@@ -1,6 +1,7 @@
 """The chaos suite: history + model, not "did it crash" (etcd's robustness tests, STYLE.md 11).
 
     python -m chaos run --scenario all --seed 7 --duration 60
+    python -m chaos run --scenario all --generate --seed 7 --duration 60   # the generative workload
 
 A run starts real processes on loopback (a 3-member etcd, PostgreSQL, N `cronwheel node`s, M
 `cronwheel worker`s), loads a workload (cron schedules every second and every minute in several
@@ -14,6 +15,12 @@ timeline of faults, drains, and judges what happened from the records alone:
     netns.py       network namespaces and the forwarder that make a node partitionable
     skewed.py      a node with a skewed wall clock
     workload.py    schedules and the one-off traffic; workload_jobs.py the handlers (JSONL)
+    generate.py    --generate: schedules drawn from the whole policy space, a herd due at one
+                   instant, and API operations (pause, resume, update, trigger, backfill, delete,
+                   cancel) at random instants, each recorded as [sent, answered]
+    model.py       the reference model of docs/semantics.md (pure; imports nothing of the product)
+    checker_model.py  every tick (from recorded PreviewSchedule answers), row and explain answer
+                   judged against the model; the share of ticks an operation made ambiguous
     runner.py      one run, end to end; collect.py reads the history; history.py its records
     checker.py     the invariants (pure functions of a History); checker_fencing.py the ownership ones
     report.py      report.json and the summary

@@ -1,7 +1,7 @@
 """`python -m chaos`: the fault-injection suite.
 
     python -m chaos run [--scenario NAME|all] [--seed N] [--duration S] [--nodes N] [--workers M]
-                        [--out DIR] [--keep] [--include-known-bugs]
+                        [--out DIR] [--keep] [--include-known-bugs] [--generate [--herd N]]
     python -m chaos check RUN_DIR          judge a kept history.json again (exit 1 on a violation)
     python -m chaos list                   scenarios and failpoints
     python -m chaos plan --seed N          the fault timeline a seed injects
@@ -35,6 +35,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="where runs keep reports, history and logs (default $TMPDIR/cronwheel-chaos)")
     r.add_argument("--keep", action="store_true", help="keep the logs of a passing run too")
     r.add_argument("--json", action="store_true", help="print the report as JSON instead of the summary")
+    r.add_argument("--generate", action="store_true",
+                   help="draw schedules from the whole policy space and API operations at random instants "
+                        "(chaos.generate), checked against the reference model (chaos.model)")
+    r.add_argument("--herd", type=int, default=200,
+                   help="--generate: how many allow schedules share one instant every 10 s (default 200)")
     r.add_argument("--include-known-bugs", action="store_true",
                    help="`all` only: also inject what triggers the known bugs (chaos.scenarios.KNOWN_BUGS)")
     c = sub.add_parser("check", help="judge a kept run again from its history.json")
@@ -65,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.duration <= 0:
         print("python -m chaos: error: --duration must be positive", file=sys.stderr)
         return 2
+    if not 0 <= args.herd <= 5000:
+        print(f"python -m chaos: error: --herd must be 0..5000, got {args.herd}", file=sys.stderr)
+        return 2
     from chaos.cluster import ClusterSpec
     from chaos.runner import RunConfig, run
 
@@ -74,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m chaos: error: {exc}", file=sys.stderr)
         return 2
     code, rep = run(RunConfig(SCENARIOS[args.scenario], args.seed, args.duration, args.out, args.nodes,
-                              args.workers, args.keep, args.include_known_bugs))
+                              args.workers, args.keep, args.include_known_bugs, args.generate, args.herd))
     from chaos.report import summary
 
     print(json.dumps(rep, indent=1, default=str) if args.json else summary(rep), flush=True)

@@ -4,9 +4,8 @@ Each check returns an `InvariantResult` with counts (what was checked, what was 
 violations found; `check(history)` runs them all. The ownership-based checks (fencing, takeover,
 epochs, health) live in `chaos.checker_fencing`; this module holds the tick, job and run checks.
 
-    ticks_exactly_once     every cron tick in the window has one execution, or the record its
-                           misfire policy defines (a justified `misfire:skip` / `run_once` skip),
-                           or an alerted refusal (catch_up beyond max_catch_up)
+    ticks_exactly_once     (chaos.checker_model, against the reference model chaos.model) every
+                           tick a recorded preview gives became what the model allows
     no_duplicate_tick      no (schedule, tick) has two executions (rows, or runs in the JSONL)
     oneoffs_completed      every submitted one-off job started at least once and is terminal
     fired_runs_completed   every execution fired in the window ended terminal
@@ -32,8 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from chaos.history import TERMINAL_STATES, ExecutionRec, History, InjectionRecord, RunRec, ScheduleRec
-from cronwheel.cron import CronSchedule, parse_dst_policy, parse_schedule, uses_hash
+from chaos.history import TERMINAL_STATES, ExecutionRec, History, InjectionRecord, RunRec
 
 MAX_LISTED = 50
 # Slack on the same host clock between PostgreSQL's now() and the node's decision.
@@ -83,12 +81,6 @@ def iso(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def cron_of(s: ScheduleRec) -> CronSchedule:
-    """The schedule's ticks as cronwheel.cron defines them (the same rules the API validated)."""
-    dst = parse_dst_policy({"gap": s.dst_gap, "repeated": s.dst_repeated})
-    return parse_schedule(s.cron, s.timezone, dst_policy=dst, schedule_id=s.id if uses_hash(s.cron) else "")
-
-
 def owners_by_epoch(h: History) -> dict[tuple[int, int], str]:
     return {(o.partition, o.epoch): o.owner for o in h.ownership if o.kind == "acquired"}
 
@@ -99,115 +91,6 @@ def skew_of(h: History, epochs: dict[tuple[int, int], str], e: ExecutionRec) -> 
         return 0.0
     owner = epochs.get((e.partition, e.fired_epoch))
     return abs(h.meta.skews.get(owner, 0.0)) if owner else 0.0
-
-
-def _refused_windows(h: History) -> dict[str, list[tuple[float, float]]]:
-    out: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for ev in h.events:
-        if ev.kind == "misfire_refused" and ev.schedule_id:
-            try:
-                lo = datetime.fromisoformat(str(ev.data["first_missed"])).timestamp()
-                hi = datetime.fromisoformat(str(ev.data["latest_missed"])).timestamp()
-            except (KeyError, ValueError):
-                continue
-            out[ev.schedule_id].append((lo, hi))
-    return out
-
-
-# ---------------------------------------------------------------------------------- ticks
-
-
-def check_ticks_exactly_once(h: History) -> InvariantResult:
-    c = _Collector("ticks_exactly_once")
-    grace = h.meta.misfire_grace_s
-    epochs = owners_by_epoch(h)
-    rows: dict[str, dict[float, list[ExecutionRec]]] = defaultdict(lambda: defaultdict(list))
-    for e in h.executions:
-        if e.schedule_id is not None:
-            rows[e.schedule_id][e.scheduled_for].append(e)
-    catch_ups: dict[str, list[ExecutionRec]] = defaultdict(list)
-    for e in h.executions:
-        if e.schedule_id is not None and e.trigger == "catch_up" and e.fired_at is not None:
-            catch_ups[e.schedule_id].append(e)
-    refused = _refused_windows(h)
-    for s in h.schedules:
-        c.counts["schedules"] += 1
-        lo, hi = s.created_at, h.meta.window_end
-        expected = [t.timestamp() for t in cron_of(s).ticks_between(_dt(lo), _dt(hi))]
-        expected_set = set(expected)
-        have = rows.get(s.id, {})
-        for t in expected:
-            c.counts["ticks_expected"] += 1
-            got = have.get(t, [])
-            if not got:
-                if any(a <= t <= b for a, b in refused.get(s.id, ())):
-                    c.counts["refused_with_alert"] += 1
-                else:
-                    c.bad("lost", f"schedule {s.name} tick {iso(t)}: no execution and no refusal")
-                continue
-            if len(got) > 1:
-                c.bad("duplicate", f"schedule {s.name} tick {iso(t)}: {len(got)} executions")
-            _judge_row(c, h, s, t, got[0], grace, epochs, catch_ups)
-        for t in sorted(t for t in have if lo < t <= hi and t not in expected_set):
-            c.bad("phantom", f"schedule {s.name}: execution for {iso(t)}, which is not a tick of {s.cron!r}")
-    return c.result()
-
-
-def _judge_row(c: _Collector, h: History, s: ScheduleRec, t: float, r: ExecutionRec, grace: float,
-               epochs: dict[tuple[int, int], str], catch_ups: dict[str, list[ExecutionRec]]) -> None:
-    where = f"schedule {s.name} ({s.misfire_policy}) tick {iso(t)}"
-    lateness = (r.fired_at - t) if r.fired_at is not None else None
-    old_enough = lateness is not None and lateness >= grace - skew_of(h, epochs, r) - CLOCK_SLACK_S
-    if r.state == "skipped" and (r.state_reason or "").startswith("misfire:"):
-        policy = (r.state_reason or "").split(":", 1)[1]
-        c.counts["misfire_skipped"] += 1
-        if policy != s.misfire_policy or policy == "catch_up":
-            c.bad("policy", f"{where}: skipped as {r.state_reason!r}")
-        elif not old_enough:
-            c.bad("unjustified_skip", f"{where}: skipped as a misfire only {lateness}s late (grace {grace}s)")
-        elif policy == "run_once" and not _fired_latest_with(r, catch_ups.get(s.id, [])):
-            c.bad("policy", f"{where}: run_once skipped it but fired no later missed tick with it")
-    elif r.state == "skipped" and (r.state_reason or "").startswith("overlap"):
-        c.counts["overlap_skipped"] += 1
-        if s.overlap_policy == "buffer_one" and _buffer_was_full(h, s, r):
-            c.counts["overlap_skipped.buffer_full"] += 1
-        elif s.overlap_policy != "forbid":
-            c.bad("policy", f"{where}: skipped for overlap under overlap policy {s.overlap_policy}")
-    elif r.state == "skipped":
-        c.bad("policy", f"{where}: skipped for an unknown reason {r.state_reason!r}")
-    elif r.trigger == "catch_up":
-        c.counts["catch_up_fired"] += 1
-        if s.misfire_policy == "skip":
-            c.bad("policy", f"{where}: replayed as catch_up under policy skip")
-        elif not old_enough:
-            c.bad("policy", f"{where}: replayed as a misfire only {lateness}s late (grace {grace}s)")
-    elif r.trigger == "cron":
-        c.counts["fired"] += 1
-        if r.fired_at is not None and r.fired_at - r.run_at > 1.0:
-            c.counts["fired_late_over_1s"] += 1
-    else:
-        c.bad("policy", f"{where}: unexpected trigger {r.trigger!r}")
-
-
-def _buffer_was_full(h: History, s: ScheduleRec, skip: ExecutionRec) -> bool:
-    """buffer_one skips a tick only while another tick of the schedule waits in its buffer of one
-    (docs/semantics.md, Overlap): an earlier tick fired before the skip and not started until
-    after it (its final attempt's start, or never) must exist. A run stalled by a fault (its node
-    paused holding the lease, its worker gone) legitimately fills the buffer for a while."""
-    at = skip.fired_at
-    if at is None:
-        return False
-    return any(e.schedule_id == s.id and e.id != skip.id and e.scheduled_for < skip.scheduled_for
-               and e.fired_at is not None and e.fired_at <= at and e.state != "skipped"
-               and (e.started_at is None or e.started_at > at) for e in h.executions)
-
-
-def _fired_latest_with(skip: ExecutionRec, catch_ups: list[ExecutionRec]) -> bool:
-    """run_once records the older missed ticks as skipped and fires the latest, in one batch (one
-    transaction, same epoch; fired_at is the row's clock_timestamp(), so within a moment)."""
-    assert skip.fired_at is not None
-    return any(c.scheduled_for > skip.scheduled_for and c.fired_epoch == skip.fired_epoch
-               and c.fired_at is not None and abs(c.fired_at - skip.fired_at) <= 1.0 for c in catch_ups)
 
 
 def _dt(ts: float) -> datetime:
@@ -310,6 +193,7 @@ def check_duplicate_runs_explained(h: History) -> InvariantResult:
         elif r.event == "end":
             ends[(r.execution_id, r.token)] = r.outcome or "?"
     linger = h.meta.worker_lease_s + 1.0
+    retained = {s.id for s in h.schedules if s.keep_last is not None or s.keep_succeeded_for_s is not None}
     for eid, runs in sorted(starts.items()):
         c.counts["executions_run"] += 1
         tokens = Counter(r.token for r in runs)
@@ -318,7 +202,10 @@ def check_duplicate_runs_explained(h: History) -> InvariantResult:
                 c.bad("same_lease_twice", f"execution {eid}: token {tok} started {n} times")
         e = by_id.get(eid)
         if e is None:
-            c.bad("unknown", f"execution {eid} ran but has no row")
+            if any(r.schedule_id in retained for r in runs):
+                c.counts["pruned_by_retention"] += 1  # its schedule keeps only its last N or a window
+            else:
+                c.bad("unknown", f"execution {eid} ran but has no row")
             continue
         if max(tokens) > e.fencing_token:
             c.bad("token_not_issued", f"execution {eid} ran with token {max(tokens)} > issued {e.fencing_token}")
@@ -375,8 +262,10 @@ def check_long_retry_history(h: History) -> InvariantResult:
 
 
 def check(h: History) -> list[InvariantResult]:
+    from chaos.checker_explain import check_explain_agrees, check_operations_answered
     from chaos.checker_fencing import check_epochs_increase, check_health, check_no_stale_write, check_takeover
     from chaos.checker_limits import check_concurrency_keys, check_rate_limits
+    from chaos.checker_model import check_buffered_runs_released, check_quota_counts_created, check_ticks_exactly_once
     from chaos.checker_timing import check_fire_lag_bounded, check_no_stuck_running, check_not_fired_early
 
     return [
@@ -395,6 +284,10 @@ def check(h: History) -> list[InvariantResult]:
         check_long_retry_history(h),
         check_concurrency_keys(h),
         check_rate_limits(h),
+        check_buffered_runs_released(h),
+        check_quota_counts_created(h),
+        check_explain_agrees(h),
+        check_operations_answered(h),
     ]
 
 

@@ -47,26 +47,30 @@ def read_db(dsn: str, partitions_table: str = "partitions") -> dict[str, Any]:
         schedules = tuple(ScheduleRec(
             id=r[0], name=r[1], cron=r[2], timezone=r[3], misfire_policy=r[4], max_catch_up=r[5],
             overlap_policy=r[6], created_at=float(r[7]), partition=r[8], dst_gap=r[9], dst_repeated=r[10],
-            jitter_s=float(r[11]), next_run_at=_f(r[12]), last_scheduled_for=_f(r[13]),
+            jitter_s=float(r[11]), next_run_at=_f(r[12]), last_scheduled_for=_f(r[13]), tenant=r[14],
+            deleted_at=_f(r[15]), keep_last=r[16], keep_succeeded_for_s=_f(r[17]), paused=bool(r[18]),
         ) for r in c.execute(
             "SELECT s.id::text, s.name, s.cron, s.timezone, s.misfire_policy, s.max_catch_up, s.overlap_policy,"
             " extract(epoch FROM s.created_at), s.partition, s.dst_gap, s.dst_repeated, s.jitter_s,"
-            " extract(epoch FROM d.next_run_at), extract(epoch FROM d.last_scheduled_for)"
-            " FROM schedules s JOIN schedule_due d ON d.schedule_id = s.id"
-            " WHERE s.deleted_at IS NULL ORDER BY s.created_at"))
+            " extract(epoch FROM d.next_run_at), extract(epoch FROM d.last_scheduled_for), s.tenant,"
+            " extract(epoch FROM s.deleted_at), s.keep_last, s.keep_succeeded_for_s, s.paused"
+            " FROM schedules s LEFT JOIN schedule_due d ON d.schedule_id = s.id"
+            " ORDER BY s.created_at"))
         executions = tuple(ExecutionRec(
             id=r[0], schedule_id=r[1], partition=r[2], type=r[3], scheduled_for=float(r[4]), run_at=float(r[5]),
             state=r[6], trigger=r[7], state_reason=r[8], attempt=r[9], fencing_token=int(r[10]),
             fired_epoch=None if r[11] is None else int(r[11]), fired_at=_f(r[12]), started_at=_f(r[13]),
             finished_at=_f(r[14]), lease_expires=_f(r[15]), result_token=None if r[16] is None else int(r[16]),
-            error=r[17], tenant=r[18], concurrency_key=r[19], concurrency_limit=r[20],
+            error=r[17], tenant=r[18], concurrency_key=r[19], concurrency_limit=r[20], created_at=_f(r[21]),
+            payload_v=None if r[22] is None else int(r[22]),
         ) for r in c.execute(
             "SELECT id::text, schedule_id::text, partition, type, extract(epoch FROM scheduled_for),"
             " extract(epoch FROM run_at), state, trigger, state_reason, attempt, fencing_token, fired_epoch,"
             " extract(epoch FROM fired_at), extract(epoch FROM started_at), extract(epoch FROM finished_at),"
             " extract(epoch FROM lease_expires),"
             " CASE WHEN jsonb_typeof(result -> 'token') = 'number' THEN (result ->> 'token')::bigint END,"
-            " left(error, 400), tenant, concurrency_key, concurrency_limit FROM executions"
+            " left(error, 400), tenant, concurrency_key, concurrency_limit, extract(epoch FROM created_at),"
+            " CASE WHEN jsonb_typeof(payload -> 'v') = 'number' THEN (payload ->> 'v')::bigint END FROM executions"
             " ORDER BY scheduled_for, id"))
         limits = tuple(TenantLimitRec(tenant=r[0], rate_per_s=_f(r[1]), burst=_f(r[2]))
                        for r in c.execute("SELECT id, rate_per_s, burst FROM tenants ORDER BY id"))

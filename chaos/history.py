@@ -37,6 +37,11 @@ class ScheduleRec:
     jitter_s: float = 0.0
     next_run_at: float | None = None  # diagnostics: where the schedule stood when collected
     last_scheduled_for: float | None = None
+    tenant: str = ""
+    deleted_at: float | None = None
+    keep_last: int | None = None
+    keep_succeeded_for_s: float | None = None
+    paused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,8 @@ class ExecutionRec:
     tenant: str = ""
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    created_at: float | None = None
+    payload_v: int | None = None  # the generative workload's payload version (payload["v"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +171,41 @@ class TenantLimitRec:
 
 
 @dataclass(frozen=True, slots=True)
+class OpRec:
+    """An API operation of the generative workload: sent and answered (runner wall clock); from
+    outside it took effect somewhere in that interval. `ok` False: it was never answered."""
+
+    kind: str
+    schedule_id: str | None
+    sent: float
+    answered: float
+    ok: bool = True
+    version: int = 0  # update: the payload version written
+    execution_id: str | None = None  # trigger, cancel, submit
+    range_start: float | None = None  # backfill
+    range_end: float | None = None
+    created: int | None = None  # backfill: created_count
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewRec:
+    """A PreviewSchedule answer: the schedule's ticks and run times (scheduled_for, run_at)."""
+
+    schedule_id: str
+    ticks: tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainRec:
+    """An ExplainSchedule answer over the window, read after the run drained."""
+
+    schedule_id: str
+    ticks: tuple[tuple[float, str, str | None, str], ...]  # (scheduled_for, outcome, execution id, reason)
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RunMeta:
     scenario: str
     seed: int
@@ -177,6 +219,8 @@ class RunMeta:
     commit_timestamps: bool = True
     worker_nodes: dict[str, str] = field(default_factory=dict)  # worker -> node it leases from
     skews: dict[str, float] = field(default_factory=dict)  # node -> largest |clock skew| it ran with
+    generated: bool = False  # the generative workload (chaos.generate) ran
+    quotas: dict[str, int] = field(default_factory=dict)  # tenant -> max_executions_per_day
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +237,9 @@ class History:
     injections: tuple[InjectionRecord, ...] = ()
     health: tuple[HealthSample, ...] = ()
     tenant_limits: tuple[TenantLimitRec, ...] = ()
+    ops: tuple[OpRec, ...] = ()
+    previews: tuple[PreviewRec, ...] = ()
+    explains: tuple[ExplainRec, ...] = ()
 
 
 # ---------------------------------------------------------------------------------- (de)serialise
@@ -202,7 +249,8 @@ T = TypeVar("T")
 _LISTS: dict[str, type] = {
     "schedules": ScheduleRec, "executions": ExecutionRec, "ownership": OwnershipRec, "events": EventRec,
     "runs": RunRec, "log_events": LogEventRec, "submitted": SubmittedJob, "injections": InjectionRecord,
-    "health": HealthSample, "tenant_limits": TenantLimitRec,
+    "health": HealthSample, "tenant_limits": TenantLimitRec, "ops": OpRec, "previews": PreviewRec,
+    "explains": ExplainRec,
 }
 
 

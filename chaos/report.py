@@ -3,6 +3,7 @@ also printed). Pure: built from the run's records and the checker's results."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
@@ -16,7 +17,8 @@ SHOWN_VIOLATIONS = 8
 def build(*, scenario: Scenario, seed: int, duration_s: float, wall_s: float, cluster: dict[str, Any],
           planned: list[dict[str, Any]], history: History | None, skipped: list[dict[str, Any]],
           notes: list[str], results: list[InvariantResult], error: str | None, run_dir: str,
-          traffic: dict[str, Any], exit_codes: dict[str, int | None]) -> dict[str, Any]:
+          traffic: dict[str, Any], exit_codes: dict[str, int | None],
+          drawn: dict[str, Any] | None = None) -> dict[str, Any]:
     injections = list(history.injections) if history else []
     t0 = history.meta.window_start if history else 0.0
     takeovers: list[Any] = next((r.counts.get("takeovers", []) for r in results if r.name == "takeover_within_ttl"),
@@ -37,7 +39,23 @@ def build(*, scenario: Scenario, seed: int, duration_s: float, wall_s: float, cl
         "traffic": traffic,
         "node_exit_codes": exit_codes,
         "history_dir": run_dir,
+        "generated": _generated(drawn, history, results) if drawn is not None else None,
     }
+
+
+def _generated(drawn: dict[str, Any], history: History | None, results: list[InvariantResult]) -> dict[str, Any]:
+    """What a generative run drew (schedules by policy, operations by kind, faults) and the share of
+    its ticks an operation made ambiguous."""
+    ops: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
+    if history is not None:
+        ops.update(o.kind + ("" if o.ok else " (unanswered)") for o in history.ops)
+        ops["submit"] += len(history.submitted)
+        faults.update(f.name for f in history.injections)
+    ticks = next((r.counts for r in results if r.name == "ticks_exactly_once"), {})
+    return {**drawn, "operations": dict(sorted(ops.items())), "faults": dict(sorted(faults.items())),
+            "ambiguous_ticks": ticks.get("ambiguous", 0), "ticks": ticks.get("ticks_expected", 0),
+            "ambiguous_share": ticks.get("ambiguous_share", 0.0)}
 
 
 def _fault(f: InjectionRecord, t0: float) -> dict[str, Any]:
@@ -92,6 +110,20 @@ def summary(rep: dict[str, Any]) -> str:
     tk = [f"{t['fault']} {t['target']} {t['max_s']}s" for t in rep["takeovers"] if t.get("max_s") is not None]
     if tk:
         lines.append("takeover times (fault -> every partition of the node acquired again): " + ", ".join(tk))
+    g = rep.get("generated")
+    if g:
+        lines.append(f"drew {g['schedules']} schedules (overlap x misfire: "
+                     + ", ".join(f"{k} {v}" for k, v in g["combinations"].items())
+                     + f") and a herd of {g.get('herd', 0)} allow schedules due together every 10 s")
+        lines.append(f"  jitter {g['jitter']}, max_catch_up {g['max_catch_up']}, retention {g['retention']}, "
+                     f"zones {g['zones']}, {g['quota_schedules']} under a quota of "
+                     f"{g['quota_max_executions_per_day']}/day")
+        lines.append("  operations: " + ", ".join(f"{k} {v}" for k, v in g["operations"].items()))
+        lines.append("  faults: " + ", ".join(f"{k} {v}" for k, v in g["faults"].items()))
+        lines.append(f"  ambiguous ticks: {g['ambiguous_ticks']} of {g['ticks']} "
+                     f"({100 * g['ambiguous_share']:.2f} %, must stay under 5 %)")
+        lines.append(f"  replay: python -m chaos run --scenario {rep['scenario']} --generate --seed {rep['seed']} "
+                     f"--duration {rep['duration_s']:g}")
     tr = rep["traffic"]
     lines.append(f"traffic: {tr.get('schedules')} schedules, {tr.get('oneoffs')} one-off jobs submitted "
                  f"({tr.get('submit_retries')} submit retries), {tr.get('executions')} executions, "

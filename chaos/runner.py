@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from chaos import netns
+from chaos import generate, netns
 from chaos.checker import InvariantResult, check
 from chaos.cluster import ChaosCluster
 from chaos.collect import collect
@@ -51,6 +51,8 @@ class RunConfig:
     workers: int = 2
     keep: bool = False
     include_known_bugs: bool = False
+    generate: bool = False  # the generative workload (chaos.generate) instead of the fixed schedules
+    herd: int = 200  # --generate: allow schedules due together every 10 s (chaos.generate.draw_herd)
 
 
 @dataclass
@@ -87,33 +89,54 @@ def run(cfg: RunConfig) -> tuple[int, dict[str, Any]]:
     error: str | None = None
     exit_codes: dict[str, int | None] = {}
     traffic: Traffic | None = None
+    operator: generate.Operator | None = None
+    drawn, quota = generate.draw_schedules(cfg.seed, cfg.duration_s) if cfg.generate else ([], 0)
+    herd = generate.draw_herd(cfg.seed, cfg.herd) if cfg.generate else []
     try:
         cluster.start()
-        create_workload(cluster.pc.addresses(), overlap=scenario.overlap_schedules)
+        create_workload(cluster.pc.addresses(), overlap=scenario.overlap_schedules, schedules=not cfg.generate)
+        ids = generate.create(cluster.pc.addresses(), drawn + herd, quota) if cfg.generate else {}
+        previews = generate.record_previews(cluster.pc.addresses(), cfg.duration_s + SETTLE_MAX_S + 120)
+        created = _created_at(cluster.pc.addresses())
         traffic = Traffic(cluster.pc.addresses, cfg.seed)
+        if cfg.generate:
+            operator = generate.Operator(
+                cluster.pc.addresses, generate.draw_ops(cfg.seed, cfg.duration_s, len(drawn), len(herd)),
+                [ids[d.spec["name"]] for d in drawn + herd], {p.schedule_id: list(p.ticks) for p in previews},
+                cfg.seed)
         traffic.start()
         window_start = time.time()
+        if operator is not None:
+            operator.start(window_start)
         time.sleep(WARMUP_S)
         _walk(cluster, timeline, window_start, cfg.duration_s, st)
         traffic.stop()
+        if operator is not None:
+            operator.stop()
         window_end = time.time()
         _settle(cluster, window_end, st)
+        explains = generate.record_explains(cluster.pc.addresses(), sorted(created.items()), window_end)
         exit_codes = cluster.quiesce()
         meta = RunMeta(
             scenario=cfg.scenario.name, seed=cfg.seed, partitions=spec.partitions, lease_ttl_s=spec.lease_ttl_s,
             misfire_grace_s=spec.misfire_grace_s, worker_lease_s=spec.worker_lease_s, window_start=window_start,
             window_end=window_end, collected_at=time.time(), worker_nodes=dict(cluster.worker_node),
-            skews=dict(cluster.max_skew),
+            skews=dict(cluster.max_skew), generated=cfg.generate,
+            quotas={generate.QUOTA_TENANT: quota} if cfg.generate else {},
         )
         names = sorted(set(cluster.pc.nodes) | set(cluster.base_nodes) | set(cluster.extras))
         history = collect(cluster.pc.dsn, cluster.workdir, cluster.jsonl_dir, meta, names, traffic.submitted,
                           st.injections, st.health)
+        history = replace(history, previews=tuple(previews), explains=tuple(explains),
+                          ops=tuple(operator.ops) if operator is not None else ())
         if traffic.failed:
             st.notes.append(f"{len(traffic.failed)} submissions never landed: {traffic.failed[:3]}")
     except BaseException as exc:  # a broken run still reports, keeps its logs and cleans up
         error = "".join(traceback.format_exception(exc))
         if traffic is not None:
             traffic.stop()
+        if operator is not None:
+            operator.stop()
         if not isinstance(exc, Exception):
             st.notes.append(f"interrupted by {type(exc).__name__}")
     finally:
@@ -124,17 +147,18 @@ def run(cfg: RunConfig) -> tuple[int, dict[str, Any]]:
     for node, code in exit_codes.items():
         if code != 0:
             st.notes.append(f"{node} exited {code} on the final SIGTERM")
+    if history is not None:  # first: a checker that raises must not lose the run (`chaos check DIR`)
+        save_history(history, run_dir / "history.json")
     results: list[InvariantResult] = check(history) if history is not None else []
     rep = build(
         scenario=scenario, seed=cfg.seed, duration_s=cfg.duration_s, wall_s=time.time() - t_begin,
         cluster={**asdict(spec), "etcd_members": 3}, planned=[asdict(s) for s in timeline[:st.walked + 3]],
         history=history, skipped=st.skipped, notes=st.notes, results=results, error=error, run_dir=str(run_dir),
         traffic=_traffic_stats(history, traffic), exit_codes=exit_codes,
+        drawn=generate.describe(drawn, quota, len(herd)) if cfg.generate else None,
     )
     (run_dir / "report.json").write_text(json.dumps(rep, indent=1, default=str))
     (run_dir / "summary.txt").write_text(summary(rep) + "\n")
-    if history is not None:
-        save_history(history, run_dir / "history.json")
     if rep["passed"] and not cfg.keep:
         shutil.rmtree(run_dir / "cluster", ignore_errors=True)
     return (0 if rep["passed"] else 3 if error else 1), rep
@@ -189,6 +213,14 @@ def _settle(cluster: ChaosCluster, window_end: float, st: _State) -> None:
         time.sleep(0.5)
     st.notes.append(f"settle: after {SETTLE_MAX_S}s {behind} schedule(s) still had ticks of the window to fire "
                     f"and {left} execution(s) of the window were not terminal")
+
+
+def _created_at(addresses: list[str]) -> dict[str, float]:
+    """schedule id -> created_at of every live schedule (the range explain is asked over)."""
+    from cronwheel.client import Client
+
+    with Client(addresses) as cw:
+        return {s.id: s.created_at.timestamp() for s in cw.list_schedules(page_size=1000) if s.created_at}
 
 
 def _traffic_stats(h: History | None, traffic: Traffic | None) -> dict[str, Any]:

@@ -92,15 +92,18 @@ def schedule_specs(overlap: bool = False) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def create_workload(addresses: Sequence[str], overlap: bool = False) -> list[ApplyPlan]:
-    """The schedules, created through the public door: `Client.apply` per tenant (safe to run
-    again: a second apply changes nothing)."""
+def create_workload(addresses: Sequence[str], overlap: bool = False, schedules: bool = True) -> list[ApplyPlan]:
+    """The tenants and the schedules, created through the public door: `Client.apply` per tenant
+    (safe to run again: a second apply changes nothing). `schedules` False: the tenants only (the
+    generative workload, chaos.generate, draws its own schedules)."""
     with Client(addresses) as cw:
         for tenant, limits in TENANT_LIMITS.items():
             try:
                 cw.create_tenant(tenant, **limits)
             except AlreadyExists:  # a second run on the same cluster
                 cw.update_tenant(tenant, **limits)
+        if not schedules:
+            return []
         return [cw.apply(specs, tenant=tenant) for tenant, specs in schedule_specs(overlap).items()]
 
 

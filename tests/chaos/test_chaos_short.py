@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = 11
+GENERATIVE_SEED = 3
 
 
 def test_a_short_run_of_every_failpoint_keeps_every_invariant(tmp_path: Path) -> None:
@@ -68,3 +69,45 @@ def test_a_node_stopped_mid_transaction_does_not_hold_up_the_next_fire(tmp_path:
     assert stalls and all(f["ok"] and f["details"]["consumed"] for f in stalls), rep["faults"]
     inv = {r["name"]: r for r in rep["invariants"]}
     assert inv["fire_lag_bounded"]["ok"] and inv["fire_lag_bounded"]["counts"]["checked"] > 50
+
+
+@pytest.fixture(scope="module")
+def generative_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """One short generative run (`--generate`, issue 47 section 2): drawn schedules and API
+    operations at random instants on top of the faults, judged against chaos.model."""
+    out = tmp_path_factory.mktemp("generative")
+    proc = subprocess.run(
+        [sys.executable, "-m", "chaos", "run", "--scenario", "all", "--generate", "--herd", "50", "--duration", "20",
+         "--seed", str(GENERATIVE_SEED), "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=200,
+    )
+    (report_path,) = out.glob("all-seed*/report.json")
+    return proc, json.loads(report_path.read_text())
+
+
+def test_a_short_generative_run_draws_the_policy_space_and_reports_it(
+        generative_run: tuple[subprocess.CompletedProcess[str], dict]) -> None:
+    proc, rep = generative_run
+    assert rep["error"] is None, rep["error"]
+    g = rep["generated"]
+    assert g["schedules"] == 18 and len(g["combinations"]) == 15  # every overlap x misfire pair
+    assert g["herd"] == 50
+    assert g["quota_schedules"] >= 0 and g["operations"].get("submit", 0) > 5
+    assert sum(v for k, v in g["operations"].items() if k != "submit") >= 5, g["operations"]
+    assert g["faults"], g
+    assert g["ticks"] > 100 and g["ambiguous_share"] < 0.05, g
+    inv = {r["name"]: r for r in rep["invariants"]}
+    assert {"ticks_exactly_once", "buffered_runs_released", "quota_counts_created", "explain_agrees",
+            "operations_answered"} <= set(inv)
+    assert "drew 18 schedules" in proc.stdout and "ambiguous ticks:" in proc.stdout
+    assert f"--generate --seed {GENERATIVE_SEED}" in proc.stdout  # the replay line
+
+
+@pytest.mark.xfail(strict=False, reason="issue 47: on branch h47chaos alone the generative run finds the holes "
+                                         "of items 1-3 (fixed on h47a/h47b) and explain's 'missed' for jittered "
+                                         "ticks a pause took back before their run time; drop this marker once "
+                                         "those are fixed and merged")
+def test_a_short_generative_run_keeps_every_invariant_against_the_model(
+        generative_run: tuple[subprocess.CompletedProcess[str], dict]) -> None:
+    proc, rep = generative_run
+    assert proc.returncode == 0 and rep["passed"], f"exit {proc.returncode}\n{proc.stdout[-6000:]}"

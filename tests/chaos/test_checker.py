@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos.checker import InvariantResult, check, check_ticks_exactly_once, cron_of
+from chaos.checker import InvariantResult, check
 from chaos.checker_fencing import check_no_stale_write, check_takeover, takeover_times
+from chaos.checker_model import check_ticks_exactly_once
 from chaos.checker_timing import check_not_fired_early
 from chaos.history import (
     EventRec,
@@ -28,6 +29,7 @@ from chaos.history import (
     InjectionRecord,
     LogEventRec,
     OwnershipRec,
+    PreviewRec,
     RunMeta,
     RunRec,
     ScheduleRec,
@@ -36,6 +38,7 @@ from chaos.history import (
     history_to_json,
 )
 from chaos.scenarios import KNOWN_BUGS, SCENARIOS, KnownBug, plan, without_known_bugs
+from cronwheel.cron import parse_schedule
 from tests.e2e.helpers import wait_until
 
 T0 = 1_800_000_000.0  # a whole second
@@ -77,6 +80,7 @@ def clean(policy: str = "skip") -> History:
         runs=tuple(runs),
         submitted=(SubmittedJob(JOB, "tick", T0 + 3, "k1", T0),),
         health=(HealthSample(T0, "before:x", True, 0.1),),
+        previews=(PreviewRec(SID, tuple((t, t) for t in [*ticks, T0 + 11])),),
     )
 
 
@@ -142,7 +146,7 @@ def test_a_buffer_one_skip_while_an_earlier_tick_waits_in_the_buffer_is_the_poli
     skipped = tick_row(T0 + 7, state="skipped", state_reason="overlap: buffer of one is full: 1 running, 1 buffered",
                        started_at=None, finished_at=None, attempt=0)
     r = result(buffer_one(replace_rows(clean(), stalled, waiting, skipped)), "ticks_exactly_once")
-    assert r.ok and r.counts["overlap_skipped.buffer_full"] == 1, r
+    assert r.ok and r.counts["outcome.skipped:overlap"] == 1, r
 
 
 def test_an_overlap_skip_with_nothing_buffered_is_reported_under_buffer_one_and_allow() -> None:
@@ -398,22 +402,27 @@ def test_a_tick_fired_by_a_new_owner_still_recovering_from_its_own_fault_is_not_
     assert result(dataclasses.replace(h, injections=(cut,)), "fire_lag_bounded").ok
 
 
-def test_the_tick_check_uses_the_schedule_zone_and_h_fields() -> None:
-    # Every 5 seconds from an offset hashed from the schedule id, in Lord Howe (UTC+10:30/+11):
-    # the expected ticks are the cron module's, so a missing one is lost and a row on any other
-    # second is a phantom.
+def test_the_tick_check_takes_its_ticks_from_the_recorded_preview() -> None:
+    # Every 5 seconds from an offset hashed from the schedule id, in Lord Howe (UTC+10:30/+11): the
+    # checker computes no cron, so the ticks are the preview's (here the product's cron, as
+    # PreviewSchedule answers); a missing one is lost and a row on any other second is a phantom.
     sid = str(uuid.UUID(int=42))
     sched = ScheduleRec(sid, "h5", "H/5 * * * * *", "Australia/Lord_Howe", "skip", 10, "allow", T0 - 0.5, 0)
-    ticks = [t.timestamp() for t in cron_of(sched).ticks_between(datetime.fromtimestamp(T0 - 0.5, UTC),
-                                                                  datetime.fromtimestamp(T0 + 10, UTC))]
-    assert len(ticks) in (2, 3) and all(b - a == 5 for a, b in zip(ticks, ticks[1:], strict=False))
+    cron = parse_schedule(sched.cron, sched.timezone, schedule_id=sid)
+    ticks = [t.timestamp() for t in cron.ticks_between(datetime.fromtimestamp(T0 - 0.5, UTC),
+                                                       datetime.fromtimestamp(T0 + 20, UTC))]
     h = clean()
-    h = dataclasses.replace(h, schedules=(*h.schedules, sched))
-    assert check_ticks_exactly_once(h).counts["violations.lost"] == len(ticks)
-    rows = [tick_row(t, id=f"h5-{t}", schedule_id=sid) for t in ticks]
+    h = dataclasses.replace(h, schedules=(*h.schedules, sched),
+                            previews=(*h.previews, PreviewRec(sid, tuple((t, t) for t in ticks))))
+    window = [t for t in ticks if t <= T0 + 10]
+    assert len(window) in (2, 3) and all(b - a == 5 for a, b in zip(ticks, ticks[1:], strict=False))
+    assert check_ticks_exactly_once(h).counts["violations.lost"] == len(window)
+    rows = [tick_row(t, id=f"h5-{t}", schedule_id=sid) for t in window]
     assert check_ticks_exactly_once(replace_rows(h, *rows)).ok
-    wrong = tick_row(ticks[0] + 1, id="h5-wrong", schedule_id=sid)
+    wrong = tick_row(window[0] + 1, id="h5-wrong", schedule_id=sid)
     assert_fails(replace_rows(h, *rows, wrong), "ticks_exactly_once", "phantom")
+    no_preview = dataclasses.replace(h, previews=h.previews[:1])
+    assert_fails(no_preview, "ticks_exactly_once", "no_preview")
 
 
 # ---------------------------------------------------------------------------------- timelines

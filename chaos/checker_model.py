@@ -1,0 +1,405 @@
+"""The tick invariants, judged against the reference model (chaos.model) from the history alone.
+
+    ticks_exactly_once   every tick a PreviewSchedule answer recorded for the window became what
+                         the model allows: ran (live, through the overlap policy, or buffered),
+                         replayed / skipped / refused by the misfire policy (only when it was
+                         loaded overdue by more than the grace, during an outage), skipped for
+                         overlap or quota, taken back by a pause / edit / delete answered before
+                         its run time, or pruned by retention; never two rows, never a row for an
+                         instant that is not a tick; an edit answered before run_at fired the new
+                         payload. Ticks an operation's [sent, answered] spans allow both
+                         outcomes and are counted as `ambiguous` (their share, `ambiguous_share`).
+    buffered_runs_released  a buffered run never waited with nothing unfinished ahead of it
+    quota_counts_created    a tenant's runs created in a UTC day stay within max_executions_per_day
+                         (counted from the rows AND the workers' starts, so a pruned row counts),
+                         and a tick is skipped for quota only once the quota was used
+
+The explain and operation checks (explain_agrees, operations_answered) are in
+chaos.checker_explain.
+
+Tick instants come from the recorded previews, never from a cron implementation: this module and
+chaos.model import nothing of the product.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from datetime import datetime
+
+from chaos import model
+from chaos.checker import CLOCK_SLACK_S, InvariantResult, _Collector, iso, owners_by_epoch, skew_of
+from chaos.history import ExecutionRec, History, ScheduleRec
+
+# How near an earlier run's creation or end may be to a decision for the count to go either way
+# (the fire statement's snapshot is taken before its row's clock_timestamp()).
+OVERLAP_SLACK_S = 0.5
+# A buffered run is released when the run ahead ends; dispatch takes up to this long after that.
+RELEASE_SLACK_S = 2.0
+# Faults that never take a partition's firing away (they hit workers only).
+WORKER_ONLY = frozenset({"kill-worker", "pause-worker", "long-retry-history"})
+# Nodes need this long after a fault ends to load their partitions again (TTL + grace + reload).
+RECOVERY_EXTRA_S = 3.0
+# Faults that delay every start, so a wait proves nothing about a buffer.
+START_DELAYING = frozenset({"kill-worker", "pause-worker", "restart-postgres", "refuse-commits",
+                            "stall-completion", "pause-node", "kill-node", "partition-node", "deploy-node"})
+
+
+def _ts(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def outage_windows(h: History) -> dict[int, list[tuple[float, float]]]:
+    """partition -> intervals during which no owner may have been firing it: every fault's window
+    (on a node: the partitions it owned then; otherwise all) until the partition was acquired again,
+    and every gap in the ownership history between losing or releasing it and the next acquisition."""
+    ttl = h.meta.lease_ttl_s
+    recover = ttl + h.meta.misfire_grace_s + RECOVERY_EXTRA_S
+    by_p: dict[int, list[tuple[float, str, str]]] = defaultdict(list)
+    for o in h.ownership:
+        by_p[o.partition].append((o.committed_at or o.at, o.kind, o.owner))
+    for recs in by_p.values():
+        recs.sort()
+    out: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    parts = range(h.meta.partitions)
+    for p in parts:
+        recs = by_p.get(p, [])
+        gap_from: float | None = None
+        for at, kind, _owner in recs:
+            if kind in ("lost", "released"):
+                gap_from = at if gap_from is None else gap_from
+            elif kind == "acquired" and gap_from is not None:
+                out[p].append((gap_from, at + recover - ttl))
+                gap_from = None
+        if gap_from is not None:
+            out[p].append((gap_from, h.meta.collected_at))
+    for f in h.injections:
+        if f.name in WORKER_ONLY:
+            continue
+        for p in parts:
+            recs = by_p.get(p, [])
+            if f.target.startswith("n"):
+                owner = next((o for at, k, o in reversed(recs) if k == "acquired" and at <= f.start), None)
+                if owner != f.target:
+                    continue
+            again = next((at for at, k, _o in recs if k == "acquired" and at >= f.start), f.end)
+            out[p].append((f.start, max(f.end, again) + recover))
+    return out
+
+
+def _observed(r: ExecutionRec) -> str:
+    reason = r.state_reason or ""
+    if r.state == "skipped":
+        if reason.startswith("misfire:"):
+            return model.skipped_misfire(reason.split(":", 1)[1])
+        if reason.startswith("overlap"):
+            return model.SKIPPED_OVERLAP
+        if reason.startswith("quota"):
+            return model.SKIPPED_QUOTA
+        return f"skipped:{reason}"
+    if r.trigger == "catch_up":
+        return model.REPLAYED
+    if r.trigger == "cron":
+        return model.RAN
+    return f"trigger:{r.trigger}"
+
+
+class _Ctx:
+    """What the judgement of one schedule needs, built once per history."""
+
+    def __init__(self, h: History) -> None:
+        self.h = h
+        self.grace = h.meta.misfire_grace_s
+        self.epochs = owners_by_epoch(h)
+        self.outages = outage_windows(h)
+        self.rows: dict[str, dict[float, list[ExecutionRec]]] = defaultdict(lambda: defaultdict(list))
+        self.all_rows: dict[str, list[ExecutionRec]] = defaultdict(list)
+        for e in h.executions:
+            if e.schedule_id is None:
+                continue
+            self.all_rows[e.schedule_id].append(e)
+            if e.trigger in ("cron", "catch_up"):  # a tick's row (its skipped records are trigger cron)
+                self.rows[e.schedule_id][e.scheduled_for].append(e)
+        self.ops: dict[str, list[model.Op]] = defaultdict(list)
+        for o in h.ops:
+            if o.schedule_id:
+                self.ops[o.schedule_id].append(model.Op(o.kind, o.sent, o.answered, o.ok, o.version))
+        self.started: set[tuple[str, float]] = set()  # ticks a worker started as cron or catch_up runs
+        out_of_band = {e.id for e in h.executions if e.trigger not in ("cron", "catch_up")}
+        out_of_band |= {o.execution_id for o in h.ops if o.execution_id}
+        for run in h.runs:
+            t = _ts(run.scheduled_for)
+            if run.event == "start" and run.schedule_id and t is not None and run.execution_id not in out_of_band:
+                self.started.add((run.schedule_id, round(t, 3)))
+        self.refused: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+        for ev in h.events:
+            if ev.kind == "misfire_refused" and ev.schedule_id:
+                lo, hi = _ts(str(ev.data.get("first_missed", ""))), _ts(str(ev.data.get("latest_missed", "")))
+                if lo is not None and hi is not None:
+                    self.refused[ev.schedule_id].append((lo, hi, int(ev.data.get("refused_count", 0) or 0)))
+        self.ambiguous_ticks: set[tuple[str, float]] = set()
+        self.previews = {p.schedule_id: p for p in h.previews}
+        for s in h.schedules:  # the ticks an operation makes ambiguous, for every check
+            p = self.previews.get(s.id)
+            for a, b in (p.ticks if p else ()):
+                if model.control_at(model.Tick(float(a), float(b)), self.ops.get(s.id, ())).ambiguous:
+                    self.ambiguous_ticks.add((s.id, float(a)))
+
+
+def _late_slack(ctx: _Ctx, r: ExecutionRec) -> float:
+    return skew_of(ctx.h, ctx.epochs, r) + CLOCK_SLACK_S
+
+
+def _runs_of(ctx: _Ctx, s: ScheduleRec, before: float) -> list[tuple[float, float | None]]:
+    """(created, finished) of the schedule's runs of earlier ticks (replays, triggers and
+    backfills included), for the overlap counts."""
+    out = []
+    for e in ctx.all_rows.get(s.id, ()):
+        if e.state == "skipped" or e.scheduled_for >= before:
+            continue
+        created = e.fired_at if e.fired_at is not None else e.created_at
+        if created is None:
+            continue
+        finished = e.finished_at
+        if finished is None and e.state in ("succeeded", "failed", "dead", "cancelled"):
+            finished = created  # ended without a finish time (cancelled before it started)
+        out.append((created, finished))
+    return out
+
+
+def check_ticks_exactly_once(h: History) -> InvariantResult:
+    c = _Collector("ticks_exactly_once")
+    ctx = _Ctx(h)
+    previews = {p.schedule_id: p for p in h.previews}
+    for s in h.schedules:
+        c.counts["schedules"] += 1
+        p = previews.get(s.id)
+        if p is None:
+            c.bad("no_preview", f"schedule {s.name}: no PreviewSchedule answer was recorded")
+            continue
+        lo, hi = s.created_at, h.meta.window_end
+        ticks = [model.Tick(float(a), float(b)) for a, b in p.ticks if lo < float(a) <= hi]
+        if p.ticks and float(p.ticks[-1][0]) <= hi and s.cron.strip() not in ("@yearly", "@annually"):
+            c.bad("short_preview", f"schedule {s.name}: its preview ends at {iso(float(p.ticks[-1][0]))}, "
+                                   f"before the window's end")
+        expected = {t.scheduled_for for t in ticks}
+        for t in ticks:
+            c.counts["ticks_expected"] += 1
+            _judge(c, ctx, s, t)
+        have = ctx.rows.get(s.id, {})
+        for at in sorted(x for x in have if lo < x <= hi and x not in expected):
+            c.bad("phantom", f"schedule {s.name}: execution for {iso(at)}, which is not a tick of its preview")
+    n = c.counts["ticks_expected"]
+    c.extra["ambiguous_share"] = round(c.counts["ambiguous"] / n, 4) if n else 0.0
+    return c.result()
+
+
+def _judge(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick) -> None:
+    where = f"schedule {s.name} ({s.misfire_policy}/{s.overlap_policy}) tick {iso(t.scheduled_for)}"
+    ctl = model.control_at(t, ctx.ops.get(s.id, ()))
+    if ctl.ambiguous:
+        c.counts["ambiguous"] += 1
+    got = ctx.rows.get(s.id, {}).get(t.scheduled_for, [])
+    if len(got) > 1:
+        c.bad("duplicate", f"{where}: {len(got)} executions")
+    r = got[0] if got else None
+    ran = (s.id, round(t.scheduled_for, 3)) in ctx.started or (r is not None and r.started_at is not None)
+    if not ctl.active and not ctl.ambiguous:
+        if ran or (r is not None and r.state not in ("cancelled", "skipped")):
+            c.bad("not_taken_back", f"{where}: a pause/delete answered before its run_at {iso(t.run_at)}, yet "
+                                    f"{'a run of it started' if ran else f'its row is {r.state if r else None}'}")
+        elif r is not None:
+            c.counts["taken_back_with_a_record"] += 1  # e.g. a quota skip written a second ahead: no run
+        else:
+            c.counts["taken_back"] += 1
+        return
+    if r is None:
+        _judge_absent(c, ctx, s, t, ctl, ran, where)
+        return
+    outcome = _observed(r)
+    c.counts[f"outcome.{outcome}"] += 1
+    if r.state != "skipped" and r.payload_v is not None and not ctl.min_version <= r.payload_v <= ctl.max_version:
+        c.bad("stale_payload", f"{where}: fired payload version {r.payload_v}, the edits answered before its "
+                               f"run_at {iso(t.run_at)} allow {ctl.min_version}..{ctl.max_version}")
+    lateness = (r.fired_at if r.fired_at is not None else (r.created_at or t.run_at)) - t.run_at
+    slack = _late_slack(ctx, r)
+    missed_ok = lateness >= ctx.grace - slack
+    if outcome.startswith("skipped:misfire:") or outcome == model.REPLAYED:
+        _judge_missed(c, ctx, s, t, r, outcome, lateness, missed_ok, where)
+    elif outcome == model.SKIPPED_QUOTA:
+        if s.tenant not in ctx.h.meta.quotas:
+            c.bad("policy", f"{where}: skipped for quota, its tenant {s.tenant} has none")
+    elif outcome in (model.SKIPPED_OVERLAP, model.RAN):
+        _judge_live(c, ctx, s, t, r, outcome, lateness, slack, where)
+    else:
+        c.bad("policy", f"{where}: unexpected row ({r.state}, trigger {r.trigger}, reason {r.state_reason!r})")
+
+
+def _judge_absent(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick, ctl: model.Control, ran: bool,
+                  where: str) -> None:
+    refused = [x for x in ctx.refused.get(s.id, ()) if x[0] <= t.scheduled_for <= x[1]]
+    if refused:
+        c.counts["refused_with_alert"] += 1
+        if s.misfire_policy != "catch_up":
+            c.bad("policy", f"{where}: refused under misfire policy {s.misfire_policy}")
+        elif refused[0][2] and refused[0][2] <= s.max_catch_up:
+            c.bad("policy", f"{where}: refused {refused[0][2]} ticks with max_catch_up {s.max_catch_up}")
+        return
+    if ctl.ambiguous:
+        c.counts["ambiguous_absent"] += 1
+        return
+    retains = s.keep_last is not None or s.keep_succeeded_for_s is not None
+    if retains and (ran or s.overlap_policy in ("forbid", "buffer_one") or s.tenant in ctx.h.meta.quotas
+                    or model.may_have_missed(t, ctx.outages.get(s.partition, ()), ctx.grace, 1.0)):
+        c.counts["pruned"] += 1
+        return
+    if s.deleted_at is not None and s.deleted_at <= t.run_at + OVERLAP_SLACK_S:
+        c.counts["taken_back"] += 1  # deleted by a fault-time retry we did not record as an op
+        return
+    c.bad("lost", f"{where}: no execution and no refusal (run_at {iso(t.run_at)})")
+
+
+def _judge_missed(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick, r: ExecutionRec, outcome: str,
+                  lateness: float, missed_ok: bool, where: str) -> None:
+    if not missed_ok:
+        c.bad("unjustified_skip" if outcome != model.REPLAYED else "policy",
+              f"{where}: {outcome} though only {lateness:.2f}s past its run time {iso(t.run_at)} "
+              f"(grace {ctx.grace}s)")
+        return
+    if not model.may_have_missed(t, ctx.outages.get(s.partition, ()), ctx.grace, 1.0):
+        c.counts["missed_outside_outage"] += 1
+    if outcome == model.REPLAYED:
+        if s.misfire_policy == "skip":
+            c.bad("policy", f"{where}: replayed as catch_up under policy skip")
+        return
+    policy = outcome.rsplit(":", 1)[1]
+    if policy != s.misfire_policy or policy == "catch_up":
+        c.bad("policy", f"{where}: skipped as {r.state_reason!r}")
+    elif policy == "run_once" and not _fired_latest_with(r, ctx.all_rows.get(s.id, ())):
+        c.bad("policy", f"{where}: run_once skipped it but fired no later missed tick with it")
+
+
+def _fired_latest_with(skip: ExecutionRec, rows: Iterable[ExecutionRec]) -> bool:
+    """run_once records the older missed ticks as skipped and fires the latest in the same batch."""
+    at = skip.fired_at if skip.fired_at is not None else skip.created_at
+    return at is not None and any(
+        e.trigger == "catch_up" and e.scheduled_for > skip.scheduled_for and e.fired_epoch == skip.fired_epoch
+        and e.fired_at is not None and abs(e.fired_at - at) <= 1.0 for e in rows)
+
+
+def _judge_live(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick, r: ExecutionRec, outcome: str,
+                lateness: float, slack: float, where: str) -> None:
+    if outcome == model.SKIPPED_OVERLAP and lateness > ctx.grace + slack + OVERLAP_SLACK_S:
+        c.bad("overlap_on_missed", f"{where}: skipped for overlap {lateness:.2f}s past its run time: a missed "
+                                   f"tick goes to the misfire policy, which overlap does not apply to")
+        return
+    decided = r.fired_at if r.fired_at is not None else t.run_at
+    runs = _runs_of(ctx, s, t.scheduled_for)
+    counts = model.unfinished_at(decided, runs, OVERLAP_SLACK_S)
+    allowed = model.live_outcomes(s.overlap_policy, counts, (0, counts[1]))
+    ok = (outcome == model.SKIPPED_OVERLAP and model.SKIPPED_OVERLAP in allowed) or (
+        outcome == model.RAN and allowed & {model.RAN, model.BUFFERED, model.REPLACED})
+    if len(allowed) > 1:
+        c.counts["overlap_either"] += 1
+    if not ok:
+        c.bad("policy", f"{where}: {outcome} with {counts[0]}..{counts[1]} earlier runs unfinished at "
+                        f"{iso(decided)}; {s.overlap_policy} allows {sorted(allowed)}")
+    elif s.overlap_policy == "replace" and outcome == model.RAN:
+        _judge_replaced(c, ctx, s, t, decided, where)
+
+
+def _judge_replaced(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick, decided: float, where: str) -> None:
+    """replace cancels the unfinished runs: one still queued when the new tick came due ends
+    cancelled and never starts after (a running one is asked to stop and may still succeed)."""
+    for e in ctx.all_rows.get(s.id, ()):
+        created = e.fired_at if e.fired_at is not None else e.created_at
+        if (e.scheduled_for >= t.scheduled_for or e.state == "skipped" or created is None
+                or created > decided - OVERLAP_SLACK_S):
+            continue
+        queued = e.started_at is None or e.started_at > decided + OVERLAP_SLACK_S
+        open_then = e.finished_at is None or e.finished_at >= decided - CLOCK_SLACK_S  # the replace may end it
+        if queued and open_then:
+            c.counts["replaced_queued"] += 1
+            if e.state != "cancelled":
+                c.bad("not_replaced", f"{where}: replace ran it while {e.id} (tick {iso(e.scheduled_for)}) was "
+                                      f"queued, which ended {e.state}, not cancelled")
+
+
+def check_buffered_runs_released(h: History) -> InvariantResult:
+    c = _Collector("buffered_runs_released")
+    ctx = _Ctx(h)
+    delaying = [(f.start, f.end + h.meta.worker_lease_s + h.meta.lease_ttl_s) for f in h.injections
+                if f.name in START_DELAYING or f.target == "postgres"]
+    for s in h.schedules:
+        if s.overlap_policy not in ("buffer_one", "buffer_all"):
+            continue
+        rows = sorted((e for e in ctx.all_rows.get(s.id, ()) if e.state != "skipped"), key=lambda e: e.scheduled_for)
+        for r in rows:
+            if r.trigger != "cron" or r.run_at > h.meta.window_end:
+                continue
+            c.counts["runs"] += 1
+            start = r.started_at if r.started_at is not None else h.meta.collected_at
+            wait_from = max(r.run_at, r.fired_at or r.run_at)
+            if start - wait_from <= RELEASE_SLACK_S:
+                continue
+            c.counts["waited"] += 1
+            # Covered while a run of an earlier tick was unfinished, or a fault delayed every start.
+            ahead = _runs_of(ctx, s, r.scheduled_for) + [(a, b) for a, b in delaying]
+            uncovered = _first_gap(wait_from, start - RELEASE_SLACK_S, ahead)
+            if uncovered is not None:
+                c.bad("nothing_ahead", f"schedule {s.name} ({s.overlap_policy}) tick {iso(r.scheduled_for)}: "
+                                       f"waited from {iso(wait_from)} to {iso(r.started_at)} though nothing "
+                                       f"was unfinished ahead of it at {iso(uncovered)} (state {r.state})")
+    return c.result()
+
+
+def _first_gap(lo: float, hi: float, runs: list[tuple[float, float | None]]) -> float | None:
+    """The first instant of [lo, hi] no run covers (None: covered)."""
+    at = lo
+    for created, finished in sorted(runs):
+        end = float("inf") if finished is None else finished
+        if created > at:
+            break
+        at = max(at, end)
+    return None if at >= hi else at
+
+
+def check_quota_counts_created(h: History) -> InvariantResult:
+    c = _Collector("quota_counts_created")
+    if not h.meta.quotas:
+        return c.result()
+    sched_tenant = {s.id: s.tenant for s in h.schedules}
+    created: dict[str, dict[str, float]] = defaultdict(dict)  # tenant -> execution id -> created
+    for e in h.executions:
+        if e.tenant in h.meta.quotas and e.created_at is not None:
+            created[e.tenant][e.id] = e.created_at
+    for run in h.runs:  # a pruned row still ran: its start line counts it
+        tenant = sched_tenant.get(run.schedule_id or "")
+        if run.event == "start" and tenant in h.meta.quotas and run.execution_id not in created[tenant]:
+            created[tenant][run.execution_id] = run.leased_at or run.t
+            c.counts["counted_from_runs"] += 1
+    skips = [e for e in h.executions if e.state == "skipped" and (e.state_reason or "").startswith("quota")]
+    for tenant, quota in sorted(h.meta.quotas.items()):
+        days: Counter[int] = Counter(int(at // 86400) for at in created[tenant].values())
+        quota_skipped = {e.id for e in skips if e.tenant == tenant}
+        fired = Counter(int(at // 86400) for i, at in created[tenant].items() if i not in quota_skipped)
+        c.counts[f"{tenant}.created"] = sum(days.values())
+        for day, n in fired.items():
+            # Concurrent fire statements of other partitions may each add a batch (docs: "at most the
+            # rows those concurrent transactions add"): allow one batch per partition beyond the quota.
+            if n > quota + h.meta.partitions:
+                c.bad("over_quota", f"tenant {tenant}: {n} runs created on UTC day {day}, quota {quota}")
+        for e in skips:
+            if e.tenant != tenant or e.created_at is None:
+                continue
+            before = sum(1 for at in created[tenant].values() if at < e.created_at - CLOCK_SLACK_S)
+            if not model.quota_allows(before, quota) or before + h.meta.partitions >= quota:
+                continue
+            c.bad("early_quota_skip", f"tenant {tenant}: tick {iso(e.scheduled_for)} skipped for quota with "
+                                      f"only {before} executions created before it (quota {quota})")
+    return c.result()

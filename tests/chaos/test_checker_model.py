@@ -1,0 +1,140 @@
+"""The model-based checks (chaos.checker_model) can fail: each is broken on purpose on the clean
+history of tests/chaos/test_checker.py (one every-second schedule, ticks T0..T0+10) and must name
+what broke. Each case is one of issue 47's holes as the generative run meets it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from chaos.checker_explain import check_explain_agrees
+from chaos.checker_model import check_buffered_runs_released, check_quota_counts_created, check_ticks_exactly_once
+from chaos.history import ExplainRec, History, OpRec, PreviewRec
+from tests.chaos.test_checker import SID, T0, assert_fails, clean, replace_rows, result, tick_row
+
+
+def with_ops(h: History, *ops: OpRec) -> History:
+    return dataclasses.replace(h, ops=ops)
+
+
+def without(h: History, *ids: str) -> History:
+    """The rows and the workers' runs of these executions gone: the ticks never ran."""
+    h = replace_rows(h, drop=ids)
+    return dataclasses.replace(h, runs=tuple(r for r in h.runs if r.execution_id not in ids))
+
+
+def policies(h: History, **kw: object) -> History:
+    return dataclasses.replace(h, schedules=(dataclasses.replace(h.schedules[0], **kw),))  # type: ignore[arg-type]
+
+
+def test_a_tick_run_after_a_pause_answered_before_its_run_at_is_reported() -> None:
+    # Item 3: the pause answered 0.8 s before tick 6, which still ran.
+    h = with_ops(clean(), OpRec("pause", SID, T0 + 5.1, T0 + 5.2), OpRec("resume", SID, T0 + 8.5, T0 + 8.6))
+    h = without(h, "e-7", "e-8")  # 7 and 8 were taken back, as they should
+    r = assert_fails(h, "ticks_exactly_once", "not_taken_back")
+    assert r.counts["violations.not_taken_back"] == 1 and r.counts["taken_back"] == 2
+    assert result(without(h, "e-6"), "ticks_exactly_once").ok
+
+
+def test_a_pause_whose_interval_spans_the_run_at_allows_both_and_is_counted_ambiguous() -> None:
+    h = with_ops(clean(), OpRec("pause", SID, T0 + 5.9, T0 + 6.2), OpRec("resume", SID, T0 + 6.3, T0 + 6.4))
+    for drop in ((), ("e-6",)):
+        r = result(without(h, *drop), "ticks_exactly_once")
+        assert r.ok and r.counts["ambiguous"] == 1 and r.counts["ambiguous_share"] == round(1 / 11, 4), r
+
+
+def test_a_tick_fired_with_the_payload_of_before_an_edit_answered_before_its_run_at_is_reported() -> None:
+    # Item 3: a fire statement blocked on schedule_due rechecked an old version and inserted the old payload.
+    h = with_ops(clean(), OpRec("update", SID, T0 + 4.5, T0 + 4.6, version=1))
+    rows = [tick_row(T0 + i, payload_v=0 if i < 5 else 1) for i in range(11)]
+    assert result(replace_rows(h, *rows), "ticks_exactly_once").ok
+    stale = tick_row(T0 + 5, payload_v=0)
+    assert_fails(replace_rows(h, *rows, stale), "ticks_exactly_once", "stale_payload")
+
+
+def test_a_jittered_tick_recorded_as_a_misfire_before_its_run_time_is_reported() -> None:
+    # Item 2: an UpdateSchedule reload 30 s before a jittered tick's run_at recorded it misfire:skip.
+    h = clean("skip")
+    ticks = [(T0 + i, T0 + i + (40.0 if i == 5 else 0.0)) for i in range(12)]
+    h = dataclasses.replace(h, previews=(PreviewRec(SID, tuple(ticks)),))
+    skipped = tick_row(T0 + 5, run_at=T0 + 45, state="skipped", state_reason="misfire:skip", fired_at=T0 + 10,
+                       started_at=None, finished_at=None)
+    assert_fails(replace_rows(h, skipped), "ticks_exactly_once", "unjustified_skip")
+
+
+def test_a_missed_tick_skipped_for_overlap_instead_of_replayed_is_reported() -> None:
+    # Item 1: forbid + catch_up replayed 1 of the missed ticks and skipped the others for overlap.
+    h = policies(clean("catch_up"), overlap_policy="forbid")
+    replay = tick_row(T0 + 2, trigger="catch_up", fired_at=T0 + 8, started_at=T0 + 8.1, finished_at=T0 + 12)
+    overlap = [tick_row(T0 + i, state="skipped", state_reason="overlap: overlap forbidden: 1 running, 0 buffered",
+                        fired_at=T0 + 8.01, started_at=None, finished_at=None) for i in (3, 4, 5)]
+    assert_fails(replace_rows(h, replay, *overlap), "ticks_exactly_once", "overlap_on_missed")
+
+
+def test_a_buffered_run_left_waiting_with_nothing_ahead_is_reported() -> None:
+    # Item 1: buffer_one after a restart: a buffered row nothing releases, the later ticks skipped.
+    h = policies(clean(), overlap_policy="buffer_one")
+    stuck = tick_row(T0 + 3, state="scheduled", state_reason="buffered", started_at=None, finished_at=None)
+    full = [tick_row(T0 + i, state="skipped", state_reason="overlap: buffer of one is full: 0 running, 1 buffered",
+                     started_at=None, finished_at=None) for i in range(4, 11)]
+    h = replace_rows(h, stuck, *full)
+    assert not check_buffered_runs_released(h).ok
+    assert check_buffered_runs_released(h).counts["violations.nothing_ahead"] == 1
+    # Waiting behind a run that really was unfinished is the policy.
+    ahead = tick_row(T0 + 2, finished_at=T0 + 9.5)
+    waited = tick_row(T0 + 3, started_at=T0 + 9.6, finished_at=T0 + 9.7)
+    assert check_buffered_runs_released(replace_rows(policies(clean(), overlap_policy="buffer_one"), ahead,
+                                                     waited)).ok
+
+
+def test_runs_beyond_the_daily_quota_counted_from_the_workers_starts_are_reported() -> None:
+    # Item 4: keep_last=0 pruned the rows, the quota counted what was left: 11 runs under a quota of 3.
+    h = dataclasses.replace(clean(), meta=dataclasses.replace(clean().meta, quotas={"chaos-quota": 3}, partitions=1))
+    h = policies(h, tenant="chaos-quota", keep_last=0)
+    h = dataclasses.replace(h, executions=tuple(e for e in h.executions if e.schedule_id is None))
+    r = check_quota_counts_created(h)
+    assert not r.ok and r.counts["counted_from_runs"] == 11, r
+
+
+def test_explain_saying_missed_or_contradicting_the_rows_is_reported() -> None:
+    h = clean()
+    ok = ExplainRec(SID, tuple((T0 + i, "fired", f"e-{i}", "") for i in range(11)))
+    assert check_explain_agrees(dataclasses.replace(h, explains=(ok,))).ok
+    bad = ExplainRec(SID, ((T0 + 1, "missed", None, "no execution"), (T0 + 2, "skipped_overlap", None, ""),
+                           (T0 + 3, "pruned_by_retention", None, "")))
+    r = check_explain_agrees(dataclasses.replace(h, explains=(bad,)))
+    assert r.counts["violations.missed"] == 1 and r.counts["violations.disagrees"] == 2, r
+
+
+def test_a_tick_taken_back_by_a_pause_is_not_lost_and_one_never_recorded_is() -> None:
+    h = with_ops(clean(), OpRec("pause", SID, T0 + 1.1, T0 + 1.2))
+    h = without(h, *(f"e-{i}" for i in range(2, 11)))
+    assert check_ticks_exactly_once(h).ok
+    assert_fails(without(clean(), "e-2"), "ticks_exactly_once", "lost")
+
+
+def test_a_jittered_tick_buffered_behind_a_run_that_just_ended_and_never_released_is_reported() -> None:
+    # Seed 1 (30 s, at fc3593a): buffer_one with jitter 12 s, ticks 45 and 50 came due out of
+    # order (run_at 52.397 and 52.293); tick 50 was buffered at 52.414 behind tick 45's run, which
+    # had ended at 52.412, so nothing released it and every later tick was skipped as "buffer of one
+    # is full: 0 running, 1 buffered" for the rest of the run. The docs say a buffered run waits only
+    # behind an unfinished one: the product is wrong.
+    h = policies(clean(), overlap_policy="buffer_one", jitter_s=12.0)
+    ahead = tick_row(T0 + 2, run_at=T0 + 4.397, fired_at=T0 + 4.402, started_at=T0 + 4.404, finished_at=T0 + 4.412)
+    stuck = tick_row(T0 + 3, run_at=T0 + 4.293, fired_at=T0 + 4.414, state="scheduled", state_reason="buffered",
+                     started_at=None, finished_at=None)
+    full = [tick_row(T0 + i, state="skipped", state_reason="overlap: buffer of one is full: 0 running, 1 buffered",
+                     started_at=None, finished_at=None) for i in range(4, 11)]
+    r = check_buffered_runs_released(replace_rows(h, ahead, stuck, *full))
+    assert r.counts["violations.nothing_ahead"] == 1, r
+    assert_fails(replace_rows(h, ahead, stuck, *full), "fired_runs_completed", "not_terminal")
+
+
+def test_replace_must_cancel_a_run_still_queued_when_the_next_tick_came_due() -> None:
+    h = policies(clean(), overlap_policy="replace")
+    queued = tick_row(T0 + 4, started_at=None, finished_at=T0 + 5.02, state="cancelled")  # by tick 5's fire
+    h2 = replace_rows(h, queued)
+    h2 = dataclasses.replace(h2, runs=tuple(r for r in h2.runs if r.execution_id != "e-4"))
+    r = check_ticks_exactly_once(h2)
+    assert r.ok and r.counts["replaced_queued"] == 1, r
+    ran_anyway = tick_row(T0 + 4, started_at=T0 + 6.0, finished_at=T0 + 6.1)  # started after tick 5 replaced it
+    assert_fails(replace_rows(h, ran_anyway), "ticks_exactly_once", "not_replaced")
