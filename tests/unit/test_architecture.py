@@ -30,6 +30,7 @@ ONLY: dict[str, set[str]] = {"cronwheel.client": {"cronwheel.v1"}}
 # Leaves any layer may use.
 SHARED = {"cronwheel", "cronwheel.clock", "cronwheel.entropy", "cronwheel.errors", "cronwheel.heap",
           "cronwheel.tracing"}
+SHARED.add("cronwheel.egress")  # the one egress check (issue 48): webhooks now, HTTP targets next
 # The top: CLI, dev orchestration and local servers may import anything; nothing imports them
 # except tests, bench and chaos (localservers is shared with those).
 TOP = {"cronwheel.cli", "cronwheel.cli_commands", "cronwheel.cli_explain", "cronwheel.dev"}
