@@ -40,7 +40,7 @@ def catalog(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
 
 def test_migrations_apply_twice_without_error(empty_dsn: str) -> None:
     first = migrate(empty_dsn, partitions=16)
-    assert first.applied and first.current_version == len(first.applied)
+    assert first.applied and first.current_version == int(first.applied[-1][:4])  # every one, the last last
     second = migrate(empty_dsn, partitions=16)
     assert second.applied == ()
     assert second.current_version == first.current_version

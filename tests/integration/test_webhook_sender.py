@@ -13,6 +13,7 @@ import pytest
 from cronwheel.clock import FakeClock
 from cronwheel.cluster.webhooks import payload
 from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookSender
+from cronwheel.egress import Answer
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Event
 from cronwheel.storage.webhooks import DeliveryFilter, NewWebhook
@@ -27,12 +28,12 @@ class Answers:
         self.answers = list(answers)
         self.sent: list[payload.Request] = []
 
-    async def __call__(self, req: payload.Request, timeout_s: float) -> tuple[int | None, str | None]:
+    async def __call__(self, req: payload.Request, timeout_s: float) -> Answer:
         self.sent.append(req)
         status = self.answers.pop(0) if self.answers else 200
         if status is None:
-            return None, "ConnectionRefusedError: refused"
-        return status, None if status < 300 else f"HTTP {status}"
+            return Answer(None, "ConnectionRefusedError: refused")
+        return Answer(status, None if status < 300 else f"HTTP {status} Internal Detail")
 
 
 async def setup(store: PgStore, clock: FakeClock, **cfg: Any) -> tuple[WebhookConfig, uuid.UUID]:
@@ -40,8 +41,9 @@ async def setup(store: PgStore, clock: FakeClock, **cfg: Any) -> tuple[WebhookCo
     now = clock.now()
     await store.webhooks.create(NewWebhook(id=uuid.uuid4(), tenant=None, url="http://127.0.0.1:9/", secret="s" * 20,
                                            kinds=("dead_letter",), schedule_id=None, description="", actor="t",
-                                           now=now))
+                                           now=now, cap=100))
     await store.events.insert(Event("dead_letter", tenant="acme", alert=True, data={"error": "x"}, at=now))
+    await store.webhooks.fan_out(10)
     (d,) = await store.webhooks.deliveries(DeliveryFilter(None, None, None, None, None, 10))
     return config, d["id"]
 
@@ -61,7 +63,7 @@ async def test_a_failed_attempt_is_retried_after_the_retry_policys_backoff_on_th
     sender = WebhookSender(store.webhooks, "n1", clock, config, transport=Answers(503), rng=rng)
     assert await sender.round() == 1
     d = await state(store, ident)
-    assert (d["state"], d["attempts"], d["last_status"], d["last_error"]) == ("pending", 1, 503, "HTTP 503")
+    assert (d["state"], d["attempts"], d["last_status"], d["last_error"]) == ("pending", 1, 503, "delivery failed")
     assert d["next_attempt_at"] == clock.now() + timedelta(seconds=expected_delay)
     assert await sender.round() == 0  # not due yet
     clock.advance(expected_delay)
@@ -81,7 +83,7 @@ async def test_after_max_attempts_the_delivery_is_given_up_as_failed_with_its_la
         clock.advance(100.0)  # past any backoff of this policy
     assert await sender.round() == 0
     d = await state(store, ident)
-    assert (d["state"], d["attempts"], d["last_status"], d["last_error"]) == ("failed", 3, 404, "HTTP 404")
+    assert (d["state"], d["attempts"], d["last_status"], d["last_error"]) == ("failed", 3, 404, "delivery failed")
     assert len(answers.sent) == 3 and len({r.headers["Cronwheel-Delivery"] for r in answers.sent}) == 1
 
 
