@@ -237,6 +237,7 @@ class Member:
     stats_at: datetime | None
     version: str
     started_at: datetime | None
+    egress_allow: tuple[str, ...] = ()  # what its outbound requests may reach although not global
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ class SelfView:
     version: str
     started_at: float  # Unix seconds
     fire_lag_s: tuple[float, float] | None  # (p50, p99), None before any fire
+    egress_allow: tuple[str, ...] = ()  # its egress allow list, normalized (cronwheel/egress.py describe)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,8 @@ class NodeStatus:
         self.cluster_name = node.config.lease.cluster
         self.node_id = node.config.node_id
         self.tls_cert = getattr(node.config, "tls_cert", "")
+        webhooks = getattr(node.config, "webhooks", None)  # its egress policy: fixed for the node's life
+        self.egress_allow: tuple[str, ...] = webhooks.egress.describe() if webhooks is not None else ()
 
     @property
     def partitions(self) -> int:
@@ -79,6 +82,7 @@ class NodeStatus:
             lease_deadline_in_s=coord.lease_deadline_s() if coord is not None else 0.0,
             wheel_size=n.wheel_size(), version=n.version, started_at=n.started_at,
             fire_lag_s=firer.lag_percentiles() if firer is not None else None,
+            egress_allow=self.egress_allow,
         )
 
     def cluster_view(self) -> ClusterView:
