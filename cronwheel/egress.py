@@ -99,7 +99,8 @@ class EgressPolicy:
             return None
         if inner.is_global and not inner.is_multicast:
             return None
-        return f"{host} is {_class_of(inner)} address {inner}"
+        where = "" if _host_key(host) == str(inner) else f" ({inner})"
+        return f"{host} is {_class_of(inner)} address{where}"
 
     def check_url(self, url: str, field: str = "url") -> None:
         """At creation: refuse a URL whose host is a refused literal address or a local name."""

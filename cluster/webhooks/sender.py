@@ -181,8 +181,10 @@ class WebhookSender:
                 if not more:  # more may be due at once (a full claim or fan-out): go on, else wait
                     since_prune += await self._idle()
         finally:
-            for t in self._inflight:
-                t.cancel()  # their threads are daemons: nothing waits for them
+            stopping = list(self._inflight)
+            for t in stopping:
+                t.cancel()  # their request threads are daemons: nothing waits for those
+            await asyncio.gather(*stopping, return_exceptions=True)  # no orphan task
 
     async def round(self) -> int:
         """One pass, waiting for the deliveries it started (tests); the number claimed."""

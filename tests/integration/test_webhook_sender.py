@@ -3,8 +3,11 @@ answers a recorded transport's: when it retries, when it gives up, what it write
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 import uuid
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,6 +20,7 @@ from cronwheel.egress import Answer
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Event
 from cronwheel.storage.webhooks import DeliveryFilter, NewWebhook
+from tests.e2e.helpers import wait_until_async
 
 pytestmark = pytest.mark.integration
 
@@ -97,3 +101,46 @@ async def test_a_delivery_whose_event_was_pruned_fails_without_a_request(store: 
     assert await sender.round() == 1
     d = await state(store, ident)
     assert d["state"] == "failed" and "no longer in the log" in d["last_error"] and answers.sent == []
+
+
+async def test_a_tenant_whose_receivers_hang_holds_its_own_slots_only_and_the_rest_is_sent(store: PgStore) -> None:
+    clock = FakeClock(start_ts=datetime(2026, 12, 1, tzinfo=UTC).timestamp())
+    now = clock.now()
+    for i in range(5):
+        await store.webhooks.create(NewWebhook(id=uuid.uuid4(), tenant="a", url=f"http://a.example/{i}",
+                                               secret="s" * 20, kinds=("dead_letter",), schedule_id=None,
+                                               description="", actor="t", now=now, cap=100))
+    await store.webhooks.create(NewWebhook(id=uuid.uuid4(), tenant="b", url="http://b.example/", secret="s" * 20,
+                                           kinds=("dead_letter",), schedule_id=None, description="", actor="t",
+                                           now=now, cap=100))
+    await store.events.insert(Event("dead_letter", tenant="a", alert=True, data={"error": "x"}, at=now))
+    await store.events.insert(Event("dead_letter", tenant="b", alert=True, data={"error": "x"}, at=now))
+    release = asyncio.Event()
+    seen: list[str] = []
+
+    async def transport(req: payload.Request, total_s: float) -> Answer:
+        seen.append(req.url)
+        if req.url.startswith("http://a.example/"):
+            await release.wait()  # tenant a's receivers hang (until the test lets them answer)
+        return Answer(200)
+
+    sender = WebhookSender(store.webhooks, "n1", clock, WebhookConfig(per_tenant=4), transport=transport)
+    task = asyncio.create_task(sender.run())
+    try:
+        async def delivered(tenant: str | None = None) -> int:
+            return len([d for d in await store.webhooks.deliveries(DeliveryFilter(tenant, None, None, "delivered",
+                                                                                  None, 10))])
+
+        await wait_until_async(lambda: delivered("b"), 20, "tenant b's delivery while tenant a's hang")
+        assert sorted(u.split("/")[2] for u in seen) == ["a.example"] * 4 + ["b.example"], "a holds 4 slots, no more"
+        release.set()  # a's slots free one by one; its fifth delivery is claimed then, without a poll
+        await wait_until_async(lambda: _ge(delivered(), 6), 20, "every delivery")
+        assert len(seen) == 6
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _ge(n: Awaitable[int], at_least: int) -> bool:
+    return await n >= at_least
