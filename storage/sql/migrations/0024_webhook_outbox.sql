@@ -11,3 +11,8 @@
 ALTER TABLE events ADD COLUMN webhooks_pending boolean NOT NULL DEFAULT false;
 ALTER TABLE events ALTER COLUMN webhooks_pending SET DEFAULT true;
 CREATE INDEX events_webhooks_pending ON events (id) WHERE webhooks_pending;
+-- What a tenant may see of a failed attempt is "refused by egress policy" or "delivery failed"
+-- and the status code (issue 48): the errors recorded before said more (a connection error, the
+-- receiver's reason phrase), and they are no more shown.
+UPDATE webhook_deliveries SET last_error = 'delivery failed'
+ WHERE last_error IS NOT NULL AND last_error NOT LIKE 'the event is no longer in the log%';
