@@ -336,7 +336,7 @@ def cluster_status(msg: admin_pb2.ClusterStatusResponse) -> t.ClusterStatus:
                                partitions=tuple(m.partitions), wheel_size=m.wheel_size,
                                fire_lag_p50=_dur(m, "fire_lag_p50"), fire_lag_p99=_dur(m, "fire_lag_p99"),
                                stats_at=_ts(m, "stats_at"), version=m.version, started_at=_ts(m, "started_at"),
-                               auth_mode=m.auth_mode)
+                               auth_mode=m.auth_mode, egress_allow=tuple(m.egress_allow))
                       for m in msg.members),
         partitions=tuple(t.PartitionStatus(id=p.id, owner=p.owner or None, epoch=p.epoch,
                                            fenced_owner=p.fenced_owner or None, fenced_epoch=p.fenced_epoch,

@@ -238,6 +238,7 @@ class Member:
     version: str
     started_at: datetime | None
     auth_mode: str = ""  # "tokens", "loopback-only", "insecure"; "" when the node did not answer
+    egress_allow: tuple[str, ...] = ()  # what its outbound requests may reach although not global
 
 
 @dataclass(frozen=True, slots=True)

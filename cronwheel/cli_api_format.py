@@ -101,9 +101,22 @@ def print_status(st: Any) -> None:
     table(["NODE", "ADDRESS", "PARTITIONS", "WHEEL", "VERSION", "AUTH", "LEASE DEADLINE"],
           [[m.node_id, m.address, str(len(m.partitions)), str(m.wheel_size) if m.stats_at else "?",
             m.version or "?", m.auth_mode or "?", ts(m.lease_deadline)] for m in st.members])
+    egress_line(st.members)
     print()
     table(["PRIORITY", "QUEUED", "OLDEST RUN AT"],
           [[str(q.priority), str(q.queued), ts(q.oldest_run_at)] for q in st.queue_depths])
+
+
+def egress_line(members: Sequence[Any]) -> None:
+    """Each node's egress allow list (--egress-allow): one line when they agree, a flag naming
+    every member's list when they differ (members that did not answer are not compared)."""
+    lists = {m.node_id: tuple(m.egress_allow) for m in members if m.stats_at}
+    distinct = set(lists.values())
+    if len(distinct) > 1:
+        print("WARNING egress allow lists differ between members (--egress-allow): " + "; ".join(
+            f"{node}: {', '.join(allowed) or '(none)'}" for node, allowed in sorted(lists.items())))
+    elif distinct and (allowed := distinct.pop()):
+        print(f"egress allowed on every member: {', '.join(allowed)}")
 
 
 def event_line(ev: Any) -> str:

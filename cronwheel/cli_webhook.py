@@ -124,7 +124,8 @@ HELP = "push alerts: webhook subscriptions and their deliveries"
 def add_node_options(p: argparse.ArgumentParser) -> None:
     """The `cronwheel node` flags that tune the webhook sender (cluster/webhooks/sender.py)."""
     g = p.add_argument_group("webhooks")
-    g.add_argument("--webhook-timeout", type=float, default=10.0, help="seconds per request (default 10)")
+    g.add_argument("--webhook-timeout", type=float, default=10.0,
+                   help="seconds per delivery in all: connect, send and the whole answer (default 10)")
     g.add_argument("--webhook-lease", type=float, default=60.0,
                    help="seconds a claimed delivery is held before another node may send it (default 60)")
     g.add_argument("--webhook-max-attempts", type=int, default=12, help="attempts before giving up (default 12)")
@@ -132,11 +133,18 @@ def add_node_options(p: argparse.ArgumentParser) -> None:
                    help="initial retry backoff in seconds, doubling up to --webhook-backoff-max (default 10)")
     g.add_argument("--webhook-backoff-max", type=float, default=3600.0, help="backoff cap in seconds (default 3600)")
     g.add_argument("--webhook-poll", type=float, default=1.0, help="seconds between polls when idle (default 1)")
+    g.add_argument("--webhook-per-tenant", type=int, default=4,
+                   help="deliveries of one tenant in flight on this node at most, of 16 (default 4)")
+    g.add_argument("--egress-allow", action="append", default=[], metavar="HOST_OR_CIDR",
+                   help="let outbound requests (webhooks) reach this host name, address or network although "
+                        "it is loopback, link-local, private or otherwise not global (repeatable; default: none)")
 
 
 def node_config(args: argparse.Namespace) -> WebhookConfig:
     from cronwheel.cluster.webhooks.sender import WebhookConfig
+    from cronwheel.egress import EgressPolicy
 
     return WebhookConfig(poll_s=args.webhook_poll, lease_s=args.webhook_lease, timeout_s=args.webhook_timeout,
                          max_attempts=args.webhook_max_attempts, backoff_initial_s=args.webhook_backoff,
-                         backoff_max_s=args.webhook_backoff_max, retention_days=args.retention_days)
+                         backoff_max_s=args.webhook_backoff_max, retention_days=args.retention_days,
+                         per_tenant=args.webhook_per_tenant, egress=EgressPolicy.parse(args.egress_allow))

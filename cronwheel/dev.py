@@ -9,6 +9,8 @@ their partitions over and exit), then the servers, and removes every temp dir.
 Auth is off in dev (every caller is admin): the nodes are started without --auth-file.
 Stored secrets are encrypted as in production: the dev cluster makes a key (a key file in a temp
 dir of its own, mode 0600, removed at the end) and starts every node with --secret-key-file.
+Webhooks may reach loopback in dev (`--egress-allow` 127.0.0.0/8, ::1 and localhost: the egress
+policy's LOOPBACK), so local examples and receivers keep working.
 
 Names: each process is named once, and that name is everywhere: node `node-1` runs with
 `--node-id node-1` (what `cronwheel status` lists as its member), the demo worker `worker-1`
@@ -41,6 +43,7 @@ from datetime import timedelta
 from typing import Any, TextIO
 
 from cronwheel.clock import Clock, SystemClock
+from cronwheel.egress import LOOPBACK
 from cronwheel.localservers import LocalEtcd, LocalPostgres, die_with_parent, free_port
 from cronwheel.secret_store import KEY_ENV, new_key_line
 from cronwheel.storage.migrate import migrate
@@ -133,7 +136,8 @@ class DevCluster:
             self._spawn(f"node-{i}", ["node", "--dsn", self.dsn, "--etcd", ",".join(self.etcd.endpoints),
                                       "--node-id", f"node-{i}", "--listen", f"127.0.0.1:{port}", "--lease-ttl", "5",
                                       "--metrics-listen", f"127.0.0.1:{metrics}",
-                                      "--secret-key-file", self.key_file],
+                                      "--secret-key-file", self.key_file,
+                                      *(f for a in LOOPBACK for f in ("--egress-allow", a))],
                         ready=" listening on ")
         first = _field(self.children[0], " listening on ")
         self._spawn("worker-1", ["worker", "cronwheel.client.demo", "--address", first, "--worker-id", "worker-1"],

@@ -128,11 +128,12 @@ class EventsPort:
         params = {"tenant": event.tenant, "kind": event.kind, "schedule_id": event.schedule_id,
                   "execution_id": event.execution_id, "partition": event.partition, "actor": event.actor,
                   "alert": event.alert, "data": Jsonb(dict(event.data or {})), "at": event.at}
+        # The event is its webhooks' outbox (storage/webhooks.py): appending it is all, here.
         if conn is not None:
-            await _insert_event(conn, params)
+            await conn.execute(q("insert_event"), params)
             return
-        async with self.db.transaction() as c:  # the event and the deliveries it owes, together
-            await _insert_event(c, params)
+        async with self.db.connection() as c:
+            await c.execute(q("insert_event"), params)
 
     async def list(self, f: EventFilter) -> list[Row]:
         """A page by ascending id after `after_id` (data as JSON text)."""
@@ -140,16 +141,6 @@ class EventsPort:
             return await rows(conn, "api_list_events", {
                 "tenant": f.tenant, "schedule_id": f.schedule_id, "execution_id": f.execution_id, "kind": f.kind,
                 "alerts_only": f.alerts_only, "after_id": f.after_id, "limit": f.limit})
-
-
-async def _insert_event(conn: Conn, params: Mapping[str, Any]) -> None:
-    """Append an event and, in the same transaction, the webhook deliveries it owes."""
-    from cronwheel.storage.webhooks import enqueue_deliveries  # here: storage.webhooks imports this module
-
-    cur = await conn.execute(q("insert_event"), params)
-    got = await cur.fetchone()
-    if got is not None:
-        await enqueue_deliveries(conn, int(got[0]))
 
 
 class ExplainPort:

@@ -43,7 +43,6 @@ from cronwheel.storage.db import Database, stale_epoch
 from cronwheel.storage.executions import from_micros
 from cronwheel.storage.ids import new_execution_id
 from cronwheel.storage.queries import q
-from cronwheel.storage.webhooks import enqueue_deliveries
 
 
 class DueSchedule(NamedTuple):
@@ -394,13 +393,11 @@ class FiringPort:
             dupes += adv - plain_inserted
             plain_stale = len(p.plain.schedule_ids) - adv
         for ev in p.events:
-            cur = await conn.execute(
+            await conn.execute(  # its webhook deliveries come later, from the outbox (storage/webhooks.py)
                 q("insert_partition_event"),
                 {**fence, "tenant": None, "kind": ev.kind, "schedule_id": ev.schedule_id,
                  "execution_id": None, "actor": "scheduler", "alert": ev.alert, "data": Jsonb(ev.data)},
             )
-            if (got := await cur.fetchone()) is not None:  # its webhook deliveries, in this transaction
-                await enqueue_deliveries(conn, int(got[0]))
         return FireBatchResult(tuple(fired), dupes, advanced, plain_stale, plain_entered, tuple(replaced))
 
     async def set_tick_trace_contexts(self, ticks: Sequence[tuple[uuid.UUID, float, str]]) -> None:

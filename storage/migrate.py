@@ -42,7 +42,7 @@ def migrations() -> list[Migration]:
             out.append(Migration(int(m.group(1)), m.group(2), entry.read_text()))
     out.sort(key=lambda mg: mg.version)
     versions = [mg.version for mg in out]
-    if versions != list(range(1, len(out) + 1)):
+    if versions != list(range(1, len(versions) + 1)):
         raise RuntimeError(f"migration versions must be 1..N without gaps, found {versions}")
     return out
 

@@ -35,7 +35,6 @@ from cronwheel.storage.api import Conn
 from cronwheel.storage.db import Database
 from cronwheel.storage.errors import NotMigrated
 from cronwheel.storage.queries import q
-from cronwheel.storage.webhooks import enqueue_deliveries
 
 DEFAULT_CLUSTER = "cronwheel"  # the cluster name of `cronwheel migrate` and `cronwheel node` alike
 META_PARTITIONS = "partitions"
@@ -112,18 +111,14 @@ class PartitionsPort:
 
     async def report_unowned(self, partition: int, unowned_for_s: float, threshold_s: float, actor: str,
                              at: datetime) -> bool:
-        """Append the `partition_unowned` alert of this gap, with the webhook deliveries it owes,
-        in one transaction; False when another node (or this one) already reported the gap."""
+        """Append the `partition_unowned` alert of this gap; False when another node (or this one)
+        already reported the gap."""
         async with self.db.transaction() as conn:
             await conn.execute(q("lock_unowned_report"), {"partition": partition})
             cur = await conn.execute(q("insert_unowned_event"), {
                 "partition": partition, "unowned_for_s": round(unowned_for_s, 3), "threshold_s": threshold_s,
                 "actor": actor, "at": at})
-            got = await cur.fetchone()
-            if got is None:
-                return False
-            await enqueue_deliveries(conn, int(got[0]))
-            return True
+            return await cur.fetchone() is not None  # its webhook deliveries: from the outbox, later
 
     async def database_ts(self) -> float:
         """PostgreSQL's wall clock now, as Unix seconds (the clock-skew guard's reference)."""

@@ -1,14 +1,21 @@
 """The webhooks port (webhooks.sql): subscriptions, and the deliveries each event owes them.
 
-Durability. `enqueue_deliveries(conn, event_id)` runs in the transaction that appended the event
-(`EventsPort.insert` and the fire batch's partition events call it), so an event and the
-deliveries it owes commit or vanish together: no event is recorded without its deliveries.
+The outbox (issue 48). An event is appended with `events.webhooks_pending` set (the column's
+default, migration 0022), in whatever transaction appends it: the fire batch, a completion, an
+API call. Nothing else of webhooks happens there, so a fan-out over many webhooks never
+lengthens a transaction that holds the partition fence or an execution's row. The senders then
+`fan_out` pending events, each in its own transaction that clears the flag and adds a pending
+delivery per matching webhook. An event committed is a delivery owed: a node that dies between
+the event and its fan-out leaves the flag set, and any sender (`SKIP LOCKED`, so two never take
+the same event) fans it out. A webhook created between an event and its fan-out gets it too.
 
 Claims. Any node's sender claims due deliveries (`claim`): `FOR UPDATE SKIP LOCKED`, so two
-senders never wait on, nor take, the same row; the claim moves `next_attempt_at` past a lease
-and adds one to `attempts`, which is the claim's token. A sender that dies mid-delivery leaves
-the row due again when its lease lapses (another sender, or the restarted one, sends it again:
-at-least-once). `record` applies an outcome only while the row still carries the claim's token.
+senders never wait on, nor take, the same row; owners (tenants, '' for the cluster's own
+webhooks) take turns, each capped by what the sender already has in flight for it; the claim
+moves `next_attempt_at` past a lease and adds one to `attempts`, which is the claim's token. A
+sender that dies mid-delivery leaves the row due again when its lease lapses (another sender, or
+the restarted one, sends it again: at-least-once). `record` applies an outcome only while the
+row still carries the claim's token.
 
 Secrets at rest (issue 48). `webhooks.secret` holds the signing secret sealed by the node's
 `SecretStore` (cronwheel/secret_store.py; plaintext only on a cluster run without a key): sealed
@@ -24,23 +31,19 @@ Time is the caller's (`now`), as in every port. Task-safe (stateless over the po
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from cronwheel.errors import ResourceExhausted
 from cronwheel.secret_store import SecretStore
-from cronwheel.storage.api import Conn, Row, row, rows
+from cronwheel.storage.api import Row, row, rows
 from cronwheel.storage.db import Database
 from cronwheel.storage.queries import q
 from cronwheel.storage.secrets import SealedColumn, SealReport, seal_rows
 
 DELIVERY_STATES = ("pending", "delivered", "failed")  # the CHECK of webhook_deliveries.state
-
-
-async def enqueue_deliveries(conn: Conn, event_id: int) -> None:
-    """Inside the transaction that appended event `event_id`: a pending delivery for every
-    webhook subscribed to it."""
-    await conn.execute(q("enqueue_deliveries"), {"event_id": event_id})
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,8 @@ class NewWebhook:
     description: str
     actor: str
     now: datetime
+    cap: int  # at most this many webhooks per owner (the tenant, or the cluster's own): ResourceExhausted
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,7 @@ class Claimed:
     id: uuid.UUID
     attempt: int
     webhook_id: uuid.UUID
+    owner: str  # the webhook's tenant, '' for the cluster's own: the unit of fairness
     url: str
     stored_secret: str = field(repr=False)
     event: Row | None  # id, at, tenant, kind, schedule_id, schedule_name, execution_id, partition, actor, alert, data
@@ -122,10 +128,14 @@ class WebhooksPort:
     async def create(self, w: NewWebhook) -> Row:
         sealed = self.secrets.seal(w.secret, secret_place(w.id))
         async with self.db.transaction() as conn:
+            await conn.execute(q("webhook_lock_owner"), {"tenant": w.tenant})
             got = await row(conn, "webhook_insert", {
                 "id": w.id, "tenant": w.tenant, "url": w.url, "secret": sealed, "kinds": list(w.kinds),
-                "schedule_id": w.schedule_id, "description": w.description, "actor": w.actor, "now": w.now})
-        assert got is not None
+                "schedule_id": w.schedule_id, "description": w.description, "actor": w.actor, "now": w.now,
+                "cap": w.cap})
+        if got is None:
+            owner = f"tenant {w.tenant}" if w.tenant is not None else "the cluster (no tenant)"
+            raise ResourceExhausted(f"{owner} already has {w.cap} webhooks, the most allowed; delete one first")
         return got
 
     async def get(self, webhook_id: uuid.UUID) -> Row | None:
@@ -150,10 +160,22 @@ class WebhooksPort:
                 "tenant": f.tenant, "webhook_id": f.webhook_id, "event_id": f.event_id, "state": f.state,
                 "before_at": before_at, "before_id": before_id, "limit": f.limit})
 
-    async def claim(self, node: str, now: datetime, lease_s: float, limit: int) -> list[Claimed]:
+    async def fan_out(self, limit: int) -> tuple[int, int]:
+        """Fan out up to `limit` pending events to their deliveries: (events, deliveries)."""
         async with self.db.transaction() as conn:
-            got = await rows(conn, "claim_deliveries", {"node": node, "now": now, "lease_s": lease_s,
-                                                        "limit": limit})
+            cur = await conn.execute(q("fan_out_events"), {"limit": limit})
+            got = await cur.fetchone()
+        return (int(got[0]), int(got[1])) if got else (0, 0)
+
+    async def claim(self, node: str, now: datetime, lease_s: float, limit: int, per_owner: int = 1_000_000,
+                    busy: Mapping[str, int] | None = None, scan: int = 5000) -> list[Claimed]:
+        """Claim up to `limit` due deliveries, owners taking turns, none past `per_owner` counting
+        `busy` (what this sender has in flight per owner), among the oldest `scan` due rows."""
+        busy = dict(busy or {})
+        async with self.db.transaction() as conn:
+            got = await rows(conn, "claim_deliveries", {
+                "node": node, "now": now, "lease_s": lease_s, "limit": limit, "per_owner": per_owner, "scan": scan,
+                "busy_owners": list(busy), "busy_counts": list(busy.values())})
         return [_claimed(r, self.secrets) for r in got]
 
     async def seal_at_rest(self, batch: int = 500) -> SealReport:
@@ -181,5 +203,5 @@ def _claimed(r: Row, secrets: SecretStore) -> Claimed:
     event: dict[str, Any] | None = None
     if r["event_id"] is not None:
         event = {k: r[k] for k in _EVENT_COLUMNS}
-    return Claimed(id=r["id"], attempt=int(r["attempts"]), webhook_id=r["webhook_id"], url=r["url"],
-                   stored_secret=r["secret"], event=event, secrets=secrets)
+    return Claimed(id=r["id"], attempt=int(r["attempts"]), webhook_id=r["webhook_id"], owner=r["owner"],
+                   url=r["url"], stored_secret=r["secret"], event=event, secrets=secrets)

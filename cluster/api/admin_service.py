@@ -46,7 +46,8 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         me = self.status.self_view()
         now = self.clock.now_ts()
         m = admin_pb2.Member(node_id=me.node_id, address=me.address, partitions=list(me.partitions),
-                             wheel_size=me.wheel_size, version=me.version, auth_mode=me.auth_mode)
+                             wheel_size=me.wheel_size, version=me.version, auth_mode=me.auth_mode,
+                             egress_allow=list(me.egress_allow))
         m.lease_deadline.CopyFrom(cv.epoch_ts(now + me.lease_deadline_in_s))
         m.stats_at.CopyFrom(cv.epoch_ts(now))
         m.started_at.CopyFrom(cv.epoch_ts(me.started_at))

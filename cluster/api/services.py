@@ -46,7 +46,7 @@ def grpc_services(node: Node) -> list[tuple[Registrar, Any, str]]:
         ),
         (
             admin_pb2_grpc.add_WebhookServiceServicer_to_server,
-            WebhookService(node.store, node.clock),
+            WebhookService(node.store, node.clock, node.config.webhooks.egress),
             admin_pb2.DESCRIPTOR.services_by_name["WebhookService"].full_name,
         ),
         (

@@ -30,6 +30,7 @@ class SelfView:
     started_at: float  # Unix seconds
     fire_lag_s: tuple[float, float] | None  # (p50, p99), None before any fire
     auth_mode: str = ""  # auth.auth_mode: "tokens", "loopback-only" or "insecure"
+    egress_allow: tuple[str, ...] = ()  # its egress allow list, normalized (cronwheel/egress.py describe)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,8 @@ class NodeStatus:
         self.node_id = node.config.node_id
         self.tls_cert = getattr(node.config, "tls_cert", "")
         self.auth_mode = auth_mode(getattr(node.config, "auth_file", ""), getattr(node.config, "listen", ""))
+        webhooks = getattr(node.config, "webhooks", None)  # its egress policy: fixed for the node's life
+        self.egress_allow: tuple[str, ...] = webhooks.egress.describe() if webhooks is not None else ()
 
     @property
     def partitions(self) -> int:
@@ -84,6 +87,7 @@ class NodeStatus:
             wheel_size=n.wheel_size(), version=n.version, started_at=n.started_at,
             fire_lag_s=firer.lag_percentiles() if firer is not None else None,
             auth_mode=self.auth_mode,
+            egress_allow=self.egress_allow,
         )
 
     def cluster_view(self) -> ClusterView:

@@ -3,6 +3,8 @@
 Tenancy as in the rest of the API: a tenant caller's webhooks are its tenant's (it names no
 other), another tenant's webhook is NOT_FOUND (`commands.values.visible`); an admin may create
 a webhook without a tenant, which receives every tenant's events and the cluster's.
+A URL the node's egress policy refuses is INVALID_ARGUMENT naming `url`; an owner past
+`subscriptions.MAX_WEBHOOKS_PER_TENANT` webhooks gets RESOURCE_EXHAUSTED.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from cronwheel.cluster.api import pages
 from cronwheel.cluster.api.auth import current_caller
 from cronwheel.cluster.commands.values import text, visible
 from cronwheel.cluster.webhooks import subscriptions
+from cronwheel.egress import EgressPolicy
 from cronwheel.errors import InvalidArgument, NotFound
 from cronwheel.storage import PgStore
 from cronwheel.storage.webhooks import DeliveryFilter, NewWebhook
@@ -50,15 +53,16 @@ def delivery_out(r: dict[str, Any]) -> admin_pb2.Delivery:
 
 
 class WebhookService:
-    def __init__(self, store: PgStore, clock: Clock) -> None:
+    def __init__(self, store: PgStore, clock: Clock, egress: EgressPolicy) -> None:
         self.store = store
         self.clock = clock
+        self.egress = egress
 
     async def CreateWebhook(self, request: admin_pb2.CreateWebhookRequest, context: Ctx  # noqa: N802
                             ) -> admin_pb2.CreateWebhookResponse:
         caller = current_caller()
         tenant = caller.filter(request.tenant, "tenant")
-        url = subscriptions.url(request.url)
+        url = subscriptions.url(request.url, self.egress)
         kinds = subscriptions.kinds(request.kinds, tenant)
         secret = subscriptions.secret(request.secret)
         description = text("description", request.description, required=False)
@@ -67,7 +71,8 @@ class WebhookService:
             visible(await self.store.schedules.get(schedule_id), tenant, "schedule", schedule_id)
         row = await self.store.webhooks.create(NewWebhook(
             id=uuid.uuid4(), tenant=tenant, url=url, secret=secret, kinds=kinds, schedule_id=schedule_id,
-            description=description, actor=caller.name, now=self.clock.now()))
+            description=description, actor=caller.name, now=self.clock.now(),
+            cap=subscriptions.MAX_WEBHOOKS_PER_TENANT))
         # A secret the caller gave is never echoed (no answer carries a secret the caller did not
         # need to learn); a generated one is shown this once, or nobody could verify a signature.
         return admin_pb2.CreateWebhookResponse(webhook=webhook_out(row), secret="" if request.secret else secret)

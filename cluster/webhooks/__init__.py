@@ -4,17 +4,22 @@ A webhook subscribes a URL to event kinds of the event log (`payload.EVENT_KINDS
 the alerts `payload.ALERT_KINDS`), optionally of one tenant and one schedule.
 
 Invariants:
-- **Durable.** A delivery row is written in the transaction that appends its event
-  (storage/webhooks.py `enqueue_deliveries`, called by every event insert), so an alert that was
-  recorded is owed to every matching webhook, whatever crashes next.
+- **Durable.** An event is its deliveries' outbox (storage/webhooks.py): it is appended with
+  `webhooks_pending` set, and a sender fans it out to its deliveries later, in a transaction of
+  its own, so an alert that was committed is owed to every matching webhook, whatever crashes
+  next, and no fan-out lengthens a transaction that holds a partition's fence.
 - **At-least-once, deduplicable.** A delivery keeps its id across attempts (header
   `Cronwheel-Delivery`); it ends `delivered` only after a 2xx answer. A node that dies
   mid-request writes nothing, and the delivery is sent again when its claim's lease lapses.
 - **Signed.** `Cronwheel-Signature: t=<unix ts>,v1=<hex HMAC-SHA256(secret, f"{t}.{body}")>`
   (cronwheel.v1.webhook_signature, shared with the client's verifier).
-- **Never in firing's way.** Any node sends (no partition ownership involved): a separate task
-  claims due rows with SKIP LOCKED, holds no lock or connection during a request, and each
-  request has a timeout.
+- **Never exposed.** A URL and, at every send, the address its host resolves to pass the node's
+  egress policy (cronwheel/egress.py), and the request goes to the address checked; a tenant
+  sees "refused by egress policy" or "delivery failed", never a receiver's or a socket's words.
+- **Never in firing's way, nor in another tenant's.** Any node sends (no partition ownership
+  involved): a separate task claims due rows with SKIP LOCKED, holds no lock or connection
+  during a request, each request has a total deadline, and tenants take turns for the sender's
+  slots, one tenant holding at most `per_tenant` of them.
 
 Which node sends: any node, by lease, not the partition owner fenced. Sending is not a partition
 write (a duplicate send is allowed, a lost one is not), events without a partition (API audit

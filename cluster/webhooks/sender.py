@@ -1,11 +1,26 @@
-"""The webhook sender: one task per node that claims due deliveries and POSTs them.
+"""The webhook sender: one task per node that fans events out to deliveries, claims due
+deliveries and POSTs them.
 
-Each round claims up to `batch` due deliveries (storage/webhooks.py: SKIP LOCKED, a lease of
-`lease_s`, the claim's attempt number as its token), commits the claim, and only then sends,
-every request of the round at once on the sender's own threads, each with `timeout_s`. No
+Each pass fans pending events out to their deliveries (the outbox, storage/webhooks.py), then
+claims as many due deliveries as the sender has free slots (`batch` in flight at most), owners
+(tenants; '' for the cluster's own webhooks) taking turns and none holding more than
+`per_tenant` slots, commits the claim, and only then sends, each request on its own thread. A
+slot is released when its delivery ends, not when a round does: the loop wakes on every finished
+delivery (or after `poll_s`) and claims again, so a slow receiver holds its own slots only. No
 database connection or lock is held during a request, and the sender shares nothing with the
-firing path but the connection pool (a claim and an outcome are one short statement each), so
-a slow or dead receiver never delays firing.
+firing path but the connection pool, so a slow or dead receiver never delays firing.
+
+Each request has a total deadline, `timeout_s`, enforced inside it (cronwheel/egress.py: every
+socket read and write gets what remains), so a receiver trickling one byte at a time cannot hold
+a slot longer. The request threads are daemon threads: a node stopping (SIGTERM) neither waits
+for them nor joins them at exit. A request whose thread outlives its deadline (a resolver that
+hangs) is abandoned: its delivery is a failed attempt, and the thread ends on its own.
+
+Egress: the destination is checked when the connection is made (`EgressPolicy.resolve`: the
+resolved address, and the connection goes to that address). A refused destination fails the
+delivery at once (a policy, not a transient fault) with "refused by egress policy"; what the
+tenant sees of any other failure is "delivery failed" and the status code; the detail (the
+connection error, the reason phrase) goes to the node's log only.
 
 Outcomes: a 2xx answer makes the delivery `delivered`; anything else (another status, a
 connection error, a timeout) is a failed attempt, and the one retry policy
@@ -20,33 +35,36 @@ Metrics (`WebhookMetrics`, on the node's registry): cronwheel_webhook_attempts_t
 recorded), cronwheel_webhook_request_seconds (the POST) and cronwheel_webhook_delivery_lag_seconds
 (event recorded -> delivered: how late an alert reaches its receiver).
 
-Time is the injected clock's (claims, signatures, backoff). Not task-safe: one task per node.
+Time is the injected clock's (claims, signatures, backoff, polls); a request's own deadline is
+real time (it bounds real I/O). Not task-safe: one task per node.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import random
-import urllib.error
-import urllib.request
+import threading
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from cronwheel import egress
 from cronwheel.clock import Clock
 from cronwheel.cluster.dispatch.policy import decide_failure
 from cronwheel.cluster.webhooks import payload
+from cronwheel.cluster.webhooks.faults import FanOutFaults
 from cronwheel.errors import Unavailable
 from cronwheel.storage.webhooks import Claimed, Outcome, WebhooksPort
 
 log = logging.getLogger("cronwheel.cluster.webhooks")
 
-# (status, error): status None when no HTTP answer came (error says why).
-Transport = Callable[[payload.Request, float], Awaitable[tuple[int | None, str | None]]]
+# One POST within a total deadline (seconds): the answer (status, log detail, refused or not).
+Transport = Callable[[payload.Request, float], Awaitable[egress.Answer]]
+ABANDON_GRACE_S = 1.0  # past a request's deadline, its thread is abandoned (a resolver that hangs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,16 +72,19 @@ class WebhookConfig:
     """The sender's tunables. The backoff before retry n is uniform in
     [0, min(backoff_max_s, backoff_initial_s * backoff_multiplier^(n-1))] (full jitter)."""
 
-    poll_s: float = 1.0  # pause between rounds when nothing was due
+    poll_s: float = 1.0  # pause between passes when no delivery ended
     lease_s: float = 60.0  # a claimed delivery is due again after this (its sender died)
-    timeout_s: float = 10.0  # per request (connect, and each read of the answer)
+    timeout_s: float = 10.0  # per delivery, in all: connect, send, and the whole answer
     max_attempts: int = 12
     backoff_initial_s: float = 10.0
     backoff_multiplier: float = 2.0
     backoff_max_s: float = 3600.0
-    batch: int = 16  # deliveries claimed, and requests in flight, per round
+    batch: int = 16  # requests in flight on this node at most
+    per_tenant: int = 4  # of which one tenant's (or the cluster's own webhooks') at most
+    fan_out_batch: int = 500  # events fanned out per transaction
     retention_days: int = 30  # finished deliveries are pruned after this
     prune_every_s: float = 600.0
+    egress: egress.EgressPolicy = field(default_factory=egress.EgressPolicy)  # --egress-allow
 
     def validate(self) -> WebhookConfig:
         if not 0 < self.poll_s <= 60:
@@ -77,31 +98,13 @@ class WebhookConfig:
             raise ValueError("webhooks: need 0 <= backoff_initial_s <= backoff_max_s and backoff_multiplier >= 1")
         if not 1 <= self.batch <= 256:
             raise ValueError(f"webhooks: batch must be 1..256, got {self.batch}")
+        if not 1 <= self.per_tenant <= self.batch:
+            raise ValueError(f"webhooks: per_tenant must be 1..batch ({self.batch}), got {self.per_tenant}")
+        if not 1 <= self.fan_out_batch <= 10000:
+            raise ValueError(f"webhooks: fan_out_batch must be 1..10000, got {self.fan_out_batch}")
         if self.retention_days < 1 or self.prune_every_s <= 0:
             raise ValueError("webhooks: retention_days >= 1 and prune_every_s > 0 are required")
         return self
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: object, **kwargs: object) -> None:
-        return None  # a 3xx is the receiver's answer, not somewhere else to send the event
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
-
-
-def post_blocking(req: payload.Request, timeout_s: float) -> tuple[int | None, str | None]:
-    """POST with the standard library (no extra dependency); runs on the sender's threads."""
-    r = urllib.request.Request(req.url, data=req.body, headers=dict(req.headers), method="POST")
-    try:
-        with _OPENER.open(r, timeout=timeout_s) as resp:
-            resp.read(65536)
-            return int(resp.status), None
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), f"HTTP {exc.code} {exc.reason}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        return None, f"{type(reason).__name__}: {reason}"[:500]
 
 
 REQUEST_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -132,42 +135,99 @@ class WebhookSender:
         self.clock = clock
         self.config = config.validate()
         self.rng = rng or random.Random()
-        self._pool = ThreadPoolExecutor(max_workers=config.batch, thread_name_prefix="webhook")
         self.transport: Transport = transport or self._post
         self.sent = 0  # attempts made by this node (tests, status)
+        self._inflight: dict[asyncio.Task[None], str] = {}  # delivery task -> its owner
+        self.faults = FanOutFaults.from_env()  # test-only; off unless the environment names it
 
-    async def _post(self, req: payload.Request, timeout_s: float) -> tuple[int | None, str | None]:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, post_blocking, req, timeout_s)
+    async def _post(self, req: payload.Request, total_s: float) -> egress.Answer:
+        """egress.post on a daemon thread of its own; abandoned if it outlives its deadline."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[egress.Answer] = loop.create_future()
+        policy = self.config.egress
+
+        def settle(answer: egress.Answer) -> None:
+            if not done.done():
+                done.set_result(answer)
+
+        def work() -> None:
+            try:
+                answer = egress.post(policy, req.url, req.body, req.headers, total_s)
+            except Exception as exc:  # a bug in the request path fails this attempt, never the node
+                answer = egress.Answer(None, f"{type(exc).__name__}: {exc}"[:500])
+            try:
+                loop.call_soon_threadsafe(settle, answer)
+            except RuntimeError:
+                pass  # the loop is closed: the node stopped meanwhile
+
+        threading.Thread(target=work, name="webhook-post", daemon=True).start()
+        try:
+            return await asyncio.wait_for(asyncio.shield(done), total_s + ABANDON_GRACE_S)
+        except TimeoutError:
+            return egress.Answer(None, f"no answer within {total_s:g} s; the request's thread was abandoned")
 
     async def run(self) -> None:
         since_prune = 0.0
         try:
             while True:
+                more = False
                 try:
-                    n = await self.round()
+                    more = await self._pass()
                     if since_prune >= self.config.prune_every_s:
                         since_prune = 0.0
                         await self.port.prune(self.config.retention_days, self.clock.now())
                 except Unavailable as exc:
                     log.warning("webhook round deferred", extra={"event": "webhook_deferred", "error": str(exc)})
-                    n = 0
-                if n < self.config.batch:  # a full round: more may be due, go on at once
-                    await self.clock.sleep(self.config.poll_s)
-                    since_prune += self.config.poll_s
+                if not more:  # more may be due at once (a full claim or fan-out): go on, else wait
+                    since_prune += await self._idle()
         finally:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            stopping = list(self._inflight)
+            for t in stopping:
+                t.cancel()  # their request threads are daemons: nothing waits for those
+            await asyncio.gather(*stopping, return_exceptions=True)  # no orphan task
 
     async def round(self) -> int:
-        """Claim the due deliveries and send them all; the number claimed."""
-        claimed = await self.port.claim(self.node_id, self.clock.now(), self.config.lease_s, self.config.batch)
-        if claimed:
-            await asyncio.gather(*(self._deliver(c) for c in claimed))
-        return len(claimed)
+        """One pass, waiting for the deliveries it started (tests); the number claimed."""
+        before = set(self._inflight)
+        await self._pass()
+        started = [t for t in self._inflight if t not in before]
+        if started:
+            await asyncio.gather(*started)
+        return len(started)
+
+    async def _pass(self) -> bool:
+        """Fan out pending events, claim what the free slots allow and start sending it; True
+        when more may be waiting (a full fan-out, or every free slot filled)."""
+        cfg = self.config
+        events = 0 if self.faults.holding() else (await self.port.fan_out(cfg.fan_out_batch))[0]
+        free = cfg.batch - len(self._inflight)
+        if free <= 0:
+            return False
+        busy = collections.Counter(self._inflight.values())
+        claimed = await self.port.claim(self.node_id, self.clock.now(), cfg.lease_s, free, cfg.per_tenant, busy)
+        for c in claimed:
+            task = asyncio.create_task(self._deliver(c), name=f"webhook-delivery-{c.id}")
+            self._inflight[task] = c.owner
+            task.add_done_callback(self._finished)
+        return events >= cfg.fan_out_batch or (0 < len(claimed) == free)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._inflight.pop(task, None)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("webhook delivery task failed", exc_info=exc, extra={"event": "webhook_task_failed"})
+
+    async def _idle(self) -> float:
+        """Wait `poll_s`, or less when a delivery ends first (its slot is free); the poll waited."""
+        sleep = asyncio.create_task(self.clock.sleep(self.config.poll_s), name="webhook-poll")
+        try:
+            await asyncio.wait([sleep, *self._inflight], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleep.cancel()
+        return self.config.poll_s if sleep.done() and not sleep.cancelled() else 0.0
 
     async def _deliver(self, c: Claimed) -> None:
         if c.event is None:
-            status, error = None, "the event is no longer in the log (retention): nothing to send"
-            await self._record(c, "failed", None, status, error)
+            await self._record(c, "failed", None, None, "the event is no longer in the log (retention)")
             return
         try:
             body = payload.body(c.id, c.webhook_id, c.event)
@@ -175,25 +235,27 @@ class WebhookSender:
         except Exception as exc:  # a delivery that cannot be built fails alone, never the node
             log.error("webhook delivery could not be built", exc_info=exc,
                       extra={"event": "webhook_build_failed", "delivery_id": str(c.id)})
-            await self._record(c, "failed", None, None, f"cannot build the request: {exc}"[:500])
+            await self._record(c, "failed", None, None, "delivery failed: the request could not be built")
             return
         t0 = self.clock.monotonic()
-        status, error = await self.transport(req, self.config.timeout_s)
+        answer = await self.transport(req, self.config.timeout_s)
         self.metrics.request_s.observe(self.clock.monotonic() - t0)
         self.sent += 1
-        if status is not None and 200 <= status < 300:
+        status, error = answer.status, answer.tenant_error
+        if error is None:
             self.metrics.lag_s.observe(max(0.0, (self.clock.now() - c.event["at"]).total_seconds()))
             await self._record(c, "delivered", None, status, None)
             return
         cfg = self.config
-        d = decide_failure(attempt=c.attempt, max_attempts=cfg.max_attempts, retryable=True, cancel_requested=False,
+        d = decide_failure(attempt=c.attempt, max_attempts=cfg.max_attempts, retryable=not answer.refused,
+                           cancel_requested=False,
                            error_type=f"http_{status}" if status is not None else "network",
                            initial_s=cfg.backoff_initial_s, multiplier=cfg.backoff_multiplier,
                            max_s=cfg.backoff_max_s, rand=self.rng.random())
-        error = error or f"HTTP {status}"
-        log.warning("webhook delivery attempt failed",
+        log.warning("webhook delivery attempt failed",  # the detail is for operators; the tenant sees `error`
                     extra={"event": "webhook_attempt_failed", "delivery_id": str(c.id), "attempt": c.attempt,
-                           "status": status, "error": error, "next": d.state})
+                           "status": status, "error": answer.detail or error, "refused": answer.refused,
+                           "next": d.state})
         if d.state == "retry_scheduled":
             await self._record(c, "pending", self.clock.now() + timedelta(seconds=d.delay_s), status, error)
         else:

@@ -1,4 +1,10 @@
-"""What a webhook subscription may be: validated values (pure; bad input names its field)."""
+"""What a webhook subscription may be: validated values (pure; bad input names its field).
+
+Limits: a URL of at most `MAX_URL` characters, http(s) only, to a destination the node's egress
+policy allows (cronwheel/egress.py: literal addresses and local names are judged here, host names
+again at every send); at most `MAX_WEBHOOKS_PER_TENANT` webhooks per tenant, and as many for the
+cluster's own (tenantless) ones: RESOURCE_EXHAUSTED past it.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +13,16 @@ import urllib.parse
 from collections.abc import Iterable
 
 from cronwheel.cluster.webhooks.payload import ALERT_KINDS, CLUSTER_KINDS, EVENT_KINDS, TENANT_ALERT_KINDS
+from cronwheel.egress import EgressPolicy
 from cronwheel.errors import InvalidArgument
 from cronwheel.secret_store import SEALED_PREFIX, is_sealed
 
 MAX_URL = 2000
+MAX_WEBHOOKS_PER_TENANT = 100  # docs/operating.md ("Webhooks and egress")
 SECRET_CHARS = (16, 200)
 
 
-def url(value: str) -> str:
+def url(value: str, egress: EgressPolicy) -> str:
     v = value.strip() if isinstance(value, str) else ""
     if not v:
         raise InvalidArgument("url", "is required")
@@ -27,6 +35,7 @@ def url(value: str) -> str:
         raise InvalidArgument("url", f"not a URL: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidArgument("url", "must be an absolute http:// or https:// URL")
+    egress.check_url(v, "url")
     return v
 
 

@@ -225,10 +225,13 @@ CREATE TABLE events (
     partition    integer,
     actor        text,
     alert        boolean NOT NULL DEFAULT false,
-    data         jsonb NOT NULL DEFAULT '{}'::jsonb
+    data         jsonb NOT NULL DEFAULT '{}'::jsonb,
+    webhooks_pending boolean NOT NULL DEFAULT true  -- not yet fanned out to webhook deliveries (0022)
 );
 CREATE INDEX events_by_schedule ON events (schedule_id, at);
 CREATE INDEX events_by_kind ON events (kind, at);
+-- The webhook outbox (0022): events the senders have not fanned out yet.
+CREATE INDEX events_webhooks_pending ON events (id) WHERE webhooks_pending;
 CREATE INDEX executions_queued_by_tenant ON executions (tenant, priority, run_at)
     WHERE state = 'queued';
 -- Running work per tenant (concurrency caps).

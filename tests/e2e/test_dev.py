@@ -52,6 +52,8 @@ def test_dev_runs_a_cluster_that_fires_and_sigint_leaves_no_process_or_dir() -> 
         st = json.loads(status.stdout)
         assert len(st["members"]) == 3
         assert len({p["owner"] for p in st["partitions"]}) == 3
+        # Dev allows loopback, so local webhook receivers and examples work (issue 48).
+        assert [m["egress_allow"] for m in st["members"]] == [["127.0.0.0/8", "::1/128", "localhost"]] * 3
         with urllib.request.urlopen(nodes[0]["metrics"], timeout=10) as r:
             body = r.read().decode()
         assert "cronwheel_fire_lag_seconds_bucket" in body and "cronwheel_partitions_owned" in body

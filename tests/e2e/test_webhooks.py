@@ -3,7 +3,8 @@ receiver started by the test: deliveries are signed, retried with the same deliv
 the death of the node sending them, and a dead man's switch alert arrives in time.
 
 The nodes run with a short retry backoff and lease through their `--webhook-*` flags (config,
-not sleeps): 50..200 ms backoff, a 3 s lease over a 2 s request timeout, polls every 100 ms.
+not sleeps): 50..200 ms backoff, a 3 s lease over a 2 s request timeout, polls every 100 ms; and
+`--egress-allow 127.0.0.0/8`, since the receivers listen on loopback.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ TOKENS = {"admin": ("tok-wh-admin-0123456789", {"name": "ops", "admin": True})} 
     t: (f"tok-wh-{t}-0123456789", {"name": f"{t}-ci", "tenant": t})
     for t in ("sig", "retry", "kill", "dms", "other", "cli", "work")}
 FLAGS = ("--webhook-poll", "0.1", "--webhook-backoff", "0.05", "--webhook-backoff-max", "0.2",
-         "--webhook-lease", "3", "--webhook-timeout", "2")
+         "--webhook-lease", "3", "--webhook-timeout", "2",
+         "--egress-allow", "127.0.0.0/8")  # the receivers are local (tests/e2e/test_webhook_egress.py: not allowed)
 YEARLY = "0 0 1 1 *"  # never fires during a test
 
 

@@ -67,3 +67,63 @@ def serve_receiver() -> Iterator[Receiver]:
         rec.release.set()
         server.shutdown()
         server.server_close()
+
+
+@dataclass
+class Trickler:
+    """A local receiver that reads a request and then answers one byte every `every_s` seconds,
+    for as long as the sender stays (no socket read of the sender ever waits `every_s` long)."""
+
+    url: str = ""
+    arrived: list[float] = field(default_factory=list)  # time.time() of each request
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.arrived)
+
+
+def serve_trickler(every_s: float = 4.0) -> Iterator[Trickler]:
+    import socket
+
+    t = Trickler()
+    stop = threading.Event()
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    t.url = f"http://127.0.0.1:{server.getsockname()[1]}/slow"
+
+    def handle(conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            with t.lock:
+                t.arrived.append(time.time())
+            for b in b"HTTP/1.1 200 OK\r\n" * 1000:
+                if stop.wait(every_s):
+                    return
+                try:
+                    conn.sendall(bytes([b]))
+                except OSError:
+                    return  # the sender gave up: what it should do at its deadline
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, name="webhook-trickler", daemon=True).start()
+    try:
+        yield t
+    finally:
+        stop.set()
+        server.close()

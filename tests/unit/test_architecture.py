@@ -29,7 +29,7 @@ LAYERS: dict[str, tuple[str, int]] = {
 ONLY: dict[str, set[str]] = {"cronwheel.client": {"cronwheel.v1"}}
 # Leaves any layer may use.
 SHARED = {"cronwheel", "cronwheel.clock", "cronwheel.entropy", "cronwheel.errors", "cronwheel.heap",
-          "cronwheel.secret_store", "cronwheel.tracing"}
+          "cronwheel.secret_store", "cronwheel.tracing", "cronwheel.egress"}
 # The top: CLI, dev orchestration and local servers may import anything; nothing imports them
 # except tests, bench and chaos (localservers is shared with those).
 TOP = {"cronwheel.cli", "cronwheel.cli_commands", "cronwheel.cli_explain", "cronwheel.dev"}

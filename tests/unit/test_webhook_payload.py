@@ -13,6 +13,7 @@ import pytest
 
 from cronwheel.cluster.webhooks import payload, subscriptions
 from cronwheel.cluster.webhooks.sender import WebhookConfig
+from cronwheel.egress import EgressPolicy
 from cronwheel.errors import InvalidArgument
 from cronwheel.v1.webhook_signature import signature_header, verify
 
@@ -87,7 +88,7 @@ def test_no_kinds_subscribes_to_the_alerts_and_an_unknown_kind_names_its_index()
 @pytest.mark.parametrize("url", ["", "ftp://x/", "hooks.slack.com/x", "http:///x", "http://x:99999/", "http://a b/"])
 def test_a_url_must_be_absolute_http_or_https(url: str) -> None:
     with pytest.raises(InvalidArgument) as err:
-        subscriptions.url(url)
+        subscriptions.url(url, EgressPolicy())
     assert err.value.field == "url"
 
 

@@ -29,7 +29,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Member(_message.Message):
-    __slots__ = ("node_id", "address", "lease_deadline", "partitions", "wheel_size", "fire_lag_p50", "fire_lag_p99", "stats_at", "version", "started_at", "auth_mode")
+    __slots__ = ("node_id", "address", "lease_deadline", "partitions", "wheel_size", "fire_lag_p50", "fire_lag_p99", "stats_at", "version", "started_at", "auth_mode", "egress_allow")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LEASE_DEADLINE_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +41,7 @@ class Member(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     AUTH_MODE_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_ALLOW_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
     lease_deadline: _timestamp_pb2.Timestamp
@@ -52,7 +53,8 @@ class Member(_message.Message):
     version: str
     started_at: _timestamp_pb2.Timestamp
     auth_mode: str
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., lease_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., partitions: _Optional[_Iterable[int]] = ..., wheel_size: _Optional[int] = ..., fire_lag_p50: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fire_lag_p99: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stats_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., auth_mode: _Optional[str] = ...) -> None: ...
+    egress_allow: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., lease_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., partitions: _Optional[_Iterable[int]] = ..., wheel_size: _Optional[int] = ..., fire_lag_p50: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fire_lag_p99: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stats_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., auth_mode: _Optional[str] = ..., egress_allow: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PartitionStatus(_message.Message):
     __slots__ = ("id", "owner", "epoch", "fenced_owner", "fenced_epoch", "acquired_at")

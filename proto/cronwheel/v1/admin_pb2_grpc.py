@@ -202,8 +202,11 @@ class WebhookServiceServicer:
     def CreateWebhook(self, request, context):
         """Subscribes a URL to event kinds. The secret is generated when not given and is returned
         only in this response (it cannot be read later).
-        Errors: INVALID_ARGUMENT (url, kinds, schedule_id, secret, description); PERMISSION_DENIED
-        when a tenant caller sets `tenant` to another tenant; NOT_FOUND (schedule_id).
+        Errors: INVALID_ARGUMENT (url, kinds, schedule_id, secret, description; url also when the
+        node's egress policy refuses its host: "refused by egress policy"); PERMISSION_DENIED
+        when a tenant caller sets `tenant` to another tenant; NOT_FOUND (schedule_id);
+        RESOURCE_EXHAUSTED when the tenant (or, without a tenant, the cluster) already has 100
+        webhooks.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

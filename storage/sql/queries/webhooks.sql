@@ -1,8 +1,14 @@
+-- name: webhook_lock_owner
+-- Serialize the creations of one owner's webhooks (a tenant, or '' for the cluster's own), so
+-- that the cap below counts what is committed.
+SELECT pg_advisory_xact_lock(hashtextextended('cronwheel.webhooks:' || coalesce(%(tenant)s::text, ''), 0));
+
 -- name: webhook_insert
--- Create a webhook subscription.
+-- Create a webhook subscription, unless its owner (tenant, or NULL: the cluster's own) already
+-- has `cap` of them: no row then.
 INSERT INTO webhooks (id, tenant, url, secret, kinds, schedule_id, description, created_at, created_by)
-VALUES (%(id)s, %(tenant)s, %(url)s, %(secret)s, %(kinds)s, %(schedule_id)s, %(description)s, %(now)s,
-        %(actor)s)
+SELECT %(id)s, %(tenant)s, %(url)s, %(secret)s, %(kinds)s, %(schedule_id)s, %(description)s, %(now)s, %(actor)s
+ WHERE (SELECT count(*) FROM webhooks WHERE tenant IS NOT DISTINCT FROM %(tenant)s::text) < %(cap)s
 RETURNING id, tenant, url, kinds, schedule_id, description, created_at, created_by;
 
 -- name: webhook_get
@@ -23,37 +29,62 @@ SELECT id, tenant, url, kinds, schedule_id, description, created_at, created_by
 WITH d AS (SELECT count(*) AS n FROM webhook_deliveries WHERE webhook_id = %(id)s AND state = 'pending')
 DELETE FROM webhooks WHERE id = %(id)s RETURNING (SELECT n FROM d);
 
--- name: enqueue_deliveries
--- In the transaction that appended event `event_id`: one pending delivery per webhook that
--- subscribes to its kind, tenant (the event's, else its schedule's) and schedule.
-INSERT INTO webhook_deliveries (id, webhook_id, event_id, state, attempts, next_attempt_at, created_at)
-SELECT gen_random_uuid(), w.id, e.id, 'pending', 0, e.at, e.at
-  FROM events e
-  LEFT JOIN schedules s ON s.id = e.schedule_id
-  JOIN webhooks w ON e.kind = ANY (w.kinds)
-                 AND (w.tenant IS NULL OR w.tenant = coalesce(e.tenant, s.tenant))
-                 AND (w.schedule_id IS NULL OR w.schedule_id = e.schedule_id)
- WHERE e.id = %(event_id)s;
+-- name: fan_out_events
+-- The webhook outbox (0022): take up to `limit` events not yet fanned out (oldest first; rows
+-- another sender is fanning out are skipped), clear their flag and, in the same statement, add
+-- one pending delivery per webhook that subscribes to the event's kind, tenant (the event's,
+-- else its schedule's) and schedule. Returns (events taken, deliveries added).
+WITH taken AS (
+    UPDATE events e SET webhooks_pending = false
+     WHERE e.id IN (SELECT id FROM events WHERE webhooks_pending ORDER BY id LIMIT %(limit)s
+                       FOR UPDATE SKIP LOCKED)
+    RETURNING e.id, e.at, e.kind, e.tenant, e.schedule_id
+), added AS (
+    INSERT INTO webhook_deliveries (id, webhook_id, event_id, state, attempts, next_attempt_at, created_at)
+    SELECT gen_random_uuid(), w.id, e.id, 'pending', 0, e.at, e.at
+      FROM taken e
+      LEFT JOIN schedules s ON s.id = e.schedule_id
+      JOIN webhooks w ON e.kind = ANY (w.kinds)
+                     AND (w.tenant IS NULL OR w.tenant = coalesce(e.tenant, s.tenant))
+                     AND (w.schedule_id IS NULL OR w.schedule_id = e.schedule_id)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM taken) AS events, (SELECT count(*) FROM added) AS deliveries;
 
 -- name: claim_deliveries
--- A sender claims up to `limit` due deliveries: attempts + 1 (the claim's token), due again
--- only when the lease lapses. Returns what the request needs: the webhook, the event, the
--- schedule's name. Rows another sender holds are skipped, not waited for.
+-- A sender claims up to `limit` due deliveries, shared fairly between owners (a webhook's tenant,
+-- '' for the cluster's own): round-robin, every owner's oldest due first, then every owner's
+-- second, ..., and no owner past `per_owner` in flight on this sender (`busy_*`: what it has in
+-- flight now). The ranking looks at the oldest `scan` due rows. A claim adds one to attempts (the
+-- claim's token) and moves the row past a lease: due again only when the lease lapses. Returns
+-- what the request needs. Rows another sender holds are skipped, not waited for.
 WITH due AS (
-    SELECT d.id, d.webhook_id, d.event_id FROM webhook_deliveries d
+    SELECT d.id, d.next_attempt_at, coalesce(w.tenant, '') AS owner
+      FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
      WHERE d.state = 'pending' AND d.next_attempt_at <= %(now)s
-     ORDER BY d.next_attempt_at LIMIT %(limit)s
+     ORDER BY d.next_attempt_at LIMIT %(scan)s
+), ranked AS (
+    SELECT due.id, due.next_attempt_at,
+           row_number() OVER (PARTITION BY due.owner ORDER BY due.next_attempt_at, due.id)
+             + coalesce(b.n, 0) AS turn
+      FROM due
+      LEFT JOIN unnest(%(busy_owners)s::text[], %(busy_counts)s::int[]) AS b(owner, n) ON b.owner = due.owner
+), fair AS (
+    SELECT id FROM ranked WHERE turn <= %(per_owner)s ORDER BY turn, next_attempt_at LIMIT %(limit)s
+), claimed AS (
+    SELECT d.id, d.webhook_id, d.event_id FROM webhook_deliveries d
+     WHERE d.id IN (SELECT id FROM fair) AND d.state = 'pending' AND d.next_attempt_at <= %(now)s
        FOR UPDATE SKIP LOCKED
 )
 UPDATE webhook_deliveries d
    SET attempts = d.attempts + 1, claimed_by = %(node)s,
        next_attempt_at = %(now)s::timestamptz + make_interval(secs => %(lease_s)s)
-  FROM due
-  JOIN webhooks w ON w.id = due.webhook_id
-  LEFT JOIN events e ON e.id = due.event_id
+  FROM claimed
+  JOIN webhooks w ON w.id = claimed.webhook_id
+  LEFT JOIN events e ON e.id = claimed.event_id
   LEFT JOIN schedules s ON s.id = e.schedule_id
- WHERE d.id = due.id
-RETURNING d.id, d.attempts, d.created_at, w.id AS webhook_id, w.url, w.secret,
+ WHERE d.id = claimed.id
+RETURNING d.id, d.attempts, d.created_at, w.id AS webhook_id, coalesce(w.tenant, '') AS owner, w.url, w.secret,
           e.id AS event_id, e.at, coalesce(e.tenant, s.tenant) AS tenant, e.kind, e.schedule_id,
           s.name AS schedule_name, e.execution_id, e.partition, e.actor, e.alert, e.data;
 
