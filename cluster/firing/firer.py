@@ -50,9 +50,10 @@ from typing import Any
 
 from cronwheel import tracing
 from cronwheel.clock import Clock
+from cronwheel.cluster.firing.overlap import apply_overlap
 from cronwheel.cluster.firing.schedule_cache import SchedInfo, ScheduleCache
 from cronwheel.cluster.metrics import Metrics, observe_many
-from cronwheel.cron import OverlapAction, decide_misfire, decide_overlap
+from cronwheel.cron import decide_misfire
 from cronwheel.errors import StaleEpoch, Unavailable
 from cronwheel.storage import (
     DueSchedule,
@@ -871,29 +872,10 @@ class Firer:
             self._announcing = False
 
     def _decide_overlap(self, params: FireBatchParams, counts: dict[uuid.UUID, tuple[int, int]]) -> FireBatchParams:
-        """Inside the fire transaction, from the active runs read under the fence: each policed
-        tick starts, is recorded as skipped, replaces the running one, or is buffered."""
-        ticks: list[Tick] = []
-        replace: list[uuid.UUID] = []
-        for t in params.ticks:
-            pol = self._overlap_of(t.schedule_id)
-            if pol in (None, "allow"):
-                ticks.append(t)
-                continue
-            running, buffered = counts.get(t.schedule_id, (0, 0))
-            d = decide_overlap(pol, running, buffered)
-            if d.action is OverlapAction.START:
-                ticks.append(t)
-            elif d.action is OverlapAction.SKIP:
-                self.stats.skipped_overlap += 1
-                ticks.append(dataclasses.replace(t, state="skipped", state_reason=f"overlap: {d.reason}"))
-            elif d.action is OverlapAction.CANCEL_RUNNING_THEN_START:
-                replace.append(t.schedule_id)
-                ticks.append(t)
-            else:
-                ticks.append(dataclasses.replace(t, state="scheduled", state_reason="buffered"))
-            counts[t.schedule_id] = (running + (d.action is not OverlapAction.SKIP), buffered)
-        return dataclasses.replace(params, ticks=ticks, replace_schedule_ids=replace)
+        """Inside the fire transaction, from the active runs read under the fence (`apply_overlap`)."""
+        params, skipped = apply_overlap(params, counts, self._overlap_of)
+        self.stats.skipped_overlap += skipped
+        return params
 
     def _overlap_of(self, sid: uuid.UUID) -> str | None:
         info = self.schedules.get(sid)
