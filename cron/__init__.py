@@ -3,7 +3,7 @@
 Pure: no asyncio, no I/O, no clock reads. Every function takes its instants as arguments and
 every value is immutable, so everything here is safe to call from any task or thread. The API
 validates with `validate_schedule_spec`; the firing path calls `CronSchedule.next_after`,
-`decide_misfire`, `decide_overlap_step` and `jitter_offset_s`.
+`decide_misfire`, `last_overdue_tick`, `decide_overlap_step` and `jitter_offset_s`.
 
 Modules::
 
@@ -72,6 +72,7 @@ from .policy import (
     decide_overlap,
     decide_overlap_step,
     jitter_offset_s,
+    last_overdue_tick,
     parse_misfire_policy,
     parse_overlap_policy,
     validate_jitter_s,
@@ -111,6 +112,7 @@ __all__ = [
     "decide_overlap",
     "decide_overlap_step",
     "jitter_offset_s",
+    "last_overdue_tick",
     "load_zone",
     "parse_dst_policy",
     "parse_misfire_policy",

@@ -68,6 +68,7 @@ __all__ = [
     "decide_overlap_step",
     "MISFIRE_TRIGGER",
     "jitter_offset_s",
+    "last_overdue_tick",
     "parse_misfire_policy",
     "parse_overlap_policy",
     "validate_max_catch_up",
@@ -295,6 +296,36 @@ def decide_overlap_step(policy: OverlapPolicy | str, running: int, buffered: int
     if d.action is OverlapAction.SKIP:
         return OverlapStep(d, running, buffered)
     return OverlapStep(d, running + 1, buffered)
+
+
+def last_overdue_tick(schedule: CronSchedule, cursor: datetime, cutoff: datetime, schedule_id: str,
+                      jitter_s: float) -> datetime | None:
+    """The last of the ticks a load finds missed, or None when the cursor tick is not missed.
+
+    A tick is overdue when its run time (tick + jitter_offset_s) is before `cutoff` (now minus
+    the misfire grace). The missed ticks are the schedule's ticks from `cursor` (its next_run_at,
+    included) on, in order, while overdue: the first tick that is not overdue stops them, and is
+    the schedule's next tick (armed for its run time). With jitter_s 0 they are the ticks in
+    [cursor, cutoff). Every tick before cutoff - jitter_s is overdue (an offset is below
+    jitter_s), so only the ticks of the last jitter_s seconds are looked at one by one (at most
+    3,600 for a 1-second cron); the rest is found by the search decide_misfire uses. Pure.
+    """
+    window = validate_jitter_s(jitter_s)
+
+    def overdue(t: datetime) -> bool:
+        return t + timedelta(seconds=jitter_offset_s(schedule_id, t, window)) < cutoff
+
+    if not overdue(cursor):
+        return None
+    # A whole-second tick t <= safe has t + jitter_s < cutoff, so it is overdue whatever its offset.
+    last, start = cursor, to_unix_floor(cursor, "cursor")
+    safe = math.ceil((cutoff - _utc(0)).total_seconds() - window) - 1
+    if start <= safe:
+        last = _latest_at_or_before(schedule, start - 1, safe)
+    tick = schedule.next_after(last)
+    while overdue(tick):
+        last, tick = tick, schedule.next_after(tick)
+    return last
 
 
 def jitter_offset_s(schedule_id: str, tick: datetime, jitter_s: float) -> float:

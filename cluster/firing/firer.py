@@ -2,8 +2,8 @@
 batches, keep the horizon extended, and follow changes.
 
     gain p  -> load schedules with next_run_at <= horizon and one-off jobs with run_at <= horizon;
-               schedules whose tick is older than the misfire grace get their misfire policy
-               (one fenced transaction), the rest go into the wheel at run_at = tick + jitter
+               schedules whose run_at (tick + jitter) is older than the misfire grace get their
+               misfire policy (one fenced transaction), the rest go into the wheel at run_at
     loop    -> sleep until wheel.next_deadline() (or a wake-up), advance, cut what is due into
                per-partition chunks and deal them into statements: the plain ticks of many
                partitions go as ONE statement (one transaction, one commit), each tick fenced by
@@ -53,7 +53,7 @@ from cronwheel.clock import Clock
 from cronwheel.cluster.firing.overlap import apply_overlap
 from cronwheel.cluster.firing.schedule_cache import SchedInfo, ScheduleCache
 from cronwheel.cluster.metrics import Metrics, observe_many
-from cronwheel.cron import decide_misfire
+from cronwheel.cron import decide_misfire, last_overdue_tick
 from cronwheel.errors import StaleEpoch, Unavailable
 from cronwheel.storage import (
     DueSchedule,
@@ -286,13 +286,13 @@ class Firer:
         async for rows in self.firing.due_schedules(p, utc(horizon), after):
             if self.parts.get(p) is not st:
                 return
-            now = self.clock.now_ts()
+            cutoff = self.clock.now_ts() - self.config.misfire_grace_s
             for r in rows:
                 info = self.schedules.put(p, r)
                 if info is None or r.next_run_at is None:
                     continue
                 tick = r.next_run_at.timestamp()
-                if tick < now - self.config.misfire_grace_s:
+                if info.overdue(tick, cutoff):
                     misfired.append((info, r))
                 else:
                     self._arm_tick(st, p, info, tick)
@@ -329,7 +329,8 @@ class Firer:
 
     async def _apply_misfires(self, p: int, st: PartitionState, misfired: list[tuple[SchedInfo, DueSchedule]],
                               now: float) -> None:
-        """Schedules whose tick passed while nobody owned them: each gets its misfire policy."""
+        """Schedules whose tick's run_at passed while nobody owned them (`SchedInfo.overdue`):
+        each gets its misfire policy on its overdue ticks (`last_overdue_tick`)."""
         cutoff = utc(now - self.config.misfire_grace_s)
         ticks: list[Tick] = []
         advances: list[ScheduleAdvance] = []
@@ -338,7 +339,11 @@ class Firer:
         for info, r in misfired:
             first = r.next_run_at
             assert first is not None  # due rows have a tick
-            d = decide_misfire(info.cron, first - timedelta(seconds=1), cutoff, info.misfire, info.max_catch_up)
+            through = last_overdue_tick(info.cron, first, cutoff, str(info.id), info.jitter_s)
+            if through is None:  # the wall clock stepped back since the caller's check: not late
+                nexts.append((info, first.timestamp()))
+                continue
+            d = decide_misfire(info.cron, first - timedelta(seconds=1), through, info.misfire, info.max_catch_up)
             # Every record names the cursor the decision started from (`first`): the database
             # writes them only while the schedule is still there, unedited and unpaused.
             for t in d.fire:
@@ -355,7 +360,7 @@ class Firer:
                      "fired": len(d.fire), "skipped": d.skipped_count, "refused": d.refused_count,
                      "max_catch_up": info.max_catch_up, "counts_are_lower_bounds": d.counts_are_lower_bounds},
                 ))
-            nxt = info.cron.next_after(cutoff)
+            nxt = info.cron.next_after(through)  # the first tick not overdue
             advances.append(ScheduleAdvance(info.id, nxt, d.latest_missed, info.version, cursor=first))
             nexts.append((info, nxt.timestamp()))
         params = FireBatchParams(p, st.epoch, ticks=ticks, advances=advances, events=events, now=self.clock.now())
@@ -389,7 +394,7 @@ class Firer:
                 info = self.schedules.put(p, r)
                 tick = r.next_run_at.timestamp()
                 if info is not None and tick <= st.loaded_until:
-                    if tick < self.clock.now_ts() - self.config.misfire_grace_s:
+                    if info.overdue(tick, self.clock.now_ts() - self.config.misfire_grace_s):
                         await self._apply_misfires(p, st, [(info, r)], self.clock.now_ts())
                     else:
                         self._arm_tick(st, p, info, tick)

@@ -1,13 +1,16 @@
-"""The tick path's holes (issue 47, item 1), from outside: real etcd, PostgreSQL, node and
+"""The tick path's holes (issue 47, items 1 and 2), from outside: real etcd, PostgreSQL, node and
 worker processes, driven through the Client.
 
 Item 1: ticks replayed or recorded by the misfire policy bypass the overlap policy (the "Misfires"
 and "Overlap policies" sections of docs/semantics.md): catch_up replays every missed tick, run_once
 runs only the latest, skip records them skipped, and the live ticks after an outage run.
+Item 2: a jittered tick is late by its run time, not by its tick: a full load inside its jitter
+window (an UpdateSchedule, an owner's SIGKILL) arms it for its run time.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from chaos.harness import ProcessCluster, create_schedules
-from cronwheel.client import Schedule
+from cronwheel.client import Client, Schedule
 from cronwheel.cluster.firing.firer import FiringConfig
+from cronwheel.cron import jitter_offset_s
 
 from .helpers import wait_until
 from .test_dispatch import MODULE, wenv
@@ -120,3 +124,39 @@ def test_buffer_schedules_with_run_once_run_only_the_latest_missed_tick(
     # Every other missed tick is a record, neither buffered nor run.
     assert all(by_tick[t][1:] == ("skipped", "cron", "misfire:run_once") for t in missed
                if t != replayed[0][0]), by_tick
+
+
+def test_a_jittered_tick_survives_an_update_and_its_owners_sigkill_inside_its_jitter_window(
+        cluster: ProcessCluster) -> None:
+    """The tick is overdue by more than the grace while its run time is still ahead: an
+    UpdateSchedule (a reload) and then its owner's SIGKILL (a full load by the next owner) must
+    arm it for its run time. Before the fix each recorded it `skipped` (misfire:skip)."""
+    cluster.start_node("n3", "--misfire-grace", str(GRACE_S))
+    cluster.wait_converged(["n1", "n2", "n3"])
+    jitter_s = 25.0
+    now = datetime.now(UTC).replace(microsecond=0)
+    tick = now + timedelta(seconds=30 - now.second % 30)  # "*/30": the next boundary at least 8 s ahead
+    if tick - now < timedelta(seconds=8):
+        tick += timedelta(seconds=30)
+    sid = next(i for i in (str(uuid.uuid4()) for _ in range(10_000)) if 18 <= jitter_offset_s(i, tick, jitter_s) < 22)
+    run_at = tick + timedelta(seconds=jitter_offset_s(sid, tick, jitter_s))
+    [s] = create_schedules(cluster, [dict(tenant="t", name="jittered", id=sid, cron="*/30 * * * * *",
+                                          timezone="UTC", job_type="ok", misfire_policy="skip",
+                                          jitter=timedelta(seconds=jitter_s))])
+    assert s.next_run_at == tick, (s.next_run_at, tick)
+    wait_until(lambda: datetime.now(UTC) > tick + timedelta(seconds=GRACE_S + 1), 40,
+               "the tick to be overdue by more than the grace")
+    with Client(cluster.addresses()) as cw:
+        cw.update_schedule(sid, payload={"edited": True})  # keeps the tick: the owner reloads it
+    owner = cluster.owners()[s.partition][0]
+    cluster.kill_node(owner)
+    cluster.wait_owned_without(owner, timeout=15)
+    assert datetime.now(UTC) < run_at - timedelta(seconds=2), "the take-over ended outside the jitter window"
+    row = wait_until(lambda: cluster.sql(
+        "SELECT state, trigger, state_reason, run_at, fired_at FROM executions WHERE schedule_id = %s"
+        " AND scheduled_for = %s", sid, tick), (run_at - datetime.now(UTC)).total_seconds() + 15,
+        "the jittered tick's execution")
+    state, trigger, reason, got_run_at, fired_at = row[0]
+    assert (state, trigger, reason) == ("queued", "cron", None), row
+    assert got_run_at == run_at
+    assert fired_at >= run_at - timedelta(seconds=FiringConfig().queue_ahead_s + 0.05), (fired_at, run_at)

@@ -1,12 +1,13 @@
-"""The tick path's pure rules (issue 47, item 1): misfire records bypass the overlap policy, and
-a buffered run always has an unfinished run ahead of it. Table tests named after the rule, and
-properties.
+"""The tick path's pure rules (issue 47, items 1 and 2): misfire records bypass the overlap
+policy, a buffered run always has an unfinished run ahead of it, and a jittered tick is missed
+by its run time. Table tests named after the rule, and properties against brute force.
 
 The misfire x overlap matrix below is the table of docs/semantics.md ("Misfires and overlap").
 """
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -21,11 +22,14 @@ from cronwheel.cron import (
     decide_misfire,
     decide_overlap,
     decide_overlap_step,
+    jitter_offset_s,
+    last_overdue_tick,
     parse_schedule,
 )
 from cronwheel.errors import InvalidArgument
 
 EVERY_10 = parse_schedule("*/10 * * * *", "UTC")
+EVERY_SECOND = parse_schedule("* * * * * *", "UTC")
 T0 = datetime(2026, 5, 4, 12, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)
 POLICIES = list(OverlapPolicy)
@@ -149,3 +153,60 @@ def test_catch_up_replays_every_missed_tick_and_the_next_live_tick_meets_them_un
 @pytest.mark.parametrize("overlap", POLICIES)
 def test_catch_up_over_its_bound_refuses_them_all_and_the_next_live_tick_starts(overlap: OverlapPolicy) -> None:
     assert outage(MisfirePolicy.CATCH_UP, overlap, max_catch_up=2) == (["refused"] * 3, START)
+
+
+# --- a jittered tick is missed by its run time ---------------------------------------------------
+
+SID = "7d3c5e8e-4a4c-4b59-9d38-0d2f3e1b7a11"
+
+
+def test_without_jitter_the_missed_ticks_are_those_before_the_cutoff() -> None:
+    assert last_overdue_tick(EVERY_10, T0, T0 + 35 * MIN, SID, 0) == T0 + 30 * MIN
+    assert last_overdue_tick(EVERY_10, T0, T0 + 30 * MIN, SID, 0) == T0 + 20 * MIN
+    assert last_overdue_tick(EVERY_10, T0, T0, SID, 0) is None  # due exactly now: not overdue
+
+
+def test_a_tick_overdue_by_its_tick_but_not_by_its_run_time_is_not_missed() -> None:
+    jitter = 300.0
+    offset = jitter_offset_s(SID, T0, jitter)
+    assert offset > 30, "pick another SID: the rule needs a late run time"
+    assert last_overdue_tick(EVERY_10, T0, T0 + timedelta(seconds=offset - 1), SID, jitter) is None
+    assert last_overdue_tick(EVERY_10, T0, T0 + timedelta(seconds=offset + 1), SID, jitter) == T0
+
+
+def test_the_missed_ticks_stop_at_the_first_whose_run_time_is_ahead() -> None:
+    """With jitter longer than the period, run times interleave: the missed ticks are the ones
+    from the cursor while overdue; the first not overdue is the schedule's next tick."""
+    jitter = 10.0
+    cutoff = T0 + timedelta(seconds=30)
+    ticks = [T0 + timedelta(seconds=i) for i in range(40)]
+    overdue = [t + timedelta(seconds=jitter_offset_s(SID, t, jitter)) < cutoff for t in ticks]
+    first_ahead = overdue.index(False)
+    assert any(overdue[first_ahead:]), "pick another SID: a later tick must be overdue too"
+    assert last_overdue_tick(EVERY_SECOND, T0, cutoff, SID, jitter) == ticks[first_ahead - 1]
+
+
+def brute_force_last_overdue(cursor: datetime, cutoff: datetime, sid: str, jitter: float) -> datetime | None:
+    last, t = None, cursor
+    while t + timedelta(seconds=jitter_offset_s(sid, t, jitter)) < cutoff:
+        last, t = t, EVERY_SECOND.next_after(t)
+    return last
+
+
+@settings(max_examples=200, deadline=None)
+@given(jitter=st.sampled_from([0.0, 0.5, 1.0, 3.0, 7.5, 60.0]), cursor_s=st.integers(0, 100),
+       cutoff_us=st.integers(0, 200_000_000), seed=st.integers(0, 2**64 - 1))
+def test_last_overdue_tick_matches_a_walk_over_every_tick(jitter: float, cursor_s: int, cutoff_us: int,
+                                                          seed: int) -> None:
+    sid = str(uuid.UUID(int=seed))
+    cursor = T0 + timedelta(seconds=cursor_s)
+    cutoff = T0 + timedelta(microseconds=cutoff_us)
+    assert last_overdue_tick(EVERY_SECOND, cursor, cutoff, sid, jitter) == \
+        brute_force_last_overdue(cursor, cutoff, sid, jitter)
+
+
+def test_a_long_outage_is_found_without_walking_every_tick() -> None:
+    """30 days of a 1-second cron: the search, then at most jitter_s ticks one by one."""
+    cutoff = T0 + timedelta(days=30)
+    last = last_overdue_tick(EVERY_SECOND, T0, cutoff, SID, 5.0)
+    assert last is not None and cutoff - timedelta(seconds=6) <= last < cutoff
