@@ -39,12 +39,13 @@ async def set_policies(store: PgStore, sid: uuid.UUID, **cols: object) -> None:
             await conn.execute(f"UPDATE schedules SET {col} = %s WHERE id = %s", (value, sid))  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("reload", [False, True], ids=["load", "load-then-reload"])
+@pytest.mark.parametrize("then", ["nothing", "reload", "resync"])
 async def test_a_jittered_tick_is_missed_by_its_run_time_not_by_its_tick(
-        store: PgStore, firing: Callable[..., Any], reload: bool) -> None:
-    """The node gains the partition (and, in the second case, reloads each schedule as after an
-    UpdateSchedule) 15 s after the tick, grace 10 s: every tick is overdue by its tick, and only
-    those whose run time is before T0 + 5 s are missed; the others run at their run time."""
+        store: PgStore, firing: Callable[..., Any], then: str) -> None:
+    """The node gains the partition 15 s after the tick, grace 10 s (and then reloads each
+    schedule, as after an UpdateSchedule, or everything, as after a LISTEN reconnect): every tick
+    is overdue by its tick, and only those whose run time is before T0 + 5 s are missed; the
+    others run at their run time."""
     sids = []
     for _ in range(8):
         sid = await make_schedule(store, 3)
@@ -52,9 +53,11 @@ async def test_a_jittered_tick_is_missed_by_its_run_time_not_by_its_tick(
         sids.append(sid)
     firer, clock = await firing(3, Trust(epoch=1), start_ts=(T0 + timedelta(seconds=15)).timestamp())
     cutoff = T0 + timedelta(seconds=15 - firer.config.misfire_grace_s)
-    if reload:
+    if then == "reload":
         for sid in sids:
             await firer.reload(3, "s", sid)
+    elif then == "resync":
+        await firer.resync()
     clock.advance(JITTER_S)  # past every run time of T0: some were due at once, the others now
 
     async def every_tick_written() -> bool:
