@@ -134,10 +134,15 @@ def test_a_jittered_tick_survives_an_update_and_its_owners_sigkill_inside_its_ji
     cluster.start_node("n3", "--misfire-grace", str(GRACE_S))
     cluster.wait_converged(["n1", "n2", "n3"])
     jitter_s = 25.0
-    now = datetime.now(UTC).replace(microsecond=0)
-    tick = now + timedelta(seconds=30 - now.second % 30)  # "*/30": the next boundary at least 8 s ahead
-    if tick - now < timedelta(seconds=8):
-        tick += timedelta(seconds=30)
+
+    def next_boundary() -> datetime:  # the schedule's first tick ("*/30") if created now
+        now = datetime.now(UTC).replace(microsecond=0)
+        return now + timedelta(seconds=30 - now.second % 30)
+
+    tick = next_boundary()
+    if tick - datetime.now(UTC) < timedelta(seconds=8):  # too close to create the schedule before it
+        wait_until(lambda: datetime.now(UTC) >= tick, 10, "the boundary too close to use to pass")
+        tick = next_boundary()
     sid = next(i for i in (str(uuid.uuid4()) for _ in range(10_000)) if 18 <= jitter_offset_s(i, tick, jitter_s) < 22)
     run_at = tick + timedelta(seconds=jitter_offset_s(sid, tick, jitter_s))
     [s] = create_schedules(cluster, [dict(tenant="t", name="jittered", id=sid, cron="*/30 * * * * *",
