@@ -3,7 +3,7 @@
 Pure: no asyncio, no I/O, no clock reads. Every function takes its instants as arguments and
 every value is immutable, so everything here is safe to call from any task or thread. The API
 validates with `validate_schedule_spec`; the firing path calls `CronSchedule.next_after`,
-`decide_misfire`, `decide_overlap` and `jitter_offset_s`.
+`decide_misfire`, `last_overdue_tick`, `decide_overlap_step` and `jitter_offset_s`.
 
 Modules::
 
@@ -60,15 +60,19 @@ from .expr import ALIASES, CronSpec, compile_spec, uses_hash
 from .policy import (
     MAX_CATCH_UP_LIMIT,
     MAX_JITTER_S,
+    MISFIRE_TRIGGER,
     MisfireDecision,
     MisfirePolicy,
     OverlapAction,
     OverlapDecision,
     OverlapPolicy,
+    OverlapStep,
     Priority,
     decide_misfire,
     decide_overlap,
+    decide_overlap_step,
     jitter_offset_s,
+    last_overdue_tick,
     parse_misfire_policy,
     parse_overlap_policy,
     validate_jitter_s,
@@ -89,6 +93,7 @@ __all__ = [
     "ALIASES",
     "MAX_CATCH_UP_LIMIT",
     "MAX_JITTER_S",
+    "MISFIRE_TRIGGER",
     "PREVIEW_MAX",
     "CronSchedule",
     "CronSpec",
@@ -99,12 +104,15 @@ __all__ = [
     "OverlapAction",
     "OverlapDecision",
     "OverlapPolicy",
+    "OverlapStep",
     "Priority",
     "RepeatedPolicy",
     "compile_spec",
     "decide_misfire",
     "decide_overlap",
+    "decide_overlap_step",
     "jitter_offset_s",
+    "last_overdue_tick",
     "load_zone",
     "parse_dst_policy",
     "parse_misfire_policy",

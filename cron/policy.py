@@ -22,16 +22,26 @@ the counts are lower bounds (`counts_are_lower_bounds`), and the latest missed t
 an exponential-then-binary search on next_after (about 2 log2(outage seconds) calls), never by
 walking a million ticks.
 
-Overlap (a tick comes due while runs of the same schedule are running or buffered):
-`forbid` -> skip (recorded as skipped), `allow` -> start, `replace` -> cancel the running ones
+Overlap (a tick comes due while runs of the same schedule are unfinished or buffered):
+`forbid` -> skip (recorded as skipped), `allow` -> start, `replace` -> cancel the unfinished ones
 then start, `buffer_one` -> buffer unless one is already buffered (then skip), `buffer_all` ->
-buffer. With nothing running and nothing buffered every policy starts; with nothing running
-but something still buffered the buffer policies keep order (buffer_all buffers, buffer_one
-skips), since the buffered run starts first.
+buffer. With nothing unfinished every policy starts, even with runs still buffered: a buffered
+run is released only when a run of its schedule ends (in the same transaction), so one with
+nothing unfinished ahead of it would wait forever; the started run releases it when it ends.
+Invariant: a schedule never holds a buffered run with nothing unfinished ahead of it.
+
+Misfire records bypass the overlap policy (`decide_overlap_step`): a tick replayed by the misfire
+policy (trigger `catch_up`: run_once's latest, catch_up's every tick) runs, and a `skipped`
+misfire record stays skipped; neither is buffered, skipped for overlap or used to replace. A
+replayed run still counts as unfinished for the ticks after it; a skipped record never does, and
+a buffered tick counts as buffered, never as unfinished.
 
 Jitter: a tick's run_at is scheduled_for + jitter_offset_s(id, tick, jitter_s), a value in
 [0, jitter_s) derived from blake2b(id, tick): the same tick of the same schedule always gets
-the same offset on every node, different ticks and schedules spread uniformly.
+the same offset on every node, different ticks and schedules spread uniformly. A tick is late
+(missed) by its RUN TIME, not by its tick: `last_overdue_tick` gives the ticks a load finds
+overdue (run time before now - grace), and the misfire policy decides about those only; a
+tick whose run time is still ahead is armed for it, whenever the load happens.
 """
 
 from __future__ import annotations
@@ -54,7 +64,11 @@ __all__ = [
     "OverlapAction",
     "OverlapDecision",
     "decide_overlap",
+    "OverlapStep",
+    "decide_overlap_step",
+    "MISFIRE_TRIGGER",
     "jitter_offset_s",
+    "last_overdue_tick",
     "parse_misfire_policy",
     "parse_overlap_policy",
     "validate_max_catch_up",
@@ -65,6 +79,8 @@ __all__ = [
 ]
 
 MAX_CATCH_UP_LIMIT = 1000
+# The trigger of a tick replayed by the misfire policy (run_once's latest, catch_up's every tick).
+MISFIRE_TRIGGER = "catch_up"
 # The contract's limit (common.proto Schedule.jitter, docs/semantics.md "Jitter"): 0 .. 1 h.
 MAX_JITTER_S = 3_600.0
 DEFAULT_RECORD_LIMIT = 1000
@@ -226,16 +242,18 @@ class OverlapDecision:
 
 
 def decide_overlap(policy: OverlapPolicy | str, running: int, buffered: int) -> OverlapDecision:
-    """What a tick that comes due does, given how many runs are running and buffered."""
+    """What a live tick that comes due does, given how many runs of its schedule are unfinished
+    (`running`: queued, running, retry_scheduled) and buffered. Nothing unfinished: START under
+    every policy, buffered runs or not (see the module doc: nothing else would release them)."""
     pol = parse_overlap_policy(policy)
     if isinstance(running, bool) or not isinstance(running, int) or running < 0:
         raise InvalidArgument("running", f"must be a count >= 0, got {running!r}")
     if isinstance(buffered, bool) or not isinstance(buffered, int) or buffered < 0:
         raise InvalidArgument("buffered", f"must be a count >= 0, got {buffered!r}")
     busy = f"{running} running, {buffered} buffered"
-    if running == 0 and (buffered == 0 or pol not in (OverlapPolicy.BUFFER_ONE,
-                                                      OverlapPolicy.BUFFER_ALL)):
-        return OverlapDecision(OverlapAction.START, "nothing running")
+    if running == 0:
+        return OverlapDecision(OverlapAction.START, "nothing running" if buffered == 0
+                               else f"nothing running ahead of {buffered} buffered")
     if pol is OverlapPolicy.FORBID:
         return OverlapDecision(OverlapAction.SKIP, f"overlap forbidden: {busy}")
     if pol is OverlapPolicy.ALLOW:
@@ -246,6 +264,68 @@ def decide_overlap(policy: OverlapPolicy | str, running: int, buffered: int) -> 
     if pol is OverlapPolicy.BUFFER_ONE and buffered >= 1:
         return OverlapDecision(OverlapAction.SKIP, f"buffer of one is full: {busy}")
     return OverlapDecision(OverlapAction.BUFFER, f"buffered behind: {busy}")
+
+
+@dataclass(frozen=True, slots=True)
+class OverlapStep:
+    """One tick of a batch through the overlap policy: `decision` (None: a misfire record, which
+    bypasses the policy and is written as it is) and the counts of the schedule's unfinished and
+    buffered runs once this tick is written, for the next tick of the same schedule."""
+
+    decision: OverlapDecision | None
+    running: int
+    buffered: int
+
+
+def decide_overlap_step(policy: OverlapPolicy | str, running: int, buffered: int, *,
+                        trigger: str = "cron", state: str = "queued") -> OverlapStep:
+    """`decide_overlap` for one tick of a batch, in tick order, folding the counts.
+
+    `trigger` and `state` are the tick's as the misfire policy made it: trigger `catch_up`
+    (MISFIRE_TRIGGER, a replayed tick) or state `skipped` (a misfire record) bypass the policy
+    (decision None). Counts after the tick: a started or replacing tick and a replayed one are
+    unfinished (running + 1); a buffered tick is buffered (buffered + 1); a skipped one changes
+    nothing. Pure; InvalidArgument as decide_overlap for a bad policy or count.
+    """
+    if trigger == MISFIRE_TRIGGER or state == "skipped":
+        decide_overlap(policy, running, buffered)  # validates the arguments alike
+        return OverlapStep(None, running + (state == "queued"), buffered)
+    d = decide_overlap(policy, running, buffered)
+    if d.action is OverlapAction.BUFFER:
+        return OverlapStep(d, running, buffered + 1)
+    if d.action is OverlapAction.SKIP:
+        return OverlapStep(d, running, buffered)
+    return OverlapStep(d, running + 1, buffered)
+
+
+def last_overdue_tick(schedule: CronSchedule, cursor: datetime, cutoff: datetime, schedule_id: str,
+                      jitter_s: float) -> datetime | None:
+    """The last of the ticks a load finds missed, or None when the cursor tick is not missed.
+
+    A tick is overdue when its run time (tick + jitter_offset_s) is before `cutoff` (now minus
+    the misfire grace). The missed ticks are the schedule's ticks from `cursor` (its next_run_at,
+    included) on, in order, while overdue: the first tick that is not overdue stops them, and is
+    the schedule's next tick (armed for its run time). With jitter_s 0 they are the ticks in
+    [cursor, cutoff). Every tick before cutoff - jitter_s is overdue (an offset is below
+    jitter_s), so only the ticks of the last jitter_s seconds are looked at one by one (at most
+    3,600 for a 1-second cron); the rest is found by the search decide_misfire uses. Pure.
+    """
+    window = validate_jitter_s(jitter_s)
+
+    def overdue(t: datetime) -> bool:
+        return t + timedelta(seconds=jitter_offset_s(schedule_id, t, window)) < cutoff
+
+    if not overdue(cursor):
+        return None
+    # A whole-second tick t <= safe has t + jitter_s < cutoff, so it is overdue whatever its offset.
+    last, start = cursor, to_unix_floor(cursor, "cursor")
+    safe = math.ceil((cutoff - _utc(0)).total_seconds() - window) - 1
+    if start <= safe:
+        last = _latest_at_or_before(schedule, start - 1, safe)
+    tick = schedule.next_after(last)
+    while overdue(tick):
+        last, tick = tick, schedule.next_after(tick)
+    return last
 
 
 def jitter_offset_s(schedule_id: str, tick: datetime, jitter_s: float) -> float:

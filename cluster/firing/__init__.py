@@ -4,5 +4,6 @@
 fenced through the storage port (the plain ticks of many partitions due at one instant share one
 statement, each tick fenced by its own partition's epoch), and a schedule's due cursor only ever moves past a
 tick that was recorded in the same transaction (compare-and-set on `next_run_at`).
-`schedule_cache` keeps the parsed schedules of owned partitions.
+`schedule_cache` keeps the parsed schedules of owned partitions; `overlap` applies the overlap
+policy to a fire batch (misfire records bypass it).
 """

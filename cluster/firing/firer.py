@@ -2,8 +2,8 @@
 batches, keep the horizon extended, and follow changes.
 
     gain p  -> load schedules with next_run_at <= horizon and one-off jobs with run_at <= horizon;
-               schedules whose tick is older than the misfire grace get their misfire policy
-               (one fenced transaction), the rest go into the wheel at run_at = tick + jitter
+               schedules whose run_at (tick + jitter) is older than the misfire grace get their
+               misfire policy (one fenced transaction), the rest go into the wheel at run_at
     loop    -> sleep until wheel.next_deadline() (or a wake-up), advance, cut what is due into
                per-partition chunks and deal them into statements: the plain ticks of many
                partitions go as ONE statement (one transaction, one commit), each tick fenced by
@@ -50,9 +50,10 @@ from typing import Any
 
 from cronwheel import tracing
 from cronwheel.clock import Clock
+from cronwheel.cluster.firing.overlap import apply_overlap
 from cronwheel.cluster.firing.schedule_cache import SchedInfo, ScheduleCache
 from cronwheel.cluster.metrics import Metrics, observe_many
-from cronwheel.cron import OverlapAction, decide_misfire, decide_overlap
+from cronwheel.cron import decide_misfire, last_overdue_tick
 from cronwheel.errors import StaleEpoch, Unavailable
 from cronwheel.storage import (
     DueSchedule,
@@ -285,13 +286,13 @@ class Firer:
         async for rows in self.firing.due_schedules(p, utc(horizon), after):
             if self.parts.get(p) is not st:
                 return
-            now = self.clock.now_ts()
+            cutoff = self.clock.now_ts() - self.config.misfire_grace_s
             for r in rows:
                 info = self.schedules.put(p, r)
                 if info is None or r.next_run_at is None:
                     continue
                 tick = r.next_run_at.timestamp()
-                if tick < now - self.config.misfire_grace_s:
+                if info.overdue(tick, cutoff):
                     misfired.append((info, r))
                 else:
                     self._arm_tick(st, p, info, tick)
@@ -328,7 +329,8 @@ class Firer:
 
     async def _apply_misfires(self, p: int, st: PartitionState, misfired: list[tuple[SchedInfo, DueSchedule]],
                               now: float) -> None:
-        """Schedules whose tick passed while nobody owned them: each gets its misfire policy."""
+        """Schedules whose tick's run_at passed while nobody owned them (`SchedInfo.overdue`):
+        each gets its misfire policy on its overdue ticks (`last_overdue_tick`)."""
         cutoff = utc(now - self.config.misfire_grace_s)
         ticks: list[Tick] = []
         advances: list[ScheduleAdvance] = []
@@ -337,7 +339,11 @@ class Firer:
         for info, r in misfired:
             first = r.next_run_at
             assert first is not None  # due rows have a tick
-            d = decide_misfire(info.cron, first - timedelta(seconds=1), cutoff, info.misfire, info.max_catch_up)
+            through = last_overdue_tick(info.cron, first, cutoff, str(info.id), info.jitter_s)
+            if through is None:  # the wall clock stepped back since the caller's check: not late
+                nexts.append((info, first.timestamp()))
+                continue
+            d = decide_misfire(info.cron, first - timedelta(seconds=1), through, info.misfire, info.max_catch_up)
             # Every record names the cursor the decision started from (`first`): the database
             # writes them only while the schedule is still there, unedited and unpaused.
             for t in d.fire:
@@ -354,7 +360,7 @@ class Firer:
                      "fired": len(d.fire), "skipped": d.skipped_count, "refused": d.refused_count,
                      "max_catch_up": info.max_catch_up, "counts_are_lower_bounds": d.counts_are_lower_bounds},
                 ))
-            nxt = info.cron.next_after(cutoff)
+            nxt = info.cron.next_after(through)  # the first tick not overdue
             advances.append(ScheduleAdvance(info.id, nxt, d.latest_missed, info.version, cursor=first))
             nexts.append((info, nxt.timestamp()))
         params = FireBatchParams(p, st.epoch, ticks=ticks, advances=advances, events=events, now=self.clock.now())
@@ -388,7 +394,7 @@ class Firer:
                 info = self.schedules.put(p, r)
                 tick = r.next_run_at.timestamp()
                 if info is not None and tick <= st.loaded_until:
-                    if tick < self.clock.now_ts() - self.config.misfire_grace_s:
+                    if info.overdue(tick, self.clock.now_ts() - self.config.misfire_grace_s):
                         await self._apply_misfires(p, st, [(info, r)], self.clock.now_ts())
                     else:
                         self._arm_tick(st, p, info, tick)
@@ -871,29 +877,10 @@ class Firer:
             self._announcing = False
 
     def _decide_overlap(self, params: FireBatchParams, counts: dict[uuid.UUID, tuple[int, int]]) -> FireBatchParams:
-        """Inside the fire transaction, from the active runs read under the fence: each policed
-        tick starts, is recorded as skipped, replaces the running one, or is buffered."""
-        ticks: list[Tick] = []
-        replace: list[uuid.UUID] = []
-        for t in params.ticks:
-            pol = self._overlap_of(t.schedule_id)
-            if pol in (None, "allow"):
-                ticks.append(t)
-                continue
-            running, buffered = counts.get(t.schedule_id, (0, 0))
-            d = decide_overlap(pol, running, buffered)
-            if d.action is OverlapAction.START:
-                ticks.append(t)
-            elif d.action is OverlapAction.SKIP:
-                self.stats.skipped_overlap += 1
-                ticks.append(dataclasses.replace(t, state="skipped", state_reason=f"overlap: {d.reason}"))
-            elif d.action is OverlapAction.CANCEL_RUNNING_THEN_START:
-                replace.append(t.schedule_id)
-                ticks.append(t)
-            else:
-                ticks.append(dataclasses.replace(t, state="scheduled", state_reason="buffered"))
-            counts[t.schedule_id] = (running + (d.action is not OverlapAction.SKIP), buffered)
-        return dataclasses.replace(params, ticks=ticks, replace_schedule_ids=replace)
+        """Inside the fire transaction, from the active runs read under the fence (`apply_overlap`)."""
+        params, skipped = apply_overlap(params, counts, self._overlap_of)
+        self.stats.skipped_overlap += skipped
+        return params
 
     def _overlap_of(self, sid: uuid.UUID) -> str | None:
         info = self.schedules.get(sid)

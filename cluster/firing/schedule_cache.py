@@ -45,6 +45,12 @@ class SchedInfo:
 
         return tick_ts + jitter_offset_s(str(self.id), datetime.fromtimestamp(tick_ts, UTC), self.jitter_s)
 
+    def overdue(self, tick_ts: float, cutoff_ts: float) -> bool:
+        """Is this tick missed by a load at `cutoff_ts` (now minus the misfire grace)? Late by its
+        run time, not by its tick: `cron.last_overdue_tick`'s test, on Unix seconds (a preload
+        asks it per schedule)."""
+        return self.run_at(tick_ts) < cutoff_ts
+
 
 class ScheduleCache:
     """schedule id -> SchedInfo for the schedules in the wheel, indexed by partition too, so that

@@ -172,11 +172,11 @@ def test_catch_up_needs_max_catch_up_in_1_to_1000(bad: object) -> None:
     (OverlapPolicy.BUFFER_ONE, 0, 0, OverlapAction.START),
     (OverlapPolicy.BUFFER_ONE, 1, 0, OverlapAction.BUFFER),
     (OverlapPolicy.BUFFER_ONE, 1, 1, OverlapAction.SKIP),
-    (OverlapPolicy.BUFFER_ONE, 0, 1, OverlapAction.SKIP),
+    (OverlapPolicy.BUFFER_ONE, 0, 1, OverlapAction.START),  # nothing ahead would release it
     (OverlapPolicy.BUFFER_ALL, 0, 0, OverlapAction.START),
     (OverlapPolicy.BUFFER_ALL, 1, 0, OverlapAction.BUFFER),
     (OverlapPolicy.BUFFER_ALL, 1, 7, OverlapAction.BUFFER),
-    (OverlapPolicy.BUFFER_ALL, 0, 2, OverlapAction.BUFFER),
+    (OverlapPolicy.BUFFER_ALL, 0, 2, OverlapAction.START),
     ("forbid", 2, 0, OverlapAction.SKIP),
 ])
 def test_overlap_decision_per_policy(policy: OverlapPolicy | str, running: int, buffered: int,
