@@ -115,14 +115,14 @@ def decide_live(policy: str, unfinished: int, buffered: int) -> str:
     _check_policy("overlap_policy", policy, OVERLAP_POLICIES)
     if unfinished < 0 or buffered < 0:
         raise ValueError(f"counts must be >= 0, got unfinished={unfinished} buffered={buffered}")
-    if policy == "allow" or (unfinished == 0 and buffered == 0):
+    if policy == "allow" or unfinished == 0:
+        # Nothing unfinished: the tick starts under every policy, buffered runs or not (nothing
+        # else would release them; they are released when this run ends).
         return RAN
     if policy in ("buffer_one", "buffer_all"):
         if policy == "buffer_one" and buffered >= 1:
             return SKIPPED_OVERLAP
         return BUFFERED
-    if unfinished == 0:  # forbid / replace: something only buffered is not running
-        return RAN
     return SKIPPED_OVERLAP if policy == "forbid" else REPLACED
 
 

@@ -16,7 +16,7 @@ branch, the case is an xfail naming the item (strict=False: it turns XPASS once 
 from __future__ import annotations
 
 import ast
-import inspect
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -26,7 +26,15 @@ from hypothesis import strategies as st
 
 from chaos import model
 from chaos.model import Op, Tick
-from cronwheel.cron import decide_misfire, decide_overlap, parse_dst_policy, parse_schedule
+from cronwheel.cron import (
+    decide_misfire,
+    decide_overlap,
+    decide_overlap_step,
+    jitter_offset_s,
+    last_overdue_tick,
+    parse_dst_policy,
+    parse_schedule,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIRS = [(o, m) for o in model.OVERLAP_POLICIES for m in model.MISFIRE_POLICIES]
@@ -248,41 +256,32 @@ def test_the_model_decides_live_ticks_as_the_products_decide_overlap(policy: str
             "cancel_running_then_start": {model.REPLACED, model.RAN}}[theirs] >= {mine}
 
 
-def _product_replay(policy: str, running: int, buffered: int) -> str:
-    """What the product's overlap function says of a misfire replay, if it can tell one (after
-    item 1's fix it may take the trigger); today it cannot and treats it as a live tick."""
-    params = inspect.signature(decide_overlap).parameters
-    if "trigger" in params:
-        return decide_overlap(policy, running, buffered, trigger="catch_up").action.value  # type: ignore[call-arg]
-    return decide_overlap(policy, running, buffered).action.value
-
-
-@pytest.mark.xfail(strict=False, reason="issue 47 item 1: misfire replays go through the overlap policy "
-                                         "(firer._decide_overlap ignores the trigger); fixed on branch h47a")
 @settings(max_examples=100, deadline=None)
 @given(policy=st.sampled_from(model.OVERLAP_POLICIES), running=st.integers(0, 4), buffered=st.integers(0, 4))
 def test_a_misfire_replay_bypasses_the_products_overlap_policy(policy: str, running: int, buffered: int) -> None:
+    """Issue 47 item 1 (an xfail until the firer's fix was merged): a catch_up replay and a
+    misfire record take no overlap decision in the product, as in the model."""
     assert model.replay_bypasses_overlap(policy, running, buffered) == model.REPLAYED
-    assert _product_replay(policy, running, buffered) == "start"
+    assert decide_overlap_step(policy, running, buffered, trigger="catch_up").decision is None
+    assert decide_overlap_step(policy, running, buffered, state="skipped").decision is None
 
 
-@pytest.mark.xfail(strict=False, reason="issue 47 item 2: jittered ticks are judged late by their tick, not "
-                                         "their run time (cron/policy.py decide_misfire, firer._load); h47a")
 @settings(max_examples=100, deadline=None)
-@given(jitter=st.integers(3, 30), grace=st.integers(0, 10), early=st.integers(1, 20))
-def test_a_jittered_tick_loaded_before_its_run_time_is_not_missed_by_the_product(jitter: int, grace: int,
-                                                                                 early: int) -> None:
-    # A load `early` s before the run time (tick + jitter) but more than the grace after the tick.
-    if jitter - early <= grace:
-        early = max(1, jitter - grace - 1)
-    if jitter - early <= grace:
-        return
+@given(window=st.integers(3, 30), grace=st.integers(0, 10), early=st.integers(1, 20), seed=st.integers(0, 2**32))
+def test_a_jittered_tick_loaded_before_its_run_time_is_not_missed_by_the_product(window: int, grace: int,
+                                                                                 early: int, seed: int) -> None:
+    """Issue 47 item 2 (an xfail until the firer's fix was merged): a load after the tick but
+    before its run time (tick + the schedule's jitter offset) minus the grace misses nothing."""
+    sid = str(uuid.UUID(int=seed))
     sched = parse_schedule("0 * * * * *", "UTC")
     tick = datetime.fromtimestamp(T0, UTC)
-    loaded = T0 + jitter - early
-    assert not model.is_missed(Tick(T0, T0 + jitter), loaded, grace)
-    theirs = decide_misfire(sched, tick - timedelta(seconds=1), datetime.fromtimestamp(loaded - grace, UTC), "skip")
-    assert theirs.missed_count == 0
+    offset = jitter_offset_s(sid, tick, window)
+    loaded = T0 + offset - early
+    if loaded - T0 <= grace or loaded - grace < T0:  # not after the tick by more than the grace: no case
+        return
+    assert not model.is_missed(Tick(T0, T0 + offset), loaded, grace)
+    cutoff = datetime.fromtimestamp(loaded - grace, UTC)
+    assert last_overdue_tick(sched, tick, cutoff, sid, window) is None
 
 
 # ---------------------------------------------------------------------------------- imports
