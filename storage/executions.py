@@ -49,6 +49,7 @@ UNIQUE_STATE_BITS: dict[str, int] = {
 }
 
 _KEY_CONFLICT: LiteralString = "ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+_KEY_ORDER: LiteralString = 'ORDER BY v.tenant COLLATE "C", v.idempotency_key COLLATE "C", v.ord'
 _UNIQUE_READS: tuple[tuple[LiteralString, LiteralString], ...] = (
     ("decode(j->>17, 'hex')", "NULL::bytea"), ("(j->>18)::smallint", "NULL::smallint"))
 
@@ -94,10 +95,10 @@ def _insert_query(brief: bool, unique: bool = False) -> LiteralString:
         # the same keys take them in one order and never deadlock (in item order, a group holding
         # A then B and another holding B then A each wait for the other). Among jobs with one key
         # the earliest item still wins.
-        bare = out.replace(_KEY_CONFLICT, "ON CONFLICT DO NOTHING").replace("ORDER BY v.ord",
-                                                                           "ORDER BY v.unique_key, v.ord")
-        assert _KEY_CONFLICT not in bare and "ORDER BY v.unique_key, v.ord" in bare, \
-            "insert_submitted_many must end with ORDER BY v.ord and the idempotency key's conflict clause"
+        bare = out.replace(_KEY_CONFLICT, "ON CONFLICT DO NOTHING").replace(_KEY_ORDER, "ORDER BY v.unique_key, "
+                                                                           + _KEY_ORDER.removeprefix("ORDER BY "))
+        assert _KEY_CONFLICT not in bare and "ORDER BY v.unique_key, v.tenant" in bare, \
+            "insert_submitted_many must end with its key order and the idempotency key's conflict clause"
         out = bare
     return out
 

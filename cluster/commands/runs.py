@@ -211,6 +211,14 @@ MAX_SUBMIT_BATCH = 10_000  # jobs in one SubmitJobs call
 SUBMIT_CHUNK = 250
 
 
+def key_order(keys: Sequence[tuple[str, str]]) -> list[int]:
+    """The indices of jobs given as (tenant, idempotency key or "") in the order the insert
+    takes their keys (executions.sql insert_submitted_many: tenant, then key, in code point order,
+    which is UTF-8 byte order, COLLATE "C"; jobs without a key last; ties in item order): the order
+    SubmitJobs cuts its chunks in, so that a call's keys are taken in one order across its chunks."""
+    return sorted(range(len(keys)), key=lambda i: (not keys[i][1], keys[i][0], keys[i][1]))
+
+
 def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
     """Validate one job (InvalidArgument naming the field) and give it its id, partition and
     state: queued at once unless run_at is more than QUEUED_AT_SUBMIT_WITHIN ahead (then

@@ -1,0 +1,79 @@
+"""Issue 47 items 4 and 5 against two node processes (PostgreSQL, etcd, `cronwheel node` x2),
+driven through the Client.
+
+- The daily execution quota counts what was created, not what is left: a schedule firing every
+  second with keep_last=0 (every finished run pruned at once) in a tenant with
+  max_executions_per_day=5 runs at most 5 ticks that day (before the fix: one run per second, since
+  each pruned run gave its room back).
+- SubmitJobs calls holding the same idempotency keys in opposite orders, on two nodes at once,
+  never deadlock: none fails (before the fix, a third of them failed with `deadlock detected`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from chaos.harness import ProcessCluster
+from cronwheel.client import Client, JobSpec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+NODE_ARGS = ("--retention-pause", "0.01", "--retention-idle", "0.2")
+AUDIT = """
+CREATE TABLE test_inserted (schedule_id uuid, tenant text, state text, state_reason text);
+CREATE FUNCTION test_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO test_inserted VALUES (NEW.schedule_id, NEW.tenant, NEW.state, NEW.state_reason);
+RETURN NEW; END $$;
+CREATE TRIGGER test_audit AFTER INSERT ON executions FOR EACH ROW EXECUTE FUNCTION test_audit();
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]:
+    workdir: Path = tmp_path_factory.mktemp("never-lost") / "cluster"
+    with ProcessCluster(partitions=8, lease_ttl_s=3, workdir=workdir) as c:
+        with psycopg.connect(c.dsn, autocommit=True) as conn:
+            conn.execute(AUDIT)
+        c.start_node("n1", *NODE_ARGS)
+        c.start_node("n2", *NODE_ARGS)
+        c.wait_converged(["n1", "n2"])
+        yield c
+
+
+def test_submit_jobs_with_the_same_26_keys_in_opposite_orders_on_two_nodes_never_fail(
+        cluster: ProcessCluster) -> None:
+    """Rounds of 60 SubmitJobs calls at once, all holding the same 26 new keys: 30 send them
+    forwards to n1, 30 backwards to n2, so that transactions insert the same keys in opposite
+    orders. Every call answers, with the same execution for each key."""
+    c = cluster
+    n1, n2 = (c.nodes[n].address for n in ("n1", "n2"))
+    calls, rounds = 60, 20
+    errors: list[BaseException] = []
+    with Client([n1]) as c1, Client([n2]) as c2, ThreadPoolExecutor(calls) as pool:
+        for r in range(rounds):
+            keys = [f"opp-{r}-{chr(ord('a') + i)}" for i in range(26)]
+            start = threading.Barrier(calls)
+
+            def call(client: Client, ks: list[str], start: threading.Barrier = start) -> dict[str, str]:
+                jobs = [JobSpec("opp", {"k": k}, idempotency_key=k, delay=timedelta(hours=1)) for k in ks]
+                start.wait(30)
+                return {k: j.execution_id for k, j in zip(ks, client.submit_many(jobs), strict=True)}
+
+            futs = [pool.submit(call, c1, keys) if i % 2 else pool.submit(call, c2, keys[::-1])
+                    for i in range(calls)]
+            answers = []
+            for f in futs:
+                try:
+                    answers.append(f.result(60))
+                except Exception as exc:  # noqa: BLE001 - counted and reported below
+                    errors.append(exc)
+            assert all(a == answers[0] for a in answers), f"round {r}: calls disagree on the keys' executions"
+    assert not errors, f"{len(errors)} of {calls * rounds} calls failed: {errors[:3]}"
+    assert c.sql("SELECT count(*) FROM executions WHERE idempotency_key LIKE 'opp-%%'") == [(26 * rounds,)]
