@@ -248,11 +248,6 @@ class ExecutionsPort:
     async def by_idempotency_key(self, conn: Conn, tenant: str, key: str) -> Row | None:
         return await row(conn, "api_by_idempotency_key", {"tenant": tenant, "idempotency_key": key})
 
-    async def count_since(self, conn: Conn, tenant: str, since: datetime) -> int:
-        """A tenant's executions created since an instant (daily quota)."""
-        r = await row(conn, "api_count_executions_since", {"tenant": tenant, "since": since})
-        return int(r["count"]) if r else 0
-
     async def insert_submitted_many(self, conn: Conn, jobs: Sequence[SubmittedJob], now: datetime,
                                     brief: bool = False) -> list[Row]:
         """Insert every job in ONE statement (`insert_submitted_many`); the rows inserted, in no
@@ -375,13 +370,14 @@ class ExecutionsPort:
 
     async def lock_quotas(self, conn: Conn, tenants: Sequence[str]) -> None:
         """Serialise these tenants' quota checks until commit (advisory locks, not row locks):
-        call before `used_since` in the same transaction."""
+        call before `used_today` in the same transaction."""
         if tenants:
             await rows(conn, "api_lock_quotas", {"tenants": list(tenants)})
 
-    async def used_since(self, conn: Conn, tenants: Sequence[str], since: datetime) -> dict[str, int]:
-        """Executions each tenant created since an instant (the daily quota's count)."""
-        got = await rows(conn, "api_used_today", {"tenants": list(tenants), "since": since})
+    async def used_today(self, conn: Conn, tenants: Sequence[str], at: datetime) -> dict[str, int]:
+        """Executions each tenant with a quota created on the UTC day of `at` (the daily quota's
+        count: the day's counter, which retention does not lower)."""
+        got = await rows(conn, "api_used_today", {"tenants": list(tenants), "at": at})
         return {r["tenant"]: int(r["used"]) for r in got}
 
     async def notify_submitted(self, conn: Conn, due: Sequence[tuple[int, uuid.UUID, datetime]],

@@ -24,7 +24,7 @@ import dataclasses
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from cronwheel import tracing
@@ -199,11 +199,6 @@ class JobSpec:
     concurrency_limit: int | None = None
 
 
-def _day_start(now: datetime) -> datetime:
-    d = now.astimezone(UTC)
-    return datetime(d.year, d.month, d.day, tzinfo=UTC)
-
-
 MAX_SUBMIT_BATCH = 10_000  # jobs in one SubmitJobs call
 # Jobs per chunk when SubmitJobs streams a large call (`submit_jobs`): validating 1,000 jobs took
 # 10 ms and writing them 14, so four chunks of 250 hide most of one behind the other (measured in
@@ -302,7 +297,8 @@ async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob] | Iterator[Seq
     one round trip to PostgreSQL (`insert_unless_quota`: quota read, guarded insert, coalesced
     notifications and commit pipelined), plus a read-back only if a key was taken. Otherwise the
     counted path, exact without a row lock: one advisory transaction lock per quota tenant per
-    group (`lock_quotas`), then a count of today's executions taken after the lock (READ
+    group (`lock_quotas`), then today's count (`used_today`: the day's counter, which the insert
+    statement itself increments, so retention never gives room back) read after the lock (READ
     COMMITTED: a fresh snapshot that sees every group that held the lock before), then at most
     `limit - used` new jobs; existing keys (idempotency and unique) are read first so they do not
     count, and a unique key repeated inside `jobs` counts once. The lock is held to commit, so two
@@ -399,7 +395,7 @@ async def _write_once(store: PgStore, source: Sequence[SubmittedJob] | Iterator[
             accepted = candidates
             if quotas:
                 await ex.lock_quotas(conn, list(quotas))
-                used = await ex.used_since(conn, list(quotas), _day_start(now))
+                used = await ex.used_today(conn, list(quotas), now)
                 left = {t: limit - used.get(t, 0) for t, limit in quotas.items()}
                 counted: set[bytes] = set()  # a unique key repeated inside `jobs` makes one execution
                 accepted = []

@@ -22,6 +22,9 @@ import pytest
 
 from chaos.harness import ProcessCluster
 from cronwheel.client import Client, JobSpec
+from cronwheel.client.errors import ResourceExhausted
+
+from .helpers import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -45,6 +48,35 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster
         c.start_node("n2", *NODE_ARGS)
         c.wait_converged(["n1", "n2"])
         yield c
+
+
+def test_keep_last_0_under_a_daily_quota_of_5_runs_at_most_5_ticks_that_day(cluster: ProcessCluster) -> None:
+    c = cluster
+    c.start_worker("quota-worker", "tests.e2e.jobs_module")
+    with Client(c.addresses()) as client:
+        client.create_tenant("q5", max_executions_per_day=5)
+        s = client.create_schedule("q5-every-second", "* * * * * *", "ok", timezone="UTC", misfire_policy="skip",
+                                   tenant="q5", keep_last=0)
+
+    def inserted(state_filter: str) -> int:
+        return int(c.sql(f"SELECT count(*) FROM test_inserted WHERE schedule_id = %s AND {state_filter}", s.id)[0][0])
+
+    def pruned() -> int:
+        got = c.sql("SELECT pruned FROM execution_pruned WHERE schedule_id = %s", s.id)
+        return int(got[0][0]) if got else 0
+
+    # 5 runs, finished and pruned (the room they took is not given back), then 15 more ticks.
+    wait_until(lambda: pruned() >= 5, 60, "the first 5 runs to finish and be pruned", interval_s=0.1)
+    wait_until(lambda: inserted("true") >= 20, 60, "15 more ticks", interval_s=0.1)
+    ran = inserted("state_reason IS DISTINCT FROM 'quota: max_executions_per_day 5 used up (UTC day)'")
+    refused = inserted("state = 'skipped' AND state_reason LIKE 'quota:%%'")
+    print(f"keep_last=0, quota 5: {ran} ticks ran, {refused} skipped for the quota")
+    assert ran <= 5, f"{ran} ticks ran under a daily quota of 5"
+    assert refused >= 15
+    # Submits are refused too: the tenant's day is used up although none of its rows are left.
+    with Client(c.addresses()) as client, pytest.raises(ResourceExhausted):
+        client.submit("ok", {}, tenant="q5")
+    assert c.sql("SELECT count(*) FROM executions WHERE tenant = 'q5' AND schedule_id IS NULL") == [(0,)]
 
 
 def test_submit_jobs_with_the_same_26_keys_in_opposite_orders_on_two_nodes_never_fail(

@@ -269,9 +269,9 @@ SELECT pg_advisory_xact_lock(hashtext('cronwheel.quota'), h)
   FROM (SELECT DISTINCT hashtext(t) AS h FROM unnest(%(tenants)s::text[]) AS t ORDER BY 1) AS l;
 
 -- name: api_used_today
--- Executions each tenant created since an instant (the daily quota's count).
-SELECT t.tenant, (SELECT count(*) FROM executions e WHERE e.tenant = t.tenant AND e.created_at >= %(since)s) AS used
-  FROM unnest(%(tenants)s::text[]) AS t(tenant);
+-- Executions each of `tenants` with a daily quota created on the UTC day of `at`: the day's counter
+-- (cronwheel_daily_room, the fire path's rule), not the rows retention has left.
+SELECT r.tenant, r.quota - r.room AS used FROM cronwheel_daily_room(%(tenants)s::text[], %(at)s::timestamptz) AS r;
 
 -- name: notify_due_many
 -- One coalesced change notification per payload (a group's one-off jobs, see

@@ -18,7 +18,9 @@ SELECT epoch, owner, kind, at FROM partition_history
  ORDER BY at, id;
 
 -- name: prune_history
--- Retention: drop events and ownership history older than the retention period.
+-- Retention: drop events and ownership history older than the retention period, and the daily
+-- execution counters of days before yesterday (UTC; the quota reads only the current day's).
 WITH e AS (DELETE FROM events WHERE at < %(now)s::timestamptz - make_interval(days => %(days)s) RETURNING 1),
-     h AS (DELETE FROM partition_history WHERE at < %(now)s::timestamptz - make_interval(days => %(days)s) RETURNING 1)
+     h AS (DELETE FROM partition_history WHERE at < %(now)s::timestamptz - make_interval(days => %(days)s) RETURNING 1),
+     d AS (DELETE FROM daily_executions WHERE day < (%(now)s::timestamptz AT TIME ZONE 'UTC')::date - 1)
 SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM h);
