@@ -211,8 +211,21 @@ CREATE TABLE execution_pruned (
     partition      integer NOT NULL,
     pruned_through timestamptz NOT NULL,
     pruned         bigint NOT NULL DEFAULT 0,
-    at             timestamptz NOT NULL
+    at             timestamptz NOT NULL,
+    -- Ticks up to here were pruned before their ticks were recorded (0020): explain cannot tell.
+    untracked_through timestamptz
 );
+
+-- The ticks retention removed, one row per schedule and prune batch (0020): explain tells a pruned
+-- tick (here) from one that never fired (nowhere). Dropped with the events (prune_history).
+CREATE TABLE execution_pruned_ticks (
+    schedule_id uuid NOT NULL,
+    first_tick  timestamptz NOT NULL,
+    last_tick   timestamptz NOT NULL,
+    ticks       timestamptz[] NOT NULL,
+    at          timestamptz NOT NULL
+);
+CREATE INDEX execution_pruned_ticks_by_schedule ON execution_pruned_ticks (schedule_id, last_tick);
 
 -- Append-only audit and alert log.
 CREATE TABLE events (
@@ -350,6 +363,12 @@ LANGUAGE sql VOLATILE AS $$
         ON CONFLICT (schedule_id) DO UPDATE
            SET pruned_through = greatest(m.pruned_through, excluded.pruned_through),
                pruned = m.pruned + excluded.pruned, at = excluded.at
+        RETURNING 1
+    ), ticks AS (
+        INSERT INTO execution_pruned_ticks (schedule_id, first_tick, last_tick, ticks, at)
+        SELECT schedule_id, min(scheduled_for), max(scheduled_for), array_agg(scheduled_for ORDER BY scheduled_for),
+               now
+          FROM gone WHERE schedule_id IS NOT NULL GROUP BY schedule_id
         RETURNING 1
     )
     SELECT count(*) FROM gone

@@ -1,4 +1,4 @@
--- 0020_daily_execution_counts: the daily execution quota counts what was created, not what is
+-- 0020_quota_counts_and_pruned_ticks. 1. The daily execution quota counts what was created, not what is
 -- left (issue 47 item 4). It counted the tenant's executions rows created that day, so retention
 -- gave the room back: keep_last=0 under a quota of 5 ran 30 ticks in 60 s. Now a counter row per
 -- (tenant, UTC day) is incremented by the statement that inserts the executions (one statement
@@ -78,3 +78,46 @@ SELECT t.id, (now() AT TIME ZONE 'UTC')::date, count(e.id)
  WHERE t.max_executions_per_day IS NOT NULL
  GROUP BY t.id
 ON CONFLICT (tenant, day) DO NOTHING;
+
+-- 2. Explain tells a pruned tick from a missed one (issue 47 item 8). It called every tick up to
+-- the schedule's latest pruned tick "pruned by retention", so a tick that never fired looked
+-- pruned (with keep_last=0, every one did). Retention now records the ticks it removed: one row per
+-- schedule and prune batch (`execution_pruned_ticks`, the batch's ticks as an array, found by
+-- (schedule_id, last_tick)), dropped with the events after the retention period. Ticks pruned
+-- before this migration were not recorded: up to `untracked_through` explain still cannot tell.
+CREATE TABLE IF NOT EXISTS execution_pruned_ticks (
+    schedule_id uuid NOT NULL,
+    first_tick  timestamptz NOT NULL,
+    last_tick   timestamptz NOT NULL,
+    ticks       timestamptz[] NOT NULL,
+    at          timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS execution_pruned_ticks_by_schedule ON execution_pruned_ticks (schedule_id, last_tick);
+ALTER TABLE execution_pruned ADD COLUMN IF NOT EXISTS untracked_through timestamptz;
+UPDATE execution_pruned SET untracked_through = pruned_through WHERE untracked_through IS NULL;
+
+CREATE OR REPLACE FUNCTION cronwheel_prune_delete(p integer, e bigint, now timestamptz, ids uuid[]) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    WITH gone AS (
+        DELETE FROM executions x
+         WHERE x.id = ANY(ids) AND x.partition = p
+           AND x.state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped')
+           AND EXISTS (SELECT 1 FROM partitions WHERE id = p AND epoch = e)
+        RETURNING x.schedule_id, x.scheduled_for
+    ), marked AS (
+        INSERT INTO execution_pruned AS m (schedule_id, partition, pruned_through, pruned, at)
+        SELECT schedule_id, p, max(scheduled_for), count(*), now FROM gone
+         WHERE schedule_id IS NOT NULL GROUP BY schedule_id
+        ON CONFLICT (schedule_id) DO UPDATE
+           SET pruned_through = greatest(m.pruned_through, excluded.pruned_through),
+               pruned = m.pruned + excluded.pruned, at = excluded.at
+        RETURNING 1
+    ), ticks AS (
+        INSERT INTO execution_pruned_ticks (schedule_id, first_tick, last_tick, ticks, at)
+        SELECT schedule_id, min(scheduled_for), max(scheduled_for), array_agg(scheduled_for ORDER BY scheduled_for),
+               now
+          FROM gone WHERE schedule_id IS NOT NULL GROUP BY schedule_id
+        RETURNING 1
+    )
+    SELECT count(*) FROM gone
+$$;
