@@ -232,7 +232,8 @@ def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]]
         how = {"catch_up": "caught up after a misfire", "backfill": "backfilled", "manual": "triggered by hand"}.get(
             ex["trigger"], "fired")
         lag_txt = ("" if lag is None else f" {lag * 1000:.0f} ms after run_at" if lag >= 0
-                   else f", queued {-lag * 1000:.0f} ms ahead of run_at (FiringConfig.queue_ahead_s)")
+                   else f", queued {-lag * 1000:.0f} ms ahead of run_at (the node queues a tick just before it "
+                        f"is due; workers claim it from run_at)")
         attempts = f"; {ex['state']} after {ex['attempt']} attempt(s)"
         if ex["trigger"] == "catch_up":
             how += _misfire_reason("", t, ownership)
