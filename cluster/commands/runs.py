@@ -47,7 +47,7 @@ from cronwheel.cluster.commands.values import (
     visible,
 )
 from cronwheel.cron import CronSchedule, OverlapAction, decide_overlap, parse_overlap_policy
-from cronwheel.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from cronwheel.errors import AlreadyExists, CronwheelError, FailedPrecondition, InvalidArgument, Unavailable
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Conn, Event, Row
 from cronwheel.storage.executions import Backfill, ManualRun, Retry, SubmittedJob, announced
@@ -367,14 +367,18 @@ async def _write_once(store: PgStore, source: Sequence[SubmittedJob] | Iterator[
         fast = await ex.insert_chunks_unless_quota((distinct(c) for c in source), now, brief)
     n = len(jobs)
     results: list[Submitted | Exception | None] = [None] * n
-    if fast is not None:
+    if fast is not None:  # committed: from here on no error may be told about a job it stored
         inserted = {r["id"]: r for r in fast}
         lost = [i for i in unique if jobs[i].id not in inserted]
-        back: tuple[dict[tuple[str, str], Row], dict[bytes, Row]] = ({}, {})
+        back: tuple[dict[tuple[str, str], Row], dict[bytes, Row]] | Exception = ({}, {})
         if lost:
-            async with store.connection() as conn:
-                back = await _read_back(store, conn, jobs, lost)
-        _settle(jobs, unique, inserted, back, results)
+            back = await _read_back_committed(store, jobs, lost)
+        if isinstance(back, Exception):
+            _settle(jobs, [i for i in unique if jobs[i].id in inserted], inserted, ({}, {}), results)
+            for i in lost:
+                results[i] = back
+        else:
+            _settle(jobs, unique, inserted, back, results)
     else:
         async with store.transaction() as conn:
             existing = await ex.by_idempotency_keys(conn, list(first)) if first else {}
@@ -425,6 +429,27 @@ async def _write_once(store: PgStore, source: Sequence[SubmittedJob] | Iterator[
         assert got is not None
         out.append(got)
     return jobs, out
+
+
+READ_BACK_ATTEMPTS = 3
+
+
+async def _read_back_committed(store: PgStore, jobs: Sequence[SubmittedJob], lost: Sequence[int]
+                               ) -> tuple[dict[tuple[str, str], Row], dict[bytes, Row]] | Exception:
+    """`_read_back` after the fast path committed (a read of its own, retried: it changes
+    nothing). Its error, if every attempt failed, is returned, not raised: it concerns only the
+    jobs whose keys were taken, which this call did not store; the jobs it inserted keep their
+    results (issue 47 item 7: a read-back failure used to fail every job of the group)."""
+    err: Exception | None = None
+    for _ in range(READ_BACK_ATTEMPTS):
+        try:
+            async with store.connection() as conn:
+                return await _read_back(store, conn, jobs, lost)
+        except CronwheelError as exc:
+            err = exc
+    assert err is not None
+    return Unavailable("postgres", f"the job's key was taken by another call, whose execution could not be read "
+                                   f"({err}); submit again with the same key to get it")
 
 
 async def _read_back(store: PgStore, conn: Conn, jobs: Sequence[SubmittedJob],
@@ -491,12 +516,31 @@ async def submit_jobs(store: PgStore, jobs: Sequence[SubmittedJob] | Iterator[Se
     job and tracing off."""
     if isinstance(jobs, Sequence):
         check_batch_size(len(jobs))
-    out: list[Submitted] = []
-    for r in await write_jobs(store, jobs, now, all_or_nothing=True, brief=brief):
-        if isinstance(r, Exception):
-            raise r
-        out.append(r)
-    return out
+    got = await write_jobs(store, jobs, now, all_or_nothing=True, brief=brief)
+    failed = [r for r in got if isinstance(r, Exception)]
+    if failed:
+        # Only a committed call fails per job (the counted path raises, rolling back): a job told
+        # failed was not stored by it; if others were, they are named, and UNAVAILABLE says
+        # "submit again with the same keys" (issue 47 item 7, docs/semantics.md).
+        stored = [r[0]["id"] for r in got if not isinstance(r, Exception) and not r[1]]
+        raise StoredThenFailed(stored, failed[0]) if stored else failed[0]
+    return [r for r in got if not isinstance(r, Exception)]
+
+
+class StoredThenFailed(Unavailable):
+    """Jobs of a SubmitJobs call were stored, then the answer for others could not be made (their
+    keys were taken and the executions holding them could not be read back). `stored`: the ids of
+    the executions this call created. Submitting the same jobs again with the same idempotency
+    keys answers every job (the stored ones deduplicated)."""
+
+    def __init__(self, stored: Sequence[uuid.UUID], cause: Exception) -> None:
+        self.stored = list(stored)
+        shown = ", ".join(str(i) for i in self.stored[:STORED_IDS_SHOWN])
+        more = f" and {len(self.stored) - STORED_IDS_SHOWN} more" if len(self.stored) > STORED_IDS_SHOWN else ""
+        super().__init__("postgres", f"{len(self.stored)} jobs of this call were stored ({shown}{more}), but {cause}")
+
+
+STORED_IDS_SHOWN = 20  # in the message (gRPC's status details travel in a trailer of a few KB)
 
 
 async def submit_job(store: PgStore, job: JobSpec, now: datetime, partitions: int,
