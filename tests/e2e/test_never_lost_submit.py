@@ -109,3 +109,34 @@ def test_submit_jobs_with_the_same_26_keys_in_opposite_orders_on_two_nodes_never
             assert all(a == answers[0] for a in answers), f"round {r}: calls disagree on the keys' executions"
     assert not errors, f"{len(errors)} of {calls * rounds} calls failed: {errors[:3]}"
     assert c.sql("SELECT count(*) FROM executions WHERE idempotency_key LIKE 'opp-%%'") == [(26 * rounds,)]
+
+
+def test_submit_jobs_of_many_chunks_with_the_same_keys_in_opposite_orders_never_fail(cluster: ProcessCluster) -> None:
+    """A call of more than 250 jobs is written 250 at a time (each chunk's insert sent while the
+    next is validated): its chunks are cut in key order, so two calls holding the same 1,000 keys
+    in opposite orders take them in one order across their chunks too."""
+    c = cluster
+    n1, n2 = (c.nodes[n].address for n in ("n1", "n2"))
+    calls, rounds = 8, 10
+    errors: list[BaseException] = []
+    with Client([n1]) as c1, Client([n2]) as c2, ThreadPoolExecutor(calls) as pool:
+        for r in range(rounds):
+            keys = [f"chunked-{r}-{i:04d}" for i in range(1000)]
+            start = threading.Barrier(calls)
+
+            def call(client: Client, ks: list[str], start: threading.Barrier = start) -> dict[str, str]:
+                jobs = [JobSpec("opp", {"k": k}, idempotency_key=k, delay=timedelta(hours=1)) for k in ks]
+                start.wait(30)
+                return {k: j.execution_id for k, j in zip(ks, client.submit_many(jobs), strict=True)}
+
+            futs = [pool.submit(call, c1, keys) if i % 2 else pool.submit(call, c2, keys[::-1])
+                    for i in range(calls)]
+            answers = []
+            for f in futs:
+                try:
+                    answers.append(f.result(120))
+                except Exception as exc:  # noqa: BLE001 - counted and reported below
+                    errors.append(exc)
+            assert all(a == answers[0] for a in answers), f"round {r}: calls disagree on the keys' executions"
+    assert not errors, f"{len(errors)} of {calls * rounds} calls failed: {errors[:3]}"
+    assert c.sql("SELECT count(*) FROM executions WHERE idempotency_key LIKE 'chunked-%%'") == [(1000 * rounds,)]
