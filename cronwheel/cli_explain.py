@@ -2,19 +2,33 @@
 
 One line per tick the schedule's expression, zone and DST policy define in the window, with
 what happened and why (Client.explain, every page). SCHEDULE is an id or a name. Default window:
-the last hour.
+the last hour, or since the schedule's creation when that is more recent (an hour of
+not_yet_created lines would hide the ticks that matter).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from cronwheel.cli_api_flags import client_for, connection_flags, instant_arg, resolve, schedule_ref
 from cronwheel.cli_api_format import plain, table
 from cronwheel.clock import SystemClock
+
+if TYPE_CHECKING:
+    from cronwheel.client import Client
+
+
+def _created(cw: Client, sid: str) -> datetime | None:
+    """When the schedule was created (None: not known, e.g. deleted: explain still answers)."""
+    from cronwheel.client.errors import NotFound
+
+    try:
+        return cw.get_schedule(sid).created_at
+    except NotFound:
+        return None
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -22,6 +36,8 @@ def _explain(args: argparse.Namespace) -> int:
     since = args.since or until - timedelta(hours=1)
     with client_for(args) as cw:
         sid = resolve(cw, args)
+        if args.since is None:
+            since = max(since, _created(cw, sid) or since)
         ex = cw.explain(sid, since, until)
     if args.json:
         print(json.dumps({"schedule_id": sid, "since": plain(since), "until": plain(until), "notes": list(ex.notes),
@@ -39,7 +55,8 @@ def add_parser(subparsers: Any) -> None:
     help_ = "why did or didn't a schedule fire: one line per tick in a window"
     p = subparsers.add_parser("explain", help=help_, description=help_)
     schedule_ref(p)
-    p.add_argument("--since", type=instant_arg, default=None, help="window start, ISO 8601 (default: an hour ago)")
+    p.add_argument("--since", type=instant_arg, default=None,
+                   help="window start, ISO 8601 (default: an hour ago, or the schedule's creation if later)")
     p.add_argument("--until", type=instant_arg, default=None, help="window end, ISO 8601 (default: now)")
     connection_flags(p)
     p.set_defaults(handler=_explain)

@@ -154,9 +154,10 @@ class ExplainPort:
         async with self.db.connection() as conn:
             return await row(conn, "get_schedule_any", {"id": schedule_id, "tenant": tenant})
 
-    async def events(self, schedule_id: uuid.UUID) -> list[Row]:
+    async def events(self, schedule_id: uuid.UUID, start: datetime, end: datetime) -> list[Row]:
+        """The events explaining [start, end] needs (`explain_events`), oldest first."""
         async with self.db.connection() as conn:
-            got = await rows(conn, "explain_events", {"schedule_id": schedule_id})
+            got = await rows(conn, "explain_events", {"schedule_id": schedule_id, "start": start, "end": end})
         return [{**r, "data": json.loads(r["data"]) if r["data"] else {}} for r in got]
 
     async def ownership(self, partition: int, end: datetime) -> list[Row]:

@@ -325,7 +325,10 @@ class Database:
         that sends statements and may then raise before it ends (SubmitJobs' chunks, validated
         while the earlier ones are written): the implicit transaction would be committed by the
         Sync that ends the pipeline whatever the block raised; this one is rolled back. It costs
-        the syncs psycopg's transaction() makes (after BEGIN, before COMMIT)."""
+        the syncs psycopg's transaction() makes (after BEGIN, before COMMIT). Without it, a block
+        that raises (or is cancelled) before its end closes the connection instead of sending the
+        Sync: nothing it sent is committed (issue 47 item 7); a cancellation during the Sync
+        itself cannot be told apart from a commit (the caller's answer is lost either way)."""
         body_done = False
         try:
             async with conn.pipeline():
@@ -334,7 +337,15 @@ class Database:
                         yield
                         body_done = True
                 else:
-                    yield
+                    try:
+                        yield
+                    except BaseException:
+                        # The Sync that ends the pipeline would commit the statements already sent
+                        # (a cancelled RPC: an insert without its notifications, stored while its
+                        # caller is told it failed). Closed before it is sent, the session ends
+                        # with its implicit transaction open, and the server rolls it back.
+                        await conn.close()
+                        raise
                     body_done = True
         except Exception as exc:
             if not body_done or (isinstance(exc, psycopg.Error) and exc.sqlstate):

@@ -49,6 +49,7 @@ UNIQUE_STATE_BITS: dict[str, int] = {
 }
 
 _KEY_CONFLICT: LiteralString = "ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+_KEY_ORDER: LiteralString = 'ORDER BY v.tenant COLLATE "C", v.idempotency_key COLLATE "C", v.ord'
 _UNIQUE_READS: tuple[tuple[LiteralString, LiteralString], ...] = (
     ("decode(j->>17, 'hex')", "NULL::bytea"), ("(j->>18)::smallint", "NULL::smallint"))
 
@@ -70,9 +71,17 @@ _BRIEF_HEAD: LiteralString = "INSERT INTO executions ("
 _BRIEF_TAIL: LiteralString = "RETURNING *"
 _BRIEF_ANSWER: LiteralString = ("RETURNING id)\nSELECT ARRAY(SELECT id FROM ins) AS inserted "
                                 "WHERE (SELECT count(*) FROM ins) < %(sent)s::bigint")
+# The `unless_quota` guard's test, as insert_submitted_many spells it. The fast path reads it back
+# in the SAME statement (`_insert_query(guarded=True)`: column `quota`): a quota read in a statement
+# of its own took another snapshot than the guard, so a quota set or cleared between the two made
+# the node take the counted path after the guard had inserted everything (the same ids again: a
+# duplicate-key error for stored jobs), or answer "taken" for jobs the guard had refused (issue 47
+# item 7).
+_QUOTA_FOUND: LiteralString = ("EXISTS (\n           SELECT 1 FROM tenants t WHERE t.id = ANY(%(tenants)s::text[]) "
+                               "AND t.max_executions_per_day IS NOT NULL)")
 
 
-def _insert_query(brief: bool, unique: bool = False) -> LiteralString:
+def _insert_query(brief: bool, unique: bool = False, guarded: bool = False) -> LiteralString:
     """insert_submitted_many; when `brief`, wrapped as `WITH ins AS (<the insert> RETURNING id)`
     and answering only which jobs were inserted when some were not (_BRIEF_ANSWER; `_brief_rows`
     builds the rows). With `unique` (a job of the
@@ -81,10 +90,15 @@ def _insert_query(brief: bool, unique: bool = False) -> LiteralString:
     order. A group without unique jobs keeps the single arbiter and reads no unique column (NULL
     constants instead): it pays nothing for the feature (bench/submit_unique.py --statement)."""
     out = q("insert_submitted_many")
+    assert out.count(_BRIEF_HEAD) == 1 and out.endswith(_BRIEF_TAIL) and _QUOTA_FOUND in out, \
+        "insert_submitted_many must be one INSERT INTO executions (...), guarded by _QUOTA_FOUND, ending RETURNING *"
     if brief:
-        assert out.count(_BRIEF_HEAD) == 1 and out.endswith(_BRIEF_TAIL), \
-            "insert_submitted_many must be one INSERT INTO executions (...) ending with RETURNING *"
         out = out.replace(_BRIEF_HEAD, "WITH ins AS (" + _BRIEF_HEAD).removesuffix(_BRIEF_TAIL) + _BRIEF_ANSWER
+        if guarded:  # a quota stops the insert, so the count is short and the row is answered
+            out = out.replace(" AS inserted ", " AS inserted, " + _QUOTA_FOUND + " AS quota ")
+    elif guarded:  # every row inserted, or one row of NULLs: each with the guard's finding
+        out = ("WITH ins AS (" + out + ")\nSELECT i.*, q.quota FROM (SELECT " + _QUOTA_FOUND
+               + " AS quota) AS q LEFT JOIN ins AS i ON true")
     if not unique:  # constants instead of two JSON reads per row: what reading them cost a plain job
         for read, null in _UNIQUE_READS:
             assert read in out, f"insert_submitted_many must read {read}"
@@ -94,10 +108,10 @@ def _insert_query(brief: bool, unique: bool = False) -> LiteralString:
         # the same keys take them in one order and never deadlock (in item order, a group holding
         # A then B and another holding B then A each wait for the other). Among jobs with one key
         # the earliest item still wins.
-        bare = out.replace(_KEY_CONFLICT, "ON CONFLICT DO NOTHING").replace("ORDER BY v.ord",
-                                                                           "ORDER BY v.unique_key, v.ord")
-        assert _KEY_CONFLICT not in bare and "ORDER BY v.unique_key, v.ord" in bare, \
-            "insert_submitted_many must end with ORDER BY v.ord and the idempotency key's conflict clause"
+        bare = out.replace(_KEY_CONFLICT, "ON CONFLICT DO NOTHING").replace(_KEY_ORDER, "ORDER BY v.unique_key, "
+                                                                           + _KEY_ORDER.removeprefix("ORDER BY "))
+        assert _KEY_CONFLICT not in bare and "ORDER BY v.unique_key, v.tenant" in bare, \
+            "insert_submitted_many must end with its key order and the idempotency key's conflict clause"
         out = bare
     return out
 
@@ -247,11 +261,6 @@ class ExecutionsPort:
     async def by_idempotency_key(self, conn: Conn, tenant: str, key: str) -> Row | None:
         return await row(conn, "api_by_idempotency_key", {"tenant": tenant, "idempotency_key": key})
 
-    async def count_since(self, conn: Conn, tenant: str, since: datetime) -> int:
-        """A tenant's executions created since an instant (daily quota)."""
-        r = await row(conn, "api_count_executions_since", {"tenant": tenant, "since": since})
-        return int(r["count"]) if r else 0
-
     async def insert_submitted_many(self, conn: Conn, jobs: Sequence[SubmittedJob], now: datetime,
                                     brief: bool = False) -> list[Row]:
         """Insert every job in ONE statement (`insert_submitted_many`); the rows inserted, in no
@@ -286,9 +295,10 @@ class ExecutionsPort:
 
     async def insert_unless_quota(self, jobs: Sequence[SubmittedJob], now: datetime,
                                   brief: bool = False) -> list[Row] | None:
-        """The fast path of a submit group: ONE round trip (the quota read, `insert_submitted_many` guarded
-        by `unless_quota` and the coalesced notifications as one `pipelined_transaction`; psycopg's
-        `transaction()` around them took four). None, and nothing inserted, when one of the jobs'
+        """The fast path of a submit group: ONE round trip (`insert_submitted_many` guarded by
+        `unless_quota`, answering whether the guard found a quota in its own snapshot, and the
+        coalesced notifications, as one `pipelined_transaction`; psycopg's `transaction()` around
+        them took four). None, and nothing inserted, when one of the jobs'
         tenants has a daily quota: the caller takes the counted path (`insert_submitted_many` under
         `lock_quotas`). Otherwise the rows inserted (a job whose key was taken is left out, as in
         `insert_submitted_many`). The notifications name every job of `jobs` as planned (queued
@@ -298,17 +308,17 @@ class ExecutionsPort:
         if not jobs:
             return []
         async with self.db.connection() as conn:
-            quota = conn.cursor()
             ins = decoding_cursor(conn)
             async with self.db.pipelined_transaction(conn):
-                await quota.execute(q("api_daily_quotas"), {"tenants": sorted({j.tenant for j in jobs})})
-                await ins.execute(_insert_query(brief, _any_unique(jobs)), {**self._many(jobs, now),
-                                                                            "unless_quota": True})
+                await ins.execute(_insert_query(brief, _any_unique(jobs), guarded=True),
+                                  {**self._many(jobs, now), "unless_quota": True})
                 await self.notify_submitted(conn, *_announced(jobs, now))
-            if await quota.fetchall():
-                return None
             got = list(await ins.fetchall())
-        return _brief_rows(jobs, got) if brief else got
+        if any(r.pop("quota") for r in got):  # the guard's own finding: nothing was inserted
+            return None
+        if not brief:
+            return [r for r in got if r["id"] is not None]
+        return _brief_rows(jobs, got)
 
     async def insert_chunks_unless_quota(self, chunks: Iterator[Sequence[SubmittedJob]], now: datetime,
                                          brief: bool = False) -> list[Row] | None:
@@ -374,13 +384,14 @@ class ExecutionsPort:
 
     async def lock_quotas(self, conn: Conn, tenants: Sequence[str]) -> None:
         """Serialise these tenants' quota checks until commit (advisory locks, not row locks):
-        call before `used_since` in the same transaction."""
+        call before `used_today` in the same transaction."""
         if tenants:
             await rows(conn, "api_lock_quotas", {"tenants": list(tenants)})
 
-    async def used_since(self, conn: Conn, tenants: Sequence[str], since: datetime) -> dict[str, int]:
-        """Executions each tenant created since an instant (the daily quota's count)."""
-        got = await rows(conn, "api_used_today", {"tenants": list(tenants), "since": since})
+    async def used_today(self, conn: Conn, tenants: Sequence[str], at: datetime) -> dict[str, int]:
+        """Executions each tenant with a quota created on the UTC day of `at` (the daily quota's
+        count: the day's counter, which retention does not lower)."""
+        got = await rows(conn, "api_used_today", {"tenants": list(tenants), "at": at})
         return {r["tenant"]: int(r["used"]) for r in got}
 
     async def notify_submitted(self, conn: Conn, due: Sequence[tuple[int, uuid.UUID, datetime]],

@@ -11,7 +11,9 @@ The windows are the caller's (cluster/retention holds the policy); the one prece
 (schedule's own window, else the job type's, else the cluster default; None: kept forever by
 time) is in the SQL, applied per row. Deleting an execution never makes its tick due again: the
 due cursor (`schedule_due.next_run_at`, a compare-and-set) says what has fired. What went is
-recorded per schedule (`execution_pruned.pruned_through`) for explain.
+recorded per schedule (`execution_pruned.pruned_through`) and per tick (`execution_pruned_ticks`,
+one row per schedule and batch) for explain, so that a tick never fired stays told apart from a
+tick whose run was pruned.
 """
 
 from __future__ import annotations
@@ -108,6 +110,9 @@ class PruneKeepLastResult:
 class PrunedMark:
     through: datetime  # the latest tick of the schedule whose execution was pruned
     pruned: int
+    # Ticks up to here may have been pruned without a record of which (pruned before migration
+    # 0020 recorded them, `pruned_ticks`); None: every pruned tick is recorded.
+    untracked_through: datetime | None = None
 
 
 class RetentionPort:
@@ -165,4 +170,11 @@ class RetentionPort:
     async def pruned_through(self, schedule_id: uuid.UUID) -> PrunedMark | None:
         async with self.db.connection() as conn:
             r = await row(conn, "pruned_through", {"schedule_id": schedule_id})
-        return PrunedMark(r["pruned_through"], int(r["pruned"])) if r else None
+        return PrunedMark(r["pruned_through"], int(r["pruned"]), r["untracked_through"]) if r else None
+
+    async def pruned_ticks(self, schedule_id: uuid.UUID, start: datetime, end: datetime) -> frozenset[datetime]:
+        """The ticks in [start, end] of the schedule whose executions retention removed (explain:
+        a tick left without a row and not among these was never fired)."""
+        async with self.db.connection() as conn:
+            got = await rows(conn, "pruned_ticks", {"schedule_id": schedule_id, "start": start, "end": end})
+        return frozenset(r["tick"] for r in got)

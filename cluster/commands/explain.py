@@ -10,7 +10,9 @@ Each tick is then matched against the durable records, in this order:
                                          skipped)
     a misfire event covering the tick    REFUSED_CATCH_UP, COALESCED_MISFIRE, SKIPPED_MISFIRE
     paused at the tick                   PAUSED (from when, by whom)
-    at or before the latest pruned tick  PRUNED_BY_RETENTION (it fired; retention removed its row)
+    a tick whose execution was pruned    PRUNED_BY_RETENTION (retention recorded the tick it removed;
+                                         ticks pruned before that record existed, migration 0020:
+                                         any tick up to `untracked_through`)
     in the future / just due             PENDING
     nothing                              MISSED, with the partition's ownership gap if any
 
@@ -58,6 +60,7 @@ class Facts:
     events: list[dict[str, Any]] = field(default_factory=list)
     ownership: list[dict[str, Any]] = field(default_factory=list)  # partition_history rows
     pruned: PrunedMark | None = None  # what retention removed of the schedule's runs
+    pruned_ticks: frozenset[datetime] = frozenset()  # the window's ticks whose execution retention removed
 
 
 def _definition_segments(f: Facts) -> list[tuple[datetime, dict[str, Any]]]:
@@ -172,7 +175,8 @@ def explain(f: Facts, start: datetime, end: datetime, now: datetime) -> list[Exp
             if t not in real_set:
                 out.append(_dst_dropped(t, defn))
         for t in real:
-            out.append(_one(t, s, by_tick, pauses, misfires, f.ownership, now, defn, active, f.pruned))
+            out.append(_one(t, s, by_tick, pauses, misfires, f.ownership, now, defn, active, f.pruned,
+                            f.pruned_ticks))
     out.sort(key=lambda e: e.tick)
     return out
 
@@ -206,7 +210,8 @@ def _gap_shifted(t: datetime, defn: dict[str, Any], sid: str) -> bool:
 def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]],
          pauses: list[tuple[datetime, datetime | None, dict[str, Any]]], misfires: list[dict[str, Any]],
          ownership: list[dict[str, Any]], now: datetime, defn: dict[str, Any],
-         active: dict[int, datetime], pruned: PrunedMark | None = None) -> Explained:
+         active: dict[int, datetime], pruned: PrunedMark | None = None,
+         pruned_ticks: frozenset[datetime] = frozenset()) -> Explained:
     ex = by_tick.get(t)  # first: a backfilled tick from before creation still has its execution
     if ex is None and t < s["created_at"]:
         return Explained(t, "NOT_YET_CREATED", f"the schedule was created at {s['created_at'].isoformat()}")
@@ -227,7 +232,8 @@ def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]]
         how = {"catch_up": "caught up after a misfire", "backfill": "backfilled", "manual": "triggered by hand"}.get(
             ex["trigger"], "fired")
         lag_txt = ("" if lag is None else f" {lag * 1000:.0f} ms after run_at" if lag >= 0
-                   else f", queued {-lag * 1000:.0f} ms ahead of run_at (FiringConfig.queue_ahead_s)")
+                   else f", queued {-lag * 1000:.0f} ms ahead of run_at (the node queues a tick just before it "
+                        f"is due; workers claim it from run_at)")
         attempts = f"; {ex['state']} after {ex['attempt']} attempt(s)"
         if ex["trigger"] == "catch_up":
             how += _misfire_reason("", t, ownership)
@@ -253,9 +259,10 @@ def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]]
             return Explained(t, "PAUSED", f"paused since {since.isoformat()} by {ev.get('actor') or 'unknown'}"
                                           + (f" ({ev['data'].get('reason')})" if (ev["data"] or {}).get("reason")
                                              else ""))
-    if pruned is not None and t <= pruned.through:
+    if pruned is not None and (t in pruned_ticks or (pruned.untracked_through is not None
+                                                     and t <= pruned.untracked_through)):
         return Explained(t, "PRUNED_BY_RETENTION",
-                         f"pruned by retention: the tick fired, its execution is no longer kept (this schedule's "
+                         f"pruned by retention: the tick had an execution, no longer kept (this schedule's "
                          f"runs up to {pruned.through.isoformat()} were pruned, {pruned.pruned} so far)")
     if t > now - PENDING_GRACE:
         return Explained(t, "PENDING", "not due yet" if t > now else "due just now; being fired")
@@ -321,9 +328,11 @@ async def load_facts(store: PgStore, schedule_id: uuid.UUID, tenant: str | None,
     sched = await store.explain.schedule(schedule_id, tenant)
     if sched is None:
         raise NotFound("schedule", schedule_id)
-    events = await store.explain.events(schedule_id)
+    events = await store.explain.events(schedule_id, start, end)  # those the window needs, not all
     own = await store.explain.ownership(sched["partition"], end)
-    f = Facts(sched, [], events, own, pruned=await store.retention.pruned_through(schedule_id))
+    mark = await store.retention.pruned_through(schedule_id)
+    pruned = await store.retention.pruned_ticks(schedule_id, start, end) if mark is not None else frozenset()
+    f = Facts(sched, [], events, own, pruned=mark, pruned_ticks=pruned)
     if with_executions:
         await load_executions(store, f, start, end)
     return f

@@ -24,7 +24,7 @@ import dataclasses
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from cronwheel import tracing
@@ -47,7 +47,7 @@ from cronwheel.cluster.commands.values import (
     visible,
 )
 from cronwheel.cron import CronSchedule, OverlapAction, decide_overlap, parse_overlap_policy
-from cronwheel.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from cronwheel.errors import AlreadyExists, CronwheelError, FailedPrecondition, InvalidArgument, Unavailable
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Conn, Event, Row
 from cronwheel.storage.executions import Backfill, ManualRun, Retry, SubmittedJob, announced
@@ -199,16 +199,19 @@ class JobSpec:
     concurrency_limit: int | None = None
 
 
-def _day_start(now: datetime) -> datetime:
-    d = now.astimezone(UTC)
-    return datetime(d.year, d.month, d.day, tzinfo=UTC)
-
-
 MAX_SUBMIT_BATCH = 10_000  # jobs in one SubmitJobs call
 # Jobs per chunk when SubmitJobs streams a large call (`submit_jobs`): validating 1,000 jobs took
 # 10 ms and writing them 14, so four chunks of 250 hide most of one behind the other (measured in
 # `insert_chunks_unless_quota`); a call of 10,000 sends 40 inserts, each a few ms.
 SUBMIT_CHUNK = 250
+
+
+def key_order(keys: Sequence[tuple[str, str]]) -> list[int]:
+    """The indices of jobs given as (tenant, idempotency key or "") in the order the insert
+    takes their keys (executions.sql insert_submitted_many: tenant, then key, in code point order,
+    which is UTF-8 byte order, COLLATE "C"; jobs without a key last; ties in item order): the order
+    SubmitJobs cuts its chunks in, so that a call's keys are taken in one order across its chunks."""
+    return sorted(range(len(keys)), key=lambda i: (not keys[i][1], keys[i][0], keys[i][1]))
 
 
 def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
@@ -297,7 +300,8 @@ async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob] | Iterator[Seq
     one round trip to PostgreSQL (`insert_unless_quota`: quota read, guarded insert, coalesced
     notifications and commit pipelined), plus a read-back only if a key was taken. Otherwise the
     counted path, exact without a row lock: one advisory transaction lock per quota tenant per
-    group (`lock_quotas`), then a count of today's executions taken after the lock (READ
+    group (`lock_quotas`), then today's count (`used_today`: the day's counter, which the insert
+    statement itself increments, so retention never gives room back) read after the lock (READ
     COMMITTED: a fresh snapshot that sees every group that held the lock before), then at most
     `limit - used` new jobs; existing keys (idempotency and unique) are read first so they do not
     count, and a unique key repeated inside `jobs` counts once. The lock is held to commit, so two
@@ -366,14 +370,18 @@ async def _write_once(store: PgStore, source: Sequence[SubmittedJob] | Iterator[
         fast = await ex.insert_chunks_unless_quota((distinct(c) for c in source), now, brief)
     n = len(jobs)
     results: list[Submitted | Exception | None] = [None] * n
-    if fast is not None:
+    if fast is not None:  # committed: from here on no error may be told about a job it stored
         inserted = {r["id"]: r for r in fast}
         lost = [i for i in unique if jobs[i].id not in inserted]
-        back: tuple[dict[tuple[str, str], Row], dict[bytes, Row]] = ({}, {})
+        back: tuple[dict[tuple[str, str], Row], dict[bytes, Row]] | Exception = ({}, {})
         if lost:
-            async with store.connection() as conn:
-                back = await _read_back(store, conn, jobs, lost)
-        _settle(jobs, unique, inserted, back, results)
+            back = await _read_back_committed(store, jobs, lost)
+        if isinstance(back, Exception):
+            _settle(jobs, [i for i in unique if jobs[i].id in inserted], inserted, ({}, {}), results)
+            for i in lost:
+                results[i] = back
+        else:
+            _settle(jobs, unique, inserted, back, results)
     else:
         async with store.transaction() as conn:
             existing = await ex.by_idempotency_keys(conn, list(first)) if first else {}
@@ -394,7 +402,7 @@ async def _write_once(store: PgStore, source: Sequence[SubmittedJob] | Iterator[
             accepted = candidates
             if quotas:
                 await ex.lock_quotas(conn, list(quotas))
-                used = await ex.used_since(conn, list(quotas), _day_start(now))
+                used = await ex.used_today(conn, list(quotas), now)
                 left = {t: limit - used.get(t, 0) for t, limit in quotas.items()}
                 counted: set[bytes] = set()  # a unique key repeated inside `jobs` makes one execution
                 accepted = []
@@ -424,6 +432,27 @@ async def _write_once(store: PgStore, source: Sequence[SubmittedJob] | Iterator[
         assert got is not None
         out.append(got)
     return jobs, out
+
+
+READ_BACK_ATTEMPTS = 3
+
+
+async def _read_back_committed(store: PgStore, jobs: Sequence[SubmittedJob], lost: Sequence[int]
+                               ) -> tuple[dict[tuple[str, str], Row], dict[bytes, Row]] | Exception:
+    """`_read_back` after the fast path committed (a read of its own, retried: it changes
+    nothing). Its error, if every attempt failed, is returned, not raised: it concerns only the
+    jobs whose keys were taken, which this call did not store; the jobs it inserted keep their
+    results (issue 47 item 7: a read-back failure used to fail every job of the group)."""
+    err: Exception | None = None
+    for _ in range(READ_BACK_ATTEMPTS):
+        try:
+            async with store.connection() as conn:
+                return await _read_back(store, conn, jobs, lost)
+        except CronwheelError as exc:
+            err = exc
+    assert err is not None
+    return Unavailable("postgres", f"the job's key was taken by another call, whose execution could not be read "
+                                   f"({err}); submit again with the same key to get it")
 
 
 async def _read_back(store: PgStore, conn: Conn, jobs: Sequence[SubmittedJob],
@@ -490,12 +519,31 @@ async def submit_jobs(store: PgStore, jobs: Sequence[SubmittedJob] | Iterator[Se
     job and tracing off."""
     if isinstance(jobs, Sequence):
         check_batch_size(len(jobs))
-    out: list[Submitted] = []
-    for r in await write_jobs(store, jobs, now, all_or_nothing=True, brief=brief):
-        if isinstance(r, Exception):
-            raise r
-        out.append(r)
-    return out
+    got = await write_jobs(store, jobs, now, all_or_nothing=True, brief=brief)
+    failed = [r for r in got if isinstance(r, Exception)]
+    if failed:
+        # Only a committed call fails per job (the counted path raises, rolling back): a job told
+        # failed was not stored by it; if others were, they are named, and UNAVAILABLE says
+        # "submit again with the same keys" (issue 47 item 7, docs/semantics.md).
+        stored = [r[0]["id"] for r in got if not isinstance(r, Exception) and not r[1]]
+        raise StoredThenFailed(stored, failed[0]) if stored else failed[0]
+    return [r for r in got if not isinstance(r, Exception)]
+
+
+class StoredThenFailed(Unavailable):
+    """Jobs of a SubmitJobs call were stored, then the answer for others could not be made (their
+    keys were taken and the executions holding them could not be read back). `stored`: the ids of
+    the executions this call created. Submitting the same jobs again with the same idempotency
+    keys answers every job (the stored ones deduplicated)."""
+
+    def __init__(self, stored: Sequence[uuid.UUID], cause: Exception) -> None:
+        self.stored = list(stored)
+        shown = ", ".join(str(i) for i in self.stored[:STORED_IDS_SHOWN])
+        more = f" and {len(self.stored) - STORED_IDS_SHOWN} more" if len(self.stored) > STORED_IDS_SHOWN else ""
+        super().__init__("postgres", f"{len(self.stored)} jobs of this call were stored ({shown}{more}), but {cause}")
+
+
+STORED_IDS_SHOWN = 20  # in the message (gRPC's status details travel in a trailer of a few KB)
 
 
 async def submit_job(store: PgStore, job: JobSpec, now: datetime, partitions: int,

@@ -21,8 +21,9 @@ Invariants.
   owner, a restarted node or a catch-up starts from the cursor.
 - An idempotency key is remembered exactly as long as its execution is kept (the key lives on
   the row): a submit repeating a key whose run was pruned creates a new run.
-- explain says PRUNED_BY_RETENTION for a tick with no execution at or before the latest pruned
-  tick of its schedule (`execution_pruned`), not MISSED.
+- explain says PRUNED_BY_RETENTION for a tick whose execution was pruned: each batch records the
+  ticks it removed (`execution_pruned_ticks`, migration 0020), so a tick that never had one still
+  reads MISSED; `execution_pruned` keeps the latest pruned tick and the count per schedule.
 
 How it fails. PostgreSQL away: the pass stops and resumes next round (Unavailable). A lost
 partition: StaleEpoch, nothing deleted, the partition is skipped. Any other error of a batch is

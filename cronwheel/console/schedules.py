@@ -145,9 +145,9 @@ async def timeline_part(console: Console, request: Request, session: Session) ->
 def timeline_bounds(now: datetime, window: str, next_fires: list[datetime]) -> tuple[datetime, datetime, bool]:
     """The [start, end) the timeline explains, and whether it is cut short of the window.
 
-    It ends at `now`: a tick not yet due is not on it, though the node may have queued it
-    (FiringConfig.queue_ahead_s) and explain calls it fired; a pause or an edit still takes such a
-    tick back. At most ~MAX_TICKS_SHOWN ticks are explained: the window is cut to that many of the
+    It ends at `now`: a tick not yet due is not on it, though the node may have queued it (it
+    queues a tick just before it is due) and explain calls it fired; a pause or an edit still
+    takes such a tick back. At most ~MAX_TICKS_SHOWN ticks are explained: the window is cut to that many of the
     schedule's shortest gap between fire times (a per-second cron's 7 days would be 604,800)."""
     gaps = [b - a for a, b in zip(next_fires, next_fires[1:], strict=False) if b > a]
     start = now - WINDOWS[window]

@@ -211,8 +211,21 @@ CREATE TABLE execution_pruned (
     partition      integer NOT NULL,
     pruned_through timestamptz NOT NULL,
     pruned         bigint NOT NULL DEFAULT 0,
-    at             timestamptz NOT NULL
+    at             timestamptz NOT NULL,
+    -- Ticks up to here were pruned before their ticks were recorded (0020): explain cannot tell.
+    untracked_through timestamptz
 );
+
+-- The ticks retention removed, one row per schedule and prune batch (0020): explain tells a pruned
+-- tick (here) from one that never fired (nowhere). Dropped with the events (prune_history).
+CREATE TABLE execution_pruned_ticks (
+    schedule_id uuid NOT NULL,
+    first_tick  timestamptz NOT NULL,
+    last_tick   timestamptz NOT NULL,
+    ticks       timestamptz[] NOT NULL,
+    at          timestamptz NOT NULL
+);
+CREATE INDEX execution_pruned_ticks_by_schedule ON execution_pruned_ticks (schedule_id, last_tick);
 
 -- Append-only audit and alert log.
 CREATE TABLE events (
@@ -365,6 +378,12 @@ LANGUAGE sql VOLATILE AS $$
            SET pruned_through = greatest(m.pruned_through, excluded.pruned_through),
                pruned = m.pruned + excluded.pruned, at = excluded.at
         RETURNING 1
+    ), ticks AS (
+        INSERT INTO execution_pruned_ticks (schedule_id, first_tick, last_tick, ticks, at)
+        SELECT schedule_id, min(scheduled_for), max(scheduled_for), array_agg(scheduled_for ORDER BY scheduled_for),
+               now
+          FROM gone WHERE schedule_id IS NOT NULL GROUP BY schedule_id
+        RETURNING 1
     )
     SELECT count(*) FROM gone
 $$;
@@ -392,18 +411,27 @@ CREATE TABLE tokens (
 );
 CREATE INDEX tokens_by_tenant ON tokens (tenant, id);
 
+-- What the daily execution quota counts (0020): executions created per tenant with a quota and UTC
+-- day, kept by the trigger executions_count_created (below); retention does not touch it.
+CREATE TABLE daily_executions (
+    tenant  text NOT NULL,
+    day     date NOT NULL,
+    created bigint NOT NULL,
+    PRIMARY KEY (tenant, day)
+);
+
 -- Tenant quotas (0016).
 -- The daily execution quota's room: for each of `tenants` that has a max_executions_per_day, the
 -- quota and how many more executions it may create on the UTC day of `at` (negative: over). The
--- one definition of "used today" for the fire path's quota skips (fire_ticks_fenced,
--- fire_executions, storage/sql/queries/executions.sql); the submit path counts the same rows
--- (api_used_today) under its per-group advisory lock.
+-- one definition of "used today", for the fire path's quota skips (fire_ticks_fenced,
+-- fire_executions) and the submit path's count (api_used_today, under its per-group advisory
+-- lock): the day's counter (daily_executions), which retention does not touch.
 CREATE FUNCTION cronwheel_daily_room(tenants text[], at timestamptz)
 RETURNS TABLE (tenant text, quota integer, room bigint)
 LANGUAGE sql STABLE AS $$
     SELECT t.id, t.max_executions_per_day,
-           t.max_executions_per_day - (SELECT count(*) FROM executions e
-                                        WHERE e.tenant = t.id AND e.created_at >= date_trunc('day', at, 'UTC'))
+           t.max_executions_per_day - coalesce((SELECT d.created FROM daily_executions d
+                                                 WHERE d.tenant = t.id AND d.day = (at AT TIME ZONE 'UTC')::date), 0)
       FROM tenants t
      WHERE t.id = ANY (tenants) AND t.max_executions_per_day IS NOT NULL
 $$;
@@ -422,3 +450,45 @@ LANGUAGE sql IMMUTABLE AS $$
                 ELSE LEAST(GREATEST(coalesce(burst, rate), 1),
                            level + rate * GREATEST(0, extract(epoch FROM at - refilled_at)::float8)) END
 $$;
+
+-- Daily execution counts (0020): the trigger that keeps daily_executions.
+-- The one place executions are counted: after each INSERT statement on executions, the rows it
+-- inserted of tenants with a quota, per tenant and UTC day of created_at, added to
+-- daily_executions in (tenant, day) order (two statements never wait for each other in a cycle).
+CREATE FUNCTION cronwheel_count_created() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM tenants WHERE max_executions_per_day IS NOT NULL) THEN
+        RETURN NULL;  -- no quota anywhere (the common case): the inserted rows are not read
+    END IF;
+    INSERT INTO daily_executions AS d (tenant, day, created)
+    SELECT n.tenant, (n.created_at AT TIME ZONE 'UTC')::date, count(*)
+      FROM created n
+     WHERE n.tenant IN (SELECT t.id FROM tenants t WHERE t.max_executions_per_day IS NOT NULL)
+     GROUP BY 1, 2
+     ORDER BY 1, 2
+    ON CONFLICT (tenant, day) DO UPDATE SET created = d.created + excluded.created;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER executions_count_created AFTER INSERT ON executions
+    REFERENCING NEW TABLE AS created FOR EACH STATEMENT EXECUTE FUNCTION cronwheel_count_created();
+
+-- A quota set where there was none: today's counter starts at the tenant's executions of today
+-- that exist (never lower than what it already counted).
+CREATE FUNCTION cronwheel_seed_daily_count() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.max_executions_per_day IS NOT NULL
+       AND (TG_OP = 'INSERT' OR OLD.max_executions_per_day IS NULL) THEN
+        INSERT INTO daily_executions AS d (tenant, day, created)
+        SELECT NEW.id, (now() AT TIME ZONE 'UTC')::date, count(*) FROM executions e
+         WHERE e.tenant = NEW.id AND e.created_at >= date_trunc('day', now(), 'UTC')
+        ON CONFLICT (tenant, day) DO UPDATE SET created = greatest(d.created, excluded.created);
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER tenants_seed_daily_count AFTER INSERT OR UPDATE OF max_executions_per_day ON tenants
+    FOR EACH ROW EXECUTE FUNCTION cronwheel_seed_daily_count();
+

@@ -345,3 +345,50 @@ async def test_a_paced_batch_never_takes_more_than_batch_rows_below_the_minimum(
     await clock.until_asleep()
     loop.rest(0.001)
     assert (await rows)[0] == 5
+
+
+async def test_explain_after_pruning_shows_a_missed_tick_as_missed_not_pruned(store: PgStore, owned: None) -> None:
+    """Issue 47 item 8: keep_last=0 prunes every finished run; explain called every tick up to the
+    latest pruned one pruned, so a tick that never fired (minute 3 here: no run) hid among them.
+    Retention now records the ticks it removed. Fails without that record (minute 3: pruned)."""
+    from cronwheel.cluster.commands.explain import explain, load_facts
+
+    sid = await make_schedule(store, P)
+    await set_retention(store, sid, keep_last=0)
+    ticks = [T0 + i * MINUTE for i in range(6)]
+    for i, t in enumerate(ticks):
+        if i != 3:
+            await finished_run(store, sid, t)
+    p = pruner(store, clock_at(T0 + 20 * MINUTE), batch_rows=2)  # several batches: several records
+    assert await p.drain() == 5
+    assert await ticks_of(store, sid) == []
+    facts = await load_facts(store, sid, None, T0, T0 + 6 * MINUTE)
+    got = {e.tick: e.outcome for e in explain(facts, T0, T0 + 6 * MINUTE, T0 + 20 * MINUTE)}
+    assert got == {t: "MISSED" if i == 3 else "PRUNED_BY_RETENTION" for i, t in enumerate(ticks)}, got
+
+
+async def test_explain_reads_the_events_its_window_needs_not_every_event_of_the_schedule(store: PgStore) -> None:
+    """Issue 47 item 8: the console polls explain every 3 s and each call read every event of the
+    schedule. It reads those of the window, the definition changes and misfire records of its
+    ticks after it, and the latest pause or resume before it. Fails without the bound (all 400)."""
+    from cronwheel.storage.api import Event
+
+    sid = await make_schedule(store, P)
+    start, end = T0 + 10 * DAY, T0 + 10 * DAY + timedelta(hours=1)
+    async with store.transaction() as conn:
+        for i in range(200):  # before and after the window: not needed
+            for at in (T0 + i * MINUTE, end + timedelta(hours=1) + i * MINUTE):
+                await store.events.insert(Event("execution_cancelled", "t1", sid, at=at), conn)
+        needed = [Event("schedule_paused", "t1", sid, at=start - DAY),  # paused at the window's start
+                  Event("no_success_alert", "t1", sid, at=start + MINUTE),  # in it
+                  Event("schedule_updated", "t1", sid, at=end + DAY, data={"changes": {}}),  # walked back from
+                  Event("misfire_skipped", "t1", sid, at=end + 2 * DAY,  # found later, of the window's ticks
+                        data={"policy": "skip", "first_missed": (end - MINUTE).isoformat(),
+                              "latest_missed": (end + DAY).isoformat()})]
+        for e in [Event("schedule_resumed", "t1", sid, at=start - 2 * DAY),
+                  Event("misfire_skipped", "t1", sid, at=end + 3 * DAY,  # of ticks after the window
+                        data={"policy": "skip", "first_missed": (end + DAY).isoformat(),
+                              "latest_missed": (end + 2 * DAY).isoformat()}), *needed]:
+            await store.events.insert(e, conn)
+    got = await store.explain.events(sid, start, end)
+    assert [(e["kind"], e["at"]) for e in got] == [(e.kind, e.at) for e in needed]

@@ -79,7 +79,7 @@ def test_every_tick_outcome_has_its_own_look_in_the_timeline() -> None:
 
 
 def test_the_timeline_ends_at_now_so_a_tick_queued_ahead_is_not_shown_fired() -> None:
-    """The node queues an allow tick a second before its time (FiringConfig.queue_ahead_s) and
+    """The node queues an allow tick just before it is due (up to a second early) and
     explain calls it fired; a pause takes it back. The timeline ended a second past now, showed
     such a tick fired, then paused (the browser test that clicked it after a pause failed): fails
     without the end at now."""

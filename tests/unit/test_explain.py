@@ -111,3 +111,14 @@ def test_unowned_and_takeover_are_explained_from_ownership_history() -> None:
              {"kind": "acquired", "epoch": 2, "owner": "b", "at": m(5) + timedelta(milliseconds=40)}]
     assert _unowned(quick, m(5) + timedelta(milliseconds=20)) is None, "a 40 ms hand-over loses nothing"
     assert "unowned from the start" in (_unowned(hist, m(-1)) or "")
+
+
+def test_a_tick_queued_ahead_says_so_in_the_users_words() -> None:
+    """Issue 49: the reason named an internal class (FiringConfig.queue_ahead_s); it says what the
+    node does instead (there is no node flag for it)."""
+    row = {**ex(3), "fired_at": m(3) - timedelta(milliseconds=990)}
+    got = outcomes(Facts(sched(), [row], [], [own("acquired", 1, "n1", 0)]), 3, 4, 10)
+    outcome, reason = got[3]
+    assert outcome == "FIRED" and "queued 990 ms ahead of run_at" in reason, reason
+    assert "FiringConfig" not in reason and "queue_ahead_s" not in reason
+    assert "just before it is due" in reason

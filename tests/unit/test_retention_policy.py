@@ -60,11 +60,23 @@ def test_the_config_refuses_a_job_type_twice_and_knows_its_shortest_window() -> 
     assert Windows(None, None).shortest_s() is None
 
 
-def test_explain_says_pruned_by_retention_up_to_the_pruned_mark_and_missed_after_it() -> None:
+def test_explain_says_pruned_by_retention_for_the_ticks_retention_removed_and_missed_for_the_others() -> None:
+    """Issue 47 item 8: every tick up to the pruned mark was called pruned, so tick 3 (never fired:
+    retention did not remove it) hid behind it. Fails without the per-tick record."""
     f = Facts(sched(), [ex(6), ex(7)], [ev("schedule_paused", 1.5), ev("schedule_resumed", 2.5)],
-              [own("acquired", 1, "n1", 0)], pruned=PrunedMark(m(4), 3))
+              [own("acquired", 1, "n1", 0)], pruned=PrunedMark(m(4), 3), pruned_ticks=frozenset({m(0), m(1), m(4)}))
     got = outcomes(f, 0, 9, 20)
     assert [got[i][0] for i in range(9)] == ["PRUNED_BY_RETENTION", "PRUNED_BY_RETENTION", "PAUSED",
-                                              "PRUNED_BY_RETENTION", "PRUNED_BY_RETENTION", "MISSED",
+                                              "MISSED", "PRUNED_BY_RETENTION", "MISSED",
                                               "FIRED", "FIRED", "MISSED"]
     assert got[0][1].startswith("pruned by retention") and "3 so far" in got[0][1]
+    assert "no record explains it" in got[3][1]
+
+
+def test_ticks_pruned_before_the_ticks_were_recorded_still_read_pruned() -> None:
+    """Runs pruned before migration 0020 left no per-tick record: up to `untracked_through` explain
+    cannot tell a missed tick from a pruned one, and keeps saying pruned there."""
+    f = Facts(sched(), [], [], [own("acquired", 1, "n1", 0)],
+              pruned=PrunedMark(m(4), 5, untracked_through=m(2)), pruned_ticks=frozenset({m(4)}))
+    got = outcomes(f, 0, 6, 20)
+    assert [got[i][0] for i in range(6)] == ["PRUNED_BY_RETENTION"] * 3 + ["MISSED", "PRUNED_BY_RETENTION", "MISSED"]

@@ -118,6 +118,7 @@ def test_a_group_without_unique_jobs_keeps_its_statement_and_a_unique_group_take
 
     plain, unique = _insert_query(True, False), _insert_query(True, True)
     assert "j->>17" not in plain and "NULL::bytea AS unique_key" in plain  # no unique column read per row
-    assert "WHERE idempotency_key IS NOT NULL DO NOTHING" in plain and "ORDER BY v.ord" in plain
-    assert "ON CONFLICT DO NOTHING" in unique and "ORDER BY v.unique_key, v.ord" in unique
+    keys = 'v.tenant COLLATE "C", v.idempotency_key COLLATE "C", v.ord'  # key order (issue 47 item 5)
+    assert "WHERE idempotency_key IS NOT NULL DO NOTHING" in plain and f"ORDER BY {keys}" in plain
+    assert "ON CONFLICT DO NOTHING" in unique and f"ORDER BY v.unique_key, {keys}" in unique
     assert "decode(j->>17, 'hex') AS unique_key" in unique

@@ -137,10 +137,6 @@ SELECT v.id, s.id, s.tenant, s.job_type, s.payload, s.partition, v.scheduled_for
 ON CONFLICT (schedule_id, scheduled_for) WHERE schedule_id IS NOT NULL DO NOTHING
 RETURNING id, scheduled_for;
 
--- name: api_count_executions_since
--- A tenant's executions created since an instant (daily quota).
-SELECT count(*) FROM executions WHERE tenant = %(tenant)s AND created_at >= %(since)s;
-
 -- name: api_get_execution
 -- One execution by id (any tenant; the caller checks the tenant).
 SELECT * FROM executions WHERE id = %(id)s;

@@ -221,7 +221,12 @@ UPDATE executions e
 -- (the caller then takes the locked, counted path instead). SubmitJobs runs it brief
 -- (storage/executions.py `_insert_query`): as `WITH ins AS (<this> RETURNING id)`, answering no row
 -- when every job was inserted and otherwise one, the ids inserted; the node builds the rows from
--- the jobs it sent (every returned column would be a value it sent).
+-- the jobs it sent (every returned column would be a value it sent). Rows go in key order
+-- ((tenant, idempotency_key) in byte order, keyless jobs last): a taken key is waited for in that
+-- order, so two groups holding the same keys in different item orders (two SubmitJobs calls on two
+-- nodes) wait for each other in one direction only and never deadlock (issue 47 item 5); among
+-- jobs with one key the earliest item is first. SubmitJobs' chunks are cut in the same order
+-- (cluster/api/scheduler_service.py).
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, trigger, max_attempts, retry_initial_s,
                         retry_multiplier, retry_max_s, timeout_s, idempotency_key, queued_at, created_at,
@@ -242,7 +247,7 @@ SELECT v.id, NULL, v.tenant, v.type, v.payload, v.partition, v.run_at, v.run_at,
           FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)) AS v
  WHERE NOT (%(unless_quota)s::boolean AND EXISTS (
            SELECT 1 FROM tenants t WHERE t.id = ANY(%(tenants)s::text[]) AND t.max_executions_per_day IS NOT NULL))
- ORDER BY v.ord
+ ORDER BY v.tenant COLLATE "C", v.idempotency_key COLLATE "C", v.ord
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 
@@ -273,9 +278,9 @@ SELECT pg_advisory_xact_lock(hashtext('cronwheel.quota'), h)
   FROM (SELECT DISTINCT hashtext(t) AS h FROM unnest(%(tenants)s::text[]) AS t ORDER BY 1) AS l;
 
 -- name: api_used_today
--- Executions each tenant created since an instant (the daily quota's count).
-SELECT t.tenant, (SELECT count(*) FROM executions e WHERE e.tenant = t.tenant AND e.created_at >= %(since)s) AS used
-  FROM unnest(%(tenants)s::text[]) AS t(tenant);
+-- Executions each of `tenants` with a daily quota created on the UTC day of `at`: the day's counter
+-- (cronwheel_daily_room, the fire path's rule), not the rows retention has left.
+SELECT r.tenant, r.quota - r.room AS used FROM cronwheel_daily_room(%(tenants)s::text[], %(at)s::timestamptz) AS r;
 
 -- name: notify_due_many
 -- One coalesced change notification per payload (a group's one-off jobs, see

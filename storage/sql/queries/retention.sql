@@ -106,5 +106,13 @@ SELECT f.fenced, (SELECT count(*) FROM keeping) AS schedules,
   FROM (SELECT EXISTS (SELECT 1 FROM fence) AS fenced) AS f;
 
 -- name: pruned_through
--- What retention removed of a schedule: the latest tick pruned and how many runs (explain).
-SELECT pruned_through, pruned FROM execution_pruned WHERE schedule_id = %(schedule_id)s;
+-- What retention removed of a schedule: the latest tick pruned and how many runs, and up to where
+-- ticks were pruned before the ticks themselves were recorded (explain).
+SELECT pruned_through, pruned, untracked_through FROM execution_pruned WHERE schedule_id = %(schedule_id)s;
+
+-- name: pruned_ticks
+-- The ticks in [start, end] of a schedule whose executions retention removed (explain): the
+-- batches' records whose span meets the window (execution_pruned_ticks_by_schedule from `start`).
+SELECT t.tick FROM execution_pruned_ticks p CROSS JOIN LATERAL unnest(p.ticks) AS t(tick)
+ WHERE p.schedule_id = %(schedule_id)s AND p.last_tick >= %(start)s AND p.first_tick <= %(end)s
+   AND t.tick >= %(start)s AND t.tick <= %(end)s;
