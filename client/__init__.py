@@ -11,6 +11,8 @@
   at-least-once, with heartbeats, checkpoints and fencing tokens; reports sent in the background
   and never dropped while the lease holds (see cronwheel.client.worker).
 - `load_worker(module)`: find the Worker a module defines (used by `cronwheel worker MODULE`).
+- `cronwheel.client.testing.MockTransport(handler)`: test application code without a cluster; the
+  Clients' `transport=` answers each call from the handler (docs/testing.md).
 """
 
 from cronwheel.client.apply import Action as ApplyAction

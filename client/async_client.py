@@ -25,7 +25,7 @@ from . import calls
 from . import types as t
 from .client import by_name, looks_like_uuid
 from .errors import ApiError, from_rpc_error
-from .transport import Settings, retryable, stubs
+from .transport import AsyncGrpcTransport, AsyncTransport, Settings, chosen, request, retryable
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -94,41 +94,37 @@ def _steps(plan: Callable[Concatenate[calls.Context, P], calls.Steps[T]]
 
 
 class AsyncClient:
-    """The asyncio Client: same constructor as `Client` (interceptors are grpc.aio ones)."""
+    """The asyncio Client: same constructor as `Client` (interceptors are grpc.aio ones; a
+    `transport` answers `handle_async_request`, as cronwheel.client.testing.MockTransport does)."""
 
     def __init__(self, address: str | Sequence[str] = "127.0.0.1:7070", *, token: str | None = None,
                  tls: bool = False, ca_file: str | None = None, cert_file: str | None = None,
                  key_file: str | None = None, deadline_s: float = 10.0, retries: int = 5, backoff_s: float = 0.1,
-                 interceptors: Sequence[Any] = (), clock: Clock | None = None) -> None:
+                 interceptors: Sequence[Any] = (), clock: Clock | None = None,
+                 transport: AsyncTransport | None = None) -> None:
         self.settings = Settings.of(address, token=token, tls=tls, ca_file=ca_file, cert_file=cert_file,
                                     key_file=key_file, deadline_s=deadline_s, retries=retries, backoff_s=backoff_s,
                                     interceptors=tuple(interceptors))
+        chosen(self.settings, transport)
         self.clock = clock or SystemClock()
         self._ctx = calls.Context(self.clock)
-        self._connections = self.settings.connections()
-        self._channels: dict[int, tuple[grpc.aio.Channel, dict[str, Any]]] = {}
+        self.transport: AsyncTransport = transport or AsyncGrpcTransport(self.settings)
         self._current = 0
 
     # ------------------------------------------------------------------------------ transport
 
-    def _stub(self, index: int, service: str, method: str) -> Any:
-        if index not in self._channels:
-            ch = self._connections[index].channel()
-            self._channels[index] = (ch, stubs(ch))
-        return getattr(self._channels[index][1][service], method)
-
-    async def _send(self, service: str, method: str, request: Any, safe: bool) -> Any:
+    async def _send(self, service: str, method: str, message: Any, safe: bool) -> Any:
         pauses = self.settings.pauses()
         index = self._current
         while True:
             try:
-                resp = await self._stub(index, service, method)(request, metadata=self.settings.metadata,
-                                                                timeout=self.settings.deadline_s)
+                resp = await self.transport.handle_async_request(request(self.settings, index, service, method,
+                                                                          message))
             except grpc.RpcError as exc:
                 pause = next(pauses, None) if retryable(exc, safe) else None
                 if pause is None:
                     raise from_rpc_error(exc) from None
-                index = (index + 1) % len(self._connections)
+                index = (index + 1) % len(self.settings.addresses)
                 await self.clock.sleep(pause)
                 continue
             self._current = index
@@ -153,9 +149,7 @@ class AsyncClient:
                 yield item
 
     async def close(self) -> None:
-        channels, self._channels = self._channels, {}
-        for ch, _ in channels.values():
-            await ch.close()
+        await self.transport.aclose()
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -9,13 +9,12 @@
                            misfire_policy="run_once")
 
 Every method is defined once in client/calls.py (signature, documentation, request); this class
-adds the blocking transport (client/transport.py: fail-over, deadlines, retries) and the methods
-that loop: get_schedule by name, list iterators, explain, wait, events.
+adds the blocking send (client/transport.py: fail-over, deadlines, retries, through a replaceable
+transport) and the methods that loop: get_schedule by name, list iterators, explain, wait, events.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -30,7 +29,7 @@ from . import apply_tenants as declarative_tenants
 from . import calls
 from . import types as t
 from .errors import ApiError, NotFound, from_rpc_error
-from .transport import Settings, retryable, stubs
+from .transport import GrpcTransport, Settings, Transport, chosen, request, retryable
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -108,44 +107,39 @@ class Client:
     cert_file + key_file: a client certificate; deadline_s: each attempt's deadline; retries and
     backoff_s: how often, and how patiently, calls safe to repeat are retried on UNAVAILABLE.
     interceptors: sync gRPC client interceptors (tests inject failures with them).
+    transport: what makes each attempt of an RPC instead of a gRPC channel, e.g.
+    `cronwheel.client.testing.MockTransport(handler)` in a user's tests (docs/testing.md); the
+    Client's fail-over, retries, idempotency keys and error mapping still apply.
     Thread-safe; close() (or `with`) releases the channels.
     """
 
     def __init__(self, address: str | Sequence[str] = "127.0.0.1:7070", *, token: str | None = None,
                  tls: bool = False, ca_file: str | None = None, cert_file: str | None = None,
                  key_file: str | None = None, deadline_s: float = 10.0, retries: int = 5, backoff_s: float = 0.1,
-                 interceptors: Sequence[Any] = (), clock: Clock | None = None) -> None:
+                 interceptors: Sequence[Any] = (), clock: Clock | None = None,
+                 transport: Transport | None = None) -> None:
         self.settings = Settings.of(address, token=token, tls=tls, ca_file=ca_file, cert_file=cert_file,
                                     key_file=key_file, deadline_s=deadline_s, retries=retries, backoff_s=backoff_s,
                                     interceptors=tuple(interceptors))
+        chosen(self.settings, transport)
         self.clock = clock or SystemClock()
         self._ctx = calls.Context(self.clock)
-        self._connections = self.settings.connections()
-        self._channels: dict[int, tuple[grpc.Channel, dict[str, Any]]] = {}
+        self.transport: Transport = transport or GrpcTransport(self.settings)
         self._current = 0  # the address that answered last
-        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------------------ transport
 
-    def _stub(self, index: int, service: str, method: str) -> Any:
-        with self._lock:
-            if index not in self._channels:
-                ch = self._connections[index].sync_channel()
-                self._channels[index] = (ch, stubs(ch))
-            return getattr(self._channels[index][1][service], method)
-
-    def _send(self, service: str, method: str, request: Any, safe: bool) -> Any:
+    def _send(self, service: str, method: str, message: Any, safe: bool) -> Any:
         pauses = self.settings.pauses()
         index = self._current
         while True:
             try:
-                resp = self._stub(index, service, method)(request, metadata=self.settings.metadata,
-                                                          timeout=self.settings.deadline_s)
+                resp = self.transport.handle_request(request(self.settings, index, service, method, message))
             except grpc.RpcError as exc:
                 pause = next(pauses, None) if retryable(exc, safe) else None
                 if pause is None:
                     raise from_rpc_error(exc) from None
-                index = (index + 1) % len(self._connections)
+                index = (index + 1) % len(self.settings.addresses)
                 if pause:
                     time.sleep(pause)
                 continue
@@ -170,11 +164,8 @@ class Client:
             yield from pages.items(resp)
 
     def close(self) -> None:
-        """Closes the channels (a later call opens them again)."""
-        with self._lock:
-            for ch, _ in self._channels.values():
-                ch.close()
-            self._channels.clear()
+        """Closes the transport's channels (a later call opens them again)."""
+        self.transport.close()
 
     def __enter__(self) -> Client:
         return self
