@@ -156,7 +156,9 @@ def collect(dsn: str, workdir: Path, jsonl_dir: Path, meta: RunMeta, processes: 
             submitted: Sequence[SubmittedJob], injections: Sequence[InjectionRecord],
             health: Sequence[HealthSample], partitions_table: str = "partitions") -> History:
     db = read_db(dsn, partitions_table)
-    meta = replace(meta, commit_timestamps=db["commit_ts"], **read_node_settings(workdir, processes))
+    stated = read_node_settings(workdir, processes)
+    meta = replace(meta, commit_timestamps=db["commit_ts"], queue_ahead_s=stated.get("queue_ahead_s"),
+                   max_clock_skew_s=stated.get("max_clock_skew_s"))
     return History(
         meta=meta, schedules=db["schedules"], executions=db["executions"], ownership=db["ownership"],
         partitions_now=db["partitions_now"], events=db["events"], runs=read_runs(jsonl_dir),
