@@ -68,10 +68,11 @@ TOOLS = {"cronwheel.localservers"}
 TOP = re.compile(r"cronwheel\.(cli\w*|console|dev|__main__)(\..+)?")
 CONSOLE = "cronwheel.console"
 CLIENT = "cronwheel.client"
-CLI = "cronwheel.cli"  # the CLI's entry (`main`): chaos runs a node in-process through it (chaos/skewed.py)
+# The CLI's entry (`main`): chaos migrates through it (harness.py) and runs a skewed node in-process
+# through it (skewed.py).
+CLI = "cronwheel.cli"
 # chaos's judges: pure functions of a recorded history.
 JUDGES = re.compile(r"chaos\.(checker\w*|model|history)")
-SERVER = ("cronwheel.cluster", "cronwheel.storage", "cronwheel.cron", "cronwheel.wheel")
 # Imports that are I/O or a clock for the pure core (first component of the module).
 IMPURE = {"asyncio", "socket", "ssl", "select", "selectors", "psycopg", "psycopg_pool", "grpc", "aetcd", "time",
           "os", "io", "subprocess", "threading", "multiprocessing", "signal", "shutil", "tempfile", "pathlib",
