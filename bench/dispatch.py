@@ -27,6 +27,9 @@ handler is a no-op: this measures the scheduler, not work).
    split by weight). The same run with limits off (every rate NULL, every weight 1: the claim
    before this issue, round-robin) is measured against the same weighted shares. The two
    alternate, `--repeat` times each; medians printed, and the ratio on / off of starts/s.
+
+Server code imported: cronwheel.storage.queries (q), the statements behind the bare-SQL
+baselines: the floor runs the node's own claim and completion statements, without gRPC.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ history; setup, not the subject). Measured, median of --repeat runs:
 - the same explanation computed in-process from already loaded facts (pure CPU);
 - baseline in the same run: only reading the window's execution rows (one SELECT), i.e. what
   any answer at all must at least pay.
+
+Server code imported: cronwheel.cluster.commands.explain (explain, load_facts), the part the
+in-process figure measures, and cronwheel.storage (PgStore, StoreConfig), the store it reads
+the facts through.
 """
 
 from __future__ import annotations

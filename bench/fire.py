@@ -29,6 +29,11 @@ Schedules (and their schedule_due rows) are inserted with COPY and then ANALYZEd
 subject: statistics as autovacuum would have them soon after an import); partitions are computed
 exactly as the API does (cluster.commands.values partition_of). Burst schedules are yearly with their
 first tick set to T, so nothing else is due in the horizon. --burst-repeat N gives the median.
+
+Server code imported: cronwheel.cluster.firing.firer (FiringConfig: the default queue_ahead_s
+the write lag is counted from), cronwheel.cluster.firing.schedule_cache (cron_for: the
+schedules' first tick as the node computes it) and cronwheel.cluster.commands.values
+(partition_of, as the API does); setup and arithmetic, the node process is what is measured.
 """
 
 from __future__ import annotations

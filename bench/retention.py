@@ -27,6 +27,9 @@ first pruned row to the last, read from execution_pruned, a 1,000-row table); th
 batch duration (its histogram, from /metrics); table and index size of executions before B,
 after B, after a plain VACUUM, and at the end of C (rows fired in C reuse the space VACUUM
 freed: the file does not shrink, VACUUM FULL or pg_repack would).
+
+Server code imported: cronwheel.cluster.firing.schedule_cache (cron_for: the steady load's
+schedules' first tick as the node computes it); setup, the node process is what is measured.
 """
 
 from __future__ import annotations

@@ -17,6 +17,12 @@ same run, alternating with this tree's, and the ratios printed.
 Medians of `--repeat` runs. `--statement N` (with `--baseline`) first times the insert statement
 alone in one process, the baseline's and this tree's alternating (`statement_ab`): what a plain
 job pays in PostgreSQL, with the machine's drift cancelled.
+
+Server code imported, the part it measures: cronwheel.cluster.commands.runs,
+cronwheel.cluster.commands.submit_batcher and cronwheel.cluster.commands.unique over
+cronwheel.storage (PgStore, StoreConfig; cronwheel.storage.migrate for each fresh database); and
+for the statement timing, the insert statement itself: cronwheel.storage.executions and
+cronwheel.storage.queries.
 """
 
 from __future__ import annotations

@@ -37,6 +37,13 @@ How it fails: a run that cannot even start (a server, a node) exits 3 with its l
 violated invariant exits 1 with history.json, report.json and every log kept under --out, and
 `python -m chaos check DIR` judges the same history again. The same seed injects the same
 faults on the same targets (scenarios.plan is pure); timings are real and vary.
+
+Chaos drives the product only through the Client, the CLI and processes, and imports no server
+code (cronwheel.cluster, .storage, .cron, .wheel): the harness migrates through `cronwheel
+migrate` and reads etcd through its JSON gateway, the test-only hooks are named by
+cronwheel.failpoints, and the checkers, the model and the history import nothing of cronwheel but
+the shared leaves; the nodes' own settings the checkers judge by (queue-ahead, --max-clock-skew)
+come from their node_started log lines. tests/unit/test_architecture.py holds this.
 """
 
 # Before anything here imports gRPC: the runner starts and restarts nodes, workers and servers

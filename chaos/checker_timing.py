@@ -22,7 +22,7 @@
                            the misfire policy is for outages, not for a node that holds the
                            partition and should be firing.
 
-The run_at a row was fired for is the tick plus its jitter (cronwheel.cron.jitter_offset_s), or
+The run_at a row was fired for is the tick plus its jitter (cronwheel.jitter, the hash cron applies), or
 the one-off job's requested time: a row's own run_at moves on when a failed run is retried.
 """
 
@@ -30,9 +30,7 @@ from __future__ import annotations
 
 from chaos.checker import CLOCK_SLACK_S, InvariantResult, _Collector, _dt, iso, owners_by_epoch, skew_of
 from chaos.history import History
-from cronwheel.cluster.coordination.clock_skew import ClockSkewConfig
-from cronwheel.cluster.firing.firer import FiringConfig
-from cronwheel.cron import jitter_offset_s
+from cronwheel import jitter
 
 LAG_BOUND_S = 2.0
 
@@ -44,7 +42,7 @@ def first_run_at(h: History) -> dict[str, float]:
     for e in h.executions:
         s = scheds.get(e.schedule_id or "")
         if s is not None and e.trigger in ("cron", "catch_up"):
-            jit = jitter_offset_s(s.id, _dt(e.scheduled_for), s.jitter_s) if s.jitter_s else 0.0
+            jit = jitter.offset_s(s.id, _dt(e.scheduled_for), s.jitter_s)
             out[e.id] = e.scheduled_for + jit
     return out
 
@@ -74,7 +72,11 @@ def check_not_fired_early(h: History) -> InvariantResult:
     allow = {s.id for s in h.schedules if s.overlap_policy == "allow"}
     queued_ahead = {j.execution_id for j in h.submitted} | {  # delayed jobs and allow ticks
         e.id for e in h.executions if e.trigger == "cron" and e.schedule_id in allow}
-    ahead = FiringConfig().queue_ahead_s  # the nodes of a chaos run keep the default
+    ahead, bound = h.meta.queue_ahead_s, h.meta.max_clock_skew_s  # what the nodes said they run with
+    if ahead is None or bound is None:
+        c.bad("unrecorded", "the history does not record the nodes' queue_ahead_s and max_clock_skew_s "
+                            "(their node_started log lines): nothing to judge an early fire by")
+        return c.result()
     max_skew = max((abs(v) for v in h.meta.skews.values()), default=0.0)
     worst = 0.0
     for e in h.executions:
@@ -100,7 +102,6 @@ def check_not_fired_early(h: History) -> InvariantResult:
                            f"{f' less {ahead:g}s queued ahead' if e.id in queued_ahead else ''} "
                            f"(firing node skew {skew}s)")
     c.extra["max_early_within_skew_s"] = round(worst, 3)
-    bound = ClockSkewConfig().max_skew_s  # the nodes of a chaos run keep the default --max-clock-skew
     for r in h.runs:
         if r.event != "start" or r.execution_id not in due:
             continue

@@ -31,8 +31,7 @@ import psycopg
 from chaos import netns
 from chaos.harness import NodeProc, ProcessCluster
 from chaos.history import HealthSample
-from cronwheel.cluster.coordination.faults import KEEPALIVE_FAULTS_ENV
-from cronwheel.cluster.dispatch.faults import STALL_FAULTS_ENV
+from cronwheel.failpoints import KEEPALIVE_FAULTS_ENV, STALL_FAULTS_ENV
 from cronwheel.localservers import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

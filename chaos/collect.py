@@ -117,6 +117,28 @@ def read_log_events(workdir: Path, names: Iterable[str]) -> tuple[LogEventRec, .
     return tuple(sorted(out, key=lambda e: e.ts))
 
 
+NODE_SETTINGS = ("queue_ahead_s", "max_clock_skew_s")  # RunMeta fields a node states when it starts
+
+
+def read_node_settings(workdir: Path, names: Iterable[str]) -> dict[str, float]:
+    """The largest value of each of NODE_SETTINGS over the nodes' `node_started` log lines (each
+    start of each node); a setting no node stated is left out."""
+    out: dict[str, float] = {}
+    for name in names:
+        for path in log_files(workdir, name):
+            for line in path.read_text(errors="replace").splitlines():
+                if not line.startswith("{") or '"node_started"' not in line:
+                    continue
+                try:
+                    d = json.loads(line)
+                except ValueError:
+                    continue
+                for key in NODE_SETTINGS:
+                    if isinstance(d.get(key), int | float):
+                        out[key] = max(out.get(key, float("-inf")), float(d[key]))
+    return out
+
+
 def read_runs(jsonl_dir: Path) -> tuple[RunRec, ...]:
     out: list[RunRec] = []
     for path in sorted(jsonl_dir.glob("*.jsonl")):
@@ -134,7 +156,9 @@ def collect(dsn: str, workdir: Path, jsonl_dir: Path, meta: RunMeta, processes: 
             submitted: Sequence[SubmittedJob], injections: Sequence[InjectionRecord],
             health: Sequence[HealthSample], partitions_table: str = "partitions") -> History:
     db = read_db(dsn, partitions_table)
-    meta = replace(meta, commit_timestamps=db["commit_ts"])
+    stated = read_node_settings(workdir, processes)
+    meta = replace(meta, commit_timestamps=db["commit_ts"], queue_ahead_s=stated.get("queue_ahead_s"),
+                   max_clock_skew_s=stated.get("max_clock_skew_s"))
     return History(
         meta=meta, schedules=db["schedules"], executions=db["executions"], ownership=db["ownership"],
         partitions_now=db["partitions_now"], events=db["events"], runs=read_runs(jsonl_dir),

@@ -3,12 +3,17 @@
 A `ProcessCluster` owns a PostgreSQL, an etcd (1 or 3 members) and any number of `cronwheel node`
 and `cronwheel worker` processes, each a real OS process that can be SIGTERMed, SIGKILLed,
 SIGSTOPped and SIGCONTed. Observations are made from outside: partition keys in etcd, the fencing
-record and executions in PostgreSQL, JSON log lines of each node.
+record and executions in PostgreSQL, JSON log lines of each node. The harness imports no server
+code: the database is migrated through the CLI (`cronwheel migrate`), and etcd is read through
+its own JSON gateway.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
+import io
 import json
 import os
 import signal
@@ -17,6 +22,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +31,40 @@ from typing import Any
 
 import psycopg
 
+from cronwheel.cli import main as cronwheel_cli
 from cronwheel.client import Client, Execution, Schedule
-from cronwheel.cluster.coordination.etcd import Etcd
-from cronwheel.errors import Unavailable
 from cronwheel.localservers import LocalEtcd, LocalPostgres, die_with_parent
-from cronwheel.storage import migrate
 
+
+def migrate(dsn: str, partitions: int, cluster: str) -> None:
+    """`cronwheel migrate`, in this process (a second interpreter would cost a second a cluster)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = cronwheel_cli(["migrate", "--dsn", dsn, "--partitions", str(partitions), "--cluster", cluster])
+    if code != 0:
+        raise RuntimeError(f"cronwheel migrate exited {code}: {out.getvalue()}")
+
+
+def etcd_range(endpoints: list[str], prefix: str, attempts: int = 20) -> list[tuple[str, str, int]]:
+    """(key, value, create revision) of every key under `prefix`, through etcd's JSON gateway
+    (`POST /v3/kv/range`). A 3-member etcd may be electing a leader: ask the next member, again."""
+    end = bytearray(prefix.encode())
+    end[-1] += 1  # the prefix's range end (a prefix never ends in 0xff here: it ends in "/")
+    body = json.dumps({"key": base64.b64encode(prefix.encode()).decode(),
+                       "range_end": base64.b64encode(bytes(end)).decode()}).encode()
+    for attempt in range(attempts):
+        url = f"http://{endpoints[attempt % len(endpoints)]}/v3/kv/range"
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=2) as r:
+                kvs = json.loads(r.read()).get("kvs", [])
+            break
+        except (OSError, urllib.error.URLError, ValueError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.1)
+    return [(base64.b64decode(kv["key"]).decode(errors="replace"),
+             base64.b64decode(kv.get("value", "")).decode(errors="replace"), int(kv["create_revision"]))
+            for kv in kvs]
 
 @dataclass
 class NodeProc:
@@ -95,7 +130,7 @@ class ProcessCluster:
         self.pg.start()
         self.etcd.start()
         self.dsn = self.pg.create_database("cronwheel")
-        migrate(self.dsn, partitions=self.partitions, cluster=self.cluster)  # the database is this cluster's
+        migrate(self.dsn, self.partitions, self.cluster)  # the database is this cluster's
         return self
 
     def stop(self) -> None:
@@ -196,30 +231,16 @@ class ProcessCluster:
     def owners(self) -> dict[int, tuple[str, int]]:
         """partition -> (owner, epoch) from the etcd partition keys."""
 
-        async def read() -> dict[int, tuple[str, int]]:
-            c = Etcd(self.etcd.endpoints)
+        prefix = f"/{self.cluster}/partitions/"
+        out = {}
+        for key, value, create_revision in etcd_range(self.etcd.endpoints, prefix):
             try:
-                for attempt in range(20):  # a 3-member etcd may be electing a leader: ask again
-                    try:
-                        kvs, _ = await c.get_prefix(f"/{self.cluster}/partitions/")
-                        break
-                    except Unavailable:
-                        if attempt == 19:
-                            raise
-                        await asyncio.sleep(0.1)
-            finally:
-                await c.close()
-            out = {}
-            for kv in kvs:
-                try:
-                    p = int(kv.key.rsplit("/", 1)[1])
-                except ValueError:
-                    continue
-                if 0 <= p < self.partitions:
-                    out[p] = (kv.value.decode(errors="replace"), kv.create_revision)
-            return out
-
-        return asyncio.run(read())
+                p = int(key.rsplit("/", 1)[1])
+            except ValueError:
+                continue
+            if 0 <= p < self.partitions:
+                out[p] = (value, create_revision)
+        return out
 
     def fenced(self) -> dict[int, tuple[str | None, int]]:
         """partition -> (owner, epoch) from the fencing record in PostgreSQL."""

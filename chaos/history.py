@@ -221,6 +221,10 @@ class RunMeta:
     skews: dict[str, float] = field(default_factory=dict)  # node -> largest |clock skew| it ran with
     generated: bool = False  # the generative workload (chaos.generate) ran
     quotas: dict[str, int] = field(default_factory=dict)  # tenant -> max_executions_per_day
+    # The nodes' own settings, from their `node_started` log lines (chaos.collect), so the checker
+    # judges against what the nodes ran with and imports no server code. None: not recorded.
+    queue_ahead_s: float | None = None  # FiringConfig.queue_ahead_s
+    max_clock_skew_s: float | None = None  # --max-clock-skew
 
 
 @dataclass(frozen=True, slots=True)

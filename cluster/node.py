@@ -310,7 +310,10 @@ class Node:
 
     async def _run_tasks(self) -> None:
         log.info("node started", extra={"event": "node_started", "address": self.advertise,
-                                        "partitions": self.partitions})
+                                        "partitions": self.partitions,
+                                        # the settings the chaos checker judges against (chaos/collect.py)
+                                        "queue_ahead_s": self.config.firing.queue_ahead_s,
+                                        "max_clock_skew_s": self.config.clock_skew.max_skew_s})
         if self.config.metrics_listen:
             port = self.metrics.serve(self.config.metrics_listen)
             host = self.config.metrics_listen.rpartition(":")[0] or "127.0.0.1"

@@ -46,12 +46,12 @@ tick whose run time is still ahead is armed for it, whenever the load happens.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
+from cronwheel import jitter
 from cronwheel.errors import InvalidArgument
 
 from .schedule import CronSchedule, to_unix_floor
@@ -333,9 +333,4 @@ def jitter_offset_s(schedule_id: str, tick: datetime, jitter_s: float) -> float:
     window = validate_jitter_s(jitter_s)
     if not isinstance(tick, datetime) or tick.utcoffset() is None:
         raise InvalidArgument("tick", "must be a timezone-aware datetime")
-    if window == 0:
-        return 0.0
-    micros = (tick - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
-    digest = hashlib.blake2b(f"{schedule_id}\x1f{micros}".encode(), digest_size=8).digest()
-    unit = (int.from_bytes(digest, "big") >> 11) / float(1 << 53)  # uniform in [0, 1)
-    return min(unit * window, math.nextafter(window, 0.0))
+    return jitter.offset_s(schedule_id, tick, window)

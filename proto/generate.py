@@ -6,7 +6,7 @@ Runs grpc_tools.protoc (from grpcio-tools) over every proto/cronwheel/v1/*.proto
 `-I proto` and grpc_tools' bundled include directory (google/protobuf/*.proto), producing
 `*_pb2.py`, `*_pb2.pyi` and `*_pb2_grpc.py`. The generated modules import each other as
 `cronwheel.v1.<name>_pb2`, which matches the package `cronwheel.v1` that pyproject.toml maps to
-proto/cronwheel/v1. The generated files are committed; tests/unit/test_proto_stubs.py fails
+proto/cronwheel/v1. The generated files are committed; tests/repo/test_proto_stubs.py fails
 when they are stale.
 """
 

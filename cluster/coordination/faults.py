@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cronwheel.clock import Clock
+from cronwheel.failpoints import KEEPALIVE_FAULTS_ENV
 
 log = logging.getLogger("cronwheel.cluster.coordination.faults")
-
-KEEPALIVE_FAULTS_ENV = "CRONWHEEL_TEST_KEEPALIVE_FAULTS"
 
 
 @dataclass

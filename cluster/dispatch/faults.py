@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cronwheel.clock import Clock
+from cronwheel.failpoints import STALL_FAULTS_ENV
 
 log = logging.getLogger("cronwheel.cluster.dispatch.faults")
-
-STALL_FAULTS_ENV = "CRONWHEEL_TEST_STALL_FAULTS"
 
 
 @dataclass

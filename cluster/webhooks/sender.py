@@ -143,12 +143,13 @@ class WebhookSender:
     async def _post(self, req: payload.Request, total_s: float) -> egress.Answer:
         """egress.post on a daemon thread of its own; abandoned if it outlives its deadline."""
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[egress.Answer] = loop.create_future()
+        done, answers = asyncio.Event(), list[egress.Answer]()
         policy = self.config.egress
 
         def settle(answer: egress.Answer) -> None:
-            if not done.done():
-                done.set_result(answer)
+            if not answers:
+                answers.append(answer)
+                done.set()
 
         def work() -> None:
             try:
@@ -161,10 +162,9 @@ class WebhookSender:
                 pass  # the loop is closed: the node stopped meanwhile
 
         threading.Thread(target=work, name="webhook-post", daemon=True).start()
-        try:
-            return await asyncio.wait_for(asyncio.shield(done), total_s + ABANDON_GRACE_S)
-        except TimeoutError:
-            return egress.Answer(None, f"no answer within {total_s:g} s; the request's thread was abandoned")
+        if await self.clock.wait(done, total_s + ABANDON_GRACE_S):
+            return answers[0]
+        return egress.Answer(None, f"no answer within {total_s:g} s; the request's thread was abandoned")
 
     async def run(self) -> None:
         since_prune = 0.0

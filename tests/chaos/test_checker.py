@@ -38,6 +38,8 @@ from chaos.history import (
     history_to_json,
 )
 from chaos.scenarios import KNOWN_BUGS, SCENARIOS, KnownBug, plan, without_known_bugs
+from cronwheel.cluster.coordination.clock_skew import ClockSkewConfig
+from cronwheel.cluster.firing.firer import FiringConfig
 from cronwheel.cron import parse_schedule
 from tests.e2e.helpers import wait_until
 
@@ -71,7 +73,8 @@ def clean(policy: str = "skip") -> History:
     return History(
         meta=RunMeta(scenario="t", seed=1, partitions=1, lease_ttl_s=3, misfire_grace_s=2, worker_lease_s=4,
                      window_start=T0 - 1, window_end=T0 + 10, collected_at=T0 + 20,
-                     worker_nodes={"w1": "n1"}),
+                     worker_nodes={"w1": "n1"}, queue_ahead_s=FiringConfig().queue_ahead_s,
+                     max_clock_skew_s=ClockSkewConfig().max_skew_s),
         schedules=(ScheduleRec(SID, "every-second", "* * * * * *", "UTC", policy, 100, "allow", T0 - 0.5, 0),),
         executions=(*rows, job),
         ownership=(OwnershipRec(1, 0, 5, "n1", "acquired", T0 - 30, T0 - 30),
@@ -338,8 +341,6 @@ def test_an_unhealthy_sample_or_a_failed_injection_is_reported() -> None:
 def test_a_tick_fired_early_is_reported_unless_its_node_clock_was_skewed() -> None:
     """A policed tick (overlap forbid) is decided at its time; an overlap-allow tick is queued up
     to FiringConfig.queue_ahead_s ahead by design (stop 42), and no earlier."""
-    from cronwheel.cluster.firing.firer import FiringConfig
-
     forbid = dataclasses.replace(clean().schedules[0], overlap_policy="forbid")
     policed = dataclasses.replace(clean(), schedules=(forbid,))
     early = replace_rows(policed, tick_row(T0 + 4, fired_at=T0 + 3.6))
@@ -356,8 +357,6 @@ def test_a_delayed_job_may_be_queued_queue_ahead_s_early_but_no_run_may_start_ea
     """A delayed one-off job is queued FiringConfig.queue_ahead_s before its run_at by design;
     earlier than that is a fire too early, and any run (tick or job) started before its run_at
     is a claim too early. Fails without the change (the job queued 0.9 s early is reported)."""
-    from cronwheel.cluster.firing.firer import FiringConfig
-
     ahead = FiringConfig().queue_ahead_s
     job = next(e for e in clean().executions if e.id == JOB)
     queued_ahead = replace_rows(clean(), dataclasses.replace(job, fired_at=T0 + 3 - ahead + 0.1))
@@ -551,12 +550,36 @@ def test_a_zombie_that_ignores_its_lease_against_an_unfenced_database_fails_the_
     assert not dup.ok and dup.counts["violations.rows"] == 1, dup
 
 
+def test_early_fires_are_judged_by_the_bounds_the_nodes_stated_and_not_without_them() -> None:
+    """The checker imports no server code: the queue-ahead and the skew bound are the nodes' own
+    (RunMeta, from their node_started lines). A smaller stated queue-ahead makes the same fire
+    early; a history that does not record them cannot pass."""
+    ahead = FiringConfig().queue_ahead_s
+    h = replace_rows(clean(), tick_row(T0 + 4, fired_at=T0 + 4 - ahead + 0.1))
+    assert check_not_fired_early(h).ok
+    assert_fails(dataclasses.replace(h, meta=dataclasses.replace(h.meta, queue_ahead_s=ahead / 4)),
+                 "not_fired_early", "early")
+    assert_fails(dataclasses.replace(h, meta=dataclasses.replace(h.meta, queue_ahead_s=None)),
+                 "not_fired_early", "unrecorded")
+
+
+@pytest.mark.e2e
+def test_the_collector_records_the_settings_each_node_states_when_it_starts() -> None:
+    """A real node's node_started line carries its queue-ahead and its --max-clock-skew."""
+    from chaos.collect import read_node_settings
+    from chaos.harness import ProcessCluster
+
+    with ProcessCluster(partitions=2, lease_ttl_s=3) as c:
+        c.start_node("n1", "--max-clock-skew", "1.5")
+        wait_until(lambda: c.nodes["n1"].log_events("node_started"), 30, "n1's node_started line")
+        assert read_node_settings(c.workdir, ["n1"]) == {"queue_ahead_s": FiringConfig().queue_ahead_s,
+                                                         "max_clock_skew_s": 1.5}
+
+
 def test_no_handler_may_begin_earlier_than_its_run_at_minus_the_clock_skew_bound() -> None:
     """The nodes stand down beyond --max-clock-skew (issue 47, item 6), so a worker's own start
     line (true time) earlier than run_at minus that bound is a violation whatever skew the run
     recorded; within the bound it is the skew's, judged by the other checks."""
-    from cronwheel.cluster.coordination.clock_skew import ClockSkewConfig
-
     bound = ClockSkewConfig().max_skew_s
     h = dataclasses.replace(clean(), meta=dataclasses.replace(clean().meta, skews={"n1": 5.0}))
     assert check_not_fired_early(h).counts["handler_starts_checked"] == len(h.runs) // 2
