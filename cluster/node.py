@@ -46,6 +46,7 @@ from cronwheel.cluster.notifications import ChangeListener
 from cronwheel.cluster.retention.policy import RetentionConfig
 from cronwheel.cluster.retention.pruner import Pruner, RetentionMetrics
 from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookMetrics, WebhookSender
+from cronwheel.dispatch_limits import MAX_ANSWER_BYTES
 from cronwheel.errors import CronwheelError, InvalidArgument, Unavailable
 from cronwheel.heap import freeze_startup_heap
 from cronwheel.storage import PgStore, SessionLimits, StoreConfig
@@ -162,7 +163,9 @@ class Node:
         `grpc.so_reuseport` is off: with gRPC's default a second node on the same port would
         start and the kernel would share the connections between the two (issue 14, hole 4)."""
         _refuse_busy_port(self.config.listen)
-        self.server = grpc.aio.server(interceptors=services.interceptors(self), options=[("grpc.so_reuseport", 0)])
+        self.server = grpc.aio.server(interceptors=services.interceptors(self), options=[
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_send_message_length", MAX_ANSWER_BYTES)])  # answers are cut to fit (dispatch_limits)
         creds = services.credentials(self)
         cause: RuntimeError | None = None
         try:
