@@ -117,6 +117,19 @@ def current_caller() -> Caller:
         raise e.Unauthenticated("no authenticated caller") from None
 
 
+_RECHECK: contextvars.ContextVar[Callable[[], Caller]] = contextvars.ContextVar("cronwheel_recheck")
+
+
+def still_authorized() -> None:
+    """Check the current call's credentials again, now: raises as the interceptor would have
+    (Unauthenticated for a token revoked or expired since the call began). A call that holds
+    for long (a waiting LeaseExecutions) calls it between its steps, so a revocation ends it as
+    it refuses new calls. A no-op outside an authenticated call."""
+    check = _RECHECK.get(None)
+    if check is not None:
+        check()
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -246,6 +259,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         caller = self.config.authenticate(context.invocation_metadata(), self.tokens, now)
         if admin_only(method) and not caller.admin:
             raise e.PermissionDenied(f"{method.rsplit('/', 1)[-1]} is admin-only")
+        _RECHECK.set(lambda: self._authorize(context, method))  # the call's own task: still_authorized
         return caller
 
     def _unary(self, inner: Behavior, method: str) -> Callable[..., Awaitable[Any]]:
