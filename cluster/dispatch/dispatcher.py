@@ -63,6 +63,7 @@ from cronwheel.cluster.dispatch.policy import (
 from cronwheel.cluster.dispatch.polls import Poll, Polls
 from cronwheel.cluster.metrics import Metrics
 from cronwheel.dispatch_limits import (
+    ANSWER_ROWS_BYTES,
     MAX_COMPLETE_BATCH,
     MAX_LEASE_COUNT,
     MAX_POLLS_PER_TENANT,
@@ -281,7 +282,7 @@ class Dispatcher:
                 now = self.clock.now()
                 claim = await self.port.claim(conn, ClaimParams(
                     worker=worker, priorities=order, types=types, limit=max_count, lease_s=lease_s, tenant=tenant,
-                    now=now, fair_tau_s=self.config.fair_tau_s))
+                    now=now, fair_tau_s=self.config.fair_tau_s, max_bytes=ANSWER_ROWS_BYTES))
             out = await claim.result()
             self._queued_seen = await locked.result()
             if not out and self._queued_seen:  # at the claim's `now`: the buckets as the claim

@@ -11,7 +11,7 @@ import pytest
 
 from cronwheel.clock import FakeClock
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher
-from cronwheel.dispatch_limits import MAX_POLLS_PER_TENANT, MAX_POLLS_PER_WORKER
+from cronwheel.dispatch_limits import ANSWER_ROWS_BYTES, MAX_POLLS_PER_TENANT, MAX_POLLS_PER_WORKER
 from cronwheel.errors import ResourceExhausted, Unauthenticated
 from cronwheel.storage import PgStore
 
@@ -138,3 +138,27 @@ async def test_a_waiting_call_whose_credentials_are_revoked_ends_at_the_next_fal
         await asyncio.wait_for(second, 10)
     [run] = await asyncio.wait_for(head, 10)  # the run went to the call still allowed
     assert run.tenant == "a" and claims[0] == 3
+
+
+async def test_a_lease_of_runs_with_1_mib_checkpoints_leases_what_fits_in_the_byte_cap_and_leaves_the_rest_queued(
+        store: PgStore) -> None:
+    """An answer of 10 such runs would be 10 MiB (1,000 of them 1 GiB): the claim leases the ones
+    whose payloads and checkpoints fit in ANSWER_ROWS_BYTES (at least one), the rest stay queued."""
+    clock = FakeClock(start_ts=T0.timestamp())
+    d = Dispatcher(store, clock)
+    await backlog(store, "big", 10)
+    async with store.connection() as conn:
+        await conn.execute("UPDATE executions SET checkpoint = jsonb_build_object('blob', repeat('x', %s))",
+                           (1024 * 1024,))
+    first = await d.lease("w", [], 10, 30.0, 0.0)
+    assert len(first) == ANSWER_ROWS_BYTES // (1024 * 1024 + 64)
+    assert sum(len(r.payload) + len(r.checkpoint or "") for r in first) <= ANSWER_ROWS_BYTES
+    async with store.connection() as conn:
+        cur = await conn.execute("SELECT count(*) FILTER (WHERE state = 'queued'), "
+                                 "count(*) FILTER (WHERE state = 'running') FROM executions")
+        assert await cur.fetchone() == (10 - len(first), len(first))
+    leased = len(first)
+    while leased < 10:
+        got = await d.lease("w", [], 10, 30.0, 0.0)
+        assert got
+        leased += len(got)
