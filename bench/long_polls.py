@@ -61,7 +61,7 @@ async def _flood(address: str, polls: int, report: Any, stop: Any) -> None:
     channels = [grpc.aio.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
                 for _ in range(CHANNELS)]
     stubs = [dispatch_pb2_grpc.DispatchServiceStub(ch) for ch in channels]
-    counts = {"refused": 0, "answered": 0, "errors": 0}
+    counts: dict[str, int] = {"refused": 0, "answered": 0, "errors": 0}
 
     async def poll(i: int) -> None:
         req = dispatch_pb2.LeaseExecutionsRequest(worker_id=f"flood-{i}", job_types=["lp.flood"], max_count=1,
@@ -75,6 +75,7 @@ async def _flood(address: str, polls: int, report: Any, stop: Any) -> None:
                     counts["refused"] += 1
                     return  # not retried: the admitted calls are the ones held
                 counts["errors"] += 1
+                counts[exc.code().name] = counts.get(exc.code().name, 0) + 1
                 return
 
     tasks = [asyncio.create_task(poll(i)) for i in range(polls)]
@@ -145,8 +146,7 @@ def run(repeat: int, polls: int, rate: float, seconds: float) -> list[tuple[dict
             flood.join(30)
             if flood.is_alive():
                 flood.kill()
-            with_flood.update({"flood_held": float(got["held"]), "flood_refused": float(got["refused"]),
-                               "flood_errors": float(got["errors"])})
+            with_flood.update({f"flood_{k}": float(v) for k, v in got.items()})
             print(f"repeat {r + 1}: without {_fmt(without)}\n          with    {_fmt(with_flood)}", flush=True)
             out.append((without, with_flood))
         worker.stop()

@@ -139,6 +139,7 @@ class Dispatcher:
         self.clock = clock
         self.config = (config or DispatchConfig()).validate()
         self.rng = rng or random.Random()
+        self._jitter = random.Random()  # waiting calls' credential checks (`_hold`), apart from `rng`
         # The waiting lease calls (polls.py), registered before a call's first claim, so a
         # wake-up during a claim is not lost: the call claims again at once.
         self._polls = Polls(self.config.max_polls_per_tenant, self.config.max_polls_per_worker)
@@ -247,7 +248,9 @@ class Dispatcher:
         """Wait until the call should claim again: woken, its deadline, its claim's `wait` (a
         token or a run queued ahead is due then), or the fallback poll. Only the oldest call of
         a scope claims at the fallback poll (it covers missed notifications for all of them);
-        the others only check their credentials then, and claim when woken."""
+        the others only check their credentials, at 0.5 to 1.5 fallback polls (1 on average)
+        drawn each time: a tenant's thousand calls arrive together, and at one period they would
+        wake together every second, each burst stalling the event loop for everyone."""
         first = True
         while True:
             left = deadline - self.clock.monotonic()
@@ -256,6 +259,8 @@ class Dispatcher:
             pause = min(left, self.config.fallback_poll_s)
             if first and wait is not None:
                 pause = min(pause, max(wait, MIN_CLAIM_WAIT_S))
+            elif not self._polls.is_head(poll):
+                pause = min(left, self.config.fallback_poll_s * (0.5 + self._jitter.random()))
             first = False
             if await self.clock.wait(poll.event, pause) or self._polls.is_head(poll):
                 return
