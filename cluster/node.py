@@ -139,6 +139,7 @@ class Node:
         self.metrics = Metrics()
         self.dispatcher = Dispatcher(self.store, self.clock, metrics=self.metrics)
         self.tokens = TokenCache(self.store.tokens.live, self.clock)  # API-made tokens (cluster/api/tokens.py)
+        self.tokens.listeners.append(self.dispatcher.recheck)  # waiting lease calls of revoked tokens end
 
     def wheel_size(self) -> int:
         return self.firer.wheel_size() if hasattr(self, "firer") else 0

@@ -55,6 +55,8 @@ class TokenCache:
         self.stale_s = stale_s
         self._tokens: Mapping[str, DbToken] = {}
         self._read_at: float | None = None  # monotonic time of the last successful read
+        # Called after each successful read: long calls re-check their tokens (Dispatcher.recheck)
+        self.listeners: list[Callable[[], None]] = []
 
     async def refresh(self) -> None:
         """Re-read the live tokens (raises the storage error when the read fails)."""
@@ -62,6 +64,8 @@ class TokenCache:
         got = await self.source()
         self._tokens = {r["sha256"]: DbToken(r["name"], r["tenant"], r["admin"], r["expires_at"]) for r in got}
         self._read_at = started
+        for listener in self.listeners:
+            listener()
 
     async def run(self) -> None:
         failing = False

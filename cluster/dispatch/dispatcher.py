@@ -24,12 +24,12 @@ their job types): a wake and the fallback poll make the oldest call of each scop
 call whose claim came back full wakes the next of its scope, so a wake costs one claim per
 scope, not one per waiting call. A node holds at most MAX_POLLS_PER_TENANT waiting calls per
 tenant and MAX_POLLS_PER_WORKER per worker (polls.py; ResourceExhausted past them), and a
-waiting call re-checks its caller's credentials (`still_allowed`) before each claim and at
-each fallback poll. A run finished through this node frees a slot of its tenant: while the
-node's last claim saw queued work, it wakes one waiting call that may take from that tenant
-(`_slots_freed`), so a tenant held at its concurrency cap starts its next run when a run ends,
-not at the fallback poll. Calls waiting on other nodes are not woken by it: their fallback
-poll covers them.
+waiting call's caller's credentials are checked again (`still_allowed`) before each claim and
+after each refresh of the node's token list (`recheck`). A run finished through this node
+frees a slot of its tenant: while the node's last claim saw queued work, it wakes one waiting
+call that may take from that tenant (`_slots_freed`), so a tenant held at its concurrency cap
+starts its next run when a run ends, not at the fallback poll. Calls waiting on other nodes are
+not woken by it: their fallback poll covers them.
 
 Every call that carries a token is checked against the execution's current token, owner and
 state in the same statement; a mismatch changes nothing and raises StaleFencingToken.
@@ -139,7 +139,6 @@ class Dispatcher:
         self.clock = clock
         self.config = (config or DispatchConfig()).validate()
         self.rng = rng or random.Random()
-        self._jitter = random.Random()  # waiting calls' credential checks (`_hold`), apart from `rng`
         # The waiting lease calls (polls.py), registered before a call's first claim, so a
         # wake-up during a claim is not lost: the call claims again at once.
         self._polls = Polls(self.config.max_polls_per_tenant, self.config.max_polls_per_worker)
@@ -158,7 +157,7 @@ class Dispatcher:
         every call made each of a tenant's thousands of polls claim again, one after another on
         the node's one claim connection, for work one of them takes."""
         for poll in self._polls.heads():
-            poll.event.set()
+            poll.wake()
 
     def wake_at(self, at: float | None = None) -> None:
         """Work was queued that is claimable from `at` (Unix seconds by this node's clock; None
@@ -191,7 +190,7 @@ class Dispatcher:
             return
         for t, n in Counter(tenants).items():
             for poll in self._polls.oldest_idle(t, n):
-                poll.event.set()
+                poll.wake()
 
     def check_lease(self, lease_s: float, field: str = "lease_duration") -> float:
         if not self.config.min_lease_s <= lease_s <= self.config.max_lease_s:
@@ -212,9 +211,9 @@ class Dispatcher:
         leases began that long after the call arrived): the worker counts its leases from there.
         A waiting call (wait_s > 0) counts against its tenant's and its worker's caps
         (ResourceExhausted past them). `still_allowed` (the caller's credentials checked again:
-        it raises when they were revoked) runs before every claim after the first and at every
-        fallback poll, so a revoked token's call ends within fallback_poll_s of the node
-        learning of it, and claims nothing after."""
+        it raises when they were revoked) runs before every claim after the first and at each
+        `recheck()`, so a revoked token's call ends when the node learns of the revocation and
+        claims nothing after."""
         if not worker.strip():
             raise InvalidArgument("worker_id", "is required")
         if not 1 <= max_count <= self.config.max_count:
@@ -228,44 +227,48 @@ class Dispatcher:
             got, _ = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
             return got, claimed - arrived
         deadline = arrived + wait_s
-        poll = self._polls.enter(tenant, worker, types)  # before the claim: a wake-up during it is not lost
+        poll = self._polls.enter(tenant, worker, types, still_allowed)  # before the claim: no wake-up is lost
         rows: list[Leased] = []
         try:
             while True:
                 poll.event.clear()
+                poll.claim = False
                 claimed = self.clock.monotonic()  # before the claim's own now(): its leases start later
                 rows, wait = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
                 if rows or deadline - self.clock.monotonic() <= 0:
                     return rows, claimed - arrived
-                await self._hold(poll, deadline, wait, still_allowed)
+                await self._hold(poll, deadline, wait)
                 if still_allowed is not None:
                     still_allowed()
         finally:
             self._polls.leave(poll, full=len(rows) == max_count)
 
-    async def _hold(self, poll: Poll, deadline: float, wait: float | None,
-                    still_allowed: Callable[[], object] | None) -> None:
+    def recheck(self) -> None:
+        """Check every waiting call's credentials again (the node calls it after each refresh of
+        its token list): a revoked token's calls end now, UNAUTHENTICATED."""
+        self._polls.recheck()
+
+    async def _hold(self, poll: Poll, deadline: float, wait: float | None) -> None:
         """Wait until the call should claim again: woken, its deadline, its claim's `wait` (a
         token or a run queued ahead is due then), or the fallback poll. Only the oldest call of
         a scope claims at the fallback poll (it covers missed notifications for all of them);
-        the others only check their credentials, at 0.5 to 1.5 fallback polls (1 on average)
-        drawn each time: a tenant's thousand calls arrive together, and at one period they would
-        wake together every second, each burst stalling the event loop for everyone."""
+        the others sleep until woken (a wake, a promotion to oldest, a refusal) or their
+        deadline: a tenant's thousand waiting calls cost no timer each second."""
         first = True
         while True:
             left = deadline - self.clock.monotonic()
             if left <= 0:
                 return
-            pause = min(left, self.config.fallback_poll_s)
+            pause = min(left, self.config.fallback_poll_s) if self._polls.is_head(poll) else left
             if first and wait is not None:
                 pause = min(pause, max(wait, MIN_CLAIM_WAIT_S))
-            elif not self._polls.is_head(poll):
-                pause = min(left, self.config.fallback_poll_s * (0.5 + self._jitter.random()))
             first = False
-            if await self.clock.wait(poll.event, pause) or self._polls.is_head(poll):
+            woke = await self.clock.wait(poll.event, pause)
+            if poll.refused is not None:
+                raise poll.refused
+            if not woke or poll.claim:
                 return
-            if still_allowed is not None:
-                still_allowed()
+            poll.event.clear()  # promoted to its scope's oldest: takes over the fallback poll
 
     async def _claim_once(self, worker: str, types: list[str] | None, max_count: int,
                           lease_s: float, tenant: str | None) -> tuple[list[Leased], float | None]:

@@ -118,7 +118,10 @@ async def test_only_the_oldest_call_of_a_scope_claims_at_the_fallback_poll(store
     await cancel_all(calls)
 
 
-async def test_a_waiting_call_whose_credentials_are_revoked_ends_at_the_next_fallback_poll(store: PgStore) -> None:
+async def test_a_waiting_call_whose_credentials_are_revoked_ends_at_the_next_recheck_and_claims_nothing(
+        store: PgStore) -> None:
+    """recheck() is what the node runs after each refresh of its token list (about every
+    second): a refused call ends at once, though it is not the oldest and nothing woke it."""
     clock = FakeClock(start_ts=T0.timestamp())
     d = Dispatcher(store, clock)
     claims = counting(d)
@@ -131,12 +134,32 @@ async def test_a_waiting_call_whose_credentials_are_revoked_ends_at_the_next_fal
     head = asyncio.create_task(d.lease("w0", [], 10, 30.0, 30.0, tenant="a"))
     second = asyncio.create_task(d.lease_held("w1", [], 10, 30.0, 30.0, tenant="a", still_allowed=still_allowed))
     await asyncio.wait_for(clock.until_asleep(2), 10)
+    d.recheck()
+    assert not second.done()
     revoked = True
-    await backlog(store, "a", 1)
-    clock.advance(1.0)
+    d.recheck()
     with pytest.raises(Unauthenticated):
         await asyncio.wait_for(second, 10)
-    [run] = await asyncio.wait_for(head, 10)  # the run went to the call still allowed
+    await backlog(store, "a", 1)
+    clock.advance(1.0)  # the fallback poll: the oldest call claims
+    [run] = await asyncio.wait_for(head, 10)
+    assert run.tenant == "a" and claims[0] == 3
+
+
+async def test_the_next_call_takes_over_the_fallback_poll_when_the_oldest_leaves(store: PgStore) -> None:
+    clock = FakeClock(start_ts=T0.timestamp())
+    d = Dispatcher(store, clock)
+    claims = counting(d)
+    first = asyncio.create_task(d.lease("w0", [], 10, 30.0, 5.0, tenant="a"))
+    second = asyncio.create_task(d.lease("w1", [], 10, 30.0, 30.0, tenant="a"))
+    await asyncio.wait_for(clock.until_asleep(2), 10)
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    await asyncio.wait_for(clock.until_asleep(1), 10)
+    assert claims[0] == 2  # promoted, not woken: no claim now
+    await backlog(store, "a", 1)
+    clock.advance(1.0)
+    [run] = await asyncio.wait_for(second, 10)
     assert run.tenant == "a" and claims[0] == 3
 
 
