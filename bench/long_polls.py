@@ -17,7 +17,9 @@ Each repeat measures the victim's start lag without the flood, then with it (onc
 calls were answered and a call sent after the others on each connection was answered: the
 node holds the admitted ones), on the same cluster.
 `--repeat N` (default 3) prints each repeat's figures, then the medians of N, and the ratio of
-the p99s with / without (the issue's target: at most 1.2).
+the p99s with / without (the issue's target: at most 1.2). Beside each, the node's CPU over the
+offer (% of one core, from /proc): what the held calls cost the node, less noisy than a p99 on
+a shared machine.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
+from bench.cpu import cpu_s
 from bench.e2e import LEASE_TTL_S, PARTITIONS, WorkerProc, first_starts, pct, read_records, reset, wait_terminal
 from chaos.harness import ProcessCluster
 from cronwheel.client import AsyncClient
@@ -101,8 +104,8 @@ def _flood_proc(address: str, polls: int, report: Any, stop: Any) -> None:
     asyncio.run(_flood(address, polls, report, stop))
 
 
-def _victim_lag(c: ProcessCluster, address: str, worker: WorkerProc, rate: float, seconds: float,
-                seen: set[str]) -> dict[str, float]:
+def _victim_lag(c: ProcessCluster, address: str, node_pid: int, worker: WorkerProc, rate: float,
+                seconds: float, seen: set[str]) -> dict[str, float]:
     """Submit `rate` jobs/s for `seconds` (each due 1 s later), as the victim; their start lags."""
     total = int(rate * seconds)
     run_at: dict[str, float] = {}
@@ -117,14 +120,17 @@ def _victim_lag(c: ProcessCluster, address: str, worker: WorkerProc, rate: float
                 ex = await client.submit(JOB_TYPE, {"k": k}, delay=timedelta(seconds=1))
                 run_at[ex.id] = ex.run_at.timestamp()
 
+    cpu0 = cpu_s(node_pid) or 0.0
     asyncio.run(offer())
+    node_cpu = (cpu_s(node_pid) or 0.0) - cpu0  # over the offer: the jobs' seconds, the flood's if any
     worker.wait_for(len(seen) + total, 60)
     wait_terminal(c, JOB_TYPE, len(seen) + total)
     starts = first_starts(read_records(worker.path))
     lags = [starts[i].start - t for i, t in run_at.items() if i in starts]
     seen.update(run_at)
     return {"jobs": float(total), "started": float(len(lags)), "lag_p50_ms": 1000 * pct(lags, 0.5),
-            "lag_p99_ms": 1000 * pct(lags, 0.99), "lag_max_ms": 1000 * max(lags, default=float("nan"))}
+            "lag_p99_ms": 1000 * pct(lags, 0.99), "lag_max_ms": 1000 * max(lags, default=float("nan")),
+            "node_cpu_pct": 100 * node_cpu / seconds}
 
 
 def run(repeat: int, polls: int, rate: float, seconds: float) -> list[tuple[dict[str, float], dict[str, float]]]:
@@ -136,12 +142,12 @@ def run(repeat: int, polls: int, rate: float, seconds: float) -> list[tuple[dict
         seen: set[str] = set()
         ctx = mp.get_context("spawn")
         for r in range(repeat):
-            without = _victim_lag(c, node.address, worker, rate, seconds, seen)
+            without = _victim_lag(c, node.address, node.pid, worker, rate, seconds, seen)
             report, stop = ctx.Queue(), ctx.Event()
             flood = ctx.Process(target=_flood_proc, args=(node.address, polls, report, stop), daemon=True)
             flood.start()
             got = report.get(timeout=120)
-            with_flood = _victim_lag(c, node.address, worker, rate, seconds, seen)
+            with_flood = _victim_lag(c, node.address, node.pid, worker, rate, seconds, seen)
             stop.set()
             flood.join(30)
             if flood.is_alive():
