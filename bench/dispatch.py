@@ -47,6 +47,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from chaos.harness import ProcessCluster
 from cronwheel.clock import SystemClock
+from cronwheel.dispatch_limits import ANSWER_ROWS_BYTES
 from cronwheel.storage.queries import q
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
@@ -151,7 +152,8 @@ def baseline(dsn: str, n: int, batched: bool, limit: int = 100, submitted: bool 
                 c.execute(q("claim_lock_tenants"), {"tenant": None})  # the claim reads the tenants it locked
                 rows = c.execute(q("claim"), {"priorities": ["critical", "default", "bulk"], "types": ["bench"],
                                               "tenant": None, "limit": limit, "worker": "base", "fair_tau_s": 1.0,
-                                              "lease_s": 60, "now": SystemClock().now()}).fetchall()
+                                              "lease_s": 60, "now": SystemClock().now(),
+                                              "max_bytes": ANSWER_ROWS_BYTES}).fetchall()
                 if not rows:
                     break
             if batched:

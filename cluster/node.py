@@ -50,6 +50,7 @@ from cronwheel.cluster.notifications import ChangeListener
 from cronwheel.cluster.retention.policy import RetentionConfig
 from cronwheel.cluster.retention.pruner import Pruner, RetentionMetrics
 from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookMetrics, WebhookSender
+from cronwheel.dispatch_limits import MAX_ANSWER_BYTES
 from cronwheel.errors import CronwheelError, InvalidArgument, Unavailable
 from cronwheel.heap import freeze_startup_heap
 from cronwheel.secret_store import KeyRing, SecretStore
@@ -150,8 +151,8 @@ class Node:
         self._stop = asyncio.Event()
         self.metrics = Metrics()
         self.dispatcher = Dispatcher(self.store, self.clock, metrics=self.metrics)
-        # API-made tokens (cluster/api/tokens.py); a revocation wakes the long polls to re-check theirs
-        self.tokens = TokenCache(self.store.tokens.live, self.clock, on_revoked=self.dispatcher.wake)
+        self.tokens = TokenCache(self.store.tokens.live, self.clock)  # API-made tokens (cluster/api/tokens.py)
+        self.tokens.listeners.append(self.dispatcher.recheck)  # waiting lease calls of revoked tokens end
 
     def wheel_size(self) -> int:
         return self.firer.wheel_size() if hasattr(self, "firer") else 0
@@ -176,7 +177,9 @@ class Node:
         `grpc.so_reuseport` is off: with gRPC's default a second node on the same port would
         start and the kernel would share the connections between the two (issue 14, hole 4)."""
         _refuse_busy_port(self.config.listen)
-        self.server = grpc.aio.server(interceptors=services.interceptors(self), options=[("grpc.so_reuseport", 0)])
+        self.server = grpc.aio.server(interceptors=services.interceptors(self), options=[
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_send_message_length", MAX_ANSWER_BYTES)])  # answers are cut to fit (dispatch_limits)
         creds = services.credentials(self)
         cause: RuntimeError | None = None
         try:

@@ -9,3 +9,20 @@ MAX_LEASE_COUNT = 1000
 
 # CompleteExecutionsRequest.items: 1..MAX_COMPLETE_BATCH completions.
 MAX_COMPLETE_BATCH = 1000
+
+# Waiting LeaseExecutions calls (wait_timeout > 0) held at once by one node: per tenant (admin
+# callers, which serve every tenant, count as one more) and per worker_id of a tenant. Past
+# either, the call is refused with RESOURCE_EXHAUSTED. The SDK's Worker holds
+# ceil((concurrency + prefetch) / 250) + 1 of them (client/worker_policy.max_lease_calls).
+MAX_POLLS_PER_TENANT = 1000
+MAX_POLLS_PER_WORKER = 64
+
+# Answers carrying runs' payloads, checkpoints and results (LeaseExecutions, ListExecutions) are
+# cut by bytes as well as by count: past the first row, rows are added while their payload,
+# checkpoint, result and error (as JSON text) add up to at most ANSWER_ROWS_BYTES; fewer rows
+# then come back (ListExecutions: with a next_page_token; LeaseExecutions: fewer leased). One row
+# is at most 256 KiB payload + 1 MiB checkpoint + 256 KiB result + 16 KiB error (jsonb's
+# re-spacing can add up to half), so with each row's other fields an answer always fits in
+# MAX_ANSWER_BYTES: the node's gRPC send limit, and gRPC's default receive limit of clients.
+ANSWER_ROWS_BYTES = 3 * 1024 * 1024
+MAX_ANSWER_BYTES = 4 * 1024 * 1024

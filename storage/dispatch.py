@@ -67,6 +67,7 @@ class ClaimParams:
     tenant: str | None  # None: any tenant
     now: datetime
     fair_tau_s: float  # the fair share's memory: a tenant's served count decays by exp(-age / this)
+    max_bytes: int | None = None  # past the first run, payloads and checkpoints up to this (None: no cap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +227,8 @@ class DispatchPort:
         cur = await conn.execute(q("claim"), {
             "priorities": list(p.priorities), "types": list(p.types) if p.types else None, "limit": p.limit,
             "tenant": p.tenant, "worker": p.worker, "lease_s": p.lease_s, "now": p.now,
-            "fair_tau_s": p.fair_tau_s}, prepare=True)  # parsed once per connection (planned once: db.py)
+            "fair_tau_s": p.fair_tau_s, "max_bytes": p.max_bytes},
+            prepare=True)  # parsed once per connection (planned once: db.py)
         return Pending(cur, lambda rows: [Leased._make(r) for r in rows])
 
     async def claim_wait(self, conn: Conn, tenant: str | None, now: datetime,

@@ -242,6 +242,7 @@ class ExecutionFilter:
     before_scheduled_for: datetime | None
     before_id: uuid.UUID | None
     limit: int
+    max_bytes: int | None = None  # the page's payloads, checkpoints, results and errors (`list`)
 
 
 class ExecutionsPort:
@@ -437,13 +438,33 @@ class ExecutionsPort:
             "id": r.id, "state": r.state, "run_at": r.run_at, "now": r.now, "additional": r.additional_attempts,
             "reason": r.reason})
 
-    async def list(self, f: ExecutionFilter) -> list[Row]:
-        """A page by (scheduled_for, id) descending, before the cursor."""
-        async with self.db.connection() as conn:
-            return await rows(conn, "api_list_executions", {
-                "tenant": f.tenant, "schedule_id": f.schedule_id, "states": list(f.states) if f.states else None,
-                "type": f.type, "from": f.scheduled_from, "until": f.scheduled_until,
-                "before_scheduled_for": f.before_scheduled_for, "before_id": f.before_id, "limit": f.limit})
+    async def list(self, f: ExecutionFilter) -> tuple[list[Row], bool]:
+        """A page by (scheduled_for, id) descending, before the cursor: at most `limit` rows and,
+        past the first, only while their payload, checkpoint, result and error add up to at most
+        `max_bytes`; and whether more rows follow. The keys and sizes are read first, through a
+        server-side cursor in growing batches (api_list_executions), then the rows that fit: the
+        node holds one page's bytes, whatever the rows' sizes."""
+        params = {"tenant": f.tenant, "schedule_id": f.schedule_id, "states": list(f.states) if f.states else None,
+                  "type": f.type, "from": f.scheduled_from, "until": f.scheduled_until,
+                  "before_scheduled_for": f.before_scheduled_for, "before_id": f.before_id, "limit": f.limit + 1}
+        cap = f.max_bytes if f.max_bytes is not None else float("inf")
+        ids: list[uuid.UUID] = []
+        more, total, batch = False, 0, 8
+        async with self.db.transaction() as conn:
+            async with conn.cursor(name="api_list_executions") as cur:
+                await cur.execute(q("api_list_executions"), params)
+                while not more:
+                    got = await cur.fetchmany(batch)
+                    for ident, _, size in got:
+                        total += size
+                        if len(ids) == f.limit or (ids and total > cap):
+                            more = True
+                            break
+                        ids.append(ident)
+                    if len(got) < batch:
+                        break
+                    batch = min(batch * 2, 256)
+            return (await rows(conn, "api_executions_by_ids", {"ids": ids}) if ids else []), more
 
     async def active_counts(self, conn: Conn, partition: int, epoch: int, schedule_id: uuid.UUID) -> tuple[int, int]:
         """(runs in flight, runs buffered) of one schedule: the firing path's `active_counts`,

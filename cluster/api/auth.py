@@ -34,7 +34,7 @@ answered with that node's own Member only: figures its public metrics endpoint s
 is what a node asks its peers for: no caller's token ever leaves the node it was sent to (issue 48,
 item 6: a member address written to etcd could be anyone's). The caller is available to
 servicers as `current_caller()`; a call held open (a long poll) re-authenticates with
-`recheck_caller()`, so a revoked token's poll ends as its other calls are refused.
+`still_authorized()`, so a revoked token's poll ends as its other calls are refused.
 
 Concurrency: AuthConfig is immutable; the caller lives in a ContextVar set per call.
 """
@@ -133,15 +133,14 @@ def current_caller() -> Caller:
         raise e.Unauthenticated("no authenticated caller") from None
 
 
-def recheck_caller() -> None:
-    """Authenticate the RPC being served again, as a new call would be: a call held open (a long
-    poll) calls it before each claim, so a token revoked or expired meanwhile ends it with
-    UNAUTHENTICATED (issue 48, item 7) instead of leasing on. A dict lookup; no I/O."""
-    try:
-        again = _RECHECK.get()
-    except LookupError:
-        return  # not served through the AuthInterceptor (an in-process test of a servicer)
-    again()
+def still_authorized() -> None:
+    """Check the current call's credentials again, now: raises as the interceptor would have
+    (Unauthenticated for a token revoked or expired since the call began). A call that holds
+    for long (a waiting LeaseExecutions) calls it between its steps, so a revocation ends it as
+    it refuses new calls. A no-op outside an authenticated call."""
+    check = _RECHECK.get(None)
+    if check is not None:
+        check()
 
 
 def hash_token(token: str) -> str:

@@ -40,13 +40,15 @@ def encode(kind: str, filters: dict[str, Any], cursor: list[Any]) -> str:
 
 
 def time_id_page(rows: list[dict[str, Any]], size: int, kind: str, filters: dict[str, Any],
-                 time_key: str) -> tuple[list[dict[str, Any]], str]:
+                 time_key: str, more: bool = False) -> tuple[list[dict[str, Any]], str]:
     """The first `size` of `rows` (fetched with limit size + 1) and the token of the next page
-    ("" when there is none), keyed on (rows[time_key], id)."""
-    if len(rows) <= size:
+    ("" when there is none), keyed on (rows[time_key], id). `more`: the rows were cut short
+    (by bytes) and more follow them."""
+    if len(rows) <= size and not more:
         return rows, ""
-    last = rows[size - 1]
-    return rows[:size], encode(kind, filters, [micros(last[time_key]), str(last["id"])])
+    n = min(size, len(rows))
+    last = rows[n - 1]
+    return rows[:n], encode(kind, filters, [micros(last[time_key]), str(last["id"])])
 
 
 def decode(token: str, kind: str, filters: dict[str, Any]) -> list[Any] | None:

@@ -34,6 +34,7 @@ from cronwheel.cluster.commands import schedules as sch
 from cronwheel.cluster.commands.submit_batcher import SubmitBatcher
 from cronwheel.cluster.commands.values import parse_json, text
 from cronwheel.cron import jitter_offset_s
+from cronwheel.dispatch_limits import ANSWER_ROWS_BYTES
 from cronwheel.errors import InvalidArgument
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Row
@@ -323,10 +324,11 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         filters = {"tenant": tenant, "schedule_id": sid, "states": states or None,
                    "type": _filter_text(request.type, "type"), "from": start, "until": end}
         before_at, before_id = pages.time_id_cursor(pages.decode(request.page_token, "executions", filters))
-        rows = await self.store.executions.list(ExecutionFilter(
+        rows, more = await self.store.executions.list(ExecutionFilter(
             tenant=tenant, schedule_id=sid, states=states or None, type=filters["type"], scheduled_from=start,
-            scheduled_until=end, before_scheduled_for=before_at, before_id=before_id, limit=size + 1))
-        page, token = pages.time_id_page(rows, size, "executions", filters, "scheduled_for")
+            scheduled_until=end, before_scheduled_for=before_at, before_id=before_id, limit=size,
+            max_bytes=ANSWER_ROWS_BYTES))  # the page's rows: at most size, and cut by bytes
+        page, token = pages.time_id_page(rows, size, "executions", filters, "scheduled_for", more)
         return scheduler_pb2.ListExecutionsResponse(executions=[cv.execution_out(r) for r in page],
                                                     next_page_token=token)
 

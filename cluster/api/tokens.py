@@ -9,9 +9,9 @@ within the same time.
 
 Expiry is checked per call against the Clock (`lookup(digest, now)`): exact, no refresh needed.
 
-Calls held open (long polls) re-check their token before each claim; `on_revoked` (the node
-wires the dispatcher's `wake`) is called when a refresh finds tokens gone, so a poll of a
-revoked token ends within about REFRESH_S of the revocation, not at its next wake-up.
+Calls held open (long polls) re-check their token before each claim, and the `listeners` (the
+node wires the dispatcher's `recheck`) are called after each refresh, so a poll of a revoked
+token ends within about REFRESH_S of the revocation, not at its next wake-up.
 
 Fail closed: when the table could not be read for `STALE_S` (the database is unreachable), the
 copy may be missing revocations, so API-made tokens are refused with UNAVAILABLE ("token list
@@ -52,24 +52,24 @@ Source = Callable[[], Awaitable[list[dict[str, Any]]]]  # storage.tokens.TokensP
 
 class TokenCache:
     def __init__(self, source: Source, clock: Clock, interval_s: float = REFRESH_S,
-                 stale_s: float = STALE_S, on_revoked: Callable[[], None] | None = None) -> None:
+                 stale_s: float = STALE_S) -> None:
         self.source = source
-        self.on_revoked = on_revoked
         self.clock = clock
         self.interval_s = interval_s
         self.stale_s = stale_s
         self._tokens: Mapping[str, DbToken] = {}
         self._read_at: float | None = None  # monotonic time of the last successful read
+        # Called after each successful read: long calls re-check their tokens (Dispatcher.recheck)
+        self.listeners: list[Callable[[], None]] = []
 
     async def refresh(self) -> None:
         """Re-read the live tokens (raises the storage error when the read fails)."""
         started = self.clock.monotonic()
         got = await self.source()
-        before = self._tokens
         self._tokens = {r["sha256"]: DbToken(r["name"], r["tenant"], r["admin"], r["expires_at"]) for r in got}
         self._read_at = started
-        if self.on_revoked is not None and before.keys() - self._tokens.keys():
-            self.on_revoked()
+        for listener in self.listeners:
+            listener()
 
     async def run(self) -> None:
         failing = False

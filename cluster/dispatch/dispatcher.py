@@ -19,11 +19,17 @@ claim and the COMMIT go to PostgreSQL in one round trip (the claim reads the ten
 statement locked from the transaction's `cronwheel.claim_tenants`).
 Waiting workers long-poll: they are woken by `wake()` (NOTIFY cronwheel_queued from any node,
 or this node's own fire batches) rather than by fixed polling; a slow fallback poll covers
-missed notifications. A run finished through this node frees a slot of its tenant: while the
-node's last claim saw queued work, it wakes one waiting call that may take from that tenant
-(`_slots_freed`), so a tenant held at its concurrency cap starts its next run when a run ends,
-not at the fallback poll. Calls waiting on other nodes are not woken by it: their fallback
-poll covers them.
+missed notifications. Waiting calls are grouped by scope (the tenant they may take from and
+their job types): a wake and the fallback poll make the oldest call of each scope claim, and a
+call whose claim came back full wakes the next of its scope, so a wake costs one claim per
+scope, not one per waiting call. A node holds at most MAX_POLLS_PER_TENANT waiting calls per
+tenant and MAX_POLLS_PER_WORKER per worker (polls.py; ResourceExhausted past them), and a
+waiting call's caller's credentials are checked again (`still_allowed`) before each claim and
+after each refresh of the node's token list (`recheck`). A run finished through this node
+frees a slot of its tenant: while the node's last claim saw queued work, it wakes one waiting
+call that may take from that tenant (`_slots_freed`), so a tenant held at its concurrency cap
+starts its next run when a run ends, not at the fallback poll. Calls waiting on other nodes are
+not woken by it: their fallback poll covers them.
 
 While the node's clock is off PostgreSQL's beyond --max-clock-skew (the clock-skew guard,
 cluster/coordination/clock_skew.py), `hold_claims` makes every claim take nothing: the claim's
@@ -59,8 +65,15 @@ from cronwheel.cluster.dispatch.policy import (
     decide_failure,
     priority_order,
 )
+from cronwheel.cluster.dispatch.polls import Poll, Polls
 from cronwheel.cluster.metrics import Metrics
-from cronwheel.dispatch_limits import MAX_COMPLETE_BATCH, MAX_LEASE_COUNT
+from cronwheel.dispatch_limits import (
+    ANSWER_ROWS_BYTES,
+    MAX_COMPLETE_BATCH,
+    MAX_LEASE_COUNT,
+    MAX_POLLS_PER_TENANT,
+    MAX_POLLS_PER_WORKER,
+)
 from cronwheel.errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken
 from cronwheel.storage import PgStore
 from cronwheel.storage.dispatch import (
@@ -88,6 +101,8 @@ class DispatchConfig:
     max_wait_s: float = 60.0
     max_count: int = MAX_LEASE_COUNT
     fair_tau_s: float = FAIR_SHARE_TAU_S
+    max_polls_per_tenant: int = MAX_POLLS_PER_TENANT
+    max_polls_per_worker: int = MAX_POLLS_PER_WORKER
 
     def validate(self) -> DispatchConfig:
         self.weights.validate()
@@ -129,10 +144,9 @@ class Dispatcher:
         self.clock = clock
         self.config = (config or DispatchConfig()).validate()
         self.rng = rng or random.Random()
-        # The waiting lease calls, oldest first: each one's wake-up event and the tenant it may
-        # take from (None: any). Registered before the call's claim, so a wake-up during the
-        # claim is not lost: the call claims again at once.
-        self._waiters: dict[asyncio.Event, str | None] = {}
+        # The waiting lease calls (polls.py), registered before a call's first claim, so a
+        # wake-up during a claim is not lost: the call claims again at once.
+        self._polls = Polls(self.config.max_polls_per_tenant, self.config.max_polls_per_worker)
         self._wake_timer: tuple[float, asyncio.Task[None]] | None = None  # wake_at's (instant, sleeper)
         # One claim at a time per node, on the store's claim connection (Database.claim_connection:
         # the claim's plan and its backend's caches stay warm). Claims that share a tenant queue on
@@ -149,10 +163,13 @@ class Dispatcher:
             self.wake()
 
     def wake(self) -> None:
-        """Work was queued: every waiting lease call claims again."""
-        for event in self._waiters:
-            event.set()
-        self._waiters.clear()
+        """Work was queued: the oldest waiting lease call of each scope (tenant and job types)
+        claims again, not every call: one claim per scope finds whatever that scope may take,
+        and a call whose claim came back full wakes the next of its scope (polls.py). Waking
+        every call made each of a tenant's thousands of polls claim again, one after another on
+        the node's one claim connection, for work one of them takes."""
+        for poll in self._polls.heads():
+            poll.wake()
 
     def wake_at(self, at: float | None = None) -> None:
         """Work was queued that is claimable from `at` (Unix seconds by this node's clock; None
@@ -181,12 +198,11 @@ class Dispatcher:
         types), wake the oldest waiting call that may take from the tenant, one per run: not
         every waiting call, whose claims would run one after another for a slot only one can
         take. Without it such a tenant's next run waited for the fallback poll."""
-        if not self._queued_seen or not self._waiters:
+        if not self._queued_seen or not self._polls:
             return
         for t, n in Counter(tenants).items():
-            for event in [e for e, scope in self._waiters.items() if scope is None or scope == t][:n]:
-                event.set()
-                del self._waiters[event]
+            for poll in self._polls.oldest_idle(t, n):
+                poll.wake()
 
     def check_lease(self, lease_s: float, field: str = "lease_duration") -> float:
         if not self.config.min_lease_s <= lease_s <= self.config.max_lease_s:
@@ -205,9 +221,11 @@ class Dispatcher:
                          still_allowed: Callable[[], object] | None = None) -> tuple[list[Leased], float]:
         """`lease`, and the seconds the call was held before the claim that leased its runs (its
         leases began that long after the call arrived): the worker counts its leases from there.
-        `still_allowed` runs before every claim after the first and raises when the caller may no
-        longer lease (a revoked token: `auth.recheck_caller`); `wake()` after a revocation makes
-        the waiting calls ask at once."""
+        A waiting call (wait_s > 0) counts against its tenant's and its worker's caps
+        (ResourceExhausted past them). `still_allowed` (the caller's credentials checked again:
+        it raises when they were revoked) runs before every claim after the first and at each
+        `recheck()`, so a revoked token's call ends when the node learns of the revocation and
+        claims nothing after."""
         if not worker.strip():
             raise InvalidArgument("worker_id", "is required")
         if not 1 <= max_count <= self.config.max_count:
@@ -216,26 +234,53 @@ class Dispatcher:
             raise InvalidArgument("wait_timeout", f"must be 0..{self.config.max_wait_s:g} s, got {wait_s:g}")
         self.check_lease(lease_s)
         arrived = self.clock.monotonic()
+        if wait_s <= 0:
+            claimed = self.clock.monotonic()
+            got, _ = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
+            return got, claimed - arrived
         deadline = arrived + wait_s
-        first = True  # the call was authenticated as it arrived
-        while True:
-            waiter = asyncio.Event()
-            self._waiters[waiter] = tenant  # before the claim, so a wake-up during it is not lost
-            try:
-                if still_allowed is not None and not first:
-                    still_allowed()
-                first = False
+        poll = self._polls.enter(tenant, worker, types, still_allowed)  # before the claim: no wake-up is lost
+        rows: list[Leased] = []
+        try:
+            while True:
+                poll.event.clear()
+                poll.claim = False
                 claimed = self.clock.monotonic()  # before the claim's own now(): its leases start later
                 rows, wait = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
-                left = deadline - self.clock.monotonic()
-                if rows or left <= 0:
+                if rows or deadline - self.clock.monotonic() <= 0:
                     return rows, claimed - arrived
-                pause = min(left, self.config.fallback_poll_s)
-                if wait is not None:  # a token or a run queued ahead is due then, not at the fallback poll
-                    pause = min(pause, max(wait, MIN_CLAIM_WAIT_S))
-                await self.clock.wait(waiter, pause)
-            finally:
-                self._waiters.pop(waiter, None)
+                await self._hold(poll, deadline, wait)
+                if still_allowed is not None:
+                    still_allowed()
+        finally:
+            self._polls.leave(poll, full=len(rows) == max_count)
+
+    def recheck(self) -> None:
+        """Check every waiting call's credentials again (the node calls it after each refresh of
+        its token list): a revoked token's calls end now, UNAUTHENTICATED."""
+        self._polls.recheck()
+
+    async def _hold(self, poll: Poll, deadline: float, wait: float | None) -> None:
+        """Wait until the call should claim again: woken, its deadline, its claim's `wait` (a
+        token or a run queued ahead is due then), or the fallback poll. Only the oldest call of
+        a scope claims at the fallback poll (it covers missed notifications for all of them);
+        the others sleep until woken (a wake, a promotion to oldest, a refusal) or their
+        deadline: a tenant's thousand waiting calls cost no timer each second."""
+        first = True
+        while True:
+            left = deadline - self.clock.monotonic()
+            if left <= 0:
+                return
+            pause = min(left, self.config.fallback_poll_s) if self._polls.is_head(poll) else left
+            if first and wait is not None:
+                pause = min(pause, max(wait, MIN_CLAIM_WAIT_S))
+            first = False
+            woke = await self.clock.wait(poll.event, pause)
+            if poll.refused is not None:
+                raise poll.refused
+            if not woke or poll.claim:
+                return
+            poll.event.clear()  # promoted to its scope's oldest: takes over the fallback poll
 
     async def _claim_once(self, worker: str, types: list[str] | None, max_count: int,
                           lease_s: float, tenant: str | None) -> tuple[list[Leased], float | None]:
@@ -259,7 +304,7 @@ class Dispatcher:
                 now = self.clock.now()
                 claim = await self.port.claim(conn, ClaimParams(
                     worker=worker, priorities=order, types=types, limit=max_count, lease_s=lease_s, tenant=tenant,
-                    now=now, fair_tau_s=self.config.fair_tau_s))
+                    now=now, fair_tau_s=self.config.fair_tau_s, max_bytes=ANSWER_ROWS_BYTES))
             out = await claim.result()
             self._queued_seen = await locked.result()
             if not out and self._queued_seen:  # at the claim's `now`: the buckets as the claim

@@ -255,7 +255,7 @@ async def test_a_claim_leases_its_picked_runs_by_id_when_the_table_is_mostly_que
             await store.dispatch.lock_claim_tenants(conn, None)
             cur = await conn.execute("EXPLAIN (FORMAT JSON) " + q("claim"), {
                 "priorities": ["default"], "types": None, "limit": 250, "tenant": None, "worker": "w1",
-                "lease_s": 30.0, "now": T0, "fair_tau_s": 1.0})
+                "lease_s": 30.0, "now": T0, "fair_tau_s": 1.0, "max_bytes": None})
             plan = (await cur.fetchone())[0][0]["Plan"]  # type: ignore[index]
     below = below_executions_update(plan)
     assert not any(n["Node Type"] == "Seq Scan" for n in below), below

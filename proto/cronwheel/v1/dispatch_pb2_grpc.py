@@ -85,8 +85,16 @@ class DispatchServiceServicer:
         lease_duration and started_at = now. Set the call's gRPC deadline above wait_timeout.
         Executions leased for a call whose response never reached the worker (the call was
         cancelled or the connection lost) come back when their lease expires.
+        Fewer than max_count are leased when their payload_json and checkpoint_json would pass
+        3 MiB (past the first one): the answer stays under the node's 4 MiB send limit, and the
+        rest stay QUEUED for the next call. A node holds at most 1,000 waiting calls
+        (wait_timeout > 0) per tenant (admin callers count as one more tenant) and 64 per
+        worker_id. A waiting call re-checks its token: revoked or expired, the call ends
+        UNAUTHENTICATED within about a second and leases nothing after.
         Errors: INVALID_ARGUMENT naming the field (worker_id, job_types, max_count,
-        lease_duration, wait_timeout out of range).
+        lease_duration, wait_timeout out of range); RESOURCE_EXHAUSTED past the waiting calls'
+        caps, its message starting with the limit's name (max_polls_per_tenant,
+        max_polls_per_worker); UNAUTHENTICATED (the token was revoked while the call waited).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -172,18 +172,30 @@ UPDATE executions
 RETURNING *;
 
 -- name: api_list_executions
--- A page of executions by (scheduled_for, id) descending, before the cursor, with filters.
-SELECT * FROM executions
- WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-   AND (%(schedule_id)s::uuid IS NULL OR schedule_id = %(schedule_id)s)
-   AND (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
-   AND (%(type)s::text IS NULL OR type = %(type)s)
-   AND (%(from)s::timestamptz IS NULL OR scheduled_for >= %(from)s)
-   AND (%(until)s::timestamptz IS NULL OR scheduled_for < %(until)s)
-   AND (%(before_scheduled_for)s::timestamptz IS NULL
-        OR (scheduled_for, id) < (%(before_scheduled_for)s::timestamptz, %(before_id)s::uuid))
- ORDER BY scheduled_for DESC, id DESC
- LIMIT %(limit)s;
+-- The keys of a page of executions by (scheduled_for, id) descending, before the cursor, with
+-- filters, and each one's bytes (payload, checkpoint, result and error as text). Read through a
+-- server-side cursor a few rows at a time (storage/executions.py `list`): the sizes are computed
+-- per row fetched (the inner query passes the columns on without reading them), so a page cut
+-- by bytes reads a few 1 MiB checkpoints, not `limit` of them.
+SELECT p.id, p.scheduled_for,
+       octet_length(p.payload::text) + coalesce(octet_length(p.checkpoint::text), 0)
+         + coalesce(octet_length(p.result::text), 0) + coalesce(octet_length(p.error), 0) AS row_bytes
+  FROM (SELECT id, scheduled_for, payload, checkpoint, result, error FROM executions
+         WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+           AND (%(schedule_id)s::uuid IS NULL OR schedule_id = %(schedule_id)s)
+           AND (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
+           AND (%(type)s::text IS NULL OR type = %(type)s)
+           AND (%(from)s::timestamptz IS NULL OR scheduled_for >= %(from)s)
+           AND (%(until)s::timestamptz IS NULL OR scheduled_for < %(until)s)
+           AND (%(before_scheduled_for)s::timestamptz IS NULL
+                OR (scheduled_for, id) < (%(before_scheduled_for)s::timestamptz, %(before_id)s::uuid))
+         ORDER BY scheduled_for DESC, id DESC
+         LIMIT %(limit)s) p
+ ORDER BY p.scheduled_for DESC, p.id DESC;
+
+-- name: api_executions_by_ids
+-- The executions of a page (api_list_executions' keys), in the page's order.
+SELECT * FROM executions WHERE id = ANY(%(ids)s::uuid[]) ORDER BY scheduled_for DESC, id DESC;
 
 -- name: api_list_events
 -- A page of the audit and alert log by ascending id, with filters.

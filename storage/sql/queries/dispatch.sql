@@ -23,8 +23,9 @@ SELECT set_config('cronwheel.claim_tenants', coalesce(array_agg(l.tenant), '{}')
                  ORDER BY tenant) t) l;
 
 -- name: claim
--- Lease up to `limit` queued runs in one statement, after `claim_lock_tenants` (so every count
--- and bucket read here is exact: no other claim of these tenants is in flight). Per tenant it
+-- Lease up to `limit` queued runs (past the first, only while their payloads and checkpoints
+-- add up to at most `max_bytes`; NULL: no cap) in one statement, after `claim_lock_tenants`
+-- (so every count and bucket read here is exact: no other claim of these tenants is in flight). Per tenant it
 -- locked (`locked`: the transaction's `cronwheel.claim_tenants`; none when it is not set, so a
 -- claim sent without its lock statement takes nothing):
 --   cap    = min(free concurrency, whole tokens in its bucket): the token bucket
@@ -85,11 +86,13 @@ WITH locked AS MATERIALIZED (
                   GROUP BY tenant) v USING (tenant)
      WHERE elig.cap > 0
 ), cand AS (
-    SELECT c.id, c.run_at, c.ckey, c.klimit, p.rank, elig.tenant, elig.cap, elig.weight, elig.served
+    SELECT c.id, c.run_at, c.ckey, c.klimit, c.bytes, p.rank, elig.tenant, elig.cap, elig.weight, elig.served
       FROM quota elig
      CROSS JOIN unnest(%(priorities)s::text[]) WITH ORDINALITY AS p(priority, rank)
      CROSS JOIN LATERAL (
-          SELECT e.id, e.run_at, e.concurrency_key AS ckey, e.concurrency_limit AS klimit FROM executions e
+          SELECT e.id, e.run_at, e.concurrency_key AS ckey, e.concurrency_limit AS klimit,
+                 octet_length(e.payload::text) + coalesce(octet_length(e.checkpoint::text), 0) AS bytes
+            FROM executions e
            WHERE e.tenant = elig.tenant AND e.state = 'queued' AND e.priority = p.priority
              AND e.run_at <= %(now)s  -- this node's clock: off PostgreSQL's by at most --max-clock-skew,
                                       -- or the node claims nothing (cluster/coordination/clock_skew.py)
@@ -108,13 +111,18 @@ WITH locked AS MATERIALIZED (
              <= klimit AS fits
       FROM cand
 ), fitting AS (
-    SELECT id, tenant, rank, cap, weight, served,
+    SELECT id, tenant, rank, cap, weight, served, bytes,
            row_number() OVER (PARTITION BY tenant ORDER BY rank, run_at) AS rt
       FROM keyed WHERE fits
-), picked AS MATERIALIZED (
-    SELECT id, tenant FROM fitting WHERE rt <= cap
-     ORDER BY rank, served + (rt - 1) / weight, tenant, rt
-     LIMIT %(limit)s
+), picked AS MATERIALIZED (  -- in pick order, and past the first only while the payloads and
+    -- checkpoints add up to at most max_bytes (dispatch_limits.ANSWER_ROWS_BYTES): the answer fits
+    SELECT id, tenant FROM (
+        SELECT id, tenant, row_number() OVER w AS n, sum(bytes) OVER w AS upto
+          FROM (SELECT * FROM fitting WHERE rt <= cap
+                 ORDER BY rank, served + (rt - 1) / weight, tenant, rt
+                 LIMIT %(limit)s) f
+        WINDOW w AS (ORDER BY rank, served + (rt - 1) / weight, tenant, rt ROWS UNBOUNDED PRECEDING)
+    ) s WHERE n = 1 OR %(max_bytes)s::bigint IS NULL OR upto <= %(max_bytes)s
 ), leased AS (
     UPDATE executions e
        SET state = 'running', attempt = e.attempt + 1, fencing_token = e.fencing_token + 1,
