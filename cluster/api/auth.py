@@ -34,7 +34,7 @@ answered with that node's own Member only: figures its public metrics endpoint s
 is what a node asks its peers for: no caller's token ever leaves the node it was sent to (issue 48,
 item 6: a member address written to etcd could be anyone's). The caller is available to
 servicers as `current_caller()`; a call held open (a long poll) re-authenticates with
-`still_authorized()`, so a revoked token's poll ends as its other calls are refused.
+`authorization_check()`, so a revoked token's poll ends as its other calls are refused.
 
 Concurrency: AuthConfig is immutable; the caller lives in a ContextVar set per call.
 """
@@ -133,14 +133,24 @@ def current_caller() -> Caller:
         raise e.Unauthenticated("no authenticated caller") from None
 
 
-def still_authorized() -> None:
-    """Check the current call's credentials again, now: raises as the interceptor would have
-    (Unauthenticated for a token revoked or expired since the call began). A call that holds
-    for long (a waiting LeaseExecutions) calls it between its steps, so a revocation ends it as
-    it refuses new calls. A no-op outside an authenticated call."""
+def authorization_check() -> Callable[[], None]:
+    """The current call's credential check, bound to the call: calling it (from any task: the
+    call's own, or the token list's refresh listener) raises as the interceptor would have
+    (Unauthenticated for a token revoked or expired since the call began). A call that holds for
+    long (a waiting LeaseExecutions) hands it to the dispatcher, so a revocation ends it as it
+    refuses new calls. A no-op outside an authenticated call."""
     check = _RECHECK.get(None)
-    if check is not None:
+    if check is None:
+        return _no_check
+
+    def again() -> None:
         check()
+
+    return again
+
+
+def _no_check() -> None:
+    return None
 
 
 def hash_token(token: str) -> str:

@@ -17,7 +17,7 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 
 from cronwheel import tracing
-from cronwheel.cluster.api.auth import current_caller, still_authorized
+from cronwheel.cluster.api.auth import authorization_check, current_caller
 from cronwheel.cluster.api.convert import Converted, epoch_ts, ts
 from cronwheel.cluster.api.grpc_errors import status_of
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher, Leased
@@ -102,7 +102,7 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
         if remaining is not None:
             wait_s = min(wait_s, max(0.0, remaining - 0.2))  # answer before the client gives up
         rows, held_s = await self.d.lease_held(request.worker_id, list(request.job_types), request.max_count or 1,
-                                               lease_s, wait_s, tenant=scope(), still_allowed=still_authorized)
+                                               lease_s, wait_s, tenant=scope(), still_allowed=authorization_check())
         resp = dispatch_pb2.LeaseExecutionsResponse()
         add_leased(resp, rows)
         resp.held.FromNanoseconds(int(held_s * 1e9))
