@@ -15,6 +15,9 @@ Execution states: scheduled -> queued -> running -> succeeded | failed -> retry_
 plus cancelled and skipped. Cancel takes scheduled, queued, retry_scheduled (and the transient
 failed) to cancelled, and marks running ones cancel_requested; retry takes dead, cancelled,
 skipped (and failed) back to queued or retry_scheduled.
+
+(Over 400 lines: submit's write, read-back and settle of a batch whose commit may be lost is
+about half of it; the commands around it share its idempotency keys and tenant rules.)
 """
 
 from __future__ import annotations
