@@ -56,7 +56,19 @@ parsing is cached separately.
 
 from __future__ import annotations
 
+from .combine import (
+    DateExclusion,
+    ExcludingSpec,
+    Exclusion,
+    Spec,
+    SpecExclusion,
+    UnionSpec,
+    first_remaining,
+    preview,
+    ticks_between,
+)
 from .expr import ALIASES, CronSpec, compile_spec, uses_hash
+from .interval import MAX_EVERY_S, MIN_EVERY_S, IntervalSpec, parse_duration_s, parse_every
 from .policy import (
     MAX_CATCH_UP_LIMIT,
     MAX_JITTER_S,
@@ -82,17 +94,26 @@ from .schedule import (
     RepeatedPolicy,
     parse_schedule,
 )
-from .validate import parse_dst_policy, validate_schedule_spec
+from .validate import parse_dst_policy, parse_spec, validate_schedule_spec, validate_timing
 from .zones import load_zone
 
 __all__ = [
     "ALIASES",
     "MAX_CATCH_UP_LIMIT",
+    "MAX_EVERY_S",
     "MAX_JITTER_S",
+    "MIN_EVERY_S",
     "PREVIEW_MAX",
     "CronSchedule",
     "CronSpec",
+    "DateExclusion",
     "DstPolicy",
+    "ExcludingSpec",
+    "Exclusion",
+    "IntervalSpec",
+    "Spec",
+    "SpecExclusion",
+    "UnionSpec",
     "GapPolicy",
     "MisfireDecision",
     "MisfirePolicy",
@@ -104,14 +125,21 @@ __all__ = [
     "compile_spec",
     "decide_misfire",
     "decide_overlap",
+    "first_remaining",
     "jitter_offset_s",
     "load_zone",
     "parse_dst_policy",
+    "parse_duration_s",
+    "parse_every",
     "parse_misfire_policy",
     "parse_overlap_policy",
     "parse_schedule",
+    "parse_spec",
+    "preview",
+    "ticks_between",
     "uses_hash",
     "validate_jitter_s",
     "validate_max_catch_up",
     "validate_schedule_spec",
+    "validate_timing",
 ]
