@@ -12,7 +12,8 @@ none. `CronSchedule` (cron expressions, L/W/# included), `IntervalSpec`, `UnionS
   second, with the spec's own DST rules); `DateExclusion(dates, zone)` removes every instant
   whose local date in `zone` is one of `dates` (public holidays).
 
-Cost: a union asks each member once per call (members keep their own memo); an exclusion
+Cost: a union asks each member once per call (members keep their own memo); a cron member
+after the first searches only up to the earliest tick found so far; an exclusion
 skips the removed instants one by one, except that a date exclusion jumps to the end of the
 excluded local day. `ExcludingSpec.next_after` looks at most `HORIZON_S` (10 years) ahead and
 returns None beyond: a schedule whose exclusions remove everything for 10 years is finished.
@@ -31,7 +32,7 @@ from zoneinfo import ZoneInfo
 
 from cronwheel.errors import InvalidArgument
 
-from .schedule import PREVIEW_MAX, to_unix_floor
+from .schedule import PREVIEW_MAX, CronSchedule, to_unix_floor
 
 __all__ = [
     "Spec",
@@ -101,7 +102,10 @@ class UnionSpec:
     def next_after(self, instant: datetime) -> datetime | None:
         best: datetime | None = None
         for member in self.members:
-            t = member.next_after(instant)
+            if best is not None and isinstance(member, CronSchedule):
+                t = member.next_after_until(instant, best)  # stops at the best so far
+            else:
+                t = member.next_after(instant)
             if t is not None and (best is None or t < best):
                 best = t
         return best

@@ -41,11 +41,12 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from datetime import date
 from functools import lru_cache
 
 from cronwheel.errors import InvalidArgument
 
-from .days import MAX_DAYS, NTH_MAX, days_in_month, month_days, weekday
+from .days import MAX_DAYS, NTH_MAX, days_in_month, month_days
 
 __all__ = ["CronSpec", "compile_spec", "next_wall", "ALIASES"]
 
@@ -126,7 +127,7 @@ class CronSpec:
         if self.special:
             return bool((month_days(self, y, mo) >> d) & 1)
         dom_ok = (self.doms >> d) & 1
-        dow_ok = (self.dows >> weekday(y, mo, d)) & 1
+        dow_ok = (self.dows >> ((date(y, mo, d).weekday() + 1) % 7)) & 1
         if self.dom_star or self.dow_star:
             return bool(dom_ok and dow_ok)
         return bool(dom_ok or dow_ok)
@@ -358,10 +359,25 @@ def next_wall(spec: CronSpec, y: int, mo: int, d: int, h: int, mi: int, s: int) 
     Raises OverflowError if nothing matches within 12 years (impossible for a compiled spec
     unless the calendar ends first).
     """
+    found = next_wall_until(spec, (y, mo, d, h, mi, s), None)
+    assert found is not None  # no day limit: it returns or raises
+    return found
+
+
+def next_wall_until(spec: CronSpec, start: WallTime, until_day: tuple[int, int, int] | None
+                    ) -> WallTime | None:
+    """next_wall, giving up (None) once the search has moved past the day `until_day`.
+
+    A result is never wrong: it may lie past `until_day` (the check runs as the cursor moves
+    to a new candidate), and None means no match on or before that day.
+    """
+    y, mo, d, h, mi, s = start
     limit = y + _MAX_YEARS_AHEAD
     while True:
         if y > limit or y > 9999:
             raise OverflowError("no matching time within the supported calendar range")
+        if until_day is not None and (y, mo, d) > until_day:
+            return None
         nm = _next_bit(spec.months, mo)
         if nm < 0:
             y, mo, d, h, mi, s = y + 1, 1, 1, 0, 0, 0

@@ -10,6 +10,8 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cronwheel.cron import (
     CronSchedule,
@@ -239,3 +241,18 @@ def test_the_api_validation_of_one_cron_is_unchanged() -> None:
     with pytest.raises(InvalidArgument, match="unknown alias") as info:
         validate_schedule_spec("@every 90s", "UTC", None, "skip", None, 0.0, "")
     assert info.value.field == "cron"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["*/7 * * * *", "30 1 * * *", "0 9 1 * *", "0 2 * * 0L", "0 0 29 2 *",
+                        "15 1-3 * * 0#1", "0 9 LW * *"]),
+       st.sampled_from(["Europe/London", "America/New_York", "Australia/Lord_Howe"]),
+       st.integers(int(_utc("2025-01-01").timestamp()), int(_utc("2028-01-01").timestamp())),
+       st.one_of(st.integers(0, 3 * 3600), st.integers(0, 400 * 86400)))
+def test_a_bounded_search_agrees_with_next_after(expr: str, zone: str, t: int, ahead: int
+                                                 ) -> None:
+    # The union's later members stop at the best tick so far; they must not change the answer.
+    schedule = parse_schedule(expr, zone)
+    at, bound = datetime.fromtimestamp(t, UTC), datetime.fromtimestamp(t + ahead, UTC)
+    full = schedule.next_after(at)
+    assert schedule.next_after_until(at, bound) == (full if full <= bound else None)
