@@ -32,6 +32,7 @@ from zoneinfo import ZoneInfo
 
 from cronwheel.errors import InvalidArgument
 
+from .interval import IntervalSpec
 from .schedule import PREVIEW_MAX, CronSchedule, to_unix_floor
 
 __all__ = [
@@ -72,7 +73,10 @@ class SpecExclusion:
     spec: Spec
 
     def resume_after(self, tick: datetime) -> datetime | None:
-        return tick if self.spec.next_after(tick - _SECOND) == tick else None
+        before = tick - _SECOND
+        if isinstance(self.spec, CronSchedule):  # only "is tick one of yours?": search no further
+            return tick if self.spec.next_after_until(before, tick) == tick else None
+        return tick if self.spec.next_after(before) == tick else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +97,36 @@ class DateExclusion:
         return max(tick, next_day.astimezone(UTC) - _SECOND)
 
 
+def _fires_per_day(spec: Spec) -> float:
+    """A rough density, only to order a union's members (the densest first)."""
+    if isinstance(spec, IntervalSpec):
+        return 86400 / spec.every_s
+    if isinstance(spec, CronSchedule):
+        c = spec.spec
+        per_day = c.seconds.bit_count() * c.minutes.bit_count() * c.hours.bit_count()
+        if c.special:
+            return per_day / 30
+        if c.dom_star and c.dow_star:
+            return per_day
+        if c.dow_star:
+            return per_day * c.doms.bit_count() / 31
+        return per_day * (c.dows.bit_count() / 7 if c.dom_star else 1)
+    return 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class UnionSpec:
-    """The instants of any member, each distinct instant once."""
+    """The instants of any member, each distinct instant once.
+
+    Members are kept densest first: the first answer bounds the later cron members' searches,
+    and a near bound cuts them short.
+    """
 
     members: tuple[Spec, ...]
+
+    def __post_init__(self) -> None:
+        ordered = tuple(sorted(self.members, key=_fires_per_day, reverse=True))
+        object.__setattr__(self, "members", ordered)  # frozen: set once, before any use
 
     def next_after(self, instant: datetime) -> datetime | None:
         best: datetime | None = None

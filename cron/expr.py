@@ -384,16 +384,22 @@ def next_wall_until(spec: CronSpec, start: WallTime, until_day: tuple[int, int, 
             continue
         if nm != mo:
             mo, d, h, mi, s = nm, 1, 0, 0, 0
-        dim = days_in_month(y, mo)
+        dim = last = days_in_month(y, mo)
+        if until_day is not None and (y, mo) >= until_day[:2]:
+            if (y, mo, d) > until_day:
+                return None
+            last = until_day[2]  # the day walk stops at the limit too
         if spec.special:
             nd = _next_bit(month_days(spec, y, mo), d)
             if nd < 0:
                 d = dim + 1
             elif nd != d:
                 d, h, mi, s = nd, 0, 0, 0
-        while d <= dim and not spec.day_matches(y, mo, d):
+        while d <= last and not spec.day_matches(y, mo, d):
             d, h, mi, s = d + 1, 0, 0, 0
-        if d > dim:
+        if d > last:
+            if last < dim:
+                return None
             mo, d, h, mi, s = mo + 1, 1, 0, 0, 0
             continue
         nh = _next_bit(spec.hours, h)
