@@ -43,6 +43,7 @@ import re
 from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
+from typing import overload
 
 from cronwheel.errors import InvalidArgument
 
@@ -351,27 +352,27 @@ _MAX_YEARS_AHEAD = 12
 WallTime = tuple[int, int, int, int, int, int]
 
 
-def next_wall(spec: CronSpec, y: int, mo: int, d: int, h: int, mi: int, s: int) -> WallTime:
+Day = tuple[int, int, int]
+
+
+@overload
+def next_wall(spec: CronSpec, y: int, mo: int, d: int, h: int, mi: int, s: int,
+              until_day: None = None) -> WallTime: ...
+@overload
+def next_wall(spec: CronSpec, y: int, mo: int, d: int, h: int, mi: int, s: int,
+              until_day: Day) -> WallTime | None: ...
+def next_wall(spec: CronSpec, y: int, mo: int, d: int, h: int, mi: int, s: int,
+              until_day: Day | None = None) -> WallTime | None:
     """The first wall-clock time >= (y, mo, d, h, mi, s) that matches `spec`.
 
     Pure calendar arithmetic, no zone. Each step either returns or moves the cursor forward
     to the next candidate of the coarsest failing field, so the loop is short.
     Raises OverflowError if nothing matches within 12 years (impossible for a compiled spec
     unless the calendar ends first).
+
+    With `until_day`, gives up (None) once the search has moved past that day. A result is
+    never wrong: it may lie past `until_day`, and None means no match on or before that day.
     """
-    found = next_wall_until(spec, (y, mo, d, h, mi, s), None)
-    assert found is not None  # no day limit: it returns or raises
-    return found
-
-
-def next_wall_until(spec: CronSpec, start: WallTime, until_day: tuple[int, int, int] | None
-                    ) -> WallTime | None:
-    """next_wall, giving up (None) once the search has moved past the day `until_day`.
-
-    A result is never wrong: it may lie past `until_day` (the check runs as the cursor moves
-    to a new candidate), and None means no match on or before that day.
-    """
-    y, mo, d, h, mi, s = start
     limit = y + _MAX_YEARS_AHEAD
     while True:
         if y > limit or y > 9999:

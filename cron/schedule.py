@@ -47,11 +47,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import lru_cache
+from typing import overload
 from zoneinfo import ZoneInfo
 
 from cronwheel.errors import InvalidArgument
 
-from .expr import CronSpec, compile_spec, next_wall, next_wall_until
+from .expr import CronSpec, compile_spec, next_wall
 from .zones import (
     MAX_BACKWARD_SHIFT_S,
     fields_to_wall,
@@ -114,7 +115,7 @@ def _primary(spec: CronSpec, zone: ZoneInfo, gap: GapPolicy, repeated: RepeatedP
     None only when `until_day` is given and no matching wall time is on or before it.
     """
     while True:
-        found = next_wall_until(spec, wall_to_fields(wall), until_day)
+        found = next_wall(spec, *wall_to_fields(wall), until_day)
         if found is None:
             return None
         y, mo, d, h, mi, s = found
@@ -163,20 +164,18 @@ def _second_occurrence(spec: CronSpec, zone: ZoneInfo, t: int, fold: int, off_t:
 _MAX_OFFSET_S = 15 * 3600
 
 
+@overload
 def next_fire_ts(spec: CronSpec, zone: ZoneInfo, gap: GapPolicy, repeated: RepeatedPolicy,
-                 t: int) -> int:
-    """The first fire instant strictly after Unix second `t` (uncached; see the module doc)."""
-    found = next_fire_until(spec, zone, gap, repeated, t, None)
-    assert found is not None  # no bound: it returns or raises
-    return found
+                 t: int, bound: None = None) -> int: ...
+@overload
+def next_fire_ts(spec: CronSpec, zone: ZoneInfo, gap: GapPolicy, repeated: RepeatedPolicy,
+                 t: int, bound: int) -> int | None: ...
+def next_fire_ts(spec: CronSpec, zone: ZoneInfo, gap: GapPolicy, repeated: RepeatedPolicy,
+                 t: int, bound: int | None = None) -> int | None:
+    """The first fire instant strictly after Unix second `t` (uncached; see the module doc).
 
-
-def next_fire_until(spec: CronSpec, zone: ZoneInfo, gap: GapPolicy, repeated: RepeatedPolicy,
-                    t: int, bound: int | None) -> int | None:
-    """next_fire_ts if it is <= `bound`, else None; the search stops soon after the bound.
-
-    A union asks its later members this with the earliest tick found so far: their searches
-    stop there instead of walking on to a tick that cannot win.
+    With `bound`: that instant if it is <= bound, else None, and the search stops soon after
+    the bound. A union asks its later members this with the earliest tick found so far.
     """
     until_day = None if bound is None else wall_to_fields(bound + _MAX_OFFSET_S)[:3]
     local = datetime.fromtimestamp(t, zone)
@@ -212,7 +211,7 @@ def _next_fire_memo(spec: CronSpec, zone: ZoneInfo, gap: GapPolicy, repeated: Re
 @lru_cache(maxsize=MEMO_SIZE)
 def _next_fire_until_memo(spec: CronSpec, zone: ZoneInfo, gap: GapPolicy,
                           repeated: RepeatedPolicy, t: int, bound: int) -> datetime | None:
-    found = next_fire_until(spec, zone, gap, repeated, t, bound)
+    found = next_fire_ts(spec, zone, gap, repeated, t, bound)
     return None if found is None else datetime.fromtimestamp(found, UTC)
 
 
