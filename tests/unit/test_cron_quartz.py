@@ -8,11 +8,20 @@ March (`0#2`) and the first of November (`0#1`).
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 
 import pytest
 
-from cronwheel.cron import DstPolicy, GapPolicy, RepeatedPolicy, compile_spec, parse_schedule
+from cronwheel.cluster.firing.schedule_cache import cron_for
+from cronwheel.cron import (
+    DstPolicy,
+    GapPolicy,
+    RepeatedPolicy,
+    compile_spec,
+    parse_schedule,
+    validate_schedule_spec,
+)
 from cronwheel.cron.schedule import clear_memo, memo_info
 from cronwheel.errors import InvalidArgument
 
@@ -147,3 +156,13 @@ def test_specials_are_memoised_like_plain_expressions() -> None:
     assert len({s.next_after(at) for s in schedules}) == 1
     info = memo_info()
     assert "hits=49" in info and "misses=1" in info
+
+
+def test_the_api_door_and_the_firing_path_parse_the_specials() -> None:
+    api = validate_schedule_spec("0 9 LW * *", "Europe/London", None, "skip", None, 0.0, "")
+    firing = cron_for("0 9 LW * *", "Europe/London", "shift", None, uuid.uuid4())
+    at = _utc("2026-02-01T00:00")
+    assert api.next_after(at) == firing.next_after(at) == _utc("2026-02-27T09:00")
+    with pytest.raises(InvalidArgument) as info:
+        validate_schedule_spec("0 L * * *", "Europe/London", None, "skip", None, 0.0, "")
+    assert info.value.field == "cron" and "hour field" in str(info.value)
