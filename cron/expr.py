@@ -13,7 +13,12 @@ Grammar (case-insensitive)::
     item    := "*" ["/" step] | "?" ["/" step]            ("?" only in the two day fields)
              | value ["-" value] ["/" step]              ("a/n" means "a-max/n")
              | "H" ["(" value "-" value ")"] ["/" step]  (hashed, seeded by the schedule id)
+             | "L" | "LW" | integer "W"                  (day-of-month only; see days.py)
+             | value "L" | value "#" integer             (day-of-week only; see days.py)
     value   := integer | JAN..DEC (month) | SUN..SAT (day of week; 0 and 7 are Sunday)
+
+Quartz's specials keep cronwheel's day-of-week numbering: `5L` is the last Friday and `1#2`
+the second Monday (Quartz, counting 1 = Sunday, writes them `6L` and `2#2`).
 
 Aliases (not hashed; they mean exactly the classic expressions): `@yearly`/`@annually`
 = `0 0 1 1 *`, `@monthly` = `0 0 1 * *`, `@weekly` = `0 0 * * 0`, `@daily`/`@midnight`
@@ -38,8 +43,11 @@ import re
 from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
+from typing import overload
 
 from cronwheel.errors import InvalidArgument
+
+from .days import MAX_DAYS, NTH_MAX, days_in_month, month_days
 
 __all__ = ["CronSpec", "compile_spec", "next_wall", "ALIASES"]
 
@@ -56,8 +64,6 @@ ALIASES: dict[str, str] = {
 _MONTHS = {n: i + 1 for i, n in enumerate(
     ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"])}
 _DAYS = {n: i for i, n in enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"])}
-# Longest each month can be (February: 29, leap years exist).
-_MAX_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +88,10 @@ _DOW = _Field("day-of-week", 0, 7, 6, 0, 6, tuple(_DAYS.items()), day_field=True
 _STAR_RE = re.compile(r"^[*?](?:/(\d+))?$")
 _HASH_RE = re.compile(r"^H(?:\((\w+)-(\w+)\))?(?:/(\d+))?$")
 _PLAIN_RE = re.compile(r"^(\w+)(?:-(\w+))?(?:/(\d+))?$")
-_UNSUPPORTED_RE = re.compile(r"^(\d*L|\d+W|LW)$")
+_MISPLACED_RE = re.compile(r"^(\w*L|\d+W|LW|\w+#\d*)$")
+_DOM_SPECIAL_RE = re.compile(r"^(?:(L)|(LW)|(\d+)W)$")
+_DOW_SPECIAL_RE = re.compile(r"^(?:(\w+?)L|(\w+)#(\d+))$")
+_WHERE_SPECIALS = "L, LW and nW go in day-of-month, dL and d#k in day-of-week"
 
 FULL_HOURS = (1 << 24) - 1
 
@@ -93,6 +102,9 @@ class CronSpec:
 
     Day-of-week uses 0 = Sunday .. 6 = Saturday. `hour_every` is true when every hour of the
     day matches (`*`, `0-23`, `*/1`): those schedules get the "every real hour" DST rule.
+    Quartz's day specials (days.py): `dom_last` (L), `dom_last_weekday` (LW), `dom_weekday`
+    (bit n: nW), `dow_last` (bit d: dL), `dow_nth` (bit 8d + k: d#k); `special` is true when
+    any is set, and only then does the day search go through `days.month_days`.
     Immutable and hashable; safe to share between threads and tasks.
     """
 
@@ -105,8 +117,16 @@ class CronSpec:
     dom_star: bool
     dow_star: bool
     hour_every: bool
+    dom_last: bool = False
+    dom_last_weekday: bool = False
+    dom_weekday: int = 0
+    dow_last: int = 0
+    dow_nth: int = 0
+    special: bool = False
 
     def day_matches(self, y: int, mo: int, d: int) -> bool:
+        if self.special:
+            return bool((month_days(self, y, mo) >> d) & 1)
         dom_ok = (self.doms >> d) & 1
         dow_ok = (self.dows >> ((date(y, mo, d).weekday() + 1) % 7)) & 1
         if self.dom_star or self.dow_star:
@@ -115,9 +135,13 @@ class CronSpec:
 
 
 # A field before `H` is resolved: the mask of its plain items and its hashed items
-# (lo, hi, step, position), step 0 meaning "one value".
+# (lo, hi, step, position), step 0 meaning "one value", and its day specials: (L, LW, nW mask)
+# in day-of-month, (dL mask, d#k mask, 0) in day-of-week, zeros elsewhere.
 _HItem = tuple[int, int, int, int]
-_FieldTemplate = tuple[int, tuple[_HItem, ...], bool]  # mask, hashed items, unrestricted
+_Specials = tuple[int, int, int]
+_NO_SPECIALS: _Specials = (0, 0, 0)
+# mask, hashed items, unrestricted, specials
+_FieldTemplate = tuple[int, tuple[_HItem, ...], bool, _Specials]
 _Template = tuple[_FieldTemplate, ...]
 
 
@@ -130,9 +154,9 @@ def _value(f: _Field, token: str, text: str) -> int:
         v = int(token)
     else:
         v = dict(f.names).get(token, -1)
-        if v < 0 and _UNSUPPORTED_RE.match(token):
-            raise _bad(f"{f.name} field {text!r}: {token!r} is not supported "
-                       f"(L, W and # are not supported)")
+        if v < 0 and _MISPLACED_RE.match(token):
+            raise _bad(f"{f.name} field {text!r}: {token!r} is not allowed here "
+                       f"({_WHERE_SPECIALS})")
         if v < 0:
             kinds = " or a name (JAN-DEC)" if f.name == "month" else (
                 " or a name (SUN-SAT)" if f.name == "day-of-week" else "")
@@ -159,17 +183,38 @@ def _mask(f: _Field, lo: int, hi: int, step: int) -> int:
     return m
 
 
+def _special(f: _Field, item: str, text: str) -> _Specials | None:
+    """The specials of one day-field item (L, LW, nW; dL, d#k), or None if it is not one."""
+    if f is _DOM and (m := _DOM_SPECIAL_RE.match(item)):
+        if m.group(3) is None:
+            return (1, 0, 0) if m.group(1) else (0, 1, 0)
+        return 0, 0, 1 << _value(f, m.group(3), text)
+    if f is _DOW and (m := _DOW_SPECIAL_RE.match(item)):
+        v = _value(f, m.group(1) or m.group(2), text) % 7
+        if m.group(1) is not None:
+            return 1 << v, 0, 0
+        k = int(m.group(3))
+        if not 1 <= k <= NTH_MAX:
+            raise _bad(f"{f.name} field {text!r}: in {item!r} the occurrence {k} must be "
+                       f"in 1-{NTH_MAX}")
+        return 0, 1 << (v * 8 + k), 0
+    return None
+
+
 def _parse_field(f: _Field, text: str) -> _FieldTemplate:
     if text in ("*", "?", "*/1", "?/1"):
         if text.startswith("?") and not f.day_field:
             raise _bad(f"{f.name} field {text!r}: '?' is only allowed in the day fields")
-        return _mask(f, f.lo, f.star_hi, 1), (), f.day_field
+        return _mask(f, f.lo, f.star_hi, 1), (), f.day_field, _NO_SPECIALS
     mask = 0
     hashed: list[_HItem] = []
+    specials = _NO_SPECIALS
     for pos, item in enumerate(text.split(",")):
         if not item:
             raise _bad(f"{f.name} field {text!r}: empty list item")
-        if m := _STAR_RE.match(item):
+        if (sp := _special(f, item, text)) is not None:
+            specials = (specials[0] | sp[0], specials[1] | sp[1], specials[2] | sp[2])
+        elif m := _STAR_RE.match(item):
             if item[0] == "?" and not f.day_field:
                 raise _bad(f"{f.name} field {text!r}: '?' is only allowed in the day fields")
             mask |= _mask(f, f.lo, f.star_hi, _step(f, m.group(1), text))
@@ -195,9 +240,9 @@ def _parse_field(f: _Field, text: str) -> _FieldTemplate:
                            f"(write it as two ranges)")
             mask |= _mask(f, lo, hi, step)
         else:
-            hint = " (L, W and # are not supported)" if any(c in item for c in "LW#") else ""
+            hint = f" ({_WHERE_SPECIALS})" if any(c in item for c in "LW#") else ""
             raise _bad(f"{f.name} field {text!r}: cannot parse {item!r}{hint}")
-    return mask, tuple(hashed), False
+    return mask, tuple(hashed), False, specials
 
 
 @lru_cache(maxsize=4096)
@@ -226,7 +271,7 @@ def _seed(schedule_id: str, field: str, pos: int) -> int:
 
 
 def _resolve(f: _Field, ft: _FieldTemplate, schedule_id: str) -> int:
-    mask, hashed, _ = ft
+    mask, hashed, _, _ = ft
     for lo, hi, step, pos in hashed:
         seed = _seed(schedule_id, f.name, pos)
         width = hi - lo + 1
@@ -263,14 +308,34 @@ def _compile(expression: str, schedule_id: str) -> CronSpec:
     fields = (_SECOND, _MINUTE, _HOUR, _DOM, _MONTH, _DOW)
     s, mi, h, dom, mo, dow = (_resolve(f, ft, schedule_id) for f, ft in zip(fields, template,
                                                                           strict=True))
+    (last, last_wd, w_days), (d_last, d_nth, _) = template[3][3], template[5][3]
     spec = CronSpec(s, mi, h, dom, mo, dow, dom_star=template[3][2], dow_star=template[5][2],
-                    hour_every=h == FULL_HOURS)
-    if spec.dow_star and not any(
-        (mo >> m) & 1 and dom & ((1 << (_MAX_DAYS[m] + 1)) - 1) for m in range(1, 13)
-    ):
+                    hour_every=h == FULL_HOURS, dom_last=bool(last),
+                    dom_last_weekday=bool(last_wd), dom_weekday=w_days, dow_last=d_last,
+                    dow_nth=d_nth, special=bool(last or last_wd or w_days or d_last or d_nth))
+    _check_satisfiable(spec, expression)
+    return spec
+
+
+_NTH_BELOW_5 = sum(((1 << NTH_MAX) - 2) << (8 * d) for d in range(7))  # every d#k with k < 5
+
+
+def _check_satisfiable(spec: CronSpec, expression: str) -> None:
+    """Refuse a spec that never fires, or (d#5 in February only) fires once in 28 years.
+
+    What passes fires within 13 years of any instant, the bound `next_wall` searches.
+    """
+    months = [m for m in range(1, 13) if (spec.months >> m) & 1]
+    dom_ok = spec.dom_last or spec.dom_last_weekday or any(
+        (spec.doms | spec.dom_weekday) & ((1 << (MAX_DAYS[m] + 1)) - 1) for m in months)
+    dow_ok = bool(spec.dows or spec.dow_last or spec.dow_nth & _NTH_BELOW_5
+                  or (spec.dow_nth and months != [2]))
+    if spec.dow_star and not dom_ok:
         raise _bad(f"day-of-month and month never coincide in {expression!r} "
                    f"(e.g. 30 FEB): it would never fire")
-    return spec
+    if spec.dom_star and not dow_ok or not (spec.dom_star or spec.dow_star or dom_ok or dow_ok):
+        raise _bad(f"day-of-week and month in {expression!r}: a fifth weekday of February "
+                   f"happens once in 28 years; refused as never firing")
 
 
 def _next_bit(mask: int, v: int) -> int:
@@ -281,40 +346,61 @@ def _next_bit(mask: int, v: int) -> int:
     return v + (m & -m).bit_length() - 1
 
 
-def _days_in_month(y: int, mo: int) -> int:
-    if mo == 2:
-        return 29 if y % 4 == 0 and (y % 100 != 0 or y % 400 == 0) else 28
-    return _MAX_DAYS[mo]
-
-
 # Far enough for any satisfiable spec (29 FEB can be 8 years away: 2096 -> 2104).
 _MAX_YEARS_AHEAD = 12
 
 WallTime = tuple[int, int, int, int, int, int]
 
 
-def next_wall(spec: CronSpec, y: int, mo: int, d: int, h: int, mi: int, s: int) -> WallTime:
+Day = tuple[int, int, int]
+
+
+@overload
+def next_wall(spec: CronSpec, y: int, mo: int, d: int, h: int, mi: int, s: int,
+              until_day: None = None) -> WallTime: ...
+@overload
+def next_wall(spec: CronSpec, y: int, mo: int, d: int, h: int, mi: int, s: int,
+              until_day: Day) -> WallTime | None: ...
+def next_wall(spec: CronSpec, y: int, mo: int, d: int, h: int, mi: int, s: int,
+              until_day: Day | None = None) -> WallTime | None:
     """The first wall-clock time >= (y, mo, d, h, mi, s) that matches `spec`.
 
     Pure calendar arithmetic, no zone. Each step either returns or moves the cursor forward
     to the next candidate of the coarsest failing field, so the loop is short.
     Raises OverflowError if nothing matches within 12 years (impossible for a compiled spec
     unless the calendar ends first).
+
+    With `until_day`, gives up (None) once the search has moved past that day. A result is
+    never wrong: it may lie past `until_day`, and None means no match on or before that day.
     """
     limit = y + _MAX_YEARS_AHEAD
     while True:
         if y > limit or y > 9999:
             raise OverflowError("no matching time within the supported calendar range")
+        if until_day is not None and (y, mo, d) > until_day:
+            return None
         nm = _next_bit(spec.months, mo)
         if nm < 0:
             y, mo, d, h, mi, s = y + 1, 1, 1, 0, 0, 0
             continue
         if nm != mo:
             mo, d, h, mi, s = nm, 1, 0, 0, 0
-        dim = _days_in_month(y, mo)
-        while d <= dim and not spec.day_matches(y, mo, d):
+        dim = last = days_in_month(y, mo)
+        if until_day is not None and (y, mo) >= until_day[:2]:
+            if (y, mo, d) > until_day:
+                return None
+            last = until_day[2]  # the day walk stops at the limit too
+        if spec.special:
+            nd = _next_bit(month_days(spec, y, mo), d)
+            if nd < 0:
+                d = dim + 1
+            elif nd != d:
+                d, h, mi, s = nd, 0, 0, 0
+        while d <= last and not spec.day_matches(y, mo, d):
             d, h, mi, s = d + 1, 0, 0, 0
-        if d > dim:
+        if d > last:
+            if last < dim:
+                return None
             mo, d, h, mi, s = mo + 1, 1, 0, 0, 0
             continue
         nh = _next_bit(spec.hours, h)

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import lru_cache
+from typing import overload
 from zoneinfo import ZoneInfo
 
 from cronwheel.errors import InvalidArgument
@@ -108,10 +109,16 @@ class DstPolicy:
 
 
 def _primary(spec: CronSpec, zone: ZoneInfo, gap: GapPolicy, repeated: RepeatedPolicy,
-             t: int, wall: int) -> int:
-    """First instant > t among primary instants of matching wall times >= `wall`."""
+             t: int, wall: int, until_day: tuple[int, int, int] | None = None) -> int | None:
+    """First instant > t among primary instants of matching wall times >= `wall`.
+
+    None only when `until_day` is given and no matching wall time is on or before it.
+    """
     while True:
-        y, mo, d, h, mi, s = next_wall(spec, *wall_to_fields(wall))
+        found = next_wall(spec, *wall_to_fields(wall), until_day)
+        if found is None:
+            return None
+        y, mo, d, h, mi, s = found
         w = fields_to_wall(y, mo, d, h, mi, s)
         off0, off1 = wall_offsets(zone, y, mo, d, h, mi, s)
         if off0 == off1:
@@ -153,9 +160,24 @@ def _second_occurrence(spec: CronSpec, zone: ZoneInfo, t: int, fold: int, off_t:
     return None
 
 
+# No zone is more than 14 hours ahead of UTC: an instant <= b shows a wall time before this.
+_MAX_OFFSET_S = 15 * 3600
+
+
+@overload
 def next_fire_ts(spec: CronSpec, zone: ZoneInfo, gap: GapPolicy, repeated: RepeatedPolicy,
-                 t: int) -> int:
-    """The first fire instant strictly after Unix second `t` (uncached; see the module doc)."""
+                 t: int, bound: None = None) -> int: ...
+@overload
+def next_fire_ts(spec: CronSpec, zone: ZoneInfo, gap: GapPolicy, repeated: RepeatedPolicy,
+                 t: int, bound: int) -> int | None: ...
+def next_fire_ts(spec: CronSpec, zone: ZoneInfo, gap: GapPolicy, repeated: RepeatedPolicy,
+                 t: int, bound: int | None = None) -> int | None:
+    """The first fire instant strictly after Unix second `t` (uncached; see the module doc).
+
+    With `bound`: that instant if it is <= bound, else None, and the search stops soon after
+    the bound. A union asks its later members this with the earliest tick found so far.
+    """
+    until_day = None if bound is None else wall_to_fields(bound + _MAX_OFFSET_S)[:3]
     local = datetime.fromtimestamp(t, zone)
     off = local.utcoffset()
     assert off is not None
@@ -170,11 +192,13 @@ def next_fire_ts(spec: CronSpec, zone: ZoneInfo, gap: GapPolicy, repeated: Repea
         off_before = o.days * 86400 + o.seconds
         jump = first_change_after(zone, t - (off_before - off_t), t)
         start = jump + off_before
-    best = _primary(spec, zone, gap, repeated, t, start)
+    best = _primary(spec, zone, gap, repeated, t, start, until_day)
     if repeated is not RepeatedPolicy.FIRST:
         second = _second_occurrence(spec, zone, t, local.fold, off_t)
-        if second is not None and second < best:
+        if second is not None and (best is None or second < best):
             best = second
+    if bound is not None and best is not None and best > bound:
+        return None
     return best
 
 
@@ -184,6 +208,13 @@ def _next_fire_memo(spec: CronSpec, zone: ZoneInfo, gap: GapPolicy, repeated: Re
     return datetime.fromtimestamp(next_fire_ts(spec, zone, gap, repeated, t), UTC)
 
 
+@lru_cache(maxsize=MEMO_SIZE)
+def _next_fire_until_memo(spec: CronSpec, zone: ZoneInfo, gap: GapPolicy,
+                          repeated: RepeatedPolicy, t: int, bound: int) -> datetime | None:
+    found = next_fire_ts(spec, zone, gap, repeated, t, bound)
+    return None if found is None else datetime.fromtimestamp(found, UTC)
+
+
 def memo_info() -> str:
     """Hit/miss figures of the next-fire memo (for metrics and the benchmark)."""
     return str(_next_fire_memo.cache_info())
@@ -191,6 +222,7 @@ def memo_info() -> str:
 
 def clear_memo() -> None:
     _next_fire_memo.cache_clear()
+    _next_fire_until_memo.cache_clear()
 
 
 def to_unix_floor(instant: datetime, field_name: str = "instant") -> int:
@@ -223,6 +255,14 @@ class CronSchedule:
         """
         return _next_fire_memo(self.spec, self.zone, self.gap, self.repeated,
                                to_unix_floor(instant))
+
+    def next_after_until(self, instant: datetime, bound: datetime) -> datetime | None:
+        """next_after(instant) if it is <= `bound`, else None; stops searching near `bound`.
+
+        Memoised like next_after (keyed on the bound too). UnionSpec's later members use it.
+        """
+        return _next_fire_until_memo(self.spec, self.zone, self.gap, self.repeated,
+                                     to_unix_floor(instant), to_unix_floor(bound, "bound"))
 
     def next_after_uncached(self, instant: datetime) -> datetime:
         ts = next_fire_ts(self.spec, self.zone, self.gap, self.repeated, to_unix_floor(instant))
