@@ -12,6 +12,7 @@ batch, and once it has landed every later fenced transaction of the old owner fa
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -196,6 +197,17 @@ async def stale_epoch(conn: AsyncConnection[Any], partition: int, epoch: int) ->
     return StaleEpoch(partition, epoch, int(row[0]) if row else None)
 
 
+def _cancelled(exc: BaseException | None) -> None:
+    """Raise CancelledError when the task borrowing the connection is being cancelled: psycopg
+    answers a cancellation in the middle of a statement with an error of its own (the query it
+    cancelled on the server), which mapped to Unavailable would be caught by a loop that retries
+    on Unavailable, and a cancelled task would run on (a node's TaskGroup then waits for it
+    forever at SIGTERM)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError from exc
+
+
 class Database:
     """The connection pool and the three ways to borrow from it: `connection()`, `transaction()`,
     `fenced(partition, epoch)`. Every psycopg error raised inside them leaves as a cronwheel
@@ -286,10 +298,13 @@ class Database:
     async def _borrow(pool: AsyncConnectionPool[Any]) -> AsyncIterator[AsyncConnection[Any]]:
         try:
             async with pool.connection() as conn:
+                _cancelled(None)  # the pool's wait for a connection can swallow a cancellation
                 yield conn
         except psycopg.Error as exc:
+            _cancelled(exc)
             raise map_error(exc) from exc
         except psycopg_pool_errors() as exc:
+            _cancelled(exc)
             raise Unavailable("postgres", str(exc)) from exc
 
     @asynccontextmanager
