@@ -39,7 +39,7 @@ async def opened(dsn: str, secrets: SecretStore) -> AsyncIterator[PgStore]:
 async def create(store: PgStore, secret: str) -> uuid.UUID:
     row = await store.webhooks.create(NewWebhook(
         id=uuid.uuid4(), tenant="acme", url="http://127.0.0.1:9/", secret=secret, kinds=("dead_letter",),
-        schedule_id=None, description="", actor="test", now=NOW))
+        schedule_id=None, description="", actor="test", now=NOW, cap=100))
     return row["id"]  # type: ignore[no-any-return]
 
 
@@ -53,6 +53,7 @@ async def test_a_secret_is_stored_as_ciphertext_and_a_claimed_delivery_signs_wit
         wid = await create(store, "whsec_known-secret-0001")
         assert key_id_of(stored(dsn)[wid]) == "k1" and "known-secret" not in stored(dsn)[wid]
         await store.events.insert(Event("dead_letter", tenant="acme", alert=True))
+        await store.webhooks.fan_out(10)  # the event is the outbox: its deliveries are made apart
         (claimed,) = await store.webhooks.claim("n1", datetime.now(UTC), 60.0, 10)
         assert claimed.secret == "whsec_known-secret-0001" and "known-secret" not in repr(claimed)
 
@@ -83,6 +84,7 @@ async def test_rotation_reseals_under_the_first_key_after_which_the_old_key_can_
     async with opened(dsn, keys(K2)) as new:
         assert (await new.webhooks.seal_at_rest()).resealed == 0
         await new.events.insert(Event("dead_letter", tenant="acme", alert=True))
+        await new.webhooks.fan_out(10)
         (claimed,) = await new.webhooks.claim("n1", datetime.now(UTC), 60.0, 10)
         assert claimed.secret == "whsec_rotated-secret-01"
 
