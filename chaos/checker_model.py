@@ -223,9 +223,14 @@ def _judge(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick) -> None:
         return
     outcome = _observed(r)
     c.counts[f"outcome.{outcome}"] += 1
-    if r.state != "skipped" and r.payload_v is not None and not ctl.min_version <= r.payload_v <= ctl.max_version:
+    hi_v = ctl.max_version
+    if r.fired_at is not None and r.fired_at > t.run_at:
+        # Fired late (its owner stopped, or behind an earlier tick of later run time): the fire reads
+        # the schedule as it is then, so an edit committed before the fire applies (docs/semantics.md).
+        hi_v = max(hi_v, model.control_at(model.Tick(t.scheduled_for, r.fired_at), ctx.ops.get(s.id, ())).max_version)
+    if r.state != "skipped" and r.payload_v is not None and not ctl.min_version <= r.payload_v <= hi_v:
         c.bad("stale_payload", f"{where}: fired payload version {r.payload_v}, the edits answered before its "
-                               f"run_at {iso(t.run_at)} allow {ctl.min_version}..{ctl.max_version}")
+                               f"run_at {iso(t.run_at)} (or its fire) allow {ctl.min_version}..{hi_v}")
     lateness = (r.fired_at if r.fired_at is not None else (r.created_at or t.run_at)) - t.run_at
     slack = _late_slack(ctx, r)
     missed_ok = lateness >= ctx.grace - slack

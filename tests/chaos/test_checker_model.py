@@ -138,3 +138,15 @@ def test_replace_must_cancel_a_run_still_queued_when_the_next_tick_came_due() ->
     assert r.ok and r.counts["replaced_queued"] == 1, r
     ran_anyway = tick_row(T0 + 4, started_at=T0 + 6.0, finished_at=T0 + 6.1)  # started after tick 5 replaced it
     assert_fails(replace_rows(h, ran_anyway), "ticks_exactly_once", "not_replaced")
+
+
+def test_a_tick_fired_late_carries_the_edit_answered_before_its_fire() -> None:
+    # Merged main, seed 1: g17 (buffer_one, jitter 12 s) tick 38:00 had run_at 38:05.140 but fired at
+    # 38:06.076, behind tick 37:55 (run_at 38:06.011); an edit answered at 38:05.902, after the run_at
+    # but before the fire, and the fire carried it. The fire reads the schedule as it is then: the
+    # model was wrong to call that stale.
+    h = with_ops(clean(), OpRec("update", SID, T0 + 5.2, T0 + 5.3, version=1))
+    rows = [tick_row(T0 + i, payload_v=0 if i < 6 else 1) for i in range(11)]
+    late = tick_row(T0 + 5, fired_at=T0 + 5.9, payload_v=1)
+    assert result(replace_rows(h, *rows, late), "ticks_exactly_once").ok
+    assert_fails(replace_rows(h, *rows, tick_row(T0 + 5, payload_v=1)), "ticks_exactly_once", "stale_payload")
