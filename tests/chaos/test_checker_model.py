@@ -5,6 +5,7 @@ what broke. Each case is one of issue 47's holes as the generative run meets it.
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
 
 from chaos.checker_explain import check_explain_agrees
 from chaos.checker_model import check_buffered_runs_released, check_quota_counts_created, check_ticks_exactly_once
@@ -150,3 +151,23 @@ def test_a_tick_fired_late_carries_the_edit_answered_before_its_fire() -> None:
     late = tick_row(T0 + 5, fired_at=T0 + 5.9, payload_v=1)
     assert result(replace_rows(h, *rows, late), "ticks_exactly_once").ok
     assert_fails(replace_rows(h, *rows, tick_row(T0 + 5, payload_v=1)), "ticks_exactly_once", "stale_payload")
+
+
+def test_a_jittered_tick_due_before_its_predecessor_fires_right_after_it_and_is_not_a_stall() -> None:
+    # Merged main, seed 1: g17 (every 5 s, jitter 12 s) tick 38:20 had run_at 38:20.779 and fired at
+    # 38:26.382, just after tick 38:15 (run_at 38:26.347): a schedule's ticks fire in order (its due
+    # cursor holds one tick). The docs did not say so and fire_lag_bounded called it a stall.
+    from cronwheel.cron import jitter_offset_s
+
+    h = policies(clean(), jitter_s=12.0)
+    h = dataclasses.replace(h, meta=dataclasses.replace(h.meta, window_end=T0 + 30))
+    run_at = {i: T0 + i + jitter_offset_s(SID, datetime.fromtimestamp(T0 + i, UTC), 12.0) for i in range(11)}
+    i = next(i for i in range(10) if run_at[i] - run_at[i + 1] > 3.0)
+    rows = [tick_row(T0 + k, run_at=run_at[k], fired_at=run_at[k] + 0.01, started_at=run_at[k] + 0.02,
+                     finished_at=run_at[k] + 0.03) for k in range(11)]
+    behind = tick_row(T0 + i + 1, run_at=run_at[i + 1], fired_at=run_at[i] + 0.02, started_at=run_at[i] + 0.03,
+                      finished_at=run_at[i] + 0.04)
+    assert result(replace_rows(h, *rows, behind), "fire_lag_bounded").ok
+    stalled = tick_row(T0 + i + 1, run_at=run_at[i + 1], fired_at=run_at[i] + 2.5, started_at=run_at[i] + 2.6,
+                       finished_at=run_at[i] + 2.7)
+    assert_fails(replace_rows(h, *rows, stalled), "fire_lag_bounded", "stall")
