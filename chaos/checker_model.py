@@ -340,6 +340,10 @@ def check_buffered_runs_released(h: History) -> InvariantResult:
     ctx = _Ctx(h)
     delaying = [(f.start, f.end + h.meta.worker_lease_s + h.meta.lease_ttl_s) for f in h.injections
                 if f.name in START_DELAYING or f.target == "postgres"]
+    starts: dict[str, list[float]] = defaultdict(list)  # a run retried after its worker stopped
+    for run in h.runs:  # started first at its first attempt, not at the row's started_at
+        if run.event == "start":
+            starts[run.execution_id].append(run.t)
     for s in h.schedules:
         if s.overlap_policy not in ("buffer_one", "buffer_all"):
             continue
@@ -348,8 +352,9 @@ def check_buffered_runs_released(h: History) -> InvariantResult:
             if r.trigger != "cron" or r.run_at > h.meta.window_end:
                 continue
             c.counts["runs"] += 1
-            start = r.started_at if r.started_at is not None else h.meta.collected_at
             wait_from = max(r.run_at, r.fired_at or r.run_at)
+            start = min([t for t in starts.get(r.id, ()) if t >= wait_from - CLOCK_SLACK_S]
+                        + [r.started_at if r.started_at is not None else h.meta.collected_at])
             if start - wait_from <= RELEASE_SLACK_S:
                 continue
             c.counts["waited"] += 1

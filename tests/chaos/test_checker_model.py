@@ -78,6 +78,7 @@ def test_a_buffered_run_left_waiting_with_nothing_ahead_is_reported() -> None:
     full = [tick_row(T0 + i, state="skipped", state_reason="overlap: buffer of one is full: 0 running, 1 buffered",
                      started_at=None, finished_at=None) for i in range(4, 11)]
     h = replace_rows(h, stuck, *full)
+    h = dataclasses.replace(h, runs=tuple(r for r in h.runs if r.execution_id != "e-3"))  # it never started
     assert not check_buffered_runs_released(h).ok
     assert check_buffered_runs_released(h).counts["violations.nothing_ahead"] == 1
     # Waiting behind a run that really was unfinished is the policy.
@@ -171,3 +172,14 @@ def test_a_jittered_tick_due_before_its_predecessor_fires_right_after_it_and_is_
     stalled = tick_row(T0 + i + 1, run_at=run_at[i + 1], fired_at=run_at[i] + 2.5, started_at=run_at[i] + 2.6,
                        finished_at=run_at[i] + 2.7)
     assert_fails(replace_rows(h, *rows, stalled), "fire_lag_bounded", "stall")
+
+
+def test_a_run_that_started_on_time_and_was_retried_after_its_worker_stopped_did_not_wait_in_a_buffer() -> None:
+    # Merged main, seed 2: g11 (buffer_all) tick 40:00 started on w1 0.1 s after its fire; w1 was
+    # SIGSTOPped and the run's second attempt started on w2 6 s later. The check read the row's
+    # started_at (the last attempt's) and called it a buffered run with nothing ahead (checker wrong).
+    h = policies(clean(), overlap_policy="buffer_all")
+    retried = tick_row(T0 + 5, started_at=T0 + 9.0, finished_at=T0 + 9.1, attempt=2)
+    assert check_buffered_runs_released(replace_rows(h, retried)).ok
+    never = dataclasses.replace(h, runs=tuple(r for r in h.runs if r.execution_id != "e-5"))
+    assert not check_buffered_runs_released(replace_rows(never, retried)).ok
