@@ -259,7 +259,10 @@ def _judge_absent(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick, ctl: 
         c.counts["ambiguous_absent"] += 1
         return
     retains = s.keep_last is not None or s.keep_succeeded_for_s is not None
-    if retains and (ran or s.overlap_policy in ("forbid", "buffer_one") or s.tenant in ctx.h.meta.quotas
+    # Pruned rows that no worker started: skipped records (forbid, buffer_one, quota, misfire) and
+    # queued runs a newer tick cancelled before they started (replace; cancelled runs are pruned
+    # like succeeded ones).
+    if retains and (ran or s.overlap_policy in ("forbid", "buffer_one", "replace") or s.tenant in ctx.h.meta.quotas
                     or model.may_have_missed(t, ctx.outages.get(s.partition, ()), ctx.grace, 1.0)):
         c.counts["pruned"] += 1
         return

@@ -183,3 +183,12 @@ def test_a_run_that_started_on_time_and_was_retried_after_its_worker_stopped_did
     assert check_buffered_runs_released(replace_rows(h, retried)).ok
     never = dataclasses.replace(h, runs=tuple(r for r in h.runs if r.execution_id != "e-5"))
     assert not check_buffered_runs_released(replace_rows(never, retried)).ok
+
+
+def test_a_replace_tick_cancelled_before_it_started_may_be_pruned_without_a_trace() -> None:
+    # Merged main, seed 1: g9 (replace, keep_succeeded_for 60 s) tick 37:50 has no row and no
+    # start: a newer tick cancelled its queued run ("replaced by a newer run") and retention pruned
+    # the cancelled row as it prunes succeeded ones. The check called it lost (checker wrong).
+    h = policies(clean(), overlap_policy="replace", keep_succeeded_for_s=60.0)
+    assert check_ticks_exactly_once(without(h, "e-4")).ok
+    assert_fails(without(policies(clean(), overlap_policy="replace"), "e-4"), "ticks_exactly_once", "lost")
