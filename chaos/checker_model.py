@@ -147,8 +147,15 @@ class _Ctx:
         for s in h.schedules:  # the ticks an operation makes ambiguous, for every check
             p = self.previews.get(s.id)
             for a, b in (p.ticks if p else ()):
-                if model.control_at(model.Tick(float(a), float(b)), self.ops.get(s.id, ())).ambiguous:
+                if self.control(s, model.Tick(float(a), float(b))).ambiguous:
                     self.ambiguous_ticks.add((s.id, float(a)))
+
+
+    def control(self, s: ScheduleRec, t: model.Tick) -> model.Control:
+        """model.control_at, with the end of the outage the tick's run time fell in (if any): until
+        then it may have been fired late, and a change committed before that late fire applies."""
+        late = [hi for lo, hi in self.outages.get(s.partition, ()) if lo - 1.0 <= t.run_at <= hi]
+        return model.control_at(t, self.ops.get(s.id, ()), late_until=max(late) if late else None)
 
 
 def _late_slack(ctx: _Ctx, r: ExecutionRec) -> float:
@@ -201,7 +208,7 @@ def check_ticks_exactly_once(h: History) -> InvariantResult:
 
 def _judge(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick) -> None:
     where = f"schedule {s.name} ({s.misfire_policy}/{s.overlap_policy}) tick {iso(t.scheduled_for)}"
-    ctl = model.control_at(t, ctx.ops.get(s.id, ()))
+    ctl = ctx.control(s, t)
     if ctl.ambiguous:
         c.counts["ambiguous"] += 1
     got = ctx.rows.get(s.id, {}).get(t.scheduled_for, [])
