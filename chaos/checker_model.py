@@ -147,15 +147,16 @@ class _Ctx:
         for s in h.schedules:  # the ticks an operation makes ambiguous, for every check
             p = self.previews.get(s.id)
             for a, b in (p.ticks if p else ()):
-                if self.control(s, model.Tick(float(a), float(b))).ambiguous:
+                late = not self.rows.get(s.id, {}).get(float(a))
+                if self.control(s, model.Tick(float(a), float(b)), late).ambiguous:
                     self.ambiguous_ticks.add((s.id, float(a)))
 
-
-    def control(self, s: ScheduleRec, t: model.Tick) -> model.Control:
-        """model.control_at, with the end of the outage the tick's run time fell in (if any): until
-        then it may have been fired late, and a change committed before that late fire applies."""
-        late = [hi for lo, hi in self.outages.get(s.partition, ()) if lo - 1.0 <= t.run_at <= hi]
-        return model.control_at(t, self.ops.get(s.id, ()), late_until=max(late) if late else None)
+    def control(self, s: ScheduleRec, t: model.Tick, late: bool = True) -> model.Control:
+        """model.control_at, with (`late`: for a tick that left no row; a row says when it fired)
+        the end of the outage the tick's run time fell in, if any: until then it may have been
+        fired late, and a change committed before that late fire applies."""
+        ends = [hi for lo, hi in self.outages.get(s.partition, ()) if lo - 1.0 <= t.run_at <= hi] if late else []
+        return model.control_at(t, self.ops.get(s.id, ()), late_until=max(ends) if ends else None)
 
 
 def _late_slack(ctx: _Ctx, r: ExecutionRec) -> float:
@@ -208,10 +209,10 @@ def check_ticks_exactly_once(h: History) -> InvariantResult:
 
 def _judge(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick) -> None:
     where = f"schedule {s.name} ({s.misfire_policy}/{s.overlap_policy}) tick {iso(t.scheduled_for)}"
-    ctl = ctx.control(s, t)
+    got = ctx.rows.get(s.id, {}).get(t.scheduled_for, [])
+    ctl = ctx.control(s, t, late=not got)
     if ctl.ambiguous:
         c.counts["ambiguous"] += 1
-    got = ctx.rows.get(s.id, {}).get(t.scheduled_for, [])
     if len(got) > 1:
         c.bad("duplicate", f"{where}: {len(got)} executions")
     r = got[0] if got else None
