@@ -163,9 +163,9 @@ def _late_slack(ctx: _Ctx, r: ExecutionRec) -> float:
     return skew_of(ctx.h, ctx.epochs, r) + CLOCK_SLACK_S
 
 
-def _runs_of(ctx: _Ctx, s: ScheduleRec, before: float) -> list[tuple[float, float | None]]:
+def _runs_of(ctx: _Ctx, s: ScheduleRec, before: float, committed: bool = False) -> list[tuple[float, float | None]]:
     """(created, finished) of the schedule's runs of earlier ticks (replays, triggers and
-    backfills included), for the overlap counts."""
+    backfills included), for the overlap counts; `committed`: finished when its end committed."""
     out = []
     for e in ctx.all_rows.get(s.id, ()):
         if e.state == "skipped" or e.scheduled_for >= before:
@@ -176,6 +176,8 @@ def _runs_of(ctx: _Ctx, s: ScheduleRec, before: float) -> list[tuple[float, floa
         finished = e.finished_at
         if finished is None and e.state in ("succeeded", "failed", "dead", "cancelled"):
             finished = created  # ended without a finish time (cancelled before it started)
+        if committed and finished is not None and e.committed_at is not None:
+            finished = max(finished, e.committed_at)
         out.append((created, finished))
     return out
 
@@ -316,7 +318,10 @@ def _judge_live(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick, r: Exec
         return
     decided = r.fired_at if r.fired_at is not None else t.run_at
     runs = _runs_of(ctx, s, t.scheduled_for)
-    counts = model.unfinished_at(decided, runs, OVERLAP_SLACK_S)
+    # A run's end is visible from its commit, which a retried completion (a PostgreSQL restart)
+    # makes later than its finished_at: until then it may still count as unfinished.
+    counts = (model.unfinished_at(decided, runs, OVERLAP_SLACK_S)[0],
+              model.unfinished_at(decided, _runs_of(ctx, s, t.scheduled_for, committed=True), OVERLAP_SLACK_S)[1])
     allowed = model.live_outcomes(s.overlap_policy, counts, (0, counts[1]))
     ok = (outcome == model.SKIPPED_OVERLAP and model.SKIPPED_OVERLAP in allowed) or (
         outcome == model.RAN and allowed & {model.RAN, model.BUFFERED, model.REPLACED})

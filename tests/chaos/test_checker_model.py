@@ -192,3 +192,16 @@ def test_a_replace_tick_cancelled_before_it_started_may_be_pruned_without_a_trac
     h = policies(clean(), overlap_policy="replace", keep_succeeded_for_s=60.0)
     assert check_ticks_exactly_once(without(h, "e-4")).ok
     assert_fails(without(policies(clean(), overlap_policy="replace"), "e-4"), "ticks_exactly_once", "lost")
+
+
+def test_a_run_whose_completion_committed_after_the_fire_may_still_count_as_unfinished() -> None:
+    # Merged main, seed 1: g0 (forbid) tick 57:48 was skipped 'overlap forbidden: 1 running' at
+    # 57:48.436, the run of tick 57:46 having finished_at 57:47.855, just after a PostgreSQL restart:
+    # finished_at is the node's clock when it handled the completion, the fire sees the end only
+    # once it commits. The checker judged by finished_at alone (checker wrong).
+    h = policies(clean(), overlap_policy="forbid")
+    ahead = tick_row(T0 + 3, finished_at=T0 + 3.3, committed_at=T0 + 4.5)
+    skipped = tick_row(T0 + 4, state="skipped", state_reason="overlap: overlap forbidden: 1 running, 0 buffered",
+                       fired_at=T0 + 4.2, started_at=None, finished_at=None)
+    assert result(replace_rows(h, ahead, skipped), "ticks_exactly_once").ok
+    assert_fails(replace_rows(h, tick_row(T0 + 3, finished_at=T0 + 3.3), skipped), "ticks_exactly_once", "policy")
