@@ -378,8 +378,12 @@ class StallCompletion:
 
     @staticmethod
     def _schedule(cluster: ChaosCluster) -> str:
-        rows = cluster.pc.sql("SELECT id::text FROM schedules WHERE overlap_policy = 'replace' AND NOT paused"
-                              " AND deleted_at IS NULL ORDER BY name LIMIT 1")
+        # One whose runs do complete, the latest to have completed one: under --generate the first by
+        # name may have every tick skipped for its tenant's quota, or each run replaced before it
+        # ends, and then nothing stalls (seed 1: "fault not applied").
+        rows = cluster.pc.sql("SELECT id::text FROM schedules s WHERE overlap_policy = 'replace' AND NOT paused"
+                              " AND deleted_at IS NULL ORDER BY (SELECT max(finished_at) FROM executions e"
+                              " WHERE e.schedule_id = s.id AND e.state = 'succeeded') DESC NULLS LAST, name LIMIT 1")
         return str(rows[0][0]) if rows else ""
 
     def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
