@@ -143,7 +143,20 @@ class _Ctx:
                 if lo is not None and hi is not None:
                     self.refused[ev.schedule_id].append((lo, hi, int(ev.data.get("refused_count", 0) or 0)))
         self.ambiguous_ticks: set[tuple[str, float]] = set()
+        ids = {e.id for e in h.executions}
+        # schedule -> when a CancelExecution of one of its runs, whose row is gone, was answered
+        self.cancelled_gone: dict[str, float] = {o.schedule_id: o.answered for o in h.ops
+                                                 if o.kind == "cancel" and o.ok and o.schedule_id
+                                                 and o.execution_id and o.execution_id not in ids}
         self.previews = {p.schedule_id: p for p in h.previews}
+        # A schedule's ticks fire in order: a tick is not fired before the run times of the ticks
+        # before it (docs/semantics.md, Jitter), so its fire may come after its own run time.
+        self.due_in_order: dict[tuple[str, float], float] = {}
+        for sid, p in self.previews.items():
+            latest = float("-inf")
+            for a, b in sorted(p.ticks):
+                latest = max(latest, float(b))
+                self.due_in_order[(sid, float(a))] = latest
         for s in h.schedules:  # the ticks an operation makes ambiguous, for every check
             p = self.previews.get(s.id)
             for a, b in (p.ticks if p else ()):
@@ -156,6 +169,9 @@ class _Ctx:
         the end of the outage the tick's run time fell in, if any: until then it may have been
         fired late, and a change committed before that late fire applies."""
         ends = [hi for lo, hi in self.outages.get(s.partition, ()) if lo - 1.0 <= t.run_at <= hi] if late else []
+        behind = self.due_in_order.get((s.id, t.scheduled_for), t.run_at) if late else t.run_at
+        if behind > t.run_at:  # held behind an earlier tick of later run time: fired (late) then
+            ends.append(behind)
         return model.control_at(t, self.ops.get(s.id, ()), late_until=max(ends) if ends else None)
 
 
@@ -270,9 +286,11 @@ def _judge_absent(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick, ctl: 
         return
     retains = s.keep_last is not None or s.keep_succeeded_for_s is not None
     # Pruned rows that no worker started: skipped records (forbid, buffer_one, quota, misfire) and
-    # queued runs a newer tick cancelled before they started (replace; cancelled runs are pruned
-    # like succeeded ones).
-    if retains and (ran or s.overlap_policy in ("forbid", "buffer_one", "replace") or s.tenant in ctx.h.meta.quotas
+    # runs cancelled before they started, by a newer tick (replace) or by a CancelExecution whose
+    # run has no row left (cancelled runs are pruned like succeeded ones).
+    cancelled = ctx.cancelled_gone.get(s.id, float("-inf")) >= t.run_at
+    if retains and (ran or cancelled or s.overlap_policy in ("forbid", "buffer_one", "replace")
+                    or s.tenant in ctx.h.meta.quotas
                     or model.may_have_missed(t, ctx.outages.get(s.partition, ()), ctx.grace, 1.0)):
         c.counts["pruned"] += 1
         return

@@ -205,3 +205,25 @@ def test_a_run_whose_completion_committed_after_the_fire_may_still_count_as_unfi
                        fired_at=T0 + 4.2, started_at=None, finished_at=None)
     assert result(replace_rows(h, ahead, skipped), "ticks_exactly_once").ok
     assert_fails(replace_rows(h, tick_row(T0 + 3, finished_at=T0 + 3.3), skipped), "ticks_exactly_once", "policy")
+
+
+def test_a_tick_held_behind_its_predecessor_may_be_taken_back_by_a_pause_after_its_run_time() -> None:
+    # Seed 5 (item 1 proof run): g4 (every 5 s, jitter 12 s) tick 46:00 (run_at 46:02.611) waited
+    # for tick 45:55, of later run time; a pause answered at 46:03.747, after 46:00's run time but
+    # before its fire in order, took it back: no row. The check called it lost.
+    ticks = tuple((T0 + i, T0 + i + (4.0 if i == 3 else 0.0)) for i in range(12))
+    h = dataclasses.replace(clean(), previews=(PreviewRec(SID, ticks),))
+    h = with_ops(h, OpRec("pause", SID, T0 + 4.5, T0 + 4.6), OpRec("resume", SID, T0 + 9.5, T0 + 9.6))
+    h = without(h, *(f"e-{i}" for i in (3, 4, 5, 6, 7, 8, 9)))
+    r = result(h, "ticks_exactly_once")
+    assert r.ok and r.counts["taken_back"] == 6 and r.counts["ambiguous"] == 1, r  # tick 4: held behind 3
+
+
+def test_a_run_cancelled_before_it_started_and_pruned_is_not_lost() -> None:
+    # Seed 4 (item 3 proof run): g8 (buffer_all, keep_last 3) tick 49:45 had no row and no start: a
+    # CancelExecution answered at 49:51.733 cancelled its run, which keep_last then pruned.
+    h = policies(clean(), keep_last=3)
+    gone = without(h, "e-4")
+    assert_fails(gone, "ticks_exactly_once", "lost")
+    assert result(with_ops(gone, OpRec("cancel", SID, T0 + 4.5, T0 + 4.6, execution_id="e-4")),
+                  "ticks_exactly_once").ok
