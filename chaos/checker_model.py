@@ -184,8 +184,8 @@ def _runs_of(ctx: _Ctx, s: ScheduleRec, before: float, committed: bool = False) 
     backfills included), for the overlap counts; `committed`: finished when its end committed."""
     out = []
     for e in ctx.all_rows.get(s.id, ()):
-        if e.state == "skipped" or e.scheduled_for >= before:
-            continue
+        if e.state == "skipped" or (e.scheduled_for >= before and e.trigger in ("cron", "catch_up")):
+            continue  # a manual trigger's scheduled_for is its instant, maybe after the tick: counts by creation
         created = e.fired_at if e.fired_at is not None else e.created_at
         if created is None:
             continue

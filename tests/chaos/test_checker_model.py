@@ -227,3 +227,16 @@ def test_a_run_cancelled_before_it_started_and_pruned_is_not_lost() -> None:
     assert_fails(gone, "ticks_exactly_once", "lost")
     assert result(with_ops(gone, OpRec("cancel", SID, T0 + 4.5, T0 + 4.6, execution_id="e-4")),
                   "ticks_exactly_once").ok
+
+
+def test_a_manual_run_triggered_just_after_a_tick_counts_as_unfinished_for_it() -> None:
+    # Seed 1717: g14 (forbid) tick 09:28 came due (fired late, 09:29.570, after a node kill) while
+    # a TriggerSchedule run created at 09:28.217 ran; its scheduled_for is its own instant, after the
+    # tick, and the check left it out of the runs unfinished (checker wrong): 'skipped:overlap with
+    # 0..0 earlier runs unfinished'.
+    h = policies(clean(), overlap_policy="forbid")
+    manual = tick_row(T0 + 4.2, id="m-1", trigger="manual", fired_at=T0 + 4.2, started_at=T0 + 4.25,
+                      finished_at=T0 + 4.95)
+    skipped = tick_row(T0 + 4, state="skipped", state_reason="overlap: overlap forbidden: 1 running, 0 buffered",
+                       run_at=T0 + 4.1, fired_at=T0 + 4.3, started_at=None, finished_at=None)
+    assert result(replace_rows(h, manual, skipped), "ticks_exactly_once").ok
