@@ -387,8 +387,10 @@ def check_buffered_runs_released(h: History) -> InvariantResult:
                 continue
             c.counts["runs"] += 1
             wait_from = max(r.run_at, r.fired_at or r.run_at)
+            # A run cancelled before it started (CancelExecution, replace) stopped waiting then.
+            ended = r.finished_at if r.state == "cancelled" and r.finished_at is not None else h.meta.collected_at
             start = min([t for t in starts.get(r.id, ()) if t >= wait_from - CLOCK_SLACK_S]
-                        + [r.started_at if r.started_at is not None else h.meta.collected_at])
+                        + [r.started_at if r.started_at is not None else ended])
             if start - wait_from <= RELEASE_SLACK_S:
                 continue
             c.counts["waited"] += 1

@@ -240,3 +240,14 @@ def test_a_manual_run_triggered_just_after_a_tick_counts_as_unfinished_for_it() 
     skipped = tick_row(T0 + 4, state="skipped", state_reason="overlap: overlap forbidden: 1 running, 0 buffered",
                        run_at=T0 + 4.1, fired_at=T0 + 4.3, started_at=None, finished_at=None)
     assert result(replace_rows(h, manual, skipped), "ticks_exactly_once").ok
+
+
+def test_a_run_cancelled_before_it_started_stopped_waiting_when_cancelled() -> None:
+    # Seed 4242: g11 (buffer_all) tick 11:36 was fired at 11:38.019 and cancelled by a
+    # CancelExecution at 11:39.429 before it started; the check counted it as waiting until the end
+    # of the run with nothing ahead (checker wrong).
+    h = policies(clean(), overlap_policy="buffer_all")
+    h = dataclasses.replace(h, runs=tuple(r for r in h.runs if r.execution_id != "e-5"))
+    cancelled = tick_row(T0 + 5, state="cancelled", state_reason="cancelled by dev: chaos", started_at=None,
+                         finished_at=T0 + 6.4)
+    assert check_buffered_runs_released(replace_rows(h, cancelled)).ok
