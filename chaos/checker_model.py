@@ -266,7 +266,10 @@ def _judge(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick) -> None:
         if s.tenant not in ctx.h.meta.quotas:
             c.bad("policy", f"{where}: skipped for quota, its tenant {s.tenant} has none")
     elif outcome in (model.SKIPPED_OVERLAP, model.RAN):
-        _judge_live(c, ctx, s, t, r, outcome, lateness, slack, where)
+        # Held behind an earlier tick of later run time, a tick is fired from the wheel when that one
+        # is, not found missed by a load: late from that run time only.
+        held = ctx.due_in_order.get((s.id, t.scheduled_for), t.run_at) - t.run_at
+        _judge_live(c, ctx, s, t, r, outcome, lateness - max(0.0, held), slack, where)
     else:
         c.bad("policy", f"{where}: unexpected row ({r.state}, trigger {r.trigger}, reason {r.state_reason!r})")
 

@@ -251,3 +251,18 @@ def test_a_run_cancelled_before_it_started_stopped_waiting_when_cancelled() -> N
     cancelled = tick_row(T0 + 5, state="cancelled", state_reason="cancelled by dev: chaos", started_at=None,
                          finished_at=T0 + 6.4)
     assert check_buffered_runs_released(replace_rows(h, cancelled)).ok
+
+
+def test_a_tick_held_behind_its_predecessor_is_judged_by_overlap_not_as_missed() -> None:
+    # Seed 9001: g7 (forbid, every 5 s, jitter 12 s) tick 13:30 (run_at 13:31.879) waited for tick
+    # 13:25 (run_at 13:36.050), was fired with it at 13:36.065 and skipped for overlap, that run being
+    # unfinished: the overlap policy, rightly; the check called it a missed tick (overlap_on_missed).
+    ticks = tuple((T0 + i, T0 + i + (4.0 if i == 3 else 0.0)) for i in range(12))
+    h = dataclasses.replace(policies(clean(), overlap_policy="forbid"), previews=(PreviewRec(SID, ticks),))
+    ahead = tick_row(T0 + 3, run_at=T0 + 7, fired_at=T0 + 7.0, started_at=T0 + 7.005, finished_at=T0 + 7.02)
+    held = tick_row(T0 + 4, fired_at=T0 + 7.01, state="skipped",
+                    state_reason="overlap: overlap forbidden: 1 running, 0 buffered", started_at=None, finished_at=None)
+    rows = [tick_row(T0 + i, run_at=T0 + i + 0.5, fired_at=T0 + i + 0.5, started_at=T0 + i + 0.55,
+                     finished_at=T0 + i + 0.6) for i in (5, 6)]
+    r = result(replace_rows(h, ahead, held, *rows), "ticks_exactly_once")
+    assert "violations.overlap_on_missed" not in r.counts, r
