@@ -377,6 +377,16 @@ def check_buffered_runs_released(h: History) -> InvariantResult:
     ctx = _Ctx(h)
     delaying = [(f.start, f.end + h.meta.worker_lease_s + h.meta.lease_ttl_s) for f in h.injections
                 if f.name in START_DELAYING or f.target == "postgres"]
+    # Runs whose rows retention pruned (keep_last) still ran: the workers' records cover them, from a
+    # little before their first start (queued then) to their last end.
+    ids = {e.id for e in h.executions}
+    spans: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for run in h.runs:
+        if run.schedule_id and run.execution_id not in ids:
+            spans[(run.schedule_id, run.execution_id)].append(run.t)
+    pruned: dict[str, list[tuple[float, float | None]]] = defaultdict(list)
+    for (sid, _eid), ts in spans.items():
+        pruned[sid].append((min(ts) - RELEASE_SLACK_S, max(ts)))
     starts: dict[str, list[float]] = defaultdict(list)  # a run retried after its worker stopped
     for run in h.runs:  # started first at its first attempt, not at the row's started_at
         if run.event == "start":
@@ -398,7 +408,7 @@ def check_buffered_runs_released(h: History) -> InvariantResult:
                 continue
             c.counts["waited"] += 1
             # Covered while a run of an earlier tick was unfinished, or a fault delayed every start.
-            ahead = _runs_of(ctx, s, r.scheduled_for) + [(a, b) for a, b in delaying]
+            ahead = _runs_of(ctx, s, r.scheduled_for) + [(a, b) for a, b in delaying] + pruned.get(s.id, [])
             uncovered = _first_gap(wait_from, start - RELEASE_SLACK_S, ahead)
             if uncovered is not None:
                 c.bad("nothing_ahead", f"schedule {s.name} ({s.overlap_policy}) tick {iso(r.scheduled_for)}: "

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from chaos.checker_explain import check_explain_agrees
 from chaos.checker_model import check_buffered_runs_released, check_quota_counts_created, check_ticks_exactly_once
 from chaos.history import ExplainRec, History, OpRec, PreviewRec
-from tests.chaos.test_checker import SID, T0, assert_fails, clean, replace_rows, result, tick_row
+from tests.chaos.test_checker import SID, T0, assert_fails, clean, replace_rows, result, run, tick_row
 
 
 def with_ops(h: History, *ops: OpRec) -> History:
@@ -266,3 +266,16 @@ def test_a_tick_held_behind_its_predecessor_is_judged_by_overlap_not_as_missed()
                      finished_at=T0 + i + 0.6) for i in (5, 6)]
     r = result(replace_rows(h, ahead, held, *rows), "ticks_exactly_once")
     assert "violations.overlap_on_missed" not in r.counts, r
+
+
+def test_a_buffered_run_behind_runs_retention_pruned_waited_behind_them() -> None:
+    # Seed 1717: g0 (buffer_all, keep_last 3) tick 13:20:20 was buffered at 20:26.737 behind the runs
+    # of ticks 20:05-20:15, which ran until 20:30.101 and whose rows keep_last then pruned; the check
+    # saw nothing ahead of it (checker wrong): the workers' records of the pruned runs cover it.
+    h = policies(clean(), overlap_policy="buffer_all", keep_last=3)
+    h = without(h, "e-2", "e-3", "e-4")  # pruned rows and their runs; e-4 comes back, waiting
+    ran = (*run("e-2", 1, T0 + 2.1), *run("e-3", 1, T0 + 2.2))
+    ran = tuple(dataclasses.replace(r, schedule_id=SID, t=(T0 + 6.0 if r.event == "end" else r.t)) for r in ran)
+    waited = tick_row(T0 + 4, fired_at=T0 + 4.01, started_at=T0 + 6.1, finished_at=T0 + 6.2)
+    h = dataclasses.replace(replace_rows(h, waited), runs=h.runs + ran)
+    assert check_buffered_runs_released(h).ok
