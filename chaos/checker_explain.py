@@ -54,7 +54,7 @@ def check_explain_agrees(h: History) -> InvariantResult:
             retains = s.keep_last is not None or s.keep_succeeded_for_s is not None
             run_at = previews.get(s.id, {}).get(sf, sf)
             if outcome == "missed":
-                if not model.control_at(model.Tick(sf, run_at), ctx.ops.get(s.id, ())).active:
+                if not ctx.control(s, model.Tick(sf, run_at)).active:
                     c.bad("missed_taken_back", f"{where}: explain says missed, but a pause/delete answered "
                                                f"before its run_at {iso(run_at)} took it back ({reason})")
                 else:

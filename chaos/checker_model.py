@@ -143,31 +143,57 @@ class _Ctx:
                 if lo is not None and hi is not None:
                     self.refused[ev.schedule_id].append((lo, hi, int(ev.data.get("refused_count", 0) or 0)))
         self.ambiguous_ticks: set[tuple[str, float]] = set()
+        ids = {e.id for e in h.executions}
+        # schedule -> when a CancelExecution of one of its runs, whose row is gone, was answered
+        self.cancelled_gone: dict[str, float] = {o.schedule_id: o.answered for o in h.ops
+                                                 if o.kind == "cancel" and o.ok and o.schedule_id
+                                                 and o.execution_id and o.execution_id not in ids}
         self.previews = {p.schedule_id: p for p in h.previews}
+        # A schedule's ticks fire in order: a tick is not fired before the run times of the ticks
+        # before it (docs/semantics.md, Jitter), so its fire may come after its own run time.
+        self.due_in_order: dict[tuple[str, float], float] = {}
+        for sid, p in self.previews.items():
+            latest = float("-inf")
+            for a, b in sorted(p.ticks):
+                latest = max(latest, float(b))
+                self.due_in_order[(sid, float(a))] = latest
         for s in h.schedules:  # the ticks an operation makes ambiguous, for every check
             p = self.previews.get(s.id)
             for a, b in (p.ticks if p else ()):
-                if model.control_at(model.Tick(float(a), float(b)), self.ops.get(s.id, ())).ambiguous:
+                late = not self.rows.get(s.id, {}).get(float(a))
+                if self.control(s, model.Tick(float(a), float(b)), late).ambiguous:
                     self.ambiguous_ticks.add((s.id, float(a)))
+
+    def control(self, s: ScheduleRec, t: model.Tick, late: bool = True) -> model.Control:
+        """model.control_at, with (`late`: for a tick that left no row; a row says when it fired)
+        the end of the outage the tick's run time fell in, if any: until then it may have been
+        fired late, and a change committed before that late fire applies."""
+        ends = [hi for lo, hi in self.outages.get(s.partition, ()) if lo - 1.0 <= t.run_at <= hi] if late else []
+        behind = self.due_in_order.get((s.id, t.scheduled_for), t.run_at) if late else t.run_at
+        if behind > t.run_at:  # held behind an earlier tick of later run time: fired (late) then
+            ends.append(behind)
+        return model.control_at(t, self.ops.get(s.id, ()), late_until=max(ends) if ends else None)
 
 
 def _late_slack(ctx: _Ctx, r: ExecutionRec) -> float:
     return skew_of(ctx.h, ctx.epochs, r) + CLOCK_SLACK_S
 
 
-def _runs_of(ctx: _Ctx, s: ScheduleRec, before: float) -> list[tuple[float, float | None]]:
+def _runs_of(ctx: _Ctx, s: ScheduleRec, before: float, committed: bool = False) -> list[tuple[float, float | None]]:
     """(created, finished) of the schedule's runs of earlier ticks (replays, triggers and
-    backfills included), for the overlap counts."""
+    backfills included), for the overlap counts; `committed`: finished when its end committed."""
     out = []
     for e in ctx.all_rows.get(s.id, ()):
-        if e.state == "skipped" or e.scheduled_for >= before:
-            continue
+        if e.state == "skipped" or (e.scheduled_for >= before and e.trigger in ("cron", "catch_up")):
+            continue  # a manual trigger's scheduled_for is its instant, maybe after the tick: counts by creation
         created = e.fired_at if e.fired_at is not None else e.created_at
         if created is None:
             continue
         finished = e.finished_at
         if finished is None and e.state in ("succeeded", "failed", "dead", "cancelled"):
             finished = created  # ended without a finish time (cancelled before it started)
+        if committed and finished is not None and e.committed_at is not None:
+            finished = max(finished, e.committed_at)
         out.append((created, finished))
     return out
 
@@ -201,10 +227,10 @@ def check_ticks_exactly_once(h: History) -> InvariantResult:
 
 def _judge(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick) -> None:
     where = f"schedule {s.name} ({s.misfire_policy}/{s.overlap_policy}) tick {iso(t.scheduled_for)}"
-    ctl = model.control_at(t, ctx.ops.get(s.id, ()))
+    got = ctx.rows.get(s.id, {}).get(t.scheduled_for, [])
+    ctl = ctx.control(s, t, late=not got)
     if ctl.ambiguous:
         c.counts["ambiguous"] += 1
-    got = ctx.rows.get(s.id, {}).get(t.scheduled_for, [])
     if len(got) > 1:
         c.bad("duplicate", f"{where}: {len(got)} executions")
     r = got[0] if got else None
@@ -223,9 +249,14 @@ def _judge(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick) -> None:
         return
     outcome = _observed(r)
     c.counts[f"outcome.{outcome}"] += 1
-    if r.state != "skipped" and r.payload_v is not None and not ctl.min_version <= r.payload_v <= ctl.max_version:
+    hi_v = ctl.max_version
+    if r.fired_at is not None and r.fired_at > t.run_at:
+        # Fired late (its owner stopped, or behind an earlier tick of later run time): the fire reads
+        # the schedule as it is then, so an edit committed before the fire applies (docs/semantics.md).
+        hi_v = max(hi_v, model.control_at(model.Tick(t.scheduled_for, r.fired_at), ctx.ops.get(s.id, ())).max_version)
+    if r.state != "skipped" and r.payload_v is not None and not ctl.min_version <= r.payload_v <= hi_v:
         c.bad("stale_payload", f"{where}: fired payload version {r.payload_v}, the edits answered before its "
-                               f"run_at {iso(t.run_at)} allow {ctl.min_version}..{ctl.max_version}")
+                               f"run_at {iso(t.run_at)} (or its fire) allow {ctl.min_version}..{hi_v}")
     lateness = (r.fired_at if r.fired_at is not None else (r.created_at or t.run_at)) - t.run_at
     slack = _late_slack(ctx, r)
     missed_ok = lateness >= ctx.grace - slack
@@ -235,7 +266,10 @@ def _judge(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick) -> None:
         if s.tenant not in ctx.h.meta.quotas:
             c.bad("policy", f"{where}: skipped for quota, its tenant {s.tenant} has none")
     elif outcome in (model.SKIPPED_OVERLAP, model.RAN):
-        _judge_live(c, ctx, s, t, r, outcome, lateness, slack, where)
+        # Held behind an earlier tick of later run time, a tick is fired from the wheel when that one
+        # is, not found missed by a load: late from that run time only.
+        held = ctx.due_in_order.get((s.id, t.scheduled_for), t.run_at) - t.run_at
+        _judge_live(c, ctx, s, t, r, outcome, lateness - max(0.0, held), slack, where)
     else:
         c.bad("policy", f"{where}: unexpected row ({r.state}, trigger {r.trigger}, reason {r.state_reason!r})")
 
@@ -254,7 +288,12 @@ def _judge_absent(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick, ctl: 
         c.counts["ambiguous_absent"] += 1
         return
     retains = s.keep_last is not None or s.keep_succeeded_for_s is not None
-    if retains and (ran or s.overlap_policy in ("forbid", "buffer_one") or s.tenant in ctx.h.meta.quotas
+    # Pruned rows that no worker started: skipped records (forbid, buffer_one, quota, misfire) and
+    # runs cancelled before they started, by a newer tick (replace) or by a CancelExecution whose
+    # run has no row left (cancelled runs are pruned like succeeded ones).
+    cancelled = ctx.cancelled_gone.get(s.id, float("-inf")) >= t.run_at
+    if retains and (ran or cancelled or s.overlap_policy in ("forbid", "buffer_one", "replace")
+                    or s.tenant in ctx.h.meta.quotas
                     or model.may_have_missed(t, ctx.outages.get(s.partition, ()), ctx.grace, 1.0)):
         c.counts["pruned"] += 1
         return
@@ -300,7 +339,10 @@ def _judge_live(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick, r: Exec
         return
     decided = r.fired_at if r.fired_at is not None else t.run_at
     runs = _runs_of(ctx, s, t.scheduled_for)
-    counts = model.unfinished_at(decided, runs, OVERLAP_SLACK_S)
+    # A run's end is visible from its commit, which a retried completion (a PostgreSQL restart)
+    # makes later than its finished_at: until then it may still count as unfinished.
+    counts = (model.unfinished_at(decided, runs, OVERLAP_SLACK_S)[0],
+              model.unfinished_at(decided, _runs_of(ctx, s, t.scheduled_for, committed=True), OVERLAP_SLACK_S)[1])
     allowed = model.live_outcomes(s.overlap_policy, counts, (0, counts[1]))
     ok = (outcome == model.SKIPPED_OVERLAP and model.SKIPPED_OVERLAP in allowed) or (
         outcome == model.RAN and allowed & {model.RAN, model.BUFFERED, model.REPLACED})
@@ -335,6 +377,20 @@ def check_buffered_runs_released(h: History) -> InvariantResult:
     ctx = _Ctx(h)
     delaying = [(f.start, f.end + h.meta.worker_lease_s + h.meta.lease_ttl_s) for f in h.injections
                 if f.name in START_DELAYING or f.target == "postgres"]
+    # Runs whose rows retention pruned (keep_last) still ran: the workers' records cover them, from a
+    # little before their first start (queued then) to their last end.
+    ids = {e.id for e in h.executions}
+    spans: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for run in h.runs:
+        if run.schedule_id and run.execution_id not in ids:
+            spans[(run.schedule_id, run.execution_id)].append(run.t)
+    pruned: dict[str, list[tuple[float, float | None]]] = defaultdict(list)
+    for (sid, _eid), ts in spans.items():
+        pruned[sid].append((min(ts) - RELEASE_SLACK_S, max(ts)))
+    starts: dict[str, list[float]] = defaultdict(list)  # a run retried after its worker stopped
+    for run in h.runs:  # started first at its first attempt, not at the row's started_at
+        if run.event == "start":
+            starts[run.execution_id].append(run.t)
     for s in h.schedules:
         if s.overlap_policy not in ("buffer_one", "buffer_all"):
             continue
@@ -343,13 +399,16 @@ def check_buffered_runs_released(h: History) -> InvariantResult:
             if r.trigger != "cron" or r.run_at > h.meta.window_end:
                 continue
             c.counts["runs"] += 1
-            start = r.started_at if r.started_at is not None else h.meta.collected_at
             wait_from = max(r.run_at, r.fired_at or r.run_at)
+            # A run cancelled before it started (CancelExecution, replace) stopped waiting then.
+            ended = r.finished_at if r.state == "cancelled" and r.finished_at is not None else h.meta.collected_at
+            start = min([t for t in starts.get(r.id, ()) if t >= wait_from - CLOCK_SLACK_S]
+                        + [r.started_at if r.started_at is not None else ended])
             if start - wait_from <= RELEASE_SLACK_S:
                 continue
             c.counts["waited"] += 1
             # Covered while a run of an earlier tick was unfinished, or a fault delayed every start.
-            ahead = _runs_of(ctx, s, r.scheduled_for) + [(a, b) for a, b in delaying]
+            ahead = _runs_of(ctx, s, r.scheduled_for) + [(a, b) for a, b in delaying] + pruned.get(s.id, [])
             uncovered = _first_gap(wait_from, start - RELEASE_SLACK_S, ahead)
             if uncovered is not None:
                 c.bad("nothing_ahead", f"schedule {s.name} ({s.overlap_policy}) tick {iso(r.scheduled_for)}: "

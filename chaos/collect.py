@@ -44,6 +44,7 @@ def read_db(dsn: str, partitions_table: str = "partitions") -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as c:
         track = c.execute("SHOW track_commit_timestamp").fetchone()
         commit_ts = bool(track and track[0] == "on")
+        committed = "extract(epoch FROM pg_xact_commit_timestamp(xmin))" if commit_ts else "NULL"
         schedules = tuple(ScheduleRec(
             id=r[0], name=r[1], cron=r[2], timezone=r[3], misfire_policy=r[4], max_catch_up=r[5],
             overlap_policy=r[6], created_at=float(r[7]), partition=r[8], dst_gap=r[9], dst_repeated=r[10],
@@ -62,19 +63,18 @@ def read_db(dsn: str, partitions_table: str = "partitions") -> dict[str, Any]:
             fired_epoch=None if r[11] is None else int(r[11]), fired_at=_f(r[12]), started_at=_f(r[13]),
             finished_at=_f(r[14]), lease_expires=_f(r[15]), result_token=None if r[16] is None else int(r[16]),
             error=r[17], tenant=r[18], concurrency_key=r[19], concurrency_limit=r[20], created_at=_f(r[21]),
-            payload_v=None if r[22] is None else int(r[22]),
-        ) for r in c.execute(
+            payload_v=None if r[22] is None else int(r[22]), committed_at=_f(r[23]),
+        ) for r in c.execute(sql.SQL(
             "SELECT id::text, schedule_id::text, partition, type, extract(epoch FROM scheduled_for),"
             " extract(epoch FROM run_at), state, trigger, state_reason, attempt, fencing_token, fired_epoch,"
             " extract(epoch FROM fired_at), extract(epoch FROM started_at), extract(epoch FROM finished_at),"
             " extract(epoch FROM lease_expires),"
             " CASE WHEN jsonb_typeof(result -> 'token') = 'number' THEN (result ->> 'token')::bigint END,"
             " left(error, 400), tenant, concurrency_key, concurrency_limit, extract(epoch FROM created_at),"
-            " CASE WHEN jsonb_typeof(payload -> 'v') = 'number' THEN (payload ->> 'v')::bigint END FROM executions"
-            " ORDER BY scheduled_for, id"))
+            " CASE WHEN jsonb_typeof(payload -> 'v') = 'number' THEN (payload ->> 'v')::bigint END, {}"
+            " FROM executions ORDER BY scheduled_for, id").format(sql.SQL(committed))))
         limits = tuple(TenantLimitRec(tenant=r[0], rate_per_s=_f(r[1]), burst=_f(r[2]))
                        for r in c.execute("SELECT id, rate_per_s, burst FROM tenants ORDER BY id"))
-        committed = "extract(epoch FROM pg_xact_commit_timestamp(xmin))" if commit_ts else "NULL"
         ownership = tuple(OwnershipRec(
             id=r[0], partition=r[1], epoch=int(r[2]), owner=r[3], kind=r[4], at=float(r[5]), committed_at=_f(r[6]),
         ) for r in c.execute(sql.SQL(

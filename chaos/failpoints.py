@@ -373,13 +373,19 @@ class StallCompletion:
         if not cluster.workers or not cluster.roster:
             return "no worker or no node"
         if not self._schedule(cluster):
-            return "no overlap-replace schedule (traffic without overlap schedules)"
+            return "no overlap-replace schedule every 5 s without jitter (traffic without overlap schedules)"
         return ""
 
     @staticmethod
     def _schedule(cluster: ChaosCluster) -> str:
-        rows = cluster.pc.sql("SELECT id::text FROM schedules WHERE overlap_policy = 'replace' AND NOT paused"
-                              " AND deleted_at IS NULL ORDER BY name LIMIT 1")
+        # Every 5 s without jitter (the stall, ended by the TTL, must end before the next tick), the
+        # latest to complete a run first: under --generate the first by name may have every tick
+        # skipped for its tenant's quota (seed 1: "fault not applied"), or tick every 3 s, so the
+        # stall's end came after the next tick (seed 3: fire_lag_bounded). None such: not available.
+        rows = cluster.pc.sql("SELECT id::text FROM schedules s WHERE overlap_policy = 'replace' AND NOT paused"
+                              " AND deleted_at IS NULL AND cron = '*/5 * * * * *' AND jitter_s = 0"
+                              " ORDER BY (SELECT max(finished_at) FROM executions e WHERE e.schedule_id = s.id"
+                              " AND e.state = 'succeeded') DESC NULLS LAST, name LIMIT 1")
         return str(rows[0][0]) if rows else ""
 
     def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:

@@ -69,6 +69,7 @@ class ExecutionRec:
     concurrency_limit: int | None = None
     created_at: float | None = None
     payload_v: int | None = None  # the generative workload's payload version (payload["v"])
+    committed_at: float | None = None  # commit time of the row's last write (tracked commit timestamps)
 
 
 @dataclass(frozen=True, slots=True)

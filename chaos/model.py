@@ -16,7 +16,8 @@ docs alone:
                     known only between the instant it was sent and the instant it was answered:
                     a change answered before the tick's run_at takes the tick back exactly; one
                     sent after it does not touch it; one whose interval spans it allows both
-                    (the tick is ambiguous)
+                    (the tick is ambiguous); a tick that may have been fired late (an outage)
+                    is decided at its late fire, so a change sent before that may have applied
 
 Replayed and recorded ticks (the misfire policy's catch_up replays, run_once's latest, skip's
 records) bypass the overlap policy; the live ticks after them go through it, counting the replayed
@@ -144,14 +145,20 @@ class Control:
     why: str = ""
 
 
-def control_at(tick: Tick, ops: Sequence[Op], slack_s: float = 0.05) -> Control:
+def control_at(tick: Tick, ops: Sequence[Op], slack_s: float = 0.05, late_until: float | None = None) -> Control:
     """Pause, delete and update decide at the tick's run_at: a change answered before it takes the
     tick back (the edited tick fires again, as edited), one sent after it does not touch it. A
     resume continues at the first tick after the instant it committed: a tick paused before its
     run_at stays taken back unless the resume committed before the tick itself. So a tick fires
     iff, for every pause P (resume R, or none), run_at < P or tick > R; each instant is known only
     within [sent, answered] (an op never answered: from its sending on), and a tick whose outcome
-    depends on where in its interval an op committed is ambiguous. Ops in the order sent."""
+    depends on where in its interval an op committed is ambiguous. Ops in the order sent.
+
+    A tick whose owner may have been out at its run time (`late_until`: until when it may have been
+    fired late) is decided at its late fire: a pause, delete or edit sent after its run_at but before
+    `late_until` may have committed before that fire and taken it back (or edited it), so the tick
+    is ambiguous (docs/semantics.md: a change committed before the late fire applies to it)."""
+    decide_by = tick.run_at if late_until is None else max(tick.run_at, late_until)
     ordered = sorted(ops, key=lambda o: o.sent)
     sure_off = maybe_off = False
     why = []
@@ -161,7 +168,7 @@ def control_at(tick: Tick, ops: Sequence[Op], slack_s: float = 0.05) -> Control:
         if op.kind == "update":
             if answered + slack_s < tick.run_at:
                 lo_v = hi_v = max(hi_v, op.version)
-            elif op.sent - slack_s <= tick.run_at:
+            elif op.sent - slack_s <= decide_by:
                 hi_v = max(hi_v, op.version)
                 why.append(f"update [{op.sent:.3f}, {answered:.3f}] spans run_at {tick.run_at:.3f}")
             continue
@@ -172,7 +179,7 @@ def control_at(tick: Tick, ops: Sequence[Op], slack_s: float = 0.05) -> Control:
         r_hi = (resume.answered if resume.ok else float("inf")) + slack_s if resume else float("inf")
         if answered + slack_s < tick.run_at and r_lo > tick.scheduled_for:
             sure_off = True
-        elif op.sent - slack_s <= tick.run_at and r_hi >= tick.scheduled_for:
+        elif op.sent - slack_s <= decide_by and r_hi >= tick.scheduled_for:
             maybe_off = True
             why.append(f"{op.kind} [{op.sent:.3f}, {answered:.3f}]"
                        + (f" / resume [{r_lo:.3f}, {r_hi:.3f}]" if resume else "")

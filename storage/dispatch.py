@@ -303,6 +303,7 @@ class DispatchPort:
         dispatchers at commit if one was. Nothing is read here, so in a pipelined transaction the
         statement travels with the COMMIT: the answer (the released runs' job types) is read
         once the transaction is over."""
+        await conn.execute(q("lock_buffers"), {"schedule_ids": list(schedule_ids)})  # before the release's snapshot
         cur = await conn.execute(q("release_buffered_many"), {"schedule_ids": list(schedule_ids), "now": now})
         return Pending(cur, lambda got: [str(r[0]) for r in got])
 

@@ -263,11 +263,15 @@ class FiringPort:
     # ------------------------------------------------------------------ writes
 
     async def fire(self, p: FireBatchParams, policed: Sequence[uuid.UUID] = (),
-                   decide: OverlapDecider | None = None) -> FireBatchResult:
+                   decide: OverlapDecider | None = None, lock: Sequence[uuid.UUID] = ()) -> FireBatchResult:
         """One fenced transaction (StaleEpoch, nothing written, when `p.epoch` is not the
         partition's). With `decide`: first read the active runs of the `policed` schedules under
-        the fence and let `decide` turn them into the batch to write (overlap policies)."""
+        the fence and let `decide` turn them into the batch to write (overlap policies). `lock`:
+        the buffer_* schedules among them, whose count is serialised with the release of their
+        buffered runs (`lock_buffers`; not replace's, whose cancels touch runs a completion holds)."""
         async with self.db.fenced(p.partition, p.epoch) as conn:
+            if decide is not None and lock:
+                await conn.execute(q("lock_buffers"), {"schedule_ids": list(lock)})
             if decide is not None and policed:
                 counts = await self.active_counts(conn, p.partition, p.epoch, policed)
                 p = decide(p, counts)

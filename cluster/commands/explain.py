@@ -4,17 +4,27 @@ The ticks come from the cron module (the schedule's expression, zone and DST pol
 at each moment: `schedule_updated` events carry old and new values), not from what happened.
 Each tick is then matched against the durable records, in this order:
 
-    before creation / after deletion     NOT_YET_CREATED / DELETED
+    before creation / deleted before     NOT_YET_CREATED / DELETED
+      its run time
     an execution for (schedule, tick)    FIRED (DST_SHIFTED if its local time was in a gap),
                                          SKIPPED_OVERLAP, SKIPPED_MISFIRE, SKIPPED_QUOTA (state
                                          skipped)
     a misfire event covering the tick    REFUSED_CATCH_UP, COALESCED_MISFIRE, SKIPPED_MISFIRE
-    paused at the tick                   PAUSED (from when, by whom)
+    paused before its run time           PAUSED (from when, by whom)
     a tick whose execution was pruned    PRUNED_BY_RETENTION (retention recorded the tick it removed;
                                          ticks pruned before that record existed, migration 0020:
                                          any tick up to `untracked_through`)
     in the future / just due             PENDING
+    paused / deleted after its run time  PAUSED / DELETED: the change took back a tick still due to
+      but before a late fire             fire late (its owner stopped): nothing of the schedule
+                                         fired between its run time and the change
     nothing                              MISSED, with the partition's ownership gap if any
+
+A tick's run time is the tick plus its jitter offset (the definition's `jitter_s`). A pause or
+delete committed before the run time takes the tick back (docs/semantics.md, "Queued ahead"), as
+does one committed after it while the tick was still to be fired late: the fire statement sees
+the change and inserts nothing, and a resume continues at the first tick after it. A resume
+ends the pause for the ticks after it only.
 
 Occurrences the DST policy dropped (a gap time under gap=skip, the other pass of a repeated
 hour) are listed too (DST_SKIPPED / DST_REPEATED), found by comparing with the same expression
@@ -31,7 +41,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from cronwheel.cron import CronSchedule, DstPolicy, GapPolicy, RepeatedPolicy, parse_dst_policy, parse_schedule
+from cronwheel.cron import (
+    CronSchedule,
+    DstPolicy,
+    GapPolicy,
+    RepeatedPolicy,
+    jitter_offset_s,
+    parse_dst_policy,
+    parse_schedule,
+)
 from cronwheel.errors import InvalidArgument, NotFound
 from cronwheel.storage import PgStore
 from cronwheel.storage.retention import PrunedMark
@@ -41,6 +59,9 @@ MAX_TICKS = 100_000
 # fires what came due meanwhile (late, within the misfire grace). Not a reason for a miss.
 HANDOVER_TOO_SHORT = timedelta(seconds=1)
 PENDING_GRACE = timedelta(seconds=2)
+# A pause or delete this long after a tick's run time, with nothing of the schedule fired in
+# between, is read as having taken back a late tick (its owner stopped); later, the tick is MISSED.
+LATE_FIRE_BOUND = timedelta(minutes=5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +85,10 @@ class Facts:
 
 
 def _definition_segments(f: Facts) -> list[tuple[datetime, dict[str, Any]]]:
-    """[(from, {cron, timezone, dst_gap, dst_repeated})] oldest first, from update events."""
-    cur = {k: f.schedule[k] for k in ("cron", "timezone", "dst_gap", "dst_repeated")}
+    """[(from, {cron, timezone, dst_gap, dst_repeated, jitter_s})] oldest first, from update events."""
+    cur = {k: f.schedule.get(k) for k in ("cron", "timezone", "dst_gap", "dst_repeated", "jitter_s")}
     keys = {"cron": "cron", "timezone": "timezone", "dst_policy.gap": "dst_gap",
-            "dst_policy.repeated_hour": "dst_repeated"}
+            "dst_policy.repeated_hour": "dst_repeated", "jitter": "jitter_s"}
     segs: list[tuple[datetime, dict[str, Any]]] = []
     for ev in sorted((e for e in f.events if e["kind"] == "schedule_updated"), key=lambda e: e["at"], reverse=True):
         changes = (ev["data"] or {}).get("changes", {})
@@ -162,6 +183,7 @@ def explain(f: Facts, start: datetime, end: datetime, now: datetime) -> list[Exp
         if ep is not None and at is not None and (ep not in active or at > active[ep]):
             active[ep] = at
     pauses = _intervals(f.events, "schedule_paused", "schedule_resumed")
+    fired = sorted(e["fired_at"] for e in f.executions if e.get("fired_at") is not None)
     misfires = [e for e in f.events if e["kind"] in ("misfire_refused", "misfire_skipped")]
     out: list[Explained] = []
     for lo, hi, defn in _windows(f, start, end):
@@ -176,7 +198,7 @@ def explain(f: Facts, start: datetime, end: datetime, now: datetime) -> list[Exp
                 out.append(_dst_dropped(t, defn))
         for t in real:
             out.append(_one(t, s, by_tick, pauses, misfires, f.ownership, now, defn, active, f.pruned,
-                            f.pruned_ticks))
+                            f.pruned_ticks, fired))
     out.sort(key=lambda e: e.tick)
     return out
 
@@ -211,12 +233,17 @@ def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]]
          pauses: list[tuple[datetime, datetime | None, dict[str, Any]]], misfires: list[dict[str, Any]],
          ownership: list[dict[str, Any]], now: datetime, defn: dict[str, Any],
          active: dict[int, datetime], pruned: PrunedMark | None = None,
-         pruned_ticks: frozenset[datetime] = frozenset()) -> Explained:
+         pruned_ticks: frozenset[datetime] = frozenset(), fired: list[datetime] | None = None) -> Explained:
     ex = by_tick.get(t)  # first: a backfilled tick from before creation still has its execution
     if ex is None and t < s["created_at"]:
         return Explained(t, "NOT_YET_CREATED", f"the schedule was created at {s['created_at'].isoformat()}")
-    if ex is None and s.get("deleted_at") and t > s["deleted_at"]:
-        return Explained(t, "DELETED", f"the schedule was deleted at {s['deleted_at'].isoformat()}")
+    run_at = t + timedelta(seconds=jitter_offset_s(str(s["id"]), t, float(defn.get("jitter_s") or 0.0)))
+    deleted = s.get("deleted_at")
+    if ex is None and deleted and t > deleted:
+        return Explained(t, "DELETED", f"the schedule was deleted at {deleted.isoformat()}")
+    if ex is None and deleted and deleted <= run_at:
+        return Explained(t, "DELETED", f"the schedule was deleted at {deleted.isoformat()}, before the tick's run "
+                                       f"time {run_at.isoformat()} (jitter): the delete took it back")
     if ex is not None:
         lag = (ex["fired_at"] - ex["run_at"]).total_seconds() if ex.get("fired_at") else None
         common = {"execution_id": ex["id"], "execution_state": ex["state"], "fire_lag_s": lag}
@@ -255,21 +282,47 @@ def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]]
             return Explained(t, "SKIPPED_MISFIRE",
                              f"missed; misfire policy {policy}" + _misfire_reason("", t, ownership))
     for since, until, ev in pauses:
-        if since <= t and (until is None or t < until):
-            return Explained(t, "PAUSED", f"paused since {since.isoformat()} by {ev.get('actor') or 'unknown'}"
-                                          + (f" ({ev['data'].get('reason')})" if (ev["data"] or {}).get("reason")
-                                             else ""))
+        if since <= run_at and (until is None or t < until):
+            return _paused(t, since, ev, "" if since <= t else f", before the tick's run time {run_at.isoformat()} "
+                                                                f"(jitter): the pause took it back")
     if pruned is not None and (t in pruned_ticks or (pruned.untracked_through is not None
                                                      and t <= pruned.untracked_through)):
         return Explained(t, "PRUNED_BY_RETENTION",
                          f"pruned by retention: the tick had an execution, no longer kept (this schedule's "
                          f"runs up to {pruned.through.isoformat()} were pruned, {pruned.pruned} so far)")
-    if t > now - PENDING_GRACE:
-        return Explained(t, "PENDING", "not due yet" if t > now else "due just now; being fired")
-    gap = _unowned(ownership, t, active)
+    if run_at > now - PENDING_GRACE:
+        return Explained(t, "PENDING", "not due yet" if run_at > now else "due just now; being fired")
+    late = _taken_back_late(t, run_at, pauses, deleted, fired or [])
+    if late is not None:
+        return late
+    gap = _unowned(ownership, run_at, active)
     if gap is not None:
         return Explained(t, "MISSED", f"no execution: partition {s['partition']}: {gap}")
     return Explained(t, "MISSED", "no execution and no record explains it (worth a BackfillSchedule and a bug report)")
+
+
+def _paused(t: datetime, since: datetime, ev: dict[str, Any], how: str) -> Explained:
+    reason = (ev["data"] or {}).get("reason")
+    return Explained(t, "PAUSED", f"paused since {since.isoformat()} by {ev.get('actor') or 'unknown'}"
+                                  + (f" ({reason})" if reason else "") + how)
+
+
+def _taken_back_late(t: datetime, run_at: datetime, pauses: list[tuple[datetime, datetime | None, dict[str, Any]]],
+                     deleted: datetime | None, fired: list[datetime]) -> Explained | None:
+    """A tick with no execution whose run time passed with its owner stopped, and that a pause or
+    delete committed before anything of the schedule fired again (`fired`: fired_at of its
+    executions): the late fire found the change and inserted nothing. Within LATE_FIRE_BOUND."""
+    def first_change_after(at: datetime) -> bool:
+        return at - run_at <= LATE_FIRE_BOUND and not any(run_at < x < at for x in fired)
+
+    how = " (after the tick's run time {}, before its late fire: the {} took it back)"
+    for since, _until, ev in pauses:
+        if since > run_at and first_change_after(since):
+            return _paused(t, since, ev, how.format(run_at.isoformat(), "pause"))
+    if deleted is not None and deleted > run_at and first_change_after(deleted):
+        return Explained(t, "DELETED", f"the schedule was deleted at {deleted.isoformat()}"
+                                            + how.format(run_at.isoformat(), "delete"))
+    return None
 
 
 def _covering(t: datetime, misfires: list[dict[str, Any]], policy: str) -> datetime | None:

@@ -154,7 +154,8 @@ class Writing(Announcing):
             else:
                 policed = list({t.schedule_id for t in params.ticks
                                 if self._overlap_of(t.schedule_id) not in (None, "allow")})
-                res = await self.firing.fire(params, policed, self._decide_overlap)
+                buffers = [s for s in policed if self._overlap_of(s) in ("buffer_one", "buffer_all")]
+                res = await self.firing.fire(params, policed, self._decide_overlap, lock=buffers)
         except StaleEpoch as exc:
             self._stale(p, st, exc)
             return WriteOutcome.LOST

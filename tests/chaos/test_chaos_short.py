@@ -103,10 +103,6 @@ def test_a_short_generative_run_draws_the_policy_space_and_reports_it(
     assert f"--generate --seed {GENERATIVE_SEED}" in proc.stdout  # the replay line
 
 
-@pytest.mark.xfail(strict=False, reason="issue 47: on branch h47chaos alone the generative run finds the holes "
-                                         "of items 1-3 (fixed on h47a/h47b) and explain's 'missed' for jittered "
-                                         "ticks a pause took back before their run time; drop this marker once "
-                                         "those are fixed and merged")
 def test_a_short_generative_run_keeps_every_invariant_against_the_model(
         generative_run: tuple[subprocess.CompletedProcess[str], dict]) -> None:
     proc, rep = generative_run

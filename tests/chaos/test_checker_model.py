@@ -5,11 +5,12 @@ what broke. Each case is one of issue 47's holes as the generative run meets it.
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
 
 from chaos.checker_explain import check_explain_agrees
 from chaos.checker_model import check_buffered_runs_released, check_quota_counts_created, check_ticks_exactly_once
 from chaos.history import ExplainRec, History, OpRec, PreviewRec
-from tests.chaos.test_checker import SID, T0, assert_fails, clean, replace_rows, result, tick_row
+from tests.chaos.test_checker import SID, T0, assert_fails, clean, replace_rows, result, run, tick_row
 
 
 def with_ops(h: History, *ops: OpRec) -> History:
@@ -77,6 +78,7 @@ def test_a_buffered_run_left_waiting_with_nothing_ahead_is_reported() -> None:
     full = [tick_row(T0 + i, state="skipped", state_reason="overlap: buffer of one is full: 0 running, 1 buffered",
                      started_at=None, finished_at=None) for i in range(4, 11)]
     h = replace_rows(h, stuck, *full)
+    h = dataclasses.replace(h, runs=tuple(r for r in h.runs if r.execution_id != "e-3"))  # it never started
     assert not check_buffered_runs_released(h).ok
     assert check_buffered_runs_released(h).counts["violations.nothing_ahead"] == 1
     # Waiting behind a run that really was unfinished is the policy.
@@ -138,3 +140,142 @@ def test_replace_must_cancel_a_run_still_queued_when_the_next_tick_came_due() ->
     assert r.ok and r.counts["replaced_queued"] == 1, r
     ran_anyway = tick_row(T0 + 4, started_at=T0 + 6.0, finished_at=T0 + 6.1)  # started after tick 5 replaced it
     assert_fails(replace_rows(h, ran_anyway), "ticks_exactly_once", "not_replaced")
+
+
+def test_a_tick_fired_late_carries_the_edit_answered_before_its_fire() -> None:
+    # Merged main, seed 1: g17 (buffer_one, jitter 12 s) tick 38:00 had run_at 38:05.140 but fired at
+    # 38:06.076, behind tick 37:55 (run_at 38:06.011); an edit answered at 38:05.902, after the run_at
+    # but before the fire, and the fire carried it. The fire reads the schedule as it is then: the
+    # model was wrong to call that stale.
+    h = with_ops(clean(), OpRec("update", SID, T0 + 5.2, T0 + 5.3, version=1))
+    rows = [tick_row(T0 + i, payload_v=0 if i < 6 else 1) for i in range(11)]
+    late = tick_row(T0 + 5, fired_at=T0 + 5.9, payload_v=1)
+    assert result(replace_rows(h, *rows, late), "ticks_exactly_once").ok
+    assert_fails(replace_rows(h, *rows, tick_row(T0 + 5, payload_v=1)), "ticks_exactly_once", "stale_payload")
+
+
+def test_a_jittered_tick_due_before_its_predecessor_fires_right_after_it_and_is_not_a_stall() -> None:
+    # Merged main, seed 1: g17 (every 5 s, jitter 12 s) tick 38:20 had run_at 38:20.779 and fired at
+    # 38:26.382, just after tick 38:15 (run_at 38:26.347): a schedule's ticks fire in order (its due
+    # cursor holds one tick). The docs did not say so and fire_lag_bounded called it a stall.
+    from cronwheel.cron import jitter_offset_s
+
+    h = policies(clean(), jitter_s=12.0)
+    h = dataclasses.replace(h, meta=dataclasses.replace(h.meta, window_end=T0 + 30))
+    run_at = {i: T0 + i + jitter_offset_s(SID, datetime.fromtimestamp(T0 + i, UTC), 12.0) for i in range(11)}
+    i = next(i for i in range(10) if run_at[i] - run_at[i + 1] > 3.0)
+    rows = [tick_row(T0 + k, run_at=run_at[k], fired_at=run_at[k] + 0.01, started_at=run_at[k] + 0.02,
+                     finished_at=run_at[k] + 0.03) for k in range(11)]
+    behind = tick_row(T0 + i + 1, run_at=run_at[i + 1], fired_at=run_at[i] + 0.02, started_at=run_at[i] + 0.03,
+                      finished_at=run_at[i] + 0.04)
+    assert result(replace_rows(h, *rows, behind), "fire_lag_bounded").ok
+    stalled = tick_row(T0 + i + 1, run_at=run_at[i + 1], fired_at=run_at[i] + 2.5, started_at=run_at[i] + 2.6,
+                       finished_at=run_at[i] + 2.7)
+    assert_fails(replace_rows(h, *rows, stalled), "fire_lag_bounded", "stall")
+
+
+def test_a_run_that_started_on_time_and_was_retried_after_its_worker_stopped_did_not_wait_in_a_buffer() -> None:
+    # Merged main, seed 2: g11 (buffer_all) tick 40:00 started on w1 0.1 s after its fire; w1 was
+    # SIGSTOPped and the run's second attempt started on w2 6 s later. The check read the row's
+    # started_at (the last attempt's) and called it a buffered run with nothing ahead (checker wrong).
+    h = policies(clean(), overlap_policy="buffer_all")
+    retried = tick_row(T0 + 5, started_at=T0 + 9.0, finished_at=T0 + 9.1, attempt=2)
+    assert check_buffered_runs_released(replace_rows(h, retried)).ok
+    never = dataclasses.replace(h, runs=tuple(r for r in h.runs if r.execution_id != "e-5"))
+    assert not check_buffered_runs_released(replace_rows(never, retried)).ok
+
+
+def test_a_replace_tick_cancelled_before_it_started_may_be_pruned_without_a_trace() -> None:
+    # Merged main, seed 1: g9 (replace, keep_succeeded_for 60 s) tick 37:50 has no row and no
+    # start: a newer tick cancelled its queued run ("replaced by a newer run") and retention pruned
+    # the cancelled row as it prunes succeeded ones. The check called it lost (checker wrong).
+    h = policies(clean(), overlap_policy="replace", keep_succeeded_for_s=60.0)
+    assert check_ticks_exactly_once(without(h, "e-4")).ok
+    assert_fails(without(policies(clean(), overlap_policy="replace"), "e-4"), "ticks_exactly_once", "lost")
+
+
+def test_a_run_whose_completion_committed_after_the_fire_may_still_count_as_unfinished() -> None:
+    # Merged main, seed 1: g0 (forbid) tick 57:48 was skipped 'overlap forbidden: 1 running' at
+    # 57:48.436, the run of tick 57:46 having finished_at 57:47.855, just after a PostgreSQL restart:
+    # finished_at is the node's clock when it handled the completion, the fire sees the end only
+    # once it commits. The checker judged by finished_at alone (checker wrong).
+    h = policies(clean(), overlap_policy="forbid")
+    ahead = tick_row(T0 + 3, finished_at=T0 + 3.3, committed_at=T0 + 4.5)
+    skipped = tick_row(T0 + 4, state="skipped", state_reason="overlap: overlap forbidden: 1 running, 0 buffered",
+                       fired_at=T0 + 4.2, started_at=None, finished_at=None)
+    assert result(replace_rows(h, ahead, skipped), "ticks_exactly_once").ok
+    assert_fails(replace_rows(h, tick_row(T0 + 3, finished_at=T0 + 3.3), skipped), "ticks_exactly_once", "policy")
+
+
+def test_a_tick_held_behind_its_predecessor_may_be_taken_back_by_a_pause_after_its_run_time() -> None:
+    # Seed 5 (item 1 proof run): g4 (every 5 s, jitter 12 s) tick 46:00 (run_at 46:02.611) waited
+    # for tick 45:55, of later run time; a pause answered at 46:03.747, after 46:00's run time but
+    # before its fire in order, took it back: no row. The check called it lost.
+    ticks = tuple((T0 + i, T0 + i + (4.0 if i == 3 else 0.0)) for i in range(12))
+    h = dataclasses.replace(clean(), previews=(PreviewRec(SID, ticks),))
+    h = with_ops(h, OpRec("pause", SID, T0 + 4.5, T0 + 4.6), OpRec("resume", SID, T0 + 9.5, T0 + 9.6))
+    h = without(h, *(f"e-{i}" for i in (3, 4, 5, 6, 7, 8, 9)))
+    r = result(h, "ticks_exactly_once")
+    assert r.ok and r.counts["taken_back"] == 6 and r.counts["ambiguous"] == 1, r  # tick 4: held behind 3
+
+
+def test_a_run_cancelled_before_it_started_and_pruned_is_not_lost() -> None:
+    # Seed 4 (item 3 proof run): g8 (buffer_all, keep_last 3) tick 49:45 had no row and no start: a
+    # CancelExecution answered at 49:51.733 cancelled its run, which keep_last then pruned.
+    h = policies(clean(), keep_last=3)
+    gone = without(h, "e-4")
+    assert_fails(gone, "ticks_exactly_once", "lost")
+    assert result(with_ops(gone, OpRec("cancel", SID, T0 + 4.5, T0 + 4.6, execution_id="e-4")),
+                  "ticks_exactly_once").ok
+
+
+def test_a_manual_run_triggered_just_after_a_tick_counts_as_unfinished_for_it() -> None:
+    # Seed 1717: g14 (forbid) tick 09:28 came due (fired late, 09:29.570, after a node kill) while
+    # a TriggerSchedule run created at 09:28.217 ran; its scheduled_for is its own instant, after the
+    # tick, and the check left it out of the runs unfinished (checker wrong): 'skipped:overlap with
+    # 0..0 earlier runs unfinished'.
+    h = policies(clean(), overlap_policy="forbid")
+    manual = tick_row(T0 + 4.2, id="m-1", trigger="manual", fired_at=T0 + 4.2, started_at=T0 + 4.25,
+                      finished_at=T0 + 4.95)
+    skipped = tick_row(T0 + 4, state="skipped", state_reason="overlap: overlap forbidden: 1 running, 0 buffered",
+                       run_at=T0 + 4.1, fired_at=T0 + 4.3, started_at=None, finished_at=None)
+    assert result(replace_rows(h, manual, skipped), "ticks_exactly_once").ok
+
+
+def test_a_run_cancelled_before_it_started_stopped_waiting_when_cancelled() -> None:
+    # Seed 4242: g11 (buffer_all) tick 11:36 was fired at 11:38.019 and cancelled by a
+    # CancelExecution at 11:39.429 before it started; the check counted it as waiting until the end
+    # of the run with nothing ahead (checker wrong).
+    h = policies(clean(), overlap_policy="buffer_all")
+    h = dataclasses.replace(h, runs=tuple(r for r in h.runs if r.execution_id != "e-5"))
+    cancelled = tick_row(T0 + 5, state="cancelled", state_reason="cancelled by dev: chaos", started_at=None,
+                         finished_at=T0 + 6.4)
+    assert check_buffered_runs_released(replace_rows(h, cancelled)).ok
+
+
+def test_a_tick_held_behind_its_predecessor_is_judged_by_overlap_not_as_missed() -> None:
+    # Seed 9001: g7 (forbid, every 5 s, jitter 12 s) tick 13:30 (run_at 13:31.879) waited for tick
+    # 13:25 (run_at 13:36.050), was fired with it at 13:36.065 and skipped for overlap, that run being
+    # unfinished: the overlap policy, rightly; the check called it a missed tick (overlap_on_missed).
+    ticks = tuple((T0 + i, T0 + i + (4.0 if i == 3 else 0.0)) for i in range(12))
+    h = dataclasses.replace(policies(clean(), overlap_policy="forbid"), previews=(PreviewRec(SID, ticks),))
+    ahead = tick_row(T0 + 3, run_at=T0 + 7, fired_at=T0 + 7.0, started_at=T0 + 7.005, finished_at=T0 + 7.02)
+    held = tick_row(T0 + 4, fired_at=T0 + 7.01, state="skipped",
+                    state_reason="overlap: overlap forbidden: 1 running, 0 buffered", started_at=None, finished_at=None)
+    rows = [tick_row(T0 + i, run_at=T0 + i + 0.5, fired_at=T0 + i + 0.5, started_at=T0 + i + 0.55,
+                     finished_at=T0 + i + 0.6) for i in (5, 6)]
+    r = result(replace_rows(h, ahead, held, *rows), "ticks_exactly_once")
+    assert "violations.overlap_on_missed" not in r.counts, r
+
+
+def test_a_buffered_run_behind_runs_retention_pruned_waited_behind_them() -> None:
+    # Seed 1717: g0 (buffer_all, keep_last 3) tick 13:20:20 was buffered at 20:26.737 behind the runs
+    # of ticks 20:05-20:15, which ran until 20:30.101 and whose rows keep_last then pruned; the check
+    # saw nothing ahead of it (checker wrong): the workers' records of the pruned runs cover it.
+    h = policies(clean(), overlap_policy="buffer_all", keep_last=3)
+    h = without(h, "e-2", "e-3", "e-4")  # pruned rows and their runs; e-4 comes back, waiting
+    ran = (*run("e-2", 1, T0 + 2.1), *run("e-3", 1, T0 + 2.2))
+    ran = tuple(dataclasses.replace(r, schedule_id=SID, t=(T0 + 6.0 if r.event == "end" else r.t)) for r in ran)
+    waited = tick_row(T0 + 4, fired_at=T0 + 4.01, started_at=T0 + 6.1, finished_at=T0 + 6.2)
+    h = dataclasses.replace(replace_rows(h, waited), runs=h.runs + ran)
+    assert check_buffered_runs_released(h).ok

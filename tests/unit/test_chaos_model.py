@@ -299,3 +299,17 @@ def test_the_model_and_the_checker_import_nothing_of_the_product_but_the_client(
             bad += [f"chaos/{name}: {m}" for m in mods
                     if m.startswith("cronwheel") and not any(m == a or m.startswith(a + ".") for a in allowed)]
     assert bad == []
+
+
+def test_a_pause_after_the_run_time_but_before_a_late_fire_may_have_taken_the_tick_back() -> None:
+    """The docs gap h47chaos's seed 2 met: a tick due while its owner was SIGSTOPped, paused 2 s
+    after its run time, before the late fire: no row, no record. The fire sees the pause (docs/
+    semantics.md, Queued ahead): with an outage until `late_until`, both outcomes are allowed."""
+    t = Tick(T0, T0 + 0.3)
+    pause = [Op("pause", T0 + 2.0, T0 + 2.1), Op("resume", T0 + 9, T0 + 9.1)]
+    assert model.control_at(t, pause).active and not model.control_at(t, pause).ambiguous  # owner up: no effect
+    late = model.control_at(t, pause, late_until=T0 + 6.0)
+    assert late.active and late.ambiguous and "pause" in late.why
+    assert not model.control_at(t, pause, late_until=T0 + 1.5).ambiguous  # fired (late) before the pause
+    edited = model.control_at(t, [Op("update", T0 + 2.0, T0 + 2.1, version=1)], late_until=T0 + 6.0)
+    assert (edited.min_version, edited.max_version) == (0, 1)

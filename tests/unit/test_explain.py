@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronwheel.cluster.commands.explain import Facts, _unowned, explain
+from cronwheel.cron import jitter_offset_s
 
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 SID = uuid.uuid4()
@@ -122,3 +123,41 @@ def test_a_tick_queued_ahead_says_so_in_the_users_words() -> None:
     assert outcome == "FIRED" and "queued 990 ms ahead of run_at" in reason, reason
     assert "FiringConfig" not in reason and "queue_ahead_s" not in reason
     assert "just before it is due" in reason
+
+
+def _run_at(minute: float, jitter_s: float) -> datetime:
+    return m(minute) + timedelta(seconds=jitter_offset_s(str(SID), m(minute), jitter_s))
+
+
+def test_a_pause_or_delete_between_a_jittered_tick_and_its_run_time_took_it_back() -> None:
+    """Issue 47 (chaos seeds 1, 2, 4, 5 of h47chaos, missed_taken_back): docs/semantics.md says a
+    change committed before the tick's run time takes it back; explain judged the pause by the tick
+    and said MISSED ("worth a bug report")."""
+    run_at = _run_at(5, 50.0)
+    assert run_at - m(5) > timedelta(seconds=1)
+    between = m(5) + (run_at - m(5)) / 2
+    pause = {**ev("schedule_paused", 0, reason="chaos"), "at": between}
+    f = Facts(sched(jitter_s=50.0), [ex(4)], [pause, ev("schedule_resumed", 5.9)], [own("acquired", 1, "n1", 0)])
+    outcome, reason = outcomes(f, 4, 7, 30)[5]
+    assert outcome == "PAUSED" and "before the tick's run time" in reason and "took it back" in reason, reason
+    f = Facts(sched(jitter_s=50.0, deleted_at=between), [ex(4)], [], [own("acquired", 1, "n1", 0)])
+    outcome, reason = outcomes(f, 4, 6, 30)[5]
+    assert outcome == "DELETED" and "before the tick's run time" in reason, reason
+
+
+def test_a_pause_after_the_run_time_but_before_the_late_fire_took_the_tick_back() -> None:
+    """The owner was stopped at the tick's run time; the pause committed 2 s after it, before the
+    late fire, which then inserted nothing (docs/semantics.md: taken back). A tick lost while the
+    schedule went on firing is still MISSED."""
+    pause = {**ev("schedule_paused", 0), "at": m(5) + timedelta(seconds=2)}
+    f = Facts(sched(), [ex(4)], [pause, ev("schedule_resumed", 8.5)], [own("acquired", 1, "n1", 0)])
+    got = outcomes(f, 4, 10, 30)
+    assert got[5][0] == "PAUSED" and "before its late fire" in got[5][1], got[5]
+    assert [got[k][0] for k in (6, 7, 8)] == ["PAUSED"] * 3 and got[9][0] == "MISSED"
+    fired_first = {**ex(6), "fired_at": m(5) + timedelta(seconds=1)}
+    f = Facts(sched(), [ex(4), fired_first], [pause, ev("schedule_resumed", 8.5)], [own("acquired", 1, "n1", 0)])
+    assert outcomes(f, 4, 7, 30)[5][0] == "MISSED"
+    f = Facts(sched(deleted_at=m(5) + timedelta(seconds=3)), [ex(4)], [], [own("acquired", 1, "n1", 0)])
+    got = outcomes(f, 4, 7, 30)
+    assert got[5][0] == "DELETED" and "before its late fire" in got[5][1], got[5]
+    assert got[6][0] == "DELETED"

@@ -28,6 +28,18 @@ SELECT w.partition FROM unnest(%(partitions)s::int[], %(afters)s::timestamptz[])
 SELECT id, run_at FROM executions
  WHERE id = %(id)s AND state = 'scheduled' AND state_reason IS DISTINCT FROM 'buffered';
 
+-- name: lock_buffers
+-- Transaction-scoped advisory locks, one per schedule (by hash, in hash order so two transactions
+-- never wait on each other in a cycle): serialise a buffer_* fire's count of the schedule's
+-- unfinished runs (`active_counts`) with the end of a run and its release of the buffered one
+-- (`release_buffered`, `release_buffered_many`). Run in its own statement before the count or the
+-- release, so that their snapshot is taken after the lock (READ COMMITTED): either the end commits
+-- first and the fire counts the run as ended, or the fire's buffered row commits first and the
+-- release queues it. Unserialised, a buffered row could commit just after the only release that
+-- would have seen it (issue 47, generative chaos seeds 1 and 3).
+SELECT pg_advisory_xact_lock(hashtext('cronwheel.buffer'), h)
+  FROM (SELECT DISTINCT hashtext(s::text) AS h FROM unnest(%(schedule_ids)s::uuid[]) AS s ORDER BY 1) AS l;
+
 -- name: active_counts
 -- Fenced read for overlap decisions: runs of each schedule in flight and buffered.
 SELECT schedule_id,
