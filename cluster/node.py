@@ -241,7 +241,8 @@ class Node:
         try:
             await self.store.open()
             self.partitions = await self.store.partitions.partition_count()
-            await self.store.partitions.claim_cluster(self.config.lease.cluster, await self.etcd.cluster_id())
+            etcd_id = await self.etcd.cluster_id(f"/{self.config.lease.cluster}/")  # within the user's prefix
+            await self.store.partitions.claim_cluster(self.config.lease.cluster, etcd_id)
             await self._seal_secrets()  # refuses a database whose secrets this node's keys cannot open
             await self.tokens.refresh()  # before serving: API-made tokens work from the first call
             self._bind()  # first: the advertised address names the bound port

@@ -219,13 +219,12 @@ class Etcd:
                 return
             raise
 
-    async def cluster_id(self) -> str:
+    async def cluster_id(self, key: str = "\x00") -> str:
         """The etcd cluster's id, as etcdctl prints it (hex): every response header carries it,
-        and two etcd clusters never share one, even when cronwheel names them alike."""
-        try:
-            r = await self._kv.Range(rpc.RangeRequest(key=b"\x00", count_only=True), timeout=self.timeout_s)
-        except grpc.RpcError as exc:
-            raise self._err(exc, "cluster id") from exc
+        and two etcd clusters never share one, even when cronwheel names them alike. Read from a
+        count-only range of `key` (give a key of the cluster's own prefix: an etcd user limited to
+        that prefix may read nothing else), with the call's credentials like every call."""
+        r = await self._unary(self._kv.Range, rpc.RangeRequest(key=key.encode(), count_only=True), "cluster id")
         return f"{int(r.header.cluster_id):x}"
 
     # ------------------------------------------------------------------ keys
