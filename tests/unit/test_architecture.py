@@ -139,7 +139,7 @@ def raw_imports(text: str, path: str) -> tuple[tuple[int, str, tuple[str, ...]],
 
 def imports(path: str, text: str, known: frozenset[str]) -> list[tuple[int, str]]:
     """(line, module) of each import of a file; `from p import m` counts as `p.m` when that is a
-    module (so `from cronwheel import cli_api` is not `cronwheel`), and as `p` otherwise."""
+    module (so `from cronwheel.cli import api` is not `cronwheel.cli`), and as `p` otherwise."""
     out: list[tuple[int, str]] = []
     for line, base, names in raw_imports(text, path):
         subs = [f"{base}.{n}" for n in names if f"{base}.{n}" in known]
@@ -364,7 +364,7 @@ PLANTED: list[Plant] = [
     ("layers", "client/planted.py", "from cronwheel.storage.store import PgStore"),
     ("layers", "client/planted.py", "from ..cluster.node import Node"),
     ("layers", "client/planted.py", "from .. import storage"),
-    ("layers", "client/planted.py", "from cronwheel import cli_api"),
+    ("layers", "client/planted.py", "from cronwheel.cli import api"),
     ("layers", "storage/planted.py", "from cronwheel.localservers import LocalPostgres"),
     ("layers", "storage/planted.py", "from cronwheel.console import app"),
     ("layers", "cluster/planted.py", "from cronwheel.cli import main"),

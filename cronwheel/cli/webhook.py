@@ -20,7 +20,7 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from cronwheel.cli_api_flags import client_for, connection_flags
+from cronwheel.cli.flags import client_for, connection_flags
 
 if TYPE_CHECKING:
     from cronwheel.cluster.webhooks.sender import WebhookConfig

@@ -1,5 +1,5 @@
 """The server-side subcommands of `cronwheel`: migrate, dev, node, worker, secrets (a module of
-`cronwheel.cli.MODULES`: `add_parser` adds them)."""
+`cronwheel.cli.main.MODULES`: `add_parser` adds them)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cronwheel import cli_webhook
+from cronwheel.cli import webhook as cli_webhook
 
 if TYPE_CHECKING:
     from cronwheel.cluster.retention.policy import RetentionConfig
