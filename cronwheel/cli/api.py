@@ -227,7 +227,9 @@ def _token_offline(args: argparse.Namespace) -> int:
     if args.admin:
         entry["admin"] = True
     if args.token_file:
-        _write_bootstrap(args.token_file, token, args.auth_file, entry)
+        from cronwheel.cli.commands import write_bootstrap
+
+        write_bootstrap(args.token_file, token, args.auth_file, entry)
         print(f"token written to {args.token_file}; its entry added to {args.auth_file}")
     elif args.json:
         print(json.dumps({"token": token, "entry": entry}))
@@ -246,25 +248,6 @@ def _kept(token_file: str, auth_file: str) -> bool:
         return True
     return False
 
-
-def _write_bootstrap(token_file: str, token: str, auth_file: str, entry: dict[str, Any]) -> None:
-    """The entry goes into the auth file first (a node must accept the token before anyone
-    holds it); each file is replaced whole (write, then rename), never seen half-written."""
-    import os
-    from pathlib import Path
-
-    from cronwheel.cluster.api.auth import load_auth
-
-    auth = Path(auth_file)
-    doc = json.loads(auth.read_text()) if auth.is_file() else {"tokens": []}
-    doc["tokens"].append(entry)
-    for path, text, mode in ((auth, json.dumps(doc, indent=2) + "\n", 0o644), (Path(token_file), token + "\n", 0o600)):
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    load_auth(auth_file)  # what a node will read: refused here, not at the node's start
 
 
 def _token_new(args: argparse.Namespace) -> int:

@@ -40,7 +40,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cronwheel.cluster.api.auth import exposure_refusal
+    from cronwheel.cli.commands import exposure_refusal
     from cronwheel.console.app import serve
     from cronwheel.console.web import Settings
 
