@@ -142,7 +142,7 @@ def _configure_dev(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from cronwheel.dev import run_dev
+    from cronwheel.devtools.dev import run_dev
 
     return run_dev(nodes=args.nodes, partitions=args.partitions, logs=args.logs)
 
