@@ -20,6 +20,7 @@ tables name only modules that exist (test_the_tables_name_only_what_exists).
     chaos       chaos drives the product through the Client, the CLI and processes (the dev
                 tools start the servers); its checker, model and history import no cronwheel
                 code but the shared leaves
+    servicers   every gRPC servicer (a class over a generated `*Servicer`) lives in cluster/api/
     pure_core   wheel and cron do no I/O: no asyncio, socket, psycopg, grpc, os, time and the
                 like, no clock reads (`datetime.now()`), no open() or print()
     no_sql      cluster runs no SQL: no psycopg, no query loader, no query run by name, no SQL
@@ -264,6 +265,19 @@ def rule_chaos(src: Sources) -> list[str]:
     return bad
 
 
+def rule_servicers(src: Sources) -> list[str]:
+    bad = []
+    for path, text in sorted(src.items()):
+        if path.startswith("cluster/api/") or not within(module_of(path), "cronwheel"):
+            continue
+        for node in ast.walk(parsed(text, path)):
+            if isinstance(node, ast.ClassDef) and any(
+                    (b.attr if isinstance(b, ast.Attribute) else b.id if isinstance(b, ast.Name) else "")
+                    .endswith("Servicer") for b in node.bases):
+                bad.append(f"{path}:{node.lineno}: the servicer {node.name} lives outside cluster/api/")
+    return bad
+
+
 def rule_pure_core(src: Sources) -> list[str]:
     bad = []
     known = known_modules(src)
@@ -343,7 +357,8 @@ def rule_door(src: Sources) -> list[str]:
 
 RULES: dict[str, Callable[[Sources], list[str]]] = {
     "layers": rule_layers, "console": rule_console, "cli": rule_cli, "devtools": rule_devtools, "chaos": rule_chaos,
-    "pure_core": rule_pure_core, "no_sql": rule_no_sql, "clock": rule_clock, "bench": rule_bench, "door": rule_door,
+    "servicers": rule_servicers, "pure_core": rule_pure_core, "no_sql": rule_no_sql, "clock": rule_clock,
+    "bench": rule_bench, "door": rule_door,
 }
 
 
@@ -417,6 +432,10 @@ PLANTED: list[Plant] = [
     ("devtools", "cronwheel/console/app.py", "\nfrom cronwheel.devtools.dev import run_dev\n"),
     ("devtools", "cronwheel/cli/api.py", "\nfrom cronwheel.devtools.harness import ProcessCluster\n"),
     ("devtools", "cronwheel/errors.py", "\nfrom cronwheel.devtools import localservers\n"),
+    ("servicers", "cluster/dispatch/planted.py", "from cronwheel.v1 import dispatch_pb2_grpc\n"
+                                                 "class S(dispatch_pb2_grpc.DispatchServiceServicer):\n    pass"),
+    ("servicers", "cluster/planted.py", "from cronwheel.v1.admin_pb2_grpc import AdminServiceServicer\n"
+                                        "class S(AdminServiceServicer):\n    pass"),
     ("pure_core", "cron/planted.py", "import asyncio"),
     ("pure_core", "cron/planted.py", "import time"),
     ("pure_core", "wheel/planted.py", "import socket"),
@@ -471,6 +490,8 @@ ALLOWED: list[Plant] = [
     ("devtools", "cronwheel/cli/commands.py", "\nfrom cronwheel.devtools.dev import run_dev\n"),
     ("devtools", "cronwheel/devtools/planted.py", "from cronwheel.devtools import localservers\n"
                                                   "from cronwheel.storage.migrate import migrate"),
+    ("servicers", "cluster/api/planted.py", "from cronwheel.v1 import dispatch_pb2_grpc\n"
+                                            "class S(dispatch_pb2_grpc.DispatchServiceServicer):\n    pass"),
     ("pure_core", "cron/planted.py", "from datetime import datetime, UTC\nT = datetime.fromtimestamp(0, UTC)\n"
                                      "import zoneinfo\nimport hashlib"),
     ("no_sql", "cluster/planted.py", "await store.partitions.record_epoch(p, e, 'n1')\n"
