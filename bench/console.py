@@ -41,10 +41,10 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import Client
 from cronwheel.clock import SystemClock
 from cronwheel.cluster.commands.values import partition_of
+from cronwheel.devtools.harness import ProcessCluster
 from tests.browser.conftest import start_console
 from tests.e2e.api_cluster import TOKENS, write_auth_file
 

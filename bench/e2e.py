@@ -1,8 +1,8 @@
 """End-to-end benchmark, the user's path: `python -m bench.e2e [--quick] [--repeat 3] [--only W1,W2,S,W3]`.
 
 What runs: PostgreSQL (fsync and synchronous_commit on), one etcd, one `cronwheel node` with its
-default settings (64 partitions, lease TTL 5 s), all on this machine (cronwheel.localservers, via
-chaos.harness.ProcessCluster). Jobs go in through the public Client (`AsyncClient`: submit_many,
+default settings (64 partitions, lease TTL 5 s), all on this machine (cronwheel.devtools.localservers, via
+cronwheel.devtools.harness.ProcessCluster). Jobs go in through the public Client (`AsyncClient`: submit_many,
 submit, create_schedule); they run in a SEPARATE `cronwheel worker bench.e2e_worker` process with
 the Worker's default settings (W1 also with --concurrency 16), whose handlers append their start
 time to a file (bench/e2e_worker.py) and return. The worker and this process read the same
@@ -77,9 +77,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.cpu import CpuTrace, children
 from bench.dispatch import baseline
-from chaos.harness import NodeProc, ProcessCluster
 from cronwheel.client import AsyncClient, JobSpec
 from cronwheel.client.worker_policy import LEASE_CALL_RUNS
+from cronwheel.devtools.harness import NodeProc, ProcessCluster
 
 PARTITIONS = 64  # the node's default (`cronwheel migrate --partitions`)
 LEASE_TTL_S = 5  # the node's default --lease-ttl

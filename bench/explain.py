@@ -26,8 +26,8 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 
-from chaos.harness import ProcessCluster, create_schedules
 from cronwheel.cluster.commands.explain import explain, load_facts
+from cronwheel.devtools.harness import ProcessCluster, create_schedules
 from cronwheel.storage import PgStore, StoreConfig
 from cronwheel.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 

@@ -19,7 +19,7 @@ import argparse
 import signal
 import statistics
 
-from chaos.harness import ProcessCluster
+from cronwheel.devtools.harness import ProcessCluster
 
 
 def main() -> None:

@@ -47,9 +47,9 @@ from pathlib import Path
 
 import psycopg
 
-from chaos.harness import ProcessCluster
 from cronwheel.cluster.firing.firer import FiringConfig
 from cronwheel.cluster.firing.schedule_cache import cron_for
+from cronwheel.devtools.harness import ProcessCluster
 
 P = 64  # the node's default partition count (--partitions)
 AHEAD_S = FiringConfig().queue_ahead_s  # the node's default: allow ticks are queued this long before run_at

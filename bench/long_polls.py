@@ -4,7 +4,7 @@ Does one tenant holding thousands of waiting LeaseExecutions calls slow another 
 
 What runs: PostgreSQL (fsync on), one etcd, one `cronwheel node` with its default settings and
 an auth file (an admin, tenant `flood` and tenant `victim` tokens), all on this machine
-(chaos.harness.ProcessCluster). Tenant victim: jobs go in through the public `AsyncClient`
+(cronwheel.devtools.harness.ProcessCluster). Tenant victim: jobs go in through the public `AsyncClient`
 (single submit calls at `--rate` jobs/s for `--seconds`, each due 1 s after its submit) and run in
 a SEPARATE `cronwheel worker bench.e2e_worker` process (the SDK Worker, default settings, the
 victim's token), whose handlers record their start time. Start lag = handler start - run_at.
@@ -40,8 +40,8 @@ from google.protobuf.duration_pb2 import Duration
 
 from bench.cpu import cpu_s
 from bench.e2e import LEASE_TTL_S, PARTITIONS, WorkerProc, first_starts, pct, read_records, reset, wait_terminal
-from chaos.harness import ProcessCluster
 from cronwheel.client import AsyncClient
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.dispatch_limits import MAX_POLLS_PER_TENANT
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 

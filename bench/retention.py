@@ -56,8 +56,8 @@ from typing import Any
 import psycopg
 
 from bench.fire import AHEAD_S, copy_schedules
-from chaos.harness import ProcessCluster
 from cronwheel.cluster.firing.schedule_cache import cron_for
+from cronwheel.devtools.harness import ProcessCluster
 
 P = 16
 OLD_SCHEDULES = 1000

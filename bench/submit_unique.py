@@ -121,7 +121,7 @@ def statement_ab(base_src: Path, rounds: int, size: int = 1000) -> dict[str, lis
     import psycopg
 
     from cronwheel.cluster.commands import runs
-    from cronwheel.localservers import LocalPostgres
+    from cronwheel.devtools.localservers import LocalPostgres
     from cronwheel.storage import migrate
     from cronwheel.storage.executions import BRIEF_COLUMNS, ExecutionsPort, _insert_query
     from cronwheel.storage.queries import parse
@@ -190,7 +190,7 @@ def main() -> None:
     plan: list[tuple[str, str | None, bool]] = [("plain", None, False), ("unique", None, True)]
     if base:
         plan.insert(0, ("baseline plain", base, False))
-    from cronwheel.localservers import LocalPostgres
+    from cronwheel.devtools.localservers import LocalPostgres
 
     with LocalPostgres() as pg:  # one server for the run, a fresh database per measurement
         for r in range(args.repeat):

@@ -39,7 +39,7 @@ violated invariant exits 1 with history.json, report.json and every log kept und
 faults on the same targets (scenarios.plan is pure); timings are real and vary.
 
 Chaos drives the product only through the Client, the CLI and processes, and imports no server
-code (cronwheel.cluster, .storage, .cron, .wheel): the harness migrates through `cronwheel
+code (cronwheel.cluster, .storage, .cron, .wheel): the harness (cronwheel.devtools) migrates through `cronwheel
 migrate` and reads etcd through its JSON gateway, the test-only hooks are named by
 cronwheel.failpoints, and the checkers, the model and the history import nothing of cronwheel but
 the shared leaves; the nodes' own settings the checkers judge by (queue-ahead, --max-clock-skew)
@@ -47,5 +47,5 @@ come from their node_started log lines. tests/unit/test_architecture.py holds th
 """
 
 # Before anything here imports gRPC: the runner starts and restarts nodes, workers and servers
-# while its own clients are busy, so gRPC's fork handlers must be off (cronwheel.localservers).
-import cronwheel.localservers  # noqa: F401, E402
+# while its own clients are busy, so gRPC's fork handlers must be off (cronwheel.devtools.localservers).
+import cronwheel.devtools.localservers  # noqa: F401, E402

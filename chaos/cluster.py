@@ -29,10 +29,10 @@ from typing import Any
 import psycopg
 
 from chaos import netns
-from chaos.harness import NodeProc, ProcessCluster
 from chaos.history import HealthSample
+from cronwheel.devtools.harness import NodeProc, ProcessCluster
+from cronwheel.devtools.localservers import free_port
 from cronwheel.failpoints import KEEPALIVE_FAULTS_ENV, STALL_FAULTS_ENV
-from cronwheel.localservers import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WORKER_MODULE = "chaos.workload_jobs"

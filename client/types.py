@@ -3,7 +3,7 @@ documents as Python values (dicts for payloads and results); enums as `StrEnum` 
 the CLI's words (`"run_once"`, `"buffer_one"`, ...).
 
 The enums are derived from the generated contract (cronwheel.v1.enums), never copied by hand:
-a value added to the .proto appears here with the next `proto/generate.py`. A field the server
+a value added to the .proto appears here with the next `tools/generate.py`. A field the server
 leaves unset is None (a duration, a time, an enum zero value).
 """
 

@@ -35,6 +35,7 @@ import grpc
 from cronwheel import __version__, tracing
 from cronwheel.clock import Clock, SystemClock
 from cronwheel.cluster.api import reflection, services
+from cronwheel.cluster.api.dispatch_service import DispatchService
 from cronwheel.cluster.api.health import Health, wait_ready
 from cronwheel.cluster.api.tokens import TokenCache
 from cronwheel.cluster.coordination.clock_skew import ClockSkewConfig, ClockSkewGuard, SkewState
@@ -43,7 +44,6 @@ from cronwheel.cluster.coordination.etcd import Etcd, EtcdSecurity
 from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher
 from cronwheel.cluster.dispatch.reaper import Reaper
-from cronwheel.cluster.dispatch.service import DispatchService
 from cronwheel.cluster.firing.firer import Firer, FiringConfig
 from cronwheel.cluster.metrics import Metrics
 from cronwheel.cluster.notifications import ChangeListener

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 # The test process talks gRPC and also starts servers, nodes and workers: gRPC's fork handlers
-# must be off before any test module imports gRPC (the rule and why: cronwheel.localservers).
-import cronwheel.localservers  # noqa: F401
+# must be off before any test module imports gRPC (the rule and why: cronwheel.devtools.localservers).
+import cronwheel.devtools.localservers  # noqa: F401
 
 # Tests send Ctrl-C (SIGINT) to the CLIs they start (`events --follow`, `dev`) and expect exit
 # code 130. A test run started as a background job of a shell without job control (`cmd &` in a

@@ -1,4 +1,5 @@
-"""The gRPC edge: SchedulerService, AdminService, authentication and the one table that maps
+"""The gRPC edge, every servicer (SchedulerService, AdminService, DispatchService over
+cluster.dispatch, ...), authentication and the one table that maps
 domain errors to status codes (`grpc_errors`). Servicers convert requests (`convert`), call
 `cluster.commands`, and convert the answers back; they decide nothing themselves.
 

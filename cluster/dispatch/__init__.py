@@ -1,8 +1,8 @@
 """Dispatch: workers lease runs, heartbeat, checkpoint and finish them with a fencing token.
 
-`Dispatcher` (claims and outcomes), `polls` (the waiting lease calls and their caps), `service`
-(the DispatchService servicer), `reaper` (lapsed leases, timeouts, retries, the dead man's
-switch), `policy` (pure: the one retry policy and the
+`Dispatcher` (claims and outcomes), `polls` (the waiting lease calls and their caps; the
+DispatchService servicer over them is cluster/api/dispatch_service.py), `reaper` (lapsed
+leases, timeouts, retries, the dead man's switch), `policy` (pure: the one retry policy and the
 priority order, used by the worker path and the reaper alike: the SQL only applies its
 decisions), `faults` (test-only, off unless its environment variable is set: the chaos suite's
 completion stall).

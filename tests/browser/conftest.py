@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from cronwheel.localservers import die_with_parent, free_port
+from cronwheel.devtools.localservers import die_with_parent, free_port
 from tests.e2e.api_cluster import TOKENS, api_cluster
 from tests.e2e.helpers import wait_until
 

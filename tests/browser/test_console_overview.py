@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from chaos.harness import ProcessCluster
+from cronwheel.devtools.harness import ProcessCluster
 from tests.browser.conftest import Browser, ConsoleProc, _require_chromium, make_driver, start_console
 from tests.e2e.api_cluster import TOKENS, write_auth_file
 

@@ -491,7 +491,7 @@ def test_a_zombie_that_ignores_its_lease_against_an_unfenced_database_fails_the_
     import psycopg
 
     from chaos.collect import collect
-    from chaos.harness import ProcessCluster, create_schedules
+    from cronwheel.devtools.harness import ProcessCluster, create_schedules
 
     ttl, parts = 3, 8
     (tmp_path / "c").mkdir()
@@ -567,7 +567,7 @@ def test_early_fires_are_judged_by_the_bounds_the_nodes_stated_and_not_without_t
 def test_the_collector_records_the_settings_each_node_states_when_it_starts() -> None:
     """A real node's node_started line carries its queue-ahead and its --max-clock-skew."""
     from chaos.collect import read_node_settings
-    from chaos.harness import ProcessCluster
+    from cronwheel.devtools.harness import ProcessCluster
 
     with ProcessCluster(partitions=2, lease_ttl_s=3) as c:
         c.start_node("n1", "--max-clock-skew", "1.5")

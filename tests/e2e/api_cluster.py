@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from chaos.harness import ProcessCluster
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.v1 import admin_pb2_grpc, common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 from .helpers import wait_until

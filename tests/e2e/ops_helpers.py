@@ -9,7 +9,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from chaos.harness import NodeProc
+from cronwheel.devtools.harness import NodeProc
 
 from .helpers import wait_until
 

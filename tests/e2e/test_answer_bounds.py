@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import Client
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.dispatch_limits import ANSWER_ROWS_BYTES
 
 from .api_cluster import TOKENS, api_cluster

@@ -18,7 +18,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from chaos.harness import ProcessCluster
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.v1 import admin_pb2, common_pb2, scheduler_pb2
 
 from .api_cluster import YEARLY, Api, api_cluster

@@ -10,7 +10,7 @@ import grpc
 import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from chaos.harness import ProcessCluster
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.v1 import scheduler_pb2
 
 from .api_cluster import TOKENS, api_cluster

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from chaos.harness import ProcessCluster
+from cronwheel.devtools.harness import ProcessCluster
 
 from .helpers import CRONWHEEL, ok_json, one_line_error, run_cli, wait_until
 

@@ -15,7 +15,6 @@ from typing import Any
 import grpc
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import (
     AlreadyExists,
     AsyncClient,
@@ -38,6 +37,7 @@ from cronwheel.client import (
     Unavailable,
     Worker,
 )
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.errors import NotFound as DomainNotFound
 
 from .api_cluster import TOKENS, YEARLY, api_cluster

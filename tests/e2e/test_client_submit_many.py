@@ -16,8 +16,8 @@ from typing import Any
 import grpc
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import AsyncClient, Client, ExecutionState, InvalidArgument, JobSpec
+from cronwheel.devtools.harness import ProcessCluster
 
 from .api_cluster import TOKENS, api_cluster
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import AsyncClient, Client, Unavailable
+from cronwheel.devtools.harness import ProcessCluster
 
 from .api_cluster import TOKENS, write_auth_file
 

@@ -14,7 +14,7 @@ import uuid
 import grpc
 import pytest
 
-from chaos.harness import ProcessCluster
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
 from .helpers import wait_until

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.cluster.coordination.assignment import assign, moved
+from cronwheel.devtools.harness import ProcessCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

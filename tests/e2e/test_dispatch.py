@@ -15,9 +15,9 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from chaos.harness import ProcessCluster, read_jsonl, submit_jobs
 from cronwheel.client import RetryPolicy
 from cronwheel.client.worker_policy import max_lease_calls
+from cronwheel.devtools.harness import ProcessCluster, read_jsonl, submit_jobs
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
 from .helpers import observe_for, proc_state, wait_until

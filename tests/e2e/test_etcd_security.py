@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from chaos.harness import ProcessCluster, create_schedules
 from cronwheel.cluster.coordination.etcd import Etcd, EtcdSecurity
+from cronwheel.devtools.harness import ProcessCluster, create_schedules
+from cronwheel.devtools.localservers import die_with_parent, find_etcd_bin, free_port
 from cronwheel.errors import Unavailable
-from cronwheel.localservers import die_with_parent, find_etcd_bin, free_port
 
 from .helpers import wait_until
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from chaos.harness import ProcessCluster, create_schedules
 from cronwheel.client import Schedule
 from cronwheel.cluster.firing.firer import FiringConfig
 from cronwheel.cron import parse_dst_policy, parse_schedule
+from cronwheel.devtools.harness import ProcessCluster, create_schedules
 
 from .helpers import cursors_past, observe_for, run_cli, wait_until
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import Client
+from cronwheel.devtools.harness import ProcessCluster
 
 from .helpers import run_cli, wait_until
 

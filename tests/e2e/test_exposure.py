@@ -21,9 +21,9 @@ from typing import Any
 import grpc
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.cluster.coordination.etcd import Etcd
-from cronwheel.localservers import free_port
+from cronwheel.devtools.harness import ProcessCluster
+from cronwheel.devtools.localservers import free_port
 from cronwheel.v1 import admin_pb2
 
 from .api_cluster import TOKENS, Api, write_auth_file

@@ -11,10 +11,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from chaos.harness import ProcessCluster, create_schedules
 from cronwheel.client import Schedule
 from cronwheel.cluster.firing.firer import FiringConfig
 from cronwheel.cron import parse_schedule
+from cronwheel.devtools.harness import ProcessCluster, create_schedules
 
 from .helpers import cursors_past, observe_for, wait_until
 

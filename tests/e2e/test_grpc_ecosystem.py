@@ -13,8 +13,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from chaos.harness import ProcessCluster
 from cronwheel.cluster.api.reflection import V1_METHOD, v1_messages
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.v1 import common_pb2, scheduler_pb2
 
 from .api_cluster import TOKENS, YEARLY, Api, api_cluster

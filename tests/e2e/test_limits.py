@@ -14,8 +14,8 @@ from datetime import datetime
 import grpc
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import Client, InvalidArgument, JobSpec
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 from .helpers import wait_until

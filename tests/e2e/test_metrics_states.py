@@ -11,7 +11,7 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from chaos.harness import NodeProc, ProcessCluster
+from cronwheel.devtools.harness import NodeProc, ProcessCluster
 from cronwheel.v1 import common_pb2, dispatch_pb2, dispatch_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
 from .helpers import wait_until

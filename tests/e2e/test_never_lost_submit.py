@@ -20,9 +20,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import Client, JobSpec
 from cronwheel.client.errors import ResourceExhausted
+from cronwheel.devtools.harness import ProcessCluster
 
 from .helpers import wait_until
 

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from chaos.harness import NodeProc, ProcessCluster
 from cronwheel.cluster.coordination.etcd import Etcd
-from cronwheel.localservers import LocalEtcd, free_port
+from cronwheel.devtools.harness import NodeProc, ProcessCluster
+from cronwheel.devtools.localservers import LocalEtcd, free_port
 
 from .helpers import run_cli
 

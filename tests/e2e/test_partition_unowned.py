@@ -16,10 +16,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import Client
 from cronwheel.cluster.coordination.assignment import assign
 from cronwheel.cluster.coordination.etcd import Etcd
+from cronwheel.devtools.harness import ProcessCluster
 
 from .helpers import observe_for, wait_until
 from .test_webhooks import FLAGS

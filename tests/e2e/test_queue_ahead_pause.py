@@ -21,8 +21,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import Client
+from cronwheel.devtools.harness import ProcessCluster
 
 from .helpers import cursors_past, wait_until
 

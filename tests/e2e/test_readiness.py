@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from chaos.harness import ProcessCluster
+from cronwheel.devtools.harness import ProcessCluster
 
 from .helpers import wait_until
 from .ops_helpers import CRONWHEEL_SERVICES, NOT_SERVING, SERVING, health

@@ -19,9 +19,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import Client
 from cronwheel.client.errors import InvalidArgument
+from cronwheel.devtools.harness import ProcessCluster
 
 from .helpers import observe_for, run_cli, wait_until
 

@@ -12,8 +12,8 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import Client
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
 from .api_cluster import TOKENS, api_cluster

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from chaos.harness import ProcessCluster
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.v1 import common_pb2, scheduler_pb2
 
 from .api_cluster import Api, api_cluster

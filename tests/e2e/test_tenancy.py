@@ -14,7 +14,7 @@ import pytest
 from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from chaos.harness import ProcessCluster
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.v1 import admin_pb2, common_pb2, scheduler_pb2
 
 from .api_cluster import Api, api_cluster

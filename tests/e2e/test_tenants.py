@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import (
     AlreadyExists,
     Client,
@@ -23,6 +22,7 @@ from cronwheel.client import (
     PermissionDenied,
     ResourceExhausted,
 )
+from cronwheel.devtools.harness import ProcessCluster
 
 from .api_cluster import TOKENS, YEARLY, api_cluster
 from .helpers import run_cli, wait_until

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from chaos.harness import ProcessCluster, create_schedules
 from cronwheel.client import Client, Schedule
 from cronwheel.cluster.firing.firer import FiringConfig
 from cronwheel.cron import jitter_offset_s
+from cronwheel.devtools.harness import ProcessCluster, create_schedules
 
 from .helpers import wait_until
 from .test_dispatch import MODULE, wenv

@@ -18,7 +18,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import (
     Client,
     InvalidArgument,
@@ -26,6 +25,7 @@ from cronwheel.client import (
     PermissionDenied,
     Unauthenticated,
 )
+from cronwheel.devtools.harness import ProcessCluster
 
 from .api_cluster import TOKENS, YEARLY, write_auth_file
 from .helpers import run_cli, wait_until

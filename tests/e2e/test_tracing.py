@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import Client
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.tracing import TRACE_FILE_ENV
 
 from .helpers import wait_until

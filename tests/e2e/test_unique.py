@@ -15,7 +15,6 @@ from datetime import timedelta
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import (
     AsyncClient,
     Client,
@@ -27,6 +26,7 @@ from cronwheel.client import (
     Unique,
     Worker,
 )
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.v1 import common_pb2, scheduler_pb2
 
 from .api_cluster import TOKENS, Api, write_auth_file

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import Client, InvalidArgument, ResourceExhausted
+from cronwheel.devtools.harness import ProcessCluster
 from tests.egress_cases import REFUSED_HOSTS
 
 from .helpers import observe_for, run_cli, wait_until

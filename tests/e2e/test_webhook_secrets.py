@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.harness import NodeProc, ProcessCluster
 from cronwheel.client import Client, verify_webhook_signature
+from cronwheel.devtools.harness import NodeProc, ProcessCluster
 from cronwheel.secret_store import key_id_of, new_key_line
 
 from .helpers import run_cli, wait_until

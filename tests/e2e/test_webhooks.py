@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import Client, InvalidArgument, NotFound, PermissionDenied, RetryPolicy, verify_webhook_signature
+from cronwheel.devtools.harness import ProcessCluster
 
 from .helpers import observe_for, run_cli, wait_until
 from .ops_helpers import value

@@ -21,8 +21,8 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from chaos.harness import ProcessCluster
 from cronwheel.client import JobContext, Worker, WorkerStopped
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.v1 import common_pb2, scheduler_pb2
 
 from .api_cluster import TOKENS, Api, api_cluster, write_auth_file

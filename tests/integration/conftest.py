@@ -1,5 +1,5 @@
 """Real PostgreSQL and etcd for integration tests: started once per session by the project
-itself (cronwheel.localservers), one fresh database per test cloned from a migrated template."""
+itself (cronwheel.devtools.localservers), one fresh database per test cloned from a migrated template."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from cronwheel.localservers import LocalEtcd, LocalPostgres
+from cronwheel.devtools.localservers import LocalEtcd, LocalPostgres
 from cronwheel.storage import PgStore, StoreConfig, migrate
 from tests.conftest import require_pg15
 

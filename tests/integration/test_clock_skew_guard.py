@@ -21,7 +21,7 @@ from cronwheel.clock import SystemClock
 from cronwheel.cluster.coordination.clock_skew import ClockSkewConfig
 from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
 from cronwheel.cluster.node import Node, NodeConfig
-from cronwheel.localservers import LocalEtcd
+from cronwheel.devtools.localservers import LocalEtcd
 from cronwheel.storage import PgStore
 from tests.e2e.helpers import wait_until_async
 

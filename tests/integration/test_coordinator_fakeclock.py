@@ -16,7 +16,7 @@ from cronwheel.clock import FakeClock
 from cronwheel.cluster.coordination.coordinator import Coordinator
 from cronwheel.cluster.coordination.etcd import Etcd
 from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
-from cronwheel.localservers import LocalEtcd
+from cronwheel.devtools.localservers import LocalEtcd
 from cronwheel.storage import PgStore
 
 from .conftest import TEST_PARTITIONS

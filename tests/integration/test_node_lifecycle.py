@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
 from cronwheel.cluster.node import Node, NodeConfig
-from cronwheel.localservers import LocalEtcd
+from cronwheel.devtools.localservers import LocalEtcd
 from cronwheel.v1 import admin_pb2, admin_pb2_grpc
 from tests.e2e.helpers import wait_until_async
 

@@ -1,7 +1,7 @@
 """docker-compose.yml and the Dockerfile agree with the code they run.
 
 Every cronwheel service's command must be a real subcommand whose flags the CLI's own parser
-accepts (`cronwheel.cli.build_parser()`), the etcd members must form one cluster, the nodes and
+accepts (`cronwheel.cli.main.build_parser()`), the etcd members must form one cluster, the nodes and
 workers must point at services that exist, and the host ports must not clash.
 
 Why a purpose-built parser: it reads docker-compose.yml exactly, and refuses what YAML 1.1 and
@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from cronwheel.cli import UsageError, build_parser
+from cronwheel.cli.main import UsageError, build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"

@@ -14,7 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PROTO_ROOT = REPO / "proto"
 PACKAGE_DIR = PROTO_ROOT / "cronwheel" / "v1"
-REGENERATE = "run `python proto/generate.py` and commit the result"
+REGENERATE = "run `python tools/generate.py` and commit the result"
 
 # The RPCs of DESIGN.md ("The API"), per service.
 EXPECTED_RPCS = {
@@ -48,7 +48,7 @@ EXPECTED_RPCS = {
 
 
 def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cronwheel_proto_generate", PROTO_ROOT / "generate.py")
+    spec = importlib.util.spec_from_file_location("cronwheel_proto_generate", REPO / "tools" / "generate.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -1,4 +1,4 @@
-"""docs/api.md is generated from the .proto comments (proto/apidoc.py) and kept in step with them.
+"""docs/api.md is generated from the .proto comments (tools/apidoc.py) and kept in step with them.
 
 The generator's hand-written parser is checked against the descriptors protoc compiled into the
 generated stubs, so the reference can neither miss nor invent a service, RPC, message, field,
@@ -25,7 +25,7 @@ FILES = (scheduler_pb2, dispatch_pb2, admin_pb2, common_pb2)
 
 
 def _load_apidoc() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cronwheel_apidoc", ROOT / "proto" / "apidoc.py")
+    spec = importlib.util.spec_from_file_location("cronwheel_apidoc", ROOT / "tools" / "apidoc.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
@@ -43,7 +43,7 @@ def parsed() -> list[Any]:
 
 @pytest.fixture(scope="module")
 def api_md() -> str:
-    assert API_MD.is_file(), "docs/api.md is missing: run `python proto/apidoc.py`"
+    assert API_MD.is_file(), "docs/api.md is missing: run `python tools/apidoc.py`"
     return API_MD.read_text(encoding="utf-8")
 
 
@@ -59,7 +59,7 @@ def _section(md: str, anchor: str) -> str:
 
 def test_api_md_is_the_rendering_of_the_proto_comments(api_md: str) -> None:
     if api_md != apidoc.render():
-        pytest.fail("docs/api.md is stale: run `python proto/apidoc.py` and commit docs/api.md")
+        pytest.fail("docs/api.md is stale: run `python tools/apidoc.py` and commit docs/api.md")
 
 
 def test_every_rpc_of_every_service_is_documented_with_its_errors(api_md: str) -> None:

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from cronwheel.cli_apply import BadFile, load
+from cronwheel.cli.apply import BadFile, load
 from cronwheel.client import RetryPolicy, SpecError, calls
 from cronwheel.client import apply as a
 from cronwheel.clock import FakeClock

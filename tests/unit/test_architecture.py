@@ -13,9 +13,14 @@ tables name only modules that exist (test_the_tables_name_only_what_exists).
                 The client is a peer of cluster that imports only the contract. A shared leaf
                 imports only leaves.
     console     the web console imports the Client only (and the shared leaves)
+    cli         the CLI's command modules go through the Client: only the server commands'
+                module (migrate, dev, node, worker: cli/commands.py) imports cluster or storage
+    devtools    no product room (the layers, the shared leaves, the console, the CLI but its
+                server commands) imports the dev tools (cronwheel/devtools/)
     chaos       chaos drives the product through the Client, the CLI and processes (the dev
                 tools start the servers); its checker, model and history import no cronwheel
                 code but the shared leaves
+    servicers   every gRPC servicer (a class over a generated `*Servicer`) lives in cluster/api/
     pure_core   wheel and cron do no I/O: no asyncio, socket, psycopg, grpc, os, time and the
                 like, no clock reads (`datetime.now()`), no open() or print()
     no_sql      cluster runs no SQL: no psycopg, no query loader, no query run by name, no SQL
@@ -60,16 +65,21 @@ ONLY: dict[str, set[str]] = {"cronwheel.client": {"cronwheel.v1"}}
 LEAVES = {"cronwheel", "cronwheel.clock", "cronwheel.dispatch_limits", "cronwheel.egress", "cronwheel.entropy",
           "cronwheel.errors", "cronwheel.failpoints", "cronwheel.heap", "cronwheel.jitter", "cronwheel.logs",
           "cronwheel.secret_store", "cronwheel.tracing"}
-# Dev tools: real servers on loopback for `cronwheel dev`, the tests, bench and chaos. A leaf for
-# them; no layer and not the console imports it.
-TOOLS = {"cronwheel.localservers"}
-# The top: the CLI, the console, dev. It may import anything; only chaos (the CLI's entry) and
-# the tests import it.
-TOP = re.compile(r"cronwheel\.(cli\w*|console|dev|__main__)(\..+)?")
+# The dev tools (cronwheel/devtools/): real servers on loopback, `cronwheel dev`, the demo worker
+# and the process harness of the tests, bench and chaos. They may import anything; no product room
+# imports them but the CLI's server commands (`cronwheel dev`).
+DEVTOOLS = "cronwheel.devtools"
+# The top: the CLI and the console. It may import anything; only chaos and the dev tools (the
+# CLI's entry) and the tests import it.
+TOP = re.compile(r"cronwheel\.(cli|console|__main__)(\..+)?")
 CONSOLE = "cronwheel.console"
+# The CLI's server commands (node, migrate, worker, dev, secrets): the one module of cli/ that may
+# import cluster and storage; the other command modules go through the Client.
+CLI_SERVER = {"cronwheel.cli.commands"}
+SERVER = ("cronwheel.cluster", "cronwheel.storage")
 CLIENT = "cronwheel.client"
-# The CLI's entry (`main`): chaos migrates through it (harness.py) and runs a skewed node in-process
-# through it (skewed.py).
+# The CLI's entry (`main`): the harness (devtools/harness.py) migrates through it and chaos runs a
+# skewed node in-process through it (skewed.py).
 CLI = "cronwheel.cli"
 # chaos's judges: pure functions of a recorded history.
 JUDGES = re.compile(r"chaos\.(checker\w*|model|history)")
@@ -84,7 +94,7 @@ DB_CALLS = {"q", "cursor", "execute", "executemany", "fetchone", "fetchall", "fe
 QUERY_RUNNERS = {"fetch_all", "fetch_one", "stream", "fetch", "one"}
 SQL_TEXT = re.compile(r"\bSELECT\b.+\bFROM\b|\bINSERT INTO\b|\bUPDATE \w+ SET\b|\bDELETE FROM\b|\bON CONFLICT\b"
                       r"|\b(CREATE|ALTER|DROP) (TABLE|INDEX|FUNCTION)\b|\b(LISTEN|NOTIFY) \w|\bpg_notify\(", re.S)
-DOOR_DIRS = ("chaos", "tests/e2e", "tests/chaos")
+DOOR_DIRS = ("chaos", "cronwheel/devtools", "tests/e2e", "tests/chaos")
 BEHIND_THE_DOOR = ("cronwheel.cluster.commands",)
 STORE_NAMES = {"PgStore", "StoreConfig"}
 
@@ -139,7 +149,7 @@ def raw_imports(text: str, path: str) -> tuple[tuple[int, str, tuple[str, ...]],
 
 def imports(path: str, text: str, known: frozenset[str]) -> list[tuple[int, str]]:
     """(line, module) of each import of a file; `from p import m` counts as `p.m` when that is a
-    module (so `from cronwheel import cli_api` is not `cronwheel`), and as `p` otherwise."""
+    module (so `from cronwheel.cli import api` is not `cronwheel.cli`), and as `p` otherwise."""
     out: list[tuple[int, str]] = []
     for line, base, names in raw_imports(text, path):
         subs = [f"{base}.{n}" for n in names if f"{base}.{n}" in known]
@@ -210,7 +220,7 @@ def rule_layers(src: Sources) -> list[str]:
     for path, line, importer, m in cronwheel_imports(src, product):
         own, other = layer_of(importer), layer_of(m)
         where = f"{path}:{line}"
-        if importer in LEAVES | TOOLS and m not in LEAVES:
+        if importer in LEAVES and m not in LEAVES:
             bad.append(f"{where}: the leaf {importer} imports {m}")
         if own is None or m in LEAVES or within(m, own):
             continue
@@ -231,13 +241,40 @@ def rule_console(src: Sources) -> list[str]:
             if not (within(m, CONSOLE) or within(m, CLIENT) or m in LEAVES)]
 
 
+def rule_cli(src: Sources) -> list[str]:
+    return [f"{path}:{line}: {importer} imports {m} (only the server commands, {sorted(CLI_SERVER)}; "
+            "the others go through the Client)"
+            for path, line, importer, m in cronwheel_imports(src, "cronwheel/cli/")
+            if importer not in CLI_SERVER and any(within(m, s) for s in SERVER)]
+
+
+def rule_devtools(src: Sources) -> list[str]:
+    product = tuple(f + "/" for f, name in FOLDERS.items() if within(name, "cronwheel"))
+    return [f"{path}:{line}: {importer} imports the dev tool {m} (only the CLI's server commands may)"
+            for path, line, importer, m in cronwheel_imports(src, product)
+            if within(m, DEVTOOLS) and not within(importer, DEVTOOLS) and importer not in CLI_SERVER]
+
+
 def rule_chaos(src: Sources) -> list[str]:
     bad = []
     for path, line, importer, m in cronwheel_imports(src, "chaos/"):
         if JUDGES.fullmatch(importer) and m not in LEAVES:
             bad.append(f"{path}:{line}: {importer} judges a history and imports {m} (shared leaves only)")
-        elif not (within(m, CLIENT) or within(m, CLI) or m in LEAVES | TOOLS):
+        elif not (within(m, CLIENT) or within(m, CLI) or within(m, DEVTOOLS) or m in LEAVES):
             bad.append(f"{path}:{line}: chaos imports {m} (the Client, the CLI and processes only)")
+    return bad
+
+
+def rule_servicers(src: Sources) -> list[str]:
+    bad = []
+    for path, text in sorted(src.items()):
+        if path.startswith("cluster/api/") or not within(module_of(path), "cronwheel"):
+            continue
+        for node in ast.walk(parsed(text, path)):
+            if isinstance(node, ast.ClassDef) and any(
+                    (b.attr if isinstance(b, ast.Attribute) else b.id if isinstance(b, ast.Name) else "")
+                    .endswith("Servicer") for b in node.bases):
+                bad.append(f"{path}:{node.lineno}: the servicer {node.name} lives outside cluster/api/")
     return bad
 
 
@@ -319,8 +356,9 @@ def rule_door(src: Sources) -> list[str]:
 
 
 RULES: dict[str, Callable[[Sources], list[str]]] = {
-    "layers": rule_layers, "console": rule_console, "chaos": rule_chaos, "pure_core": rule_pure_core,
-    "no_sql": rule_no_sql, "clock": rule_clock, "bench": rule_bench, "door": rule_door,
+    "layers": rule_layers, "console": rule_console, "cli": rule_cli, "devtools": rule_devtools, "chaos": rule_chaos,
+    "servicers": rule_servicers, "pure_core": rule_pure_core, "no_sql": rule_no_sql, "clock": rule_clock,
+    "bench": rule_bench, "door": rule_door,
 }
 
 
@@ -341,14 +379,14 @@ def test_the_tables_name_only_what_exists() -> None:
     """The layer test once named a module that no longer existed: every module the tables name is
     in the tree, and every package pyproject maps is read."""
     modules = {module_of(p) for p in tree()}
-    named = LEAVES | TOOLS | set(LAYERS) | {CONSOLE, CLIENT, CLI} | set(BEHIND_THE_DOOR)
+    named = LEAVES | set(LAYERS) | {DEVTOOLS, CONSOLE, CLIENT, CLI} | set(BEHIND_THE_DOOR) | CLI_SERVER
     named |= {m for ms in ONLY.values() for m in ms}
     assert sorted(named - modules) == []
     package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
     assert {folder: name for name, folder in package_dir.items()}.items() <= FOLDERS.items()
     unplaced = [m for m in modules if within(m, "cronwheel") and not (
-        layer_of(m) or m in LEAVES | TOOLS or TOP.fullmatch(m))]
-    assert unplaced == [], "a module of cronwheel/ is a shared leaf (LEAVES), a dev tool (TOOLS) or the top (TOP)"
+        layer_of(m) or m in LEAVES or within(m, DEVTOOLS) or TOP.fullmatch(m))]
+    assert unplaced == [], "a module of cronwheel/ is a shared leaf (LEAVES), a dev tool (DEVTOOLS) or the top (TOP)"
 
 
 # ------------------------------------------------------------------------------ planted violations
@@ -364,24 +402,40 @@ PLANTED: list[Plant] = [
     ("layers", "client/planted.py", "from cronwheel.storage.store import PgStore"),
     ("layers", "client/planted.py", "from ..cluster.node import Node"),
     ("layers", "client/planted.py", "from .. import storage"),
-    ("layers", "client/planted.py", "from cronwheel import cli_api"),
-    ("layers", "storage/planted.py", "from cronwheel.localservers import LocalPostgres"),
+    ("layers", "client/planted.py", "from cronwheel.cli import api"),
+    ("layers", "storage/planted.py", "from cronwheel.devtools.localservers import LocalPostgres"),
     ("layers", "storage/planted.py", "from cronwheel.console import app"),
     ("layers", "cluster/planted.py", "from cronwheel.cli import main"),
     ("layers", "cronwheel/errors.py", "\nfrom cronwheel.storage import PgStore\n"),
     ("console", "cronwheel/console/planted.py", "from cronwheel.cluster.api import auth"),
     ("console", "cronwheel/console/planted.py", "from cronwheel.v1 import scheduler_pb2"),
     ("console", "cronwheel/console/planted.py", "from cronwheel.storage import PgStore"),
-    ("console", "cronwheel/console/app.py", "\nfrom cronwheel import dev\n"),
+    ("console", "cronwheel/console/app.py", "\nfrom cronwheel.devtools import dev\n"),
+    ("cli", "cronwheel/cli/api.py", "\nfrom cronwheel.cluster.api.auth import load_auth\n"),
+    ("cli", "cronwheel/cli/console.py", "\ndef f():\n    from cronwheel.cluster.api.auth import exposure_refusal\n"),
+    ("cli", "cronwheel/cli/webhook.py", "\nfrom cronwheel.cluster.webhooks import sender\n"),
+    ("cli", "cronwheel/cli/planted.py", "from cronwheel.storage import PgStore"),
+    ("cli", "cronwheel/cli/planted.py", "from ..cluster import node"),
     ("chaos", "chaos/planted.py", "from cronwheel.cluster.firing.firer import FiringConfig"),
     ("chaos", "chaos/planted.py", "from cronwheel.storage import migrate"),
     ("chaos", "chaos/planted.py", "from cronwheel.cron import jitter_offset_s"),
     ("chaos", "chaos/planted.py", "import cronwheel.wheel"),
     ("chaos", "chaos/planted.py", "from cronwheel.v1 import scheduler_pb2"),
-    ("chaos", "chaos/harness.py", "\nfrom cronwheel.cluster.coordination.etcd import Etcd\n"),
+    ("chaos", "chaos/cluster.py", "\nfrom cronwheel.cluster.coordination.etcd import Etcd\n"),
     ("chaos", "chaos/checker_planted.py", "from cronwheel.client import Client"),
     ("chaos", "chaos/model.py", "\nfrom cronwheel.cli import main\n"),
-    ("chaos", "chaos/history.py", "\nfrom cronwheel.localservers import free_port\n"),
+    ("chaos", "chaos/history.py", "\nfrom cronwheel.devtools.localservers import free_port\n"),
+    ("devtools", "cluster/planted.py", "from cronwheel.devtools.localservers import LocalEtcd"),
+    ("devtools", "storage/planted.py", "import cronwheel.devtools"),
+    ("devtools", "client/planted.py", "from cronwheel.devtools import demo"),
+    ("devtools", "cron/planted.py", "from cronwheel.devtools.harness import ProcessCluster"),
+    ("devtools", "cronwheel/console/app.py", "\nfrom cronwheel.devtools.dev import run_dev\n"),
+    ("devtools", "cronwheel/cli/api.py", "\nfrom cronwheel.devtools.harness import ProcessCluster\n"),
+    ("devtools", "cronwheel/errors.py", "\nfrom cronwheel.devtools import localservers\n"),
+    ("servicers", "cluster/dispatch/planted.py", "from cronwheel.v1 import dispatch_pb2_grpc\n"
+                                                 "class S(dispatch_pb2_grpc.DispatchServiceServicer):\n    pass"),
+    ("servicers", "cluster/planted.py", "from cronwheel.v1.admin_pb2_grpc import AdminServiceServicer\n"
+                                        "class S(AdminServiceServicer):\n    pass"),
     ("pure_core", "cron/planted.py", "import asyncio"),
     ("pure_core", "cron/planted.py", "import time"),
     ("pure_core", "wheel/planted.py", "import socket"),
@@ -426,9 +480,18 @@ ALLOWED: list[Plant] = [
     ("layers", "cron/planted.py", "from cronwheel.errors import InvalidArgument\nfrom cronwheel import jitter"),
     ("console", "cronwheel/console/planted.py", "from cronwheel.client import Client\nfrom . import forms\n"
                                                 "from cronwheel.clock import Clock"),
+    ("cli", "cronwheel/cli/planted.py", "from cronwheel.client import Client\nfrom cronwheel.cli.commands import "
+                                        "exposure_refusal\nfrom cronwheel.errors import InvalidArgument"),
+    ("cli", "cronwheel/cli/commands.py", "\nfrom cronwheel.storage import PgStore\n"),
     ("chaos", "chaos/planted.py", "from cronwheel.client import Client\nfrom cronwheel.cli import main\n"
-                                  "from cronwheel.localservers import LocalEtcd\nimport psycopg"),
+                                  "from cronwheel.devtools.localservers import LocalEtcd\nimport psycopg\n"
+                                  "from cronwheel.devtools.harness import ProcessCluster"),
     ("chaos", "chaos/checker_planted.py", "from chaos.history import History\nfrom cronwheel import jitter"),
+    ("devtools", "cronwheel/cli/commands.py", "\nfrom cronwheel.devtools.dev import run_dev\n"),
+    ("devtools", "cronwheel/devtools/planted.py", "from cronwheel.devtools import localservers\n"
+                                                  "from cronwheel.storage.migrate import migrate"),
+    ("servicers", "cluster/api/planted.py", "from cronwheel.v1 import dispatch_pb2_grpc\n"
+                                            "class S(dispatch_pb2_grpc.DispatchServiceServicer):\n    pass"),
     ("pure_core", "cron/planted.py", "from datetime import datetime, UTC\nT = datetime.fromtimestamp(0, UTC)\n"
                                      "import zoneinfo\nimport hashlib"),
     ("no_sql", "cluster/planted.py", "await store.partitions.record_epoch(p, e, 'n1')\n"

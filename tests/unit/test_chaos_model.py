@@ -288,7 +288,7 @@ def test_a_jittered_tick_loaded_before_its_run_time_is_not_missed_by_the_product
 
 
 def test_the_model_and_the_checker_import_nothing_of_the_product_but_the_client() -> None:
-    allowed = ("cronwheel.client", "cronwheel.localservers")
+    allowed = ("cronwheel.client", "cronwheel.devtools.localservers")
     bad = []
     for name in ("model.py", "checker.py", "checker_model.py", "checker_explain.py", "generate.py", "report.py",
                  "history.py"):

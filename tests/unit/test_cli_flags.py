@@ -8,14 +8,15 @@ import argparse
 
 import pytest
 
-from cronwheel import cli, errors
-from cronwheel.cli_api_flags import FLAGS, check_address, closest_zone, flag_for
+from cronwheel import errors
+from cronwheel.cli.flags import FLAGS, check_address, closest_zone, flag_for
+from cronwheel.cli.main import UsageError, build_parser, exit_code
 from cronwheel.client import convert
 from cronwheel.client import errors as client_errors
 
 
 def _flags_of(argv: list[str]) -> set[str]:
-    parser = cli.build_parser()
+    parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     p = sub.choices[argv[0]]
     for word in argv[1:]:
@@ -43,7 +44,7 @@ def test_range_paths_are_the_flags_of_each_command() -> None:
 
 
 @pytest.mark.parametrize(("exc", "code"), [
-    (cli.UsageError("x"), 2), (errors.InvalidArgument("f", "bad"), 2),
+    (UsageError("x"), 2), (errors.InvalidArgument("f", "bad"), 2),
     (client_errors.InvalidArgument("INVALID_ARGUMENT", "f: bad"), 2),
     (client_errors.Unavailable("UNAVAILABLE", "down"), 3), (errors.Unavailable("etcd"), 3),
     (client_errors.DeadlineExceeded("DEADLINE_EXCEEDED", "slow"), 3),
@@ -51,7 +52,7 @@ def test_range_paths_are_the_flags_of_each_command() -> None:
     (client_errors.PermissionDenied("PERMISSION_DENIED", ""), 1), (KeyboardInterrupt(), 130),
 ])
 def test_exit_codes(exc: BaseException, code: int) -> None:
-    assert cli.exit_code(exc) == code
+    assert exit_code(exc) == code
 
 
 def test_a_zone_in_another_case_or_misspelt_suggests_the_real_one() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 
-from cronwheel.cli import build_parser
+from cronwheel.cli.main import build_parser
 from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
 from cronwheel.storage.migrate import migrate
 from cronwheel.storage.partitions import DEFAULT_CLUSTER

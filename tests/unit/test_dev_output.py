@@ -1,11 +1,11 @@
-"""`cronwheel dev`'s wording of a child's exit and of its JSON log lines (cronwheel/dev.py)."""
+"""`cronwheel dev`'s wording of a child's exit and of its JSON log lines (cronwheel/devtools/dev.py)."""
 
 from __future__ import annotations
 
 import json
 import signal
 
-from cronwheel.dev import describe_exit, short_log
+from cronwheel.devtools.dev import describe_exit, short_log
 
 
 def test_an_exit_is_described_by_its_code_or_its_signal() -> None:

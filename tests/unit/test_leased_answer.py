@@ -1,11 +1,11 @@
-"""A LeaseExecutions answer (cluster/dispatch/service.py `add_leased`): each run's fields, its own
+"""A LeaseExecutions answer (cluster/api/dispatch_service.py `add_leased`): each run's fields, its own
 instants even where runs share some (the conversion is kept per instant), and the optional parts."""
 
 from __future__ import annotations
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from cronwheel.cluster.dispatch.service import add_leased
+from cronwheel.cluster.api.dispatch_service import add_leased
 from cronwheel.storage.dispatch import Leased
 from cronwheel.v1 import common_pb2, dispatch_pb2
 

@@ -1,5 +1,5 @@
 """Every process that starts children with a parent-death signal has gRPC's fork handlers off
-before it first imports gRPC (the rule: cronwheel.localservers). Without it a child forked while
+before it first imports gRPC (the rule: cronwheel.devtools.localservers). Without it a child forked while
 the parent's gRPC poller ran could abort before its exec: `python -m chaos run --scenario all
 --seed 5` lost its restarted worker that way in stop 31 (exit -6, `epoll_wait error: Bad file
 descriptor`), since the chaos runner, unlike the test process, never set it."""
@@ -31,8 +31,8 @@ print(seen[0])
 """
 
 
-@pytest.mark.parametrize("module", ["chaos.runner", "chaos.harness", "bench.e2e", "bench.fire", "bench.dispatch",
-                                    "cronwheel.dev"])
+@pytest.mark.parametrize("module", ["chaos.runner", "cronwheel.devtools.harness", "bench.e2e", "bench.fire",
+                                    "bench.dispatch", "cronwheel.devtools.dev"])
 def test_grpc_fork_handlers_are_off_before_grpc_is_first_imported(module: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
     env["PYTHONPATH"] = str(ROOT)

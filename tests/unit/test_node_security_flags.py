@@ -54,6 +54,6 @@ def test_worker_token_file_missing_or_empty_exits_2_naming_it(
     path = tmp_path / "token"
     if content is not None:
         path.write_text(content)
-    assert main(["worker", "cronwheel.client.demo", "--token-file", str(path)]) == 2
+    assert main(["worker", "cronwheel.devtools.demo", "--token-file", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--token-file" in err[0] and str(path) in err[0], err

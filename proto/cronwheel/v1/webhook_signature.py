@@ -1,6 +1,6 @@
 """The webhook signature: part of the wire contract, so both the sender (cluster/webhooks/) and
 receivers (`cronwheel.client.verify_webhook_signature`) use this one definition. Hand-written
-(not generated; proto/generate.py leaves it alone). Pure: the time is an argument.
+(not generated; tools/generate.py leaves it alone). Pure: the time is an argument.
 
 Every delivery carries `Cronwheel-Signature: t=<unix seconds>,v1=<hex>`, where `<hex>` is
 HMAC-SHA256 keyed with the webhook's secret over `f"{t}.{body}"` (the exact request body bytes),

@@ -1,5 +1,8 @@
 """The server-side subcommands of `cronwheel`: migrate, dev, node, worker, secrets (a module of
-`cronwheel.cli.MODULES`: `add_parser` adds them)."""
+`cronwheel.cli.main.MODULES`: `add_parser` adds them). The one module of cli/ that imports
+cronwheel.cluster or cronwheel.storage (tests/unit/test_architecture.py, rule `cli`): the other
+commands go through the Client, and what they need of the server is here (the offline token's
+auth file, the console's exposure rule)."""
 
 from __future__ import annotations
 
@@ -8,10 +11,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cronwheel import cli_webhook
+from cronwheel.cli import webhook as cli_webhook
 
 if TYPE_CHECKING:
     from cronwheel.cluster.retention.policy import RetentionConfig
+    from cronwheel.cluster.webhooks.sender import WebhookConfig
 from cronwheel.errors import InvalidArgument
 
 
@@ -138,7 +142,7 @@ def _configure_dev(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from cronwheel.dev import run_dev
+    from cronwheel.devtools.dev import run_dev
 
     return run_dev(nodes=args.nodes, partitions=args.partitions, logs=args.logs)
 
@@ -190,6 +194,45 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
     _configure_retention(p)
     p.add_argument("--unsafe-ignore-local-trust", action="store_true", help=argparse.SUPPRESS)
     cli_webhook.add_node_options(p)
+
+
+def _webhook_config(args: argparse.Namespace) -> WebhookConfig:
+    """The webhook sender's config from the node's `--webhook-*` flags (cli/webhook.py adds them)."""
+    from cronwheel.cluster.webhooks.sender import WebhookConfig
+    from cronwheel.egress import EgressPolicy
+
+    return WebhookConfig(poll_s=args.webhook_poll, lease_s=args.webhook_lease, timeout_s=args.webhook_timeout,
+                         max_attempts=args.webhook_max_attempts, backoff_initial_s=args.webhook_backoff,
+                         backoff_max_s=args.webhook_backoff_max, retention_days=args.retention_days,
+                         per_tenant=args.webhook_per_tenant, egress=EgressPolicy.parse(args.egress_allow))
+
+
+def write_bootstrap(token_file: str, token: str, auth_file: str, entry: dict[str, Any]) -> None:
+    """`token new --offline --token-file --auth-file` (cli/api.py): the nodes' auth file is server
+    configuration. The entry goes into the auth file first (a node must accept the token before anyone
+    holds it); each file is replaced whole (write, then rename), never seen half-written."""
+    import json
+
+    from cronwheel.cluster.api.auth import load_auth
+
+    auth = Path(auth_file)
+    doc = json.loads(auth.read_text()) if auth.is_file() else {"tokens": []}
+    doc["tokens"].append(entry)
+    for path, text, mode in ((auth, json.dumps(doc, indent=2) + "\n", 0o644), (Path(token_file), token + "\n", 0o600)):
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    load_auth(auth_file)  # what a node will read: refused here, not at the node's start
+
+
+def exposure_refusal(listen: str, authenticated: bool, insecure: bool, *, without: str, remedy: str) -> str | None:
+    """The node's rule (cluster/api/auth.py `exposure_refusal`), for `cronwheel console` too: the
+    rest of cli/ reaches server code only through this module."""
+    from cronwheel.cluster.api import auth
+
+    return auth.exposure_refusal(listen, authenticated, insecure, without=without, remedy=remedy)
 
 
 def _configure_retention(p: argparse.ArgumentParser) -> None:
@@ -261,7 +304,7 @@ def cmd_node(args: argparse.Namespace) -> int:
             advertise=args.advertise, lease=lease, ignore_local_trust=args.unsafe_ignore_local_trust,
             auth_file=args.auth_file, tls_cert=args.tls_cert, tls_key=args.tls_key, secret_keys=keys,
             metrics_listen=args.metrics_listen, retention_days=args.retention_days, retention=_retention(args),
-            webhooks=cli_webhook.node_config(args), clock_skew=ClockSkewConfig(max_skew_s=args.max_clock_skew),
+            webhooks=_webhook_config(args), clock_skew=ClockSkewConfig(max_skew_s=args.max_clock_skew),
             firing=FiringConfig(horizon_s=args.horizon, extend_every_s=extend_every_s,
                                 misfire_grace_s=args.misfire_grace,
                                 # within what the wheel holds (validate's bound), also for a tiny horizon

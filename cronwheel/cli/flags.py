@@ -57,7 +57,7 @@ FLAGS: dict[str, str] = {
     "ca_file": "--tls-ca", "keep_last": "--keep-last", "keep_succeeded_for": "--keep-succeeded-for",
     "keep_failed_for": "--keep-failed-for",
     "unique.args_keys": "--unique-keys", "unique.period": "--unique-period", "unique.states": "--unique-states",
-    # tenant and token commands (cli_tenant, `token` in cli_api)
+    # tenant and token commands (cli.tenant, `token` in cli.api)
     "tenant:tenant.id": "TENANT", "tenant:tenant_id": "TENANT", "tenant:tenant": "TENANT",
     "tenant.max_concurrency": "--max-concurrency", "max_concurrency": "--max-concurrency",
     "tenant.rate_per_s": "--rate-per-s", "rate_per_s": "--rate-per-s", "tenant.burst": "--burst", "burst": "--burst",

@@ -1,5 +1,5 @@
-"""The API subcommands of `cronwheel` besides `schedule` (cli_api_schedule) and `explain`
-(cli_explain), each a call of cronwheel.client.Client:
+"""The API subcommands of `cronwheel` besides `schedule` (cli.schedule) and `explain`
+(cli.explain), each a call of cronwheel.client.Client:
 
     cronwheel status
     cronwheel job submit
@@ -7,9 +7,9 @@
     cronwheel events [--follow] [--alerts-only]
     cronwheel token new|list|revoke (bearer tokens through the API; `new --offline`: an auth-file entry)
 
-Every API command takes the connection flags of cli_api_flags: `--address` ($CRONWHEEL_ADDRESS,
+Every API command takes the connection flags of cli.flags: `--address` ($CRONWHEEL_ADDRESS,
 default 127.0.0.1:7070; several comma-separated for fail-over), `--token` ($CRONWHEEL_TOKEN),
-`--tls` / `--tls-ca FILE`, `--call-timeout DURATION` and `--json` (see cli_api_format). A job's
+`--tls` / `--tls-ca FILE`, `--call-timeout DURATION` and `--json` (see cli.format). A job's
 own time limit is `--attempt-timeout`; a bare `--timeout` is refused as ambiguous. Exit codes and
 error lines: cronwheel.cli.
 """
@@ -21,7 +21,7 @@ import itertools
 import json
 from typing import Any
 
-from cronwheel.cli_api_flags import (
+from cronwheel.cli.flags import (
     PRIORITIES,
     STATES,
     client_for,
@@ -36,7 +36,7 @@ from cronwheel.cli_api_flags import (
     resolve,
     subcommands,
 )
-from cronwheel.cli_api_format import details, event_line, plain, print_executions, print_status, show
+from cronwheel.cli.format import details, event_line, plain, print_executions, print_status, show
 
 # ---------------------------------------------------------------------------------- status
 
@@ -197,7 +197,7 @@ def _events_parser(subparsers: Any) -> None:
 
 
 def _token_who(args: argparse.Namespace) -> None:
-    from cronwheel.cli import UsageError
+    from cronwheel.cli.main import UsageError
 
     if not args.admin and not args.tenant:
         raise UsageError("give --tenant NAME or --admin", "cronwheel token new")
@@ -210,7 +210,7 @@ def _token_offline(args: argparse.Namespace) -> int:
     import hashlib
     import secrets
 
-    from cronwheel.cli import UsageError
+    from cronwheel.cli.main import UsageError
 
     if args.expires_in is not None:
         raise UsageError("--expires-in needs a token made through the API (auth-file tokens never expire)",
@@ -227,7 +227,9 @@ def _token_offline(args: argparse.Namespace) -> int:
     if args.admin:
         entry["admin"] = True
     if args.token_file:
-        _write_bootstrap(args.token_file, token, args.auth_file, entry)
+        from cronwheel.cli.commands import write_bootstrap
+
+        write_bootstrap(args.token_file, token, args.auth_file, entry)
         print(f"token written to {args.token_file}; its entry added to {args.auth_file}")
     elif args.json:
         print(json.dumps({"token": token, "entry": entry}))
@@ -247,32 +249,13 @@ def _kept(token_file: str, auth_file: str) -> bool:
     return False
 
 
-def _write_bootstrap(token_file: str, token: str, auth_file: str, entry: dict[str, Any]) -> None:
-    """The entry goes into the auth file first (a node must accept the token before anyone
-    holds it); each file is replaced whole (write, then rename), never seen half-written."""
-    import os
-    from pathlib import Path
-
-    from cronwheel.cluster.api.auth import load_auth
-
-    auth = Path(auth_file)
-    doc = json.loads(auth.read_text()) if auth.is_file() else {"tokens": []}
-    doc["tokens"].append(entry)
-    for path, text, mode in ((auth, json.dumps(doc, indent=2) + "\n", 0o644), (Path(token_file), token + "\n", 0o600)):
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    load_auth(auth_file)  # what a node will read: refused here, not at the node's start
-
 
 def _token_new(args: argparse.Namespace) -> int:
     _token_who(args)
     if args.offline:
         return _token_offline(args)
     if args.token_file or args.auth_file:
-        from cronwheel.cli import UsageError
+        from cronwheel.cli.main import UsageError
 
         raise UsageError("--token-file and --auth-file need --offline", "cronwheel token new")
     with client_for(args) as client:

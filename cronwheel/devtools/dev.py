@@ -1,6 +1,6 @@
 """`cronwheel dev`: a whole local cluster on embedded servers, for trying cronwheel out.
 
-Starts a real PostgreSQL and etcd (cronwheel.localservers), migrates, runs `--nodes` scheduler
+Starts a real PostgreSQL and etcd (cronwheel.devtools.localservers), migrates, runs `--nodes` scheduler
 nodes and a demo worker as child processes, creates two example schedules (every 10 s in
 Europe/London, every minute in America/New_York) and a delayed one-off job, and prints where
 everything is. SIGINT (Ctrl-C) or SIGTERM stops the worker and the nodes (SIGTERM: they hand
@@ -43,8 +43,8 @@ from datetime import timedelta
 from typing import Any, TextIO
 
 from cronwheel.clock import Clock, SystemClock
+from cronwheel.devtools.localservers import LocalEtcd, LocalPostgres, die_with_parent, free_port
 from cronwheel.egress import LOOPBACK
-from cronwheel.localservers import LocalEtcd, LocalPostgres, die_with_parent, free_port
 from cronwheel.secret_store import KEY_ENV, new_key_line
 from cronwheel.storage.migrate import migrate
 
@@ -140,7 +140,7 @@ class DevCluster:
                                       *(f for a in LOOPBACK for f in ("--egress-allow", a))],
                         ready=" listening on ")
         first = _field(self.children[0], " listening on ")
-        self._spawn("worker-1", ["worker", "cronwheel.client.demo", "--address", first, "--worker-id", "worker-1"],
+        self._spawn("worker-1", ["worker", "cronwheel.devtools.demo", "--address", first, "--worker-id", "worker-1"],
                     ready="worker ")
         self._examples(first)
         nodes = ",".join(_field(c, " listening on ") for c in self.children if c.name.startswith("node"))

@@ -13,8 +13,8 @@ import json
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from cronwheel.cli_api_flags import client_for, connection_flags, instant_arg, resolve, schedule_ref
-from cronwheel.cli_api_format import plain, table
+from cronwheel.cli.flags import client_for, connection_flags, instant_arg, resolve, schedule_ref
+from cronwheel.cli.format import plain, table
 from cronwheel.clock import SystemClock
 
 if TYPE_CHECKING:

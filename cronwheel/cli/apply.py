@@ -31,8 +31,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from cronwheel.cli import EXIT_OK, EXIT_USAGE, fail
-from cronwheel.cli_api_flags import client_for, connection_flags
+from cronwheel.cli.flags import client_for, connection_flags
+from cronwheel.cli.main import EXIT_OK, EXIT_USAGE, fail
 
 HELP = "create, update (and with --prune delete) a tenant's schedules to match a YAML file"
 DEFAULT_ADDRESS = "127.0.0.1:7070"

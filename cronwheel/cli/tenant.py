@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cronwheel.cli_api_flags import client_for, leaf, subcommands
-from cronwheel.cli_api_format import show
+from cronwheel.cli.flags import client_for, leaf, subcommands
+from cronwheel.cli.format import show
 
 HELP = "tenants' limits and quotas: create, update, get, list (admin)"
 _NONE = ("none", "unlimited")
@@ -80,7 +80,7 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _update(args: argparse.Namespace) -> int:
-    from cronwheel.cli import UsageError
+    from cronwheel.cli.main import UsageError
 
     changes = _given(args)
     if not changes:

@@ -10,11 +10,11 @@ Exit codes scripts can trust (docs/cli.md "Errors and exit codes"; `exit_code` b
 Errors are one line on stderr, `cronwheel: error: <what failed>`, never a traceback (set
 CRONWHEEL_DEBUG=1 to see one).
 
-Adding a subcommand module (the convention; `cronwheel.cli_apply` is an example name):
+Adding a subcommand module (the convention; `cronwheel.cli.apply` is an example name):
     1. the module defines `add_parser(subparsers) -> None`, which adds its command(s) with
        `subparsers.add_parser(NAME, help=..., description=...)` and sets the handler of each
        runnable parser with `p.set_defaults(handler=run)`, `run(args) -> int` (the exit code);
-       an API command calls `cronwheel.cli_api_flags.connection_flags(p)` for --address,
+       an API command calls `cronwheel.cli.flags.connection_flags(p)` for --address,
        --token, --json, ... and `client_for(args)` for a cronwheel.client.Client;
     2. its name is added to MODULES below, in `--help` order. Nothing registers itself on import.
 Handlers raise cronwheel errors (or let the Client's through): main() turns them into the line
@@ -36,14 +36,14 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 
 
 # The subcommand modules, in `--help` order: each exposes `add_parser(subparsers)`.
 MODULES = (
-    "cronwheel.cli_api_schedule",  # schedule ...
-    "cronwheel.cli_api",  # status, job, exec, events, token
-    "cronwheel.cli_explain",  # explain
-    "cronwheel.cli_apply",  # apply
-    "cronwheel.cli_commands",  # migrate, dev, node, worker
-    "cronwheel.cli_webhook",  # webhook ...
-    "cronwheel.cli_tenant",  # tenant ...
-    "cronwheel.cli_console",  # console
+    "cronwheel.cli.schedule",  # schedule ...
+    "cronwheel.cli.api",  # status, job, exec, events, token
+    "cronwheel.cli.explain",  # explain
+    "cronwheel.cli.apply",  # apply
+    "cronwheel.cli.commands",  # migrate, dev, node, worker
+    "cronwheel.cli.webhook",  # webhook ...
+    "cronwheel.cli.tenant",  # tenant ...
+    "cronwheel.cli.console",  # console
 )
 
 

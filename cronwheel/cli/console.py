@@ -16,8 +16,8 @@ import argparse
 import os
 from typing import Any
 
-from cronwheel.cli import EXIT_OK, UsageError
-from cronwheel.cli_api_flags import DEFAULT_ADDRESS, check_address
+from cronwheel.cli.flags import DEFAULT_ADDRESS, check_address
+from cronwheel.cli.main import EXIT_OK, UsageError
 
 HELP = "the web console: schedules, runs, ticks and the cluster in a browser"
 
@@ -40,7 +40,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cronwheel.cluster.api.auth import exposure_refusal
+    from cronwheel.cli.commands import exposure_refusal
     from cronwheel.console.app import serve
     from cronwheel.console.web import Settings
 
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add `console` to the `cronwheel` subparsers (cronwheel.cli MODULES) with its handler."""
+    """Add `console` to the `cronwheel` subparsers (cronwheel.cli.main MODULES) with its handler."""
     p: argparse.ArgumentParser = subparsers.add_parser("console", help=HELP, description=HELP)
     configure(p)
     p.set_defaults(handler=run)

@@ -1,5 +1,5 @@
 """`cronwheel schedule create|update|list|get|pause|resume|trigger|backfill|delete|preview`: each a
-call of cronwheel.client.Client (see cli_api_flags for the common flags). A SCHEDULE argument is
+call of cronwheel.client.Client (see cli.flags for the common flags). A SCHEDULE argument is
 an id or a name (with an admin token that sees several tenants, --tenant says whose)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from cronwheel.cli_api_flags import (
+from cronwheel.cli.flags import (
     DST_GAP,
     DST_REPEATED,
     MISFIRE,
@@ -27,7 +27,7 @@ from cronwheel.cli_api_flags import (
     schedule_ref,
     subcommands,
 )
-from cronwheel.cli_api_format import details, plain, print_schedules, show
+from cronwheel.cli.format import details, plain, print_schedules, show
 from cronwheel.errors import InvalidArgument
 
 # flag dest -> the Client's keyword (update_schedule: policy fields one by one, the rest unchanged)

@@ -1,6 +1,6 @@
 """Generate the Python stubs of the cronwheel.v1 gRPC contract.
 
-    python proto/generate.py            # regenerate proto/cronwheel/v1/*_pb2*.py[i] in place
+    python tools/generate.py            # regenerate proto/cronwheel/v1/*_pb2*.py[i] in place
 
 Runs grpc_tools.protoc (from grpcio-tools) over every proto/cronwheel/v1/*.proto with
 `-I proto` and grpc_tools' bundled include directory (google/protobuf/*.proto), producing
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-PROTO_ROOT = Path(__file__).resolve().parent
+PROTO_ROOT = Path(__file__).resolve().parent.parent / "proto"
 PACKAGE_DIR = PROTO_ROOT / "cronwheel" / "v1"
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 

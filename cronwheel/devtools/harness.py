@@ -33,7 +33,7 @@ import psycopg
 
 from cronwheel.cli import main as cronwheel_cli
 from cronwheel.client import Client, Execution, Schedule
-from cronwheel.localservers import LocalEtcd, LocalPostgres, die_with_parent
+from cronwheel.devtools.localservers import LocalEtcd, LocalPostgres, die_with_parent
 
 
 def migrate(dsn: str, partitions: int, cluster: str) -> None:

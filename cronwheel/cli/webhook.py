@@ -18,12 +18,9 @@ import argparse
 import dataclasses
 import json
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from cronwheel.cli_api_flags import client_for, connection_flags
-
-if TYPE_CHECKING:
-    from cronwheel.cluster.webhooks.sender import WebhookConfig
+from cronwheel.cli.flags import client_for, connection_flags
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -138,13 +135,3 @@ def add_node_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--egress-allow", action="append", default=[], metavar="HOST_OR_CIDR",
                    help="let outbound requests (webhooks) reach this host name, address or network although "
                         "it is loopback, link-local, private or otherwise not global (repeatable; default: none)")
-
-
-def node_config(args: argparse.Namespace) -> WebhookConfig:
-    from cronwheel.cluster.webhooks.sender import WebhookConfig
-    from cronwheel.egress import EgressPolicy
-
-    return WebhookConfig(poll_s=args.webhook_poll, lease_s=args.webhook_lease, timeout_s=args.webhook_timeout,
-                         max_attempts=args.webhook_max_attempts, backoff_initial_s=args.webhook_backoff,
-                         backoff_max_s=args.webhook_backoff_max, retention_days=args.retention_days,
-                         per_tenant=args.webhook_per_tenant, egress=EgressPolicy.parse(args.egress_allow))
