@@ -44,6 +44,7 @@ MODULES = (
     "cronwheel.cli_webhook",  # webhook ...
     "cronwheel.cli_tenant",  # tenant ...
     "cronwheel.cli_console",  # console
+    "cronwheel.cli_rest",  # rest
 )
 
 

@@ -1,0 +1,102 @@
+"""The REST transcoder's pure half (cluster/api/rest.py): routes from the annotations, requests
+from paths, queries and bodies, errors in JSON (issue 51). The calls themselves are shown on a
+real cluster in tests/e2e/test_rest_api.py."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+
+from cronwheel.cluster.api import rest
+from cronwheel.v1 import common_pb2, scheduler_pb2
+
+ROUTES = rest.Routes()
+SID = "3f2b8a3e-5d1c-4b8e-9a77-0c2e4f6a1b90"
+
+
+def build(verb: str, path: str, query: str = "", body: bytes = b"") -> object:
+    route, variables = ROUTES.match(verb, path)
+    assert route is not None, (verb, path)
+    assert isinstance(variables, dict)
+    return rest.request_message(route, variables, query, body)
+
+
+def test_every_rpc_has_a_route_and_no_two_routes_collide() -> None:
+    assert ROUTES.missing == []
+    assert len({(r.verb, r.template) for r in ROUTES.all}) == len(ROUTES.all)
+
+
+def test_custom_method_fills_the_path_variable_and_the_body() -> None:
+    req = build("POST", f"/v1/schedules/{SID}:pause", body=b'{"reason": "maintenance"}')
+    assert req == scheduler_pb2.PauseScheduleRequest(schedule_id=SID, reason="maintenance")
+
+
+def test_literal_custom_method_wins_over_a_templated_path() -> None:
+    route, _ = ROUTES.match("POST", "/v1/executions:lease")
+    assert route is not None and route.rpc == "LeaseExecutions"
+
+
+def test_body_field_route_takes_the_schedule_as_the_body() -> None:
+    req = build("POST", "/v1/schedules", body=b'{"name": "n", "misfire_policy": "MISFIRE_POLICY_RUN_ONCE"}')
+    assert req == scheduler_pb2.CreateScheduleRequest(
+        schedule=common_pb2.Schedule(name="n", misfire_policy=common_pb2.MISFIRE_POLICY_RUN_ONCE))
+
+
+def test_query_parameters_are_typed_by_the_descriptor_and_repeat() -> None:
+    req = build("GET", "/v1/executions", f"schedule_id={SID}&states=EXECUTION_STATE_FAILED"
+                "&states=EXECUTION_STATE_CANCELLED&page_size=5&page_token=abc&scheduled_for.start_time=2026-01-01T00:00:00Z")
+    assert isinstance(req, scheduler_pb2.ListExecutionsRequest)
+    assert list(req.states) == [common_pb2.EXECUTION_STATE_FAILED, common_pb2.EXECUTION_STATE_CANCELLED]
+    assert (req.page_size, req.page_token, req.schedule_id) == (5, "abc", SID)
+    assert req.scheduled_for.start_time.seconds == 1767225600
+
+
+@pytest.mark.parametrize(("verb", "path", "query", "body", "field"), [
+    ("POST", "/v1/schedules", "", b'{"name": "n", "misfire": "run_once"}', "schedule.misfire"),
+    ("POST", "/v1/schedules", "", b'{"retry_policy": {"max_attempts": "many"}}', "schedule.retry_policy.max_attempts"),
+    ("POST", "/v1/jobs", "", b'{"type": "t", "run_at": "tomorrow"}', "run_at"),
+    ("GET", "/v1/schedules", "page_size=ten", b"", "page_size"),
+    ("GET", "/v1/schedules", "paused=yes", b"", "paused"),
+    ("GET", "/v1/schedules", "pageSize2=1", b"", "pageSize2"),
+    ("POST", "/v1/jobs", "type=t", b"{}", "type"),
+])
+def test_a_bad_field_is_refused_naming_it(verb: str, path: str, query: str, body: bytes, field: str) -> None:
+    with pytest.raises(rest.BadRequest) as info:
+        build(verb, path, query, body)
+    assert info.value.field == field
+    status = rest.bad_request_status(info.value)
+    bad = error_details_pb2.BadRequest()
+    assert status.details[0].Unpack(bad) and bad.field_violations[0].field == field
+
+
+def test_lower_camel_case_is_read_as_the_json_mapping_says() -> None:
+    req = build("POST", "/v1/jobs", body=b'{"type": "t", "idempotencyKey": "k"}')
+    assert req == scheduler_pb2.SubmitJobRequest(type="t", idempotency_key="k")
+
+
+def test_unknown_path_is_404_and_known_path_with_another_verb_is_405() -> None:
+    assert ROUTES.match("GET", "/v1/nothing") == (None, False)
+    assert ROUTES.match("PUT", "/v1/schedules") == (None, True)
+
+
+def test_status_table_is_grpc_gateways() -> None:
+    assert rest.HTTP_STATUS[grpc.StatusCode.UNAUTHENTICATED] == 401
+    assert rest.HTTP_STATUS[grpc.StatusCode.PERMISSION_DENIED] == 403
+    assert rest.HTTP_STATUS[grpc.StatusCode.NOT_FOUND] == 404
+    assert rest.HTTP_STATUS[grpc.StatusCode.FAILED_PRECONDITION] == 400
+    assert rest.HTTP_STATUS[grpc.StatusCode.RESOURCE_EXHAUSTED] == 429
+    assert rest.HTTP_STATUS[grpc.StatusCode.CANCELLED] == 499
+    assert set(rest.HTTP_STATUS) == set(grpc.StatusCode)
+
+
+def test_error_body_carries_code_message_and_field_violations() -> None:
+    status = rest.bad_request_status(rest.BadRequest("schedule.timezone", "unknown zone"))
+    body = json.loads(rest.error_json(grpc.StatusCode.INVALID_ARGUMENT, status.message, status))
+    assert body["code"] == 3 and body["message"] == "schedule.timezone: unknown zone"
+    assert body["details"][0]["@type"] == "type.googleapis.com/google.rpc.BadRequest"
+    assert body["details"][0]["field_violations"][0]["field"] == "schedule.timezone"
+    plain = json.loads(rest.error_json(grpc.StatusCode.NOT_FOUND, "gone"))
+    assert plain == {"code": 5, "message": "gone", "details": []}
