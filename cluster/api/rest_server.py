@@ -28,6 +28,7 @@ from importlib import resources
 from typing import Any
 
 import grpc
+from google.protobuf import message_factory
 
 from cronwheel.cluster.api import rest
 from cronwheel.cluster.api.auth import LOCAL_ONLY, exposure_refusal
@@ -75,8 +76,6 @@ class Transcoder:
     def _call(self, route: rest.Route) -> Any:
         call = self._calls.get(route.method)
         if call is None:
-            from google.protobuf import message_factory
-
             answer = message_factory.GetMessageClass(route.response)
             call = self.channel.unary_unary(route.method, request_serializer=lambda m: m.SerializeToString(),
                                             response_deserializer=answer.FromString)

@@ -14,9 +14,11 @@ from google.protobuf import json_format, message_factory
 
 from chaos.harness import ProcessCluster
 from cronwheel.cluster.api.rest import HTTP_STATUS, Routes, request_message
+from cronwheel.localservers import free_port
 from cronwheel.v1 import admin_pb2, admin_pb2_grpc, common_pb2, dispatch_pb2, scheduler_pb2
 
 from .api_cluster import TOKENS, Api, api_cluster
+from .helpers import one_line_error, run_cli
 from .rest_helpers import Http, rest_process
 
 pytestmark = [pytest.mark.e2e]
@@ -116,16 +118,18 @@ def test_create_schedule_over_http_changes_what_grpc_create_changes(stack: Stack
 def test_submit_job_over_http_changes_what_grpc_submit_changes(stack: Stack) -> None:
     _, address, url = stack
     http, api = Http(url, "acme"), Api(address, "acme")
-    job = {"run_at": "2026-09-26T09:00:00Z", "type": "remind", "payload_json": '{"user": 42}',
-           "idempotency_key": "remind-u42-2026-09-26"}
+    job = {"run_at": "2027-09-26T09:00:00Z", "type": "remind", "payload_json": '{"user": 42}',
+           "idempotency_key": "remind-u42-2027-09-26"}  # the request, a year on: still ahead
     made = http.ok("POST", "/v1/jobs", job)
     again = http.ok("POST", "/v1/jobs", job)  # the idempotency key holds over HTTP too
     assert again["deduplicated"] and again["execution"]["id"] == made["execution"]["id"]
-    twin = json_format.ParseDict({**job, "idempotency_key": "remind-u42-2026-09-26-grpc"}, S.SubmitJobRequest())
-    twin_exec = api.call("SubmitJob", twin).execution
-    got = api.call("GetExecution", S.GetExecutionRequest(execution_id=made["execution"]["id"])).execution
-    assert same_shape(as_json(got)) == same_shape(as_json(twin_exec))
-    assert got.run_at.ToJsonString() == "2026-09-26T09:00:00Z" and got.idempotency_key == "remind-u42-2026-09-26"
+    twin = json_format.ParseDict({**job, "idempotency_key": "remind-u42-2027-09-26-grpc"}, S.SubmitJobRequest())
+    twin_id = api.call("SubmitJob", twin).execution.id
+    got, twin_got = (api.call("GetExecution", S.GetExecutionRequest(execution_id=i)).execution
+                     for i in (made["execution"]["id"], twin_id))
+    assert same_shape(as_json(got)) == same_shape(as_json(twin_got))
+    assert got.run_at.ToJsonString() == "2027-09-26T09:00:00Z" and got.idempotency_key == "remind-u42-2027-09-26"
+    assert got.state == common_pb2.EXECUTION_STATE_SCHEDULED
 
 
 def test_pause_resume_and_trigger_over_http_change_what_their_grpc_twins_change(stack: Stack) -> None:
@@ -150,8 +154,7 @@ def test_failed_executions_are_listed_over_http_as_over_grpc(stack: Stack) -> No
     _, address, url = stack
     http, api = Http(url, "acme"), Api(address, "acme")
     sid = http.ok("POST", "/v1/schedules", schedule_json("fails"))["schedule"]["id"]
-    for _ in range(2):
-        http.ok("POST", f"/v1/schedules/{sid}:trigger", {})
+    http.ok("POST", f"/v1/schedules/{sid}:trigger", {})
     leased = http.ok("POST", "/v1/executions:lease", {"worker_id": "w-http", "job_types": ["billing.demurrage"],
                                                       "max_count": 1, "wait_timeout": "10s"})["executions"]
     assert len(leased) == 1
@@ -222,3 +225,15 @@ def test_openapi_document_is_served(stack: Stack) -> None:
     from cronwheel.cluster.api.rest_server import openapi_document
 
     assert doc == json.loads(openapi_document()) and doc["openapi"].startswith("3.")
+
+
+def test_beyond_loopback_it_listens_only_in_front_of_nodes_that_require_tokens(stack: Stack) -> None:
+    _, address, _ = stack
+    listen = f"0.0.0.0:{free_port()}"
+    r = run_cli("rest", "--address", "127.0.0.1:1", "--listen", listen, timeout=60)
+    one_line_error(r, 2, "--insecure", "--address")  # cannot ask the node: refused
+    with api_cluster(auth=False) as (_, open_node):
+        r = run_cli("rest", "--address", open_node, "--listen", listen, timeout=60)
+        one_line_error(r, 2, "--auth-file", "--insecure", listen)
+    with rest_process(address, "--listen", listen) as url:  # the node requires tokens: served
+        assert Http(url.replace("0.0.0.0", "127.0.0.1"), None).call("GET", "/v1/schedules")[0] == 401
