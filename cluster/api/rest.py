@@ -180,6 +180,7 @@ def request_message(route: Route, variables: Mapping[str, str], query: str, body
     elif body.strip():
         raise BadRequest("", f"{route.verb} {route.template} takes no body: give the fields as query parameters")
     check_fields(doc, route.request, "")
+    _masks_in_mapping_form(doc, route.request)
     for name, value in parse_qsl(query, keep_blank_values=True):
         if route.body == "*":
             raise BadRequest(name, "this route takes its fields in the JSON body, not the query")
@@ -206,6 +207,17 @@ def check_fields(doc: Any, desc: descriptor.Descriptor, prefix: str) -> None:
         if field.message_type is not None and not field.message_type.GetOptions().map_entry:
             for item in value if field.is_repeated and isinstance(value, list) else [value]:
                 check_fields(item, field.message_type, f"{path}.")
+
+
+def _masks_in_mapping_form(doc: dict[str, Any], desc: descriptor.Descriptor) -> None:
+    """A FieldMask may name paths by the API's names (`"cron,job_type"`) as well as in the JSON
+    mapping's lowerCamelCase (`"cron,jobType"`), which is all json_format reads."""
+    for f in desc.fields:
+        value = doc.get(f.name, doc.get(f.json_name))
+        if f.message_type is not None and f.message_type.full_name == "google.protobuf.FieldMask" \
+                and isinstance(value, str):
+            camel = ",".join(re.sub(r"_([a-z0-9])", lambda m: m.group(1).upper(), p.strip()) for p in value.split(","))
+            doc[f.name if f.name in doc else f.json_name] = camel
 
 
 def _field(desc: descriptor.Descriptor, name: str) -> descriptor.FieldDescriptor | None:

@@ -54,7 +54,7 @@ def openapi_document() -> bytes:
 def node_channel(addresses: list[str], ca: bytes | None = None, tls: bool = False) -> grpc.aio.Channel:
     """One channel to the nodes: several IPv4 `host:port` are balanced (round robin) and fail
     over; otherwise the first address."""
-    options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
     target = addresses[0]
     if len(addresses) > 1 and all(a.split(":")[0].replace(".", "").isdigit() for a in addresses):

@@ -50,7 +50,7 @@ def test_every_curl_example_of_the_rest_page_runs(stack: tuple[ProcessCluster, s
     admin = Http(url, "admin")
     (sched,) = [s for s in admin.ok("GET", "/v1/schedules?tenant=billing")["schedules"]
                 if s["name"] == "nightly-demurrage-ROTTERDAM"]
-    assert (sched["paused"], sched["cron"], sched["timezone"]) == (False, "30 0 * * *", "Europe/Amsterdam")
+    assert (sched["paused"], sched["cron"], sched["job_type"]) == (False, "30 0 * * *", "billing.demurrage.v2")
     runs = admin.ok("GET", f"/v1/executions?schedule_id={sched['id']}")["executions"]
     assert [x["trigger"] for x in runs] == ["TRIGGER_MANUAL"], runs
 

@@ -100,3 +100,12 @@ def test_error_body_carries_code_message_and_field_violations() -> None:
     assert body["details"][0]["field_violations"][0]["field"] == "schedule.timezone"
     plain = json.loads(rest.error_json(grpc.StatusCode.NOT_FOUND, "gone"))
     assert plain == {"code": 5, "message": "gone", "details": []}
+
+
+def test_update_mask_names_paths_by_the_apis_names_or_in_lower_camel_case() -> None:
+    for mask in ("cron,job_type,retry_policy.max_attempts", "cron,jobType,retryPolicy.maxAttempts"):
+        req = build("PATCH", f"/v1/schedules/{SID}", body=json.dumps({"schedule": {"cron": "* * * * *"},
+                                                                      "update_mask": mask}).encode())
+        assert isinstance(req, scheduler_pb2.UpdateScheduleRequest)
+        assert list(req.update_mask.paths) == ["cron", "job_type", "retry_policy.max_attempts"]
+        assert req.schedule.id == SID
