@@ -153,22 +153,23 @@ def test_pause_resume_and_trigger_over_http_change_what_their_grpc_twins_change(
 def test_failed_executions_are_listed_over_http_as_over_grpc(stack: Stack) -> None:
     _, address, url = stack
     http, api = Http(url, "acme"), Api(address, "acme")
-    sid = http.ok("POST", "/v1/schedules", schedule_json("fails"))["schedule"]["id"]
+    sid = http.ok("POST", "/v1/schedules", {**schedule_json("fails"), "job_type": "billing.fails"})["schedule"]["id"]
     http.ok("POST", f"/v1/schedules/{sid}:trigger", {})
-    leased = http.ok("POST", "/v1/executions:lease", {"worker_id": "w-http", "job_types": ["billing.demurrage"],
+    leased = http.ok("POST", "/v1/executions:lease", {"worker_id": "w-http", "job_types": ["billing.fails"],
                                                       "max_count": 1, "wait_timeout": "10s"})["executions"]
     assert len(leased) == 1
     run = leased[0]  # a 202 target's worker reports over HTTP: heartbeat, then failure
-    http.ok("POST", f"/v1/executions/{run['id']}:heartbeat", {"fencing_token": run["fencing_token"],
+    http.ok("POST", f"/v1/executions/{run['execution_id']}:heartbeat", {"fencing_token": run["fencing_token"],
                                                               "worker_id": "w-http"})
-    failed = http.ok("POST", f"/v1/executions/{run['id']}:fail", {
+    failed = http.ok("POST", f"/v1/executions/{run['execution_id']}:fail", {
         "fencing_token": run["fencing_token"], "worker_id": "w-http", "error": "boom", "retryable": False})
     assert failed["state"] == "EXECUTION_STATE_FAILED"
     listed = http.ok("GET", f"/v1/executions?schedule_id={sid}&states=EXECUTION_STATE_FAILED")
     twin = api.call("ListExecutions", S.ListExecutionsRequest(schedule_id=sid,
                                                               states=[common_pb2.EXECUTION_STATE_FAILED]))
     assert listed == as_json(twin)
-    assert [e["id"] for e in listed["executions"]] == [run["id"]] and listed["executions"][0]["error"] == "boom"
+    assert [e["id"] for e in listed["executions"]] == [run["execution_id"]]
+    assert listed["executions"][0]["error"] == "boom"
 
 
 def test_page_token_query_parameter_pages_as_on_grpc(stack: Stack) -> None:
