@@ -5,7 +5,7 @@ route, as grpc-gateway and Envoy's gRPC-JSON transcoder do it).
     POST /v1/schedules/{schedule_id}:pause  {"reason": "maintenance"}
       -> /cronwheel.v1.SchedulerService/PauseSchedule  PauseScheduleRequest(schedule_id=..., reason=...)
 
-- Bodies and answers use the proto3 JSON mapping (google.protobuf.json_format) with the API's own
+- Bodies and answers use the proto3 JSON mapping (rest_json.py, checked against json_format) with the API's own
   field names (`misfire_policy`, `page_token`); lowerCamelCase is read too, as the mapping says.
   Unknown fields are refused (INVALID_ARGUMENT naming the field: no aliases). Answers print every
   field, defaults included.
@@ -37,6 +37,7 @@ from google.api import annotations_pb2, http_pb2
 from google.protobuf import descriptor, json_format, message_factory
 from google.rpc import code_pb2, error_details_pb2, status_pb2  # noqa: F401  (registers BadRequest for Any)
 
+from cronwheel.cluster.api import rest_json
 from cronwheel.v1 import admin_pb2, dispatch_pb2, scheduler_pb2
 
 MODULES = (scheduler_pb2, dispatch_pb2, admin_pb2)
@@ -179,8 +180,6 @@ def request_message(route: Route, variables: Mapping[str, str], query: str, body
             doc = {route.body: parsed}
     elif body.strip():
         raise BadRequest("", f"{route.verb} {route.template} takes no body: give the fields as query parameters")
-    check_fields(doc, route.request, "")
-    _masks_in_mapping_form(doc, route.request)
     for name, value in parse_qsl(query, keep_blank_values=True):
         if route.body == "*":
             raise BadRequest(name, "this route takes its fields in the JSON body, not the query")
@@ -189,35 +188,10 @@ def request_message(route: Route, variables: Mapping[str, str], query: str, body
         _put(doc, route.request, name, value, query=False)
     msg = message_factory.GetMessageClass(route.request)()
     try:
-        json_format.ParseDict(doc, msg)
-    except json_format.ParseError as exc:
-        raise BadRequest(*_field_of(str(exc))) from None
+        rest_json.parse(doc, msg)
+    except rest_json.JsonError as exc:
+        raise BadRequest(exc.path, exc.why) from None
     return msg
-
-
-def check_fields(doc: Any, desc: descriptor.Descriptor, prefix: str) -> None:
-    """Refuse a JSON key that names no field (the API's names or their lowerCamelCase forms)."""
-    if not isinstance(doc, dict) or desc.full_name.startswith("google.protobuf."):
-        return
-    for key, value in doc.items():
-        field = _field(desc, key)
-        path = f"{prefix}{key}"
-        if field is None:
-            raise BadRequest(path, f"unknown field {key!r} of {desc.name}")
-        if field.message_type is not None and not field.message_type.GetOptions().map_entry:
-            for item in value if field.is_repeated and isinstance(value, list) else [value]:
-                check_fields(item, field.message_type, f"{path}.")
-
-
-def _masks_in_mapping_form(doc: dict[str, Any], desc: descriptor.Descriptor) -> None:
-    """A FieldMask may name paths by the API's names (`"cron,job_type"`) as well as in the JSON
-    mapping's lowerCamelCase (`"cron,jobType"`), which is all json_format reads."""
-    for f in desc.fields:
-        value = doc.get(f.name, doc.get(f.json_name))
-        if f.message_type is not None and f.message_type.full_name == "google.protobuf.FieldMask" \
-                and isinstance(value, str):
-            camel = ",".join(re.sub(r"_([a-z0-9])", lambda m: m.group(1).upper(), p.strip()) for p in value.split(","))
-            doc[f.name if f.name in doc else f.json_name] = camel
 
 
 def _field(desc: descriptor.Descriptor, name: str) -> descriptor.FieldDescriptor | None:
@@ -273,21 +247,11 @@ def _typed(field: descriptor.FieldDescriptor, value: str, path: str) -> Any:
     return value  # strings, 64-bit integers, enums (names), Timestamp/Duration/FieldMask text
 
 
-def _field_of(message: str) -> tuple[str, str]:
-    """(field path, innermost reason) of json_format's nested message ('Failed to parse schedule
-    field: Failed to parse timeout field: Duration must end with letter "s": abc.')."""
-    names = re.findall(r"Failed to parse (\w+) field: ", message)
-    reason = re.split(r"Failed to parse \w+ field: ", message)[-1].rstrip(".")
-    reason = re.sub(r" at [\w.]+$", "", reason)
-    return ".".join(names), reason
-
-
 # ------------------------------------------------------------------------------ answers
 
 
 def answer_json(message: Any) -> bytes:
-    return json.dumps(json_format.MessageToDict(message, always_print_fields_with_no_presence=True,
-                                                preserving_proto_field_name=True)).encode()
+    return json.dumps(rest_json.render(message)).encode()
 
 
 def error_json(code: grpc.StatusCode, message: str, status: status_pb2.Status | None = None) -> bytes:

@@ -109,3 +109,59 @@ def test_update_mask_names_paths_by_the_apis_names_or_in_lower_camel_case() -> N
         assert isinstance(req, scheduler_pb2.UpdateScheduleRequest)
         assert list(req.update_mask.paths) == ["cron", "job_type", "retry_policy.max_attempts"]
         assert req.schedule.id == SID
+
+
+def _rich_schedule() -> common_pb2.Schedule:
+    s = common_pb2.Schedule(id=SID, tenant="acme", name="n", cron="0 0 * * *", timezone="Europe/Amsterdam",
+                            job_type="t", payload_json='{"a": 1}', priority=common_pb2.PRIORITY_BULK,
+                            misfire_policy=common_pb2.MISFIRE_POLICY_RUN_ONCE, max_catch_up=3, version=2**40,
+                            keep_last=0)
+    s.retry_policy.max_attempts = 5
+    s.retry_policy.backoff_multiplier = 1.5
+    s.retry_policy.initial_backoff.FromJsonString("30s")
+    s.jitter.FromJsonString("120.5s")
+    s.next_run_at.FromJsonString("2027-01-01T00:00:00.123456Z")
+    return s
+
+
+def test_answers_are_written_as_json_format_writes_them() -> None:
+    from google.protobuf import json_format
+
+    from cronwheel.cluster.api import rest_json
+    from cronwheel.v1 import admin_pb2
+
+    status = admin_pb2.ClusterStatusResponse(cluster_name="c", partition_count=4)
+    status.members.add(node_id="n1", partitions=[1, 2], egress_allow=["127.0.0.0/8"])
+    samples = [_rich_schedule(), common_pb2.Schedule(), scheduler_pb2.ListExecutionsResponse(
+        executions=[common_pb2.Execution(id=SID, state=common_pb2.EXECUTION_STATE_FAILED, fencing_token=7)]),
+        status, scheduler_pb2.UpdateScheduleRequest(update_mask={"paths": ["job_type", "retry_policy.max_attempts"]})]
+    for msg in samples:
+        assert rest_json.render(msg) == json_format.MessageToDict(
+            msg, always_print_fields_with_no_presence=True, preserving_proto_field_name=True), type(msg)
+
+
+def test_bodies_are_read_as_json_format_reads_them() -> None:
+    from google.protobuf import json_format
+
+    from cronwheel.cluster.api import rest_json
+
+    doc = json_format.MessageToDict(_rich_schedule(), preserving_proto_field_name=True)
+    camel = json_format.MessageToDict(_rich_schedule())
+    for d in (doc, camel, {**doc, "version": 2**40, "max_catch_up": "3", "jitter": None}):
+        fast, ref = common_pb2.Schedule(), common_pb2.Schedule()
+        rest_json.parse(d, fast)
+        json_format.ParseDict(d, ref)
+        assert fast == ref
+
+
+@pytest.mark.parametrize("text", ["2027-01-01T00:00:00Z", "1970-01-01T00:00:00.5Z", "2026-12-07T15:47:51.123456789Z",
+                                  "0001-01-01T00:00:00Z", "2027-03-01T10:00:00+01:00", "1969-12-31T23:59:59.999Z"])
+def test_timestamps_are_read_as_json_format_reads_them(text: str) -> None:
+    from google.protobuf import json_format
+
+    from cronwheel.cluster.api import rest_json
+
+    fast, ref = scheduler_pb2.SubmitJobRequest(), scheduler_pb2.SubmitJobRequest()
+    rest_json.parse({"run_at": text}, fast)
+    json_format.ParseDict({"run_at": text}, ref)
+    assert fast == ref
