@@ -17,8 +17,10 @@ import base64
 import calendar
 import math
 import re
+import time
+from collections.abc import Callable
 from datetime import datetime
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 from google.protobuf import descriptor, json_format
@@ -178,41 +180,72 @@ def _integer(v: Any, where: str) -> int:
 def render(msg: Any) -> dict[str, Any]:
     """The message as the mapping writes it with the API's names, fields without presence
     printed with their defaults (json_format's always_print_fields_with_no_presence)."""
-    if _has_delegated(msg.DESCRIPTOR):
+    plan = _plan(msg.DESCRIPTOR)
+    if plan is None:
         return dict(json_format.MessageToDict(msg, always_print_fields_with_no_presence=True,
                                               preserving_proto_field_name=True))
     out: dict[str, Any] = {}
-    for f in msg.DESCRIPTOR.fields:
-        if f.has_presence and not msg.HasField(f.name):
+    for name, presence, repeated, write in plan:
+        if presence and not msg.HasField(name):
             continue
-        value = getattr(msg, f.name)
-        out[f.name] = [_value(f, v) for v in value] if f.is_repeated else _value(f, value)
+        value = getattr(msg, name)
+        out[name] = [write(v) for v in value] if repeated else write(value)
     return out
 
 
+Plan = tuple[tuple[str, bool, bool, Callable[[Any], Any]], ...]
+
+
 @cache
-def _has_delegated(desc: descriptor.Descriptor) -> bool:
-    return any(_delegated(f) for f in desc.fields)
+def _plan(desc: descriptor.Descriptor) -> Plan | None:
+    """(name, has presence, repeated, writer) per field; None: json_format writes this message."""
+    if any(_delegated(f) for f in desc.fields):
+        return None
+    return tuple((f.name, f.has_presence and not f.is_repeated, f.is_repeated, _writer(f)) for f in desc.fields)
 
 
-def _value(f: FD, v: Any) -> Any:
+def _writer(f: FD) -> Callable[[Any], Any]:
     if f.message_type is not None:
         name = f.message_type.full_name
+        if name == "google.protobuf.Timestamp":
+            return _timestamp
         if name in _TEXT_WKT or name == _MASK:
-            return v.ToJsonString()
-        return render(v)
+            return lambda v: v.ToJsonString()
+        return render
     t = f.type
     if t == FD.TYPE_ENUM:
-        ev = f.enum_type.values_by_number.get(v)
-        return ev.name if ev is not None else v
+        names = {v.number: v.name for v in f.enum_type.values}
+        return lambda v: names.get(v, v)
     if t in _LONGS:
-        return str(v)
+        return str
     if t in _FLOATS:
-        if math.isnan(v):
-            return "NaN"
-        if math.isinf(v):
-            return "Infinity" if v > 0 else "-Infinity"
-        return type_checkers.ToShortestFloat(v) if t == FD.TYPE_FLOAT else v
+        return partial(_float, t == FD.TYPE_FLOAT)
     if t == FD.TYPE_BYTES:
-        return base64.b64encode(v).decode()
+        return lambda v: base64.b64encode(v).decode()
+    return _same
+
+
+def _same(v: Any) -> Any:
     return v
+
+
+def _float(single: bool, v: float) -> Any:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return type_checkers.ToShortestFloat(v) if single else v
+
+
+def _timestamp(ts: Any) -> str:
+    """RFC 3339 in UTC with 0, 3, 6 or 9 fraction digits, as Timestamp.ToJsonString writes it."""
+    g = time.gmtime(ts.seconds)
+    head = f"{g.tm_year:04d}-{g.tm_mon:02d}-{g.tm_mday:02d}T{g.tm_hour:02d}:{g.tm_min:02d}:{g.tm_sec:02d}"
+    n = ts.nanos
+    if n == 0:
+        return head + "Z"
+    if n % 1_000_000 == 0:
+        return f"{head}.{n // 1_000_000:03d}Z"
+    if n % 1000 == 0:
+        return f"{head}.{n // 1000:06d}Z"
+    return f"{head}.{n:09d}Z"

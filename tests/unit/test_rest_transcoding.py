@@ -165,3 +165,14 @@ def test_timestamps_are_read_as_json_format_reads_them(text: str) -> None:
     rest_json.parse({"run_at": text}, fast)
     json_format.ParseDict({"run_at": text}, ref)
     assert fast == ref
+
+
+@pytest.mark.parametrize(("seconds", "nanos"), [(0, 0), (1_800_000_000, 500_000_000), (1_800_000_000, 123_456_000),
+                                                (1_800_000_000, 123_456_789), (-1, 999_000_000),
+                                                (-62135596800, 0), (253402300799, 999_999_999)])
+def test_timestamps_are_written_as_json_format_writes_them(seconds: int, nanos: int) -> None:
+    from cronwheel.cluster.api import rest_json
+
+    run = common_pb2.Execution()
+    run.run_at.seconds, run.run_at.nanos = seconds, nanos
+    assert rest_json.render(run)["run_at"] == run.run_at.ToJsonString()
