@@ -184,6 +184,7 @@ def paced_load(rate: float, over_http: bool, address: str) -> Iterator[None]:
     """SubmitJob at `rate` calls/s (open loop, on a thread) until the context ends."""
     stop = threading.Event()
     errors: list[BaseException] = []
+    statuses: dict[object, int] = {}  # answers by HTTP status / gRPC code name, printed at the end
 
     async def drive(send: object) -> None:
         assert callable(send)
@@ -204,7 +205,14 @@ def paced_load(rate: float, over_http: bool, address: str) -> Iterator[None]:
             stub = scheduler_pb2_grpc.SchedulerServiceStub(ch)
             req = scheduler_pb2.SubmitJobRequest(type=TYPE, payload_json='{"n": 1}')
             req.run_at.FromJsonString(LATER)
-            await drive(lambda: stub.SubmitJob(req, timeout=30))
+            async def send() -> None:
+                try:
+                    await stub.SubmitJob(req, timeout=30)
+                    statuses[200] = statuses.get(200, 0) + 1
+                except grpc.aio.AioRpcError as err:
+                    statuses[err.code().name] = statuses.get(err.code().name, 0) + 1
+
+            await drive(send)
 
     async def over_rest(host: str, port: int) -> None:
         free = [await HttpConn.open(host, port) for _ in range(CALLERS)]
@@ -212,7 +220,8 @@ def paced_load(rate: float, over_http: bool, address: str) -> Iterator[None]:
 
         async def send() -> None:
             c = free.pop() if free else await HttpConn.open(host, port)
-            assert await c.post("/v1/jobs", body) == 200
+            status = await c.post("/v1/jobs", body)
+            statuses[status] = statuses.get(status, 0) + 1
             free.append(c)
 
         await drive(send)
@@ -234,6 +243,7 @@ def paced_load(rate: float, over_http: bool, address: str) -> Iterator[None]:
     finally:
         stop.set()
         t.join(60)
+        print(f"  load over {'HTTP' if over_http else 'gRPC'}: answers {statuses}", flush=True)
         if errors:
             raise RuntimeError("the load failed") from errors[0]
 

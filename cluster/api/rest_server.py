@@ -131,6 +131,7 @@ class RestServer:
         self.url = ""
         self.bound = asyncio.Event()
         self._stop = asyncio.Event()
+        self._open: set[asyncio.StreamWriter] = set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -145,15 +146,25 @@ class RestServer:
             await self._check_exposure(channel)
             transcoder = Transcoder(channel)
             host, _, port = self.config.listen.rpartition(":")
-            server = await asyncio.start_server(lambda r, w: _serve(transcoder, r, w), host.strip("[]"), int(port))
+            server = await asyncio.start_server(lambda r, w: self._connection(transcoder, r, w), host.strip("[]"),
+                                                int(port))
             async with server:
                 sock = server.sockets[0].getsockname()
                 self.url = f"http://{host}:{sock[1]}"
                 self.bound.set()
                 log.info("rest api listening", extra={"event": "rest_listening", "url": self.url})
                 await self._stop.wait()
+                for w in list(self._open):  # keep-alive clients do not hold the stop
+                    w.close()
         finally:
             await channel.close()
+
+    async def _connection(self, transcoder: Transcoder, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        self._open.add(w)
+        try:
+            await _serve(transcoder, r, w)
+        finally:
+            self._open.discard(w)
 
     async def _check_exposure(self, channel: grpc.aio.Channel) -> None:
         """Beyond loopback only when the nodes require tokens, or with --insecure."""
