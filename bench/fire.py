@@ -42,6 +42,8 @@ import argparse
 import statistics
 import time
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -95,8 +97,10 @@ def rss_peak_mb(pid: int) -> float:
     return float("nan")
 
 
-def steady(n: int, seconds: float, jitter_s: float) -> dict[str, float]:
-    """N schedules `H/10 * * * * *` (N/10 ticks due every second), measured over `seconds`."""
+def steady(n: int, seconds: float, jitter_s: float,
+           load: Callable[[ProcessCluster, str], AbstractContextManager[object]] | None = None) -> dict[str, float]:
+    """N schedules `H/10 * * * * *` (N/10 ticks due every second), measured over `seconds`.
+    `load(cluster, node address)`: a context held while they fire (bench.rest: API calls)."""
     with ProcessCluster(partitions=P, lease_ttl_s=5, fsync=True) as c:
         c.start_node("n1")
         c.wait_converged(["n1"])
@@ -112,7 +116,8 @@ def steady(n: int, seconds: float, jitter_s: float) -> dict[str, float]:
         c.start_node("n1b")  # a fresh node loads everything at once
         c.wait_converged(["n1b"], timeout=120)
         t_from = start + timedelta(seconds=2)
-        time.sleep(max(0.0, (t_from - datetime.now(UTC)).total_seconds()) + seconds + 1)
+        with load(c, c.nodes["n1b"].address) if load is not None else nullcontext():
+            time.sleep(max(0.0, (t_from - datetime.now(UTC)).total_seconds()) + seconds + 1)
         t_to = t_from + timedelta(seconds=seconds)
         raw = sorted(float(r[0]) for r in c.sql(
             "SELECT extract(epoch FROM fired_at - run_at) FROM executions WHERE run_at >= %s AND run_at < %s",

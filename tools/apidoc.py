@@ -41,6 +41,7 @@ PACKAGE_DIR = PROTO_ROOT / "cronwheel" / "v1"
 OUTPUT = PROTO_ROOT.parent / "docs" / "api.md"
 # Services first, in the order a reader meets them; then the shared types; then anything new.
 FILE_ORDER = ("scheduler.proto", "dispatch.proto", "admin.proto", "common.proto")
+HTTP_VERBS = frozenset({"get", "put", "post", "delete", "patch"})
 SCALARS = frozenset({"double", "float", "int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32",
                      "fixed64", "sfixed32", "sfixed64", "bool", "string", "bytes"})
 
@@ -91,6 +92,7 @@ class Rpc:
     client_streaming: bool = False
     server_streaming: bool = False
     doc: list[str] = field(default_factory=list)
+    http: str = ""  # the google.api.http route, e.g. "POST /v1/schedules" (REST: docs/rest.md)
 
 
 @dataclass
@@ -129,7 +131,7 @@ _TOKEN = re.compile(r"""
   | (?P<ident>[A-Za-z_][A-Za-z0-9_.]*)
   | (?P<number>-?(?:0[xX][0-9A-Fa-f]+|[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?))
   | (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
-  | (?P<sym>[{}()\[\]<>;=,.])
+  | (?P<sym>[{}()\[\]<>;=,.:])
 """, re.VERBOSE)
 
 
@@ -316,16 +318,20 @@ class _Parser:
         response = self.ident()
         self.expect(")")
         tok = self.next()
-        if tok.text == "{":  # rpc options block
+        http = ""
+        if tok.text == "{":  # rpc options block: only the HTTP route is read
             depth = 1
             while depth:
                 t = self.next()
                 depth += t.text == "{"
                 depth -= t.text == "}"
+                if t.text in HTTP_VERBS and self.at(":") and not http:
+                    self.next()
+                    http = f"{t.text.upper()} {self.next().text.strip(chr(34))}"
         elif tok.text != ";":
             self.i -= 1
             raise self.error(f"expected ';' after rpc {name}")
-        return Rpc(name, request, response, client_streaming, server_streaming, doc)
+        return Rpc(name, request, response, client_streaming, server_streaming, doc, http)
 
     def message(self, prefix: str, out: ProtoFile) -> None:
         doc = self.expect("message").doc or []
@@ -605,6 +611,8 @@ class _Renderer:
         req = ("stream " if r.client_streaming else "") + self.type_ref(r.request)
         resp = ("stream " if r.server_streaming else "") + self.type_ref(r.response)
         self.emit(f"`rpc {r.name}(`{req}`) returns (`{resp}`)`", "")
+        if r.http:
+            self.emit(f"HTTP/JSON: `{r.http}`", "")
         self.doc(r.doc)
 
     def message(self, m: Message) -> None:

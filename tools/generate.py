@@ -3,7 +3,8 @@
     python tools/generate.py            # regenerate proto/cronwheel/v1/*_pb2*.py[i] in place
 
 Runs grpc_tools.protoc (from grpcio-tools) over every proto/cronwheel/v1/*.proto with
-`-I proto` and grpc_tools' bundled include directory (google/protobuf/*.proto), producing
+`-I proto`, grpc_tools' bundled include directory (google/protobuf/*.proto) and the one of
+googleapis-common-protos (google/api/annotations.proto: the HTTP routes), producing
 `*_pb2.py`, `*_pb2.pyi` and `*_pb2_grpc.py`. The generated modules import each other as
 `cronwheel.v1.<name>_pb2`, which matches the package `cronwheel.v1` that pyproject.toml maps to
 proto/cronwheel/v1. The generated files are committed; tests/repo/test_proto_stubs.py fails
@@ -16,6 +17,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 PROTO_ROOT = Path(__file__).resolve().parent.parent / "proto"
 PACKAGE_DIR = PROTO_ROOT / "cronwheel" / "v1"
@@ -32,16 +34,41 @@ def is_generated(path: Path) -> bool:
     return path.name.endswith(GENERATED_SUFFIXES)
 
 
+def include_dirs() -> list[Path]:
+    """The -I directories besides PROTO_ROOT: the well-known types (grpc_tools) and the
+    googleapis protos (`google.api.http`, from googleapis-common-protos)."""
+    import grpc_tools
+    from google.api import annotations_pb2  # googleapis-common-protos, a dependency of grpcio-status
+
+    googleapis = Path(annotations_pb2.__file__).resolve().parents[2]  # .../site-packages
+    return [Path(grpc_tools.__file__).resolve().parent / "_proto", googleapis]
+
+
+def descriptor_set(root: Path = PROTO_ROOT, *extra: str) -> Any:
+    """Every .proto under `root`/cronwheel/v1 compiled into a google.protobuf.FileDescriptorSet,
+    with the files it imports (`extra`: more protoc flags, e.g. --include_source_info). `root` is
+    PROTO_ROOT, or a copy of it (a test build); tools/openapi.py and the stub tests read this."""
+    from google.protobuf import descriptor_pb2
+    from grpc_tools import protoc  # build-time dependency (grpcio-tools)
+
+    sources = sorted((Path(root) / "cronwheel" / "v1").glob("*.proto"))
+    with tempfile.TemporaryDirectory(prefix="cronwheel-protoc-") as tmp:
+        out = Path(tmp) / "contract.pb"
+        args = ["grpc_tools.protoc", f"-I{root}", *(f"-I{d}" for d in include_dirs()), *extra,
+                f"--descriptor_set_out={out}", *(str(p) for p in sources)]
+        rc = protoc.main(args)
+        if rc != 0:
+            raise RuntimeError(f"protoc failed with exit code {rc}: {' '.join(args)}")
+        return descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
+
+
 def generate(out_dir: Path = PACKAGE_DIR) -> list[Path]:
     """Generate the stubs into `out_dir` (the directory that receives the modules themselves).
 
     Generated files in `out_dir` that no .proto produces any more are removed. Returns the
     paths of the generated files, sorted.
     """
-    import grpc_tools
     from grpc_tools import protoc  # build-time dependency (grpcio-tools)
-
-    well_known = Path(grpc_tools.__file__).resolve().parent / "_proto"
 
     sources = proto_files()
     if not sources:
@@ -52,7 +79,7 @@ def generate(out_dir: Path = PACKAGE_DIR) -> list[Path]:
         args = [
             "grpc_tools.protoc",
             f"-I{PROTO_ROOT}",
-            f"-I{well_known}",
+            *(f"-I{d}" for d in include_dirs()),
             f"--python_out={tmp}",
             f"--pyi_out={tmp}",
             f"--grpc_python_out={tmp}",

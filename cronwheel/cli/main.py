@@ -44,6 +44,7 @@ MODULES = (
     "cronwheel.cli.webhook",  # webhook ...
     "cronwheel.cli.tenant",  # tenant ...
     "cronwheel.cli.console",  # console
+    "cronwheel.cli.rest",  # rest
 )
 
 

@@ -1,10 +1,11 @@
 """`cronwheel dev`: a whole local cluster on embedded servers, for trying cronwheel out.
 
 Starts a real PostgreSQL and etcd (cronwheel.devtools.localservers), migrates, runs `--nodes` scheduler
-nodes and a demo worker as child processes, creates two example schedules (every 10 s in
-Europe/London, every minute in America/New_York) and a delayed one-off job, and prints where
-everything is. SIGINT (Ctrl-C) or SIGTERM stops the worker and the nodes (SIGTERM: they hand
-their partitions over and exit), then the servers, and removes every temp dir.
+nodes, a demo worker, the web console and the REST API (`cronwheel rest`, on loopback) as child
+processes, creates two example schedules (every 10 s in Europe/London, every minute in
+America/New_York) and a delayed one-off job, and prints where everything is. SIGINT (Ctrl-C)
+or SIGTERM stops the worker and the nodes (SIGTERM: they hand their partitions over and exit),
+then the servers, and removes every temp dir.
 
 Auth is off in dev (every caller is admin): the nodes are started without --auth-file.
 Stored secrets are encrypted as in production: the dev cluster makes a key (a key file in a temp
@@ -122,6 +123,8 @@ class DevCluster:
             "workers": [{"name": c.name, "pid": c.proc.pid} for c in self.children if c.name.startswith("worker")],
             "console": [{"url": _field(c, "console listening on "), "pid": c.proc.pid}
                         for c in self.children if c.name == "console"],
+            "rest": [{"url": _field(c, "rest api listening on "), "pid": c.proc.pid}
+                     for c in self.children if c.name == "rest"],
         }
 
     def start(self) -> None:
@@ -146,6 +149,9 @@ class DevCluster:
         nodes = ",".join(_field(c, " listening on ") for c in self.children if c.name.startswith("node"))
         self._spawn("console", ["console", "--address", nodes, "--no-login", "--listen", f"127.0.0.1:{free_port()}"],
                     ready="console listening on ")  # the web console (cronwheel.console), dev mode: no login
+        rest = 7090 if _port_free(7090) else free_port()  # the README's curl line names 7090
+        self._spawn("rest", ["rest", "--address", nodes, "--listen", f"127.0.0.1:{rest}"],
+                    ready="rest api listening on ")  # the REST/JSON API (docs/rest.md), on loopback
 
     def _examples(self, address: str) -> None:
         """The example schedules and job, created as an application would: through the Client."""
@@ -277,6 +283,8 @@ class DevCluster:
         self._say(f"secrets   encrypted with the key in {i['secret_key_file']} (removed at the end)")
         for con in i["console"]:
             self._say(f"console   {con['url']}  (dev mode: no login)")
+        for r in i["rest"]:
+            self._say(f"rest      {r['url']}  (curl {r['url']}/v1/schedules; OpenAPI at {r['url']}/openapi.json)")
         first = i["nodes"][0]["address"]
         self._say(f"try       cronwheel status --address {first}")
         self._say(f"          cronwheel schedule list --address {first}")

@@ -32,7 +32,8 @@ def test_dev_runs_a_cluster_that_fires_and_sigint_leaves_no_process_or_dir() -> 
         nodes = info["nodes"]
         assert len(nodes) == 3 and len(info["workers"]) == 1
         pids = [info["postgres"]["pid"], *info["etcd"]["pids"], *(n["pid"] for n in nodes),
-                *(w["pid"] for w in info["workers"]), *(c["pid"] for c in info["console"])]
+                *(w["pid"] for w in info["workers"]), *(c["pid"] for c in info["console"]),
+                *(r["pid"] for r in info["rest"])]
         dirs = [info["postgres"]["dir"], info["etcd"]["dir"], os.path.dirname(info["secret_key_file"])]
         assert all(pid_alive(p) for p in pids), reader.seen
         assert stat.S_IMODE(os.stat(info["secret_key_file"]).st_mode) == 0o600  # dev made the nodes' key
@@ -60,6 +61,10 @@ def test_dev_runs_a_cluster_that_fires_and_sigint_leaves_no_process_or_dir() -> 
         with urllib.request.urlopen(info["console"][0]["url"] + "schedules", timeout=10) as r:
             page = r.read().decode()  # the web console, in dev mode: no login, and it says so
         assert "Dev mode: no login" in page and "every-10s-london" in page
+        with urllib.request.urlopen(info["rest"][0]["url"] + "/v1/schedules", timeout=10) as r:
+            listed = json.loads(r.read())  # the REST API (issue 51), started and printed by dev
+        assert "every-10s-london" in {s["name"] for s in listed["schedules"]}
+        assert f"rest      {info['rest'][0]['url']}" in "\n".join(reader.seen)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
     finally:

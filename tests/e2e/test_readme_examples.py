@@ -42,6 +42,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DEV_ADDRESSES = ("127.0.0.1:7070", "127.0.0.1:7071")  # cronwheel dev's node-1 and node-2 when free
+DEV_REST = "127.0.0.1:7090"  # cronwheel dev's REST API when free (docs/rest.md)
 _MARKED = re.compile(r"^<!-- example: (?P<kind>\w+)(?: (?P<arg>[^\n]*?))? -->\n```(?P<lang>\w+)\n(?P<body>.*?)^```$",
                      re.M | re.S)
 _FENCE = re.compile(r"^```(python|sh)\s*$", re.M)
@@ -126,6 +127,7 @@ def test_every_readme_example_runs_against_cronwheel_dev_and_the_reminders_finis
         dev: dict[str, object], tmp_path: Path) -> None:
     nodes = [str(n["address"]) for n in dev["nodes"]]  # type: ignore[attr-defined]
     here = dict(zip(DEV_ADDRESSES, nodes[:2], strict=True))
+    here[DEV_REST] = str(dev["rest"][0]["url"]).removeprefix("http://")  # type: ignore[index]
 
     def localize(text: str) -> str:
         for written, real in here.items():

@@ -62,24 +62,7 @@ def _load_generator() -> ModuleType:
 
 def _compile_descriptor_set(tmp_path: Path, *extra: str):
     """Compile every .proto of the contract into a FileDescriptorSet (needs grpcio-tools)."""
-    import grpc_tools
-    from google.protobuf import descriptor_pb2
-    from grpc_tools import protoc
-
-    out = tmp_path / "contract.pb"
-    well_known = Path(grpc_tools.__file__).resolve().parent / "_proto"
-    rc = protoc.main(
-        [
-            "grpc_tools.protoc",
-            f"-I{PROTO_ROOT}",
-            f"-I{well_known}",
-            *extra,
-            f"--descriptor_set_out={out}",
-            *(str(p) for p in sorted(PACKAGE_DIR.glob("*.proto"))),
-        ]
-    )
-    assert rc == 0, "protoc failed on proto/cronwheel/v1/*.proto"
-    return descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
+    return _load_generator().descriptor_set(PROTO_ROOT, *extra)
 
 
 def _strip_json_names(message) -> None:

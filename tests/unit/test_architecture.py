@@ -14,7 +14,7 @@ tables name only modules that exist (test_the_tables_name_only_what_exists).
                 imports only leaves.
     console     the web console imports the Client only (and the shared leaves)
     cli         the CLI's command modules go through the Client: only the server commands'
-                module (migrate, dev, node, worker: cli/commands.py) imports cluster or storage
+                modules (migrate, dev, node, worker: cli/commands.py; rest: cli/rest.py) import cluster or storage
     devtools    no product room (the layers, the shared leaves, the console, the CLI but its
                 server commands) imports the dev tools (cronwheel/devtools/)
     chaos       chaos drives the product through the Client, the CLI and processes (the dev
@@ -73,9 +73,9 @@ DEVTOOLS = "cronwheel.devtools"
 # CLI's entry) and the tests import it.
 TOP = re.compile(r"cronwheel\.(cli|console|__main__)(\..+)?")
 CONSOLE = "cronwheel.console"
-# The CLI's server commands (node, migrate, worker, dev, secrets): the one module of cli/ that may
-# import cluster and storage; the other command modules go through the Client.
-CLI_SERVER = {"cronwheel.cli.commands"}
+# The CLI's server commands (node, migrate, worker, dev, secrets; and rest, the REST server): the
+# modules of cli/ that may import cluster and storage; the other command modules go through the Client.
+CLI_SERVER = {"cronwheel.cli.commands", "cronwheel.cli.rest"}
 SERVER = ("cronwheel.cluster", "cronwheel.storage")
 CLIENT = "cronwheel.client"
 # The CLI's entry (`main`): the harness (devtools/harness.py) migrates through it and chaos runs a

@@ -1,6 +1,7 @@
 import datetime
 
 from cronwheel.v1 import common_pb2 as _common_pb2
+from google.api import annotations_pb2 as _annotations_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
