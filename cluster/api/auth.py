@@ -138,9 +138,9 @@ def authorization_check() -> Callable[[], None]:
     call's own, or the token list's refresh listener) raises as the interceptor would have
     (Unauthenticated for a token revoked or expired since the call began). A call that holds for
     long (a waiting LeaseExecutions) hands it to the dispatcher, so a revocation ends it as it
-    refuses new calls. A no-op outside an authenticated call. Checks of one token for one method
-    compare equal (`CredentialCheck`): at one instant they answer alike, so whoever checks many
-    held calls at once may check each distinct one once (polls.Polls.recheck)."""
+    refuses new calls. A no-op outside an authenticated call. The calls of one token on one
+    method get the same check (`CredentialCheck`), so whoever checks many held calls at once
+    runs each distinct one once (polls.Polls.recheck)."""
     return _RECHECK.get(_no_check)
 
 
