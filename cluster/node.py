@@ -50,7 +50,7 @@ from cronwheel.cluster.notifications import ChangeListener
 from cronwheel.cluster.retention.policy import RetentionConfig
 from cronwheel.cluster.retention.pruner import Pruner, RetentionMetrics
 from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookMetrics, WebhookSender
-from cronwheel.dispatch_limits import MAX_ANSWER_BYTES
+from cronwheel.dispatch_limits import MAX_ANSWER_BYTES, MAX_PENDING_CALLS
 from cronwheel.errors import CronwheelError, InvalidArgument, Unavailable
 from cronwheel.heap import freeze_startup_heap
 from cronwheel.secret_store import KeyRing, SecretStore
@@ -179,7 +179,9 @@ class Node:
         _refuse_busy_port(self.config.listen)
         self.server = grpc.aio.server(interceptors=services.interceptors(self), options=[
             ("grpc.so_reuseport", 0),
-            ("grpc.max_send_message_length", MAX_ANSWER_BYTES)])  # answers are cut to fit (dispatch_limits)
+            ("grpc.max_send_message_length", MAX_ANSWER_BYTES),  # answers are cut to fit (dispatch_limits)
+            ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),  # a burst reaches the node's own refusals
+            ("grpc.server.max_pending_requests_hard_limit", MAX_PENDING_CALLS)])
         creds = services.credentials(self)
         cause: RuntimeError | None = None
         try:

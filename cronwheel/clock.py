@@ -68,10 +68,14 @@ class SystemClock:
         await asyncio.sleep(max(seconds, 0.0))
 
     async def wait(self, event: asyncio.Event, timeout_s: float) -> bool:
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result and drops a
+        # cancellation that comes once the event is set (a waiting lease call whose client left
+        # then held its place until its timeout), and it runs the wait as a task of its own.
         if event.is_set():
             return True
         try:
-            await asyncio.wait_for(event.wait(), max(timeout_s, 0.0))
+            async with asyncio.timeout(max(timeout_s, 0.0)):
+                await event.wait()
         except TimeoutError:
             return False
         return True

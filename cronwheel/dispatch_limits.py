@@ -26,3 +26,11 @@ MAX_POLLS_PER_WORKER = 64
 # MAX_ANSWER_BYTES: the node's gRPC send limit, and gRPC's default receive limit of clients.
 ANSWER_ROWS_BYTES = 3 * 1024 * 1024
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
+
+# Calls a node's gRPC core may hold before the node's event loop takes them (grpc.aio takes one
+# call at a time, so a burst waits there). Past gRPC's defaults (1,000, then a random share of
+# the calls up to 3,000, every call past that) gRPC ends them itself, as CANCELLED, before the
+# node sees them: a tenant's 5,000 long polls sent at once came back about half CANCELLED
+# instead of the node's RESOURCE_EXHAUSTED naming its cap (issue 48). Below this, every call
+# reaches the node; past it gRPC still sheds them (a waiting call holds a few kB).
+MAX_PENDING_CALLS = 10_000

@@ -220,6 +220,13 @@ class DispatchPort:
         cur = await conn.execute(q("claim_lock_tenants"), {"tenant": tenant}, prepare=True)
         return Pending(cur, lambda rows: bool(rows) and rows[0][0] != "{}")
 
+    async def queued_tenant_names(self) -> set[str]:
+        """The tenants with queued work now (`queued_tenant_names`: one read on a connection of
+        its own, no lock): which idle waiting calls a wake concerns."""
+        async with self.db.connection() as conn:
+            cur = await conn.execute(q("queued_tenant_names"), prepare=True)
+            return {str(r[0]) for r in await cur.fetchall()}
+
     async def claim(self, conn: Conn, p: ClaimParams) -> Pending[list[Leased]]:
         """Send the claim (`claim`), after `lock_claim_tenants` in the same transaction; its
         leased runs are the Pending's result. In a `pipelined_transaction`, read it after the

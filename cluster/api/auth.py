@@ -48,10 +48,10 @@ import json
 import logging
 import re
 import socket
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +122,7 @@ class Caller:
 DEV_CALLER = Caller("dev", DEV_TENANT, admin=True)
 SELF_VIEW_CALLER = Caller("self-view", None)  # a tokenless ClusterStatus local-only call: no tenant, no admin
 _CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("cronwheel_caller")
-_RECHECK: contextvars.ContextVar[Callable[[], Caller]] = contextvars.ContextVar("cronwheel_recheck")
+_RECHECK: contextvars.ContextVar[Callable[[], None]] = contextvars.ContextVar("cronwheel_recheck")
 
 
 def current_caller() -> Caller:
@@ -138,15 +138,10 @@ def authorization_check() -> Callable[[], None]:
     call's own, or the token list's refresh listener) raises as the interceptor would have
     (Unauthenticated for a token revoked or expired since the call began). A call that holds for
     long (a waiting LeaseExecutions) hands it to the dispatcher, so a revocation ends it as it
-    refuses new calls. A no-op outside an authenticated call."""
-    check = _RECHECK.get(None)
-    if check is None:
-        return _no_check
-
-    def again() -> None:
-        check()
-
-    return again
+    refuses new calls. A no-op outside an authenticated call. The calls of one token on one
+    method get the same check (`CredentialCheck`), so whoever checks many held calls at once
+    runs each distinct one once (polls.Polls.recheck)."""
+    return _RECHECK.get(_no_check)
 
 
 def _no_check() -> None:
@@ -167,7 +162,10 @@ class AuthConfig:
         for expiry at `now`."""
         if self.dev:
             return DEV_CALLER
-        digest = bearer_digest(metadata)
+        return self.caller_of(bearer_digest(metadata), db, now)
+
+    def caller_of(self, digest: str, db: TokenCache | None = None, now: datetime | None = None) -> Caller:
+        """The caller of the token whose SHA-256 is `digest` (as `authenticate`, not in dev mode)."""
         caller = self.tokens.get(digest)
         if caller is None and db is not None and now is not None:
             tok = db.lookup(digest, now)
@@ -307,6 +305,24 @@ async def _checked_stream(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
 Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
 
 
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
+class CredentialCheck:
+    """A held call's credentials checked again (`authorization_check`): its token, by the digest
+    taken when the call arrived, looked up as a new call's would be (revoked, expired, a stale
+    token list: it raises), on its method. No metadata read, no hashing: a node checks every held
+    call after each refresh of its token list, and re-hashing each call's token took 4 ms per
+    1,000 held calls, once a second, on the event loop (issue 48, bench.long_polls). The calls of
+    one token on one method share one check (the interceptor keeps it while a call holds it), so
+    it is checked once for all of them."""
+
+    interceptor: AuthInterceptor
+    digest: str
+    method: str
+
+    def __call__(self) -> None:
+        self.interceptor.caller(self.digest, self.method)
+
+
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Authenticates every call to a cronwheel.v1 service and maps its errors. `tokens`: the
     node's copy of the API-made tokens (None: the auth file's only); `clock`: their expiry."""
@@ -316,18 +332,33 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self.tokens = tokens
         self.clock = clock
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+        # One check per (token digest, method) while calls hold it (CredentialCheck).
+        self._checks: weakref.WeakValueDictionary[tuple[str, str], CredentialCheck] = weakref.WeakValueDictionary()
         if config.dev:
             log.warning("authentication disabled (dev mode): every call is an admin of tenant 'default'",
                         extra={"event": "auth_dev_mode"})
         else:
             log.info("authentication enabled", extra={"event": "auth_enabled", "tokens": len(config.tokens)})
 
-    def _authorize(self, context: grpc.aio.ServicerContext[Any, Any], method: str) -> Caller:
-        now = self.clock.now() if self.clock is not None else None
+    def _authorize(self, context: grpc.aio.ServicerContext[Any, Any],
+                   method: str) -> tuple[Caller, Callable[[], None]]:
+        """The caller, and the check that authorizes it again later (`authorization_check`)."""
         metadata = context.invocation_metadata()
         if method == CLUSTER_STATUS and self_view_only(metadata):
-            return SELF_VIEW_CALLER  # AdminService answers it with this node's Member, nothing else
-        caller = self.config.authenticate(metadata, self.tokens, now)
+            return SELF_VIEW_CALLER, _no_check  # AdminService answers it with this node's Member only
+        if self.config.dev:
+            return DEV_CALLER, _no_check
+        digest = bearer_digest(metadata)
+        caller = self.caller(digest, method)
+        check = self._checks.get((digest, method))
+        if check is None:
+            check = self._checks[(digest, method)] = CredentialCheck(self, digest, method)
+        return caller, check
+
+    def caller(self, digest: str, method: str) -> Caller:
+        """The caller of a token (its SHA-256) on `method`, or the error that refuses it."""
+        now = self.clock.now() if self.clock is not None else None
+        caller = self.config.caller_of(digest, self.tokens, now)
         if admin_only(method) and not caller.admin:
             raise e.PermissionDenied(f"{method.rsplit('/', 1)[-1]} is admin-only")
         return caller
@@ -336,8 +367,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             token = recheck = None
             try:  # inline, not an async context manager: this runs on every call
-                token = _CALLER.set(self._authorize(context, method))
-                recheck = _RECHECK.set(partial(self._authorize, context, method))
+                caller, check = self._authorize(context, method)
+                token = _CALLER.set(caller)
+                recheck = _RECHECK.set(check)
                 return await inner(_checked(request), context)
             except Exception as exc:
                 await _fail(context, exc, method)
@@ -353,7 +385,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             token = None
             try:
-                token = _CALLER.set(self._authorize(context, method))
+                token = _CALLER.set(self._authorize(context, method)[0])
                 async for item in responses(inner(_checked(request), context)):
                     yield item
             except Exception as exc:

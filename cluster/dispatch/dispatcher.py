@@ -22,7 +22,11 @@ or this node's own fire batches) rather than by fixed polling; a slow fallback p
 missed notifications. Waiting calls are grouped by scope (the tenant they may take from and
 their job types): a wake and the fallback poll make the oldest call of each scope claim, and a
 call whose claim came back full wakes the next of its scope, so a wake costs one claim per
-scope, not one per waiting call. A node holds at most MAX_POLLS_PER_TENANT waiting calls per
+scope, not one per waiting call. Except for idle tenants (the last claim for the tenant found
+no queued work for it): their scopes' oldest calls claim only after one read of the tenants
+with queued work says theirs has some (`_wake_idle`, one read for all idle tenants, also at
+the fallback poll), so a tenant whose calls wait for work that does not come costs the other
+tenants' runs no claim ahead of theirs. A node holds at most MAX_POLLS_PER_TENANT waiting calls per
 tenant and MAX_POLLS_PER_WORKER per worker (polls.py; ResourceExhausted past them), and a
 waiting call's caller's credentials are checked again (`still_allowed`) before each claim and
 after each refresh of the node's token list (`recheck`). A run finished through this node
@@ -74,7 +78,7 @@ from cronwheel.dispatch_limits import (
     MAX_POLLS_PER_TENANT,
     MAX_POLLS_PER_WORKER,
 )
-from cronwheel.errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken
+from cronwheel.errors import CronwheelError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken
 from cronwheel.storage import PgStore
 from cronwheel.storage.dispatch import (
     ClaimParams,
@@ -153,6 +157,9 @@ class Dispatcher:
         # its advisory lock anyway.
         self._claiming = asyncio.Lock()
         self._queued_seen = False  # the last claim's locks found queued work (see _claim_once)
+        self._idle_read: asyncio.Task[None] | None = None  # _wake_idle's read, while it runs
+        self._idle_again = False  # a wake came during that read: read again
+        self._idle_read_at = float("-inf")  # when the last such read began (monotonic)
         self._faults = StallFaults.from_env()  # test-only (faults.py): off unless its variable is set
         self.claims_held: str | None = None  # why this node claims nothing now (None: it claims)
 
@@ -167,9 +174,47 @@ class Dispatcher:
         claims again, not every call: one claim per scope finds whatever that scope may take,
         and a call whose claim came back full wakes the next of its scope (polls.py). Waking
         every call made each of a tenant's thousands of polls claim again, one after another on
-        the node's one claim connection, for work one of them takes."""
-        for poll in self._polls.heads():
+        the node's one claim connection, for work one of them takes. The scopes of idle tenants
+        (the last claim for the tenant found no queued work) do not claim at once: `_wake_idle`."""
+        for poll in self._polls.active_heads():
             poll.wake()
+        if self._polls.has_idle():
+            self._wake_idle()
+
+    def _wake_idle(self) -> None:
+        """The idle tenants' part of a wake: one read of the tenants with queued work, then the
+        oldest call of each idle tenant's scope that may take from one of them claims (a claim
+        behind the claims of the tenants that had work, woken first). Before, a tenant
+        whose calls wait for work that never comes (bench.long_polls' flood) claimed at every
+        wake of another tenant's runs, on the one claim connection and often ahead of it: each
+        of the other tenant's runs waited for that claim and took two round trips instead of
+        one (the flood's claim had seen no queued work). A wake during the read reads again."""
+        if self._idle_read is not None:
+            self._idle_again = True
+            return
+        self._idle_read_at = self.clock.monotonic()
+        self._idle_read = asyncio.create_task(self._read_idle(), name="dispatch-wake-idle")
+
+    async def _read_idle(self) -> None:
+        try:
+            again = True
+            while again:
+                self._idle_again = False
+                tenants: set[str] | None
+                try:
+                    tenants = await self.port.queued_tenant_names()
+                except CronwheelError:  # the database failed: they claim (and meet it), as before
+                    tenants = None
+                woken = self._polls.idle_heads(tenants)
+                for poll in woken:
+                    if tenants:  # their claims send lock and claim together (one round trip)
+                        self._polls.mark(poll.scope[0], True)
+                    poll.wake()
+                again = self._idle_again
+                if again:
+                    self._idle_read_at = self.clock.monotonic()
+        finally:
+            self._idle_read = None
 
     def wake_at(self, at: float | None = None) -> None:
         """Work was queued that is claimable from `at` (Unix seconds by this node's clock; None
@@ -265,7 +310,10 @@ class Dispatcher:
         token or a run queued ahead is due then), or the fallback poll. Only the oldest call of
         a scope claims at the fallback poll (it covers missed notifications for all of them);
         the others sleep until woken (a wake, a promotion to oldest, a refusal) or their
-        deadline: a tenant's thousand waiting calls cost no timer each second."""
+        deadline: a tenant's thousand waiting calls cost no timer each second. The oldest call
+        of an idle tenant's scope does not claim at the fallback poll: it asks for the idle
+        tenants' read (at most one per fallback_poll_s for all of them), which wakes it to claim
+        if its tenant has queued work."""
         first = True
         while True:
             left = deadline - self.clock.monotonic()
@@ -278,28 +326,43 @@ class Dispatcher:
             woke = await self.clock.wait(poll.event, pause)
             if poll.refused is not None:
                 raise poll.refused
-            if not woke or poll.claim:
+            if woke and not poll.claim:
+                poll.event.clear()  # promoted to its scope's oldest: takes over the fallback poll
+                continue
+            if woke or pause >= left or not self._polls.idle(poll.tenant):
                 return
-            poll.event.clear()  # promoted to its scope's oldest: takes over the fallback poll
+            # An idle tenant's oldest call at the fallback poll: one read for every idle tenant
+            # (`_wake_idle`) claims for it if its tenant has queued work, instead of a claim each
+            # on the claim connection, where the tenants with work wait for them.
+            if self.clock.monotonic() - self._idle_read_at >= self.config.fallback_poll_s:
+                self._wake_idle()
 
     async def _claim_once(self, worker: str, types: list[str] | None, max_count: int,
                           lease_s: float, tenant: str | None) -> tuple[list[Leased], float | None]:
         """The runs leased, and (when none) the seconds until queued work may be claimable
-        (`claim_wait`: a rate-limited tenant's next token, a run queued ahead of its run_at)."""
+        (`claim_wait`: a rate-limited tenant's next token, a run queued ahead of its run_at).
+        Whether its lock found queued work for `tenant` is kept (`Polls.mark`): the next claim
+        for the tenant sends lock and claim together if it did, and a wake makes the tenant's
+        waiting calls claim at once only if it did (`wake`)."""
         if self.claims_held is not None:
             return [], None
         order = priority_order(self.config.weights, self.rng.random())
         wait = None
-        # While the node's last claim found queued work, one round trip: the tenant locks, the
-        # claim and its COMMIT travel together. Otherwise the locks' answer is read first and no
-        # claim is sent when no tenant has queued work: an idle node's waiting polls (each claims
-        # at every fallback_poll_s) cost the lock statement only, not the claim's planning
-        # (1.3 ms). Either way the runs are read after the COMMIT succeeded, so no lease is
-        # handed out that did not commit.
+        # While the last claim for this tenant (for a tenant's first, the node's last claim)
+        # found queued work, one round trip: the tenant locks, the claim and its COMMIT travel
+        # together. Otherwise the locks' answer is read first and no claim is sent when no tenant
+        # has queued work: an idle node's waiting polls (each claims at every fallback_poll_s)
+        # cost the lock statement only, not the claim's planning (1.3 ms). Kept per tenant: one
+        # node-wide flag made a tenant whose calls find nothing (at each fallback poll) cost
+        # another tenant's next claim a second round trip. Either way the runs are read after the
+        # COMMIT succeeded, so no lease is handed out that did not commit.
         async with self._claiming, self.store.claim_connection() as conn:
+            seen = self._polls.queued_seen(tenant)  # as the claims before this one left it
+            pipelined = self._queued_seen if seen is None else seen
             async with self.store.pipelined_transaction(conn):
                 locked = await self.port.lock_claim_tenants(conn, tenant)  # limits hold across nodes
-                if not self._queued_seen and not await locked.result():
+                if not pipelined and not await locked.result():
+                    self._polls.mark(tenant, False)
                     return [], None
                 now = self.clock.now()
                 claim = await self.port.claim(conn, ClaimParams(
@@ -307,6 +370,7 @@ class Dispatcher:
                     now=now, fair_tau_s=self.config.fair_tau_s, max_bytes=ANSWER_ROWS_BYTES))
             out = await claim.result()
             self._queued_seen = await locked.result()
+            self._polls.mark(tenant, self._queued_seen)
             if not out and self._queued_seen:  # at the claim's `now`: the buckets as the claim
                 # left them (a later read could see a whole token refilled meanwhile and answer
                 # "none waiting"); with no tenant queued at all, nothing is waiting

@@ -2,13 +2,20 @@
 
 A scope is the tenant a call may take from (None: any, an admin's call) and its job types. Within
 a scope the calls are kept oldest first. The dispatcher wakes the oldest call of each scope
-(`heads`), not every call: one claim finds whatever the scope may take, and a call whose claim
+(`active_heads`), not every call: one claim finds whatever the scope may take, and a call whose claim
 came back full wakes the next of its scope when it leaves (`leave(full=True)`). The oldest call
 of a scope also claims at the fallback poll for all of them (`is_head`).
 
 Credentials: a call's caller is checked again (`recheck`, after each refresh of the node's
 token list, about every second, and at once after a revocation through this node), so a
 revoked token's waiting call ends without any call waking on a timer for it.
+
+Idle tenants: each claim says whether the tenant it may take from (None: any, an admin's) had
+queued work at all (`mark`; kept per tenant, also while none of its calls waits). A wake does
+not make the oldest call of an idle tenant's scope claim at once, ahead of the claims of the
+tenants that have work: the dispatcher reads which tenants have queued work once for all idle
+ones and wakes the scopes it concerns (`idle_heads`). A tenant whose calls wait for work that
+does not come then costs another tenant's runs no claim ahead of theirs.
 
 Caps: a node holds at most `max_per_tenant` waiting calls per tenant (admin calls, which take
 from every tenant, count as one more tenant) and `max_per_worker` per worker id of a tenant;
@@ -23,11 +30,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
 from cronwheel.errors import CronwheelError, ResourceExhausted
+
+_UNCHECKED = CronwheelError("not checked yet")  # Polls.recheck's marker
 
 Scope = tuple[str | None, tuple[str, ...]]  # (tenant or None: any, job types sorted; (): any)
 
@@ -68,6 +77,9 @@ class Polls:
         self._scopes: dict[Scope, dict[Poll, None]] = {}
         self._per_tenant: Counter[str | None] = Counter()
         self._per_worker: Counter[tuple[str | None, str]] = Counter()
+        # tenant -> whether its last claim found queued work (`mark`): one entry per tenant that
+        # claimed through this node, kept while none of its calls waits
+        self._queued: dict[str | None, bool] = {}
         self._seq = 0
 
     def __bool__(self) -> bool:
@@ -112,26 +124,61 @@ class Polls:
 
     def recheck(self) -> int:
         """Check every waiting call's credentials again (`Poll.check`): each refused one is
-        woken to end with the error. The number refused."""
+        woken to end with the error. The number refused. Calls may share one check (the calls
+        of one token share cluster.api.auth.CredentialCheck): each check runs once, so a
+        tenant's thousand calls with one token cost one lookup, not 1,000."""
         refused = 0
+        verdicts: dict[Callable[[], object], CronwheelError | None] = {}
         for polls in self._scopes.values():
             for poll in polls:
-                if poll.check is not None and poll.refused is None:
+                if poll.check is None or poll.refused is not None:
+                    continue
+                verdict = verdicts.get(poll.check, _UNCHECKED)
+                if verdict is _UNCHECKED:
                     try:
                         poll.check()
+                        verdict = None
                     except CronwheelError as exc:
-                        poll.refuse(exc)
-                        refused += 1
+                        verdict = exc
+                    verdicts[poll.check] = verdict
+                if verdict is not None:
+                    poll.refuse(verdict)
+                    refused += 1
         return refused
 
     def is_head(self, poll: Poll) -> bool:
         """Whether `poll` is the oldest waiting call of its scope."""
         return next(iter(self._scopes[poll.scope])) is poll
 
-    def heads(self) -> Iterator[Poll]:
-        """The oldest waiting call of each scope."""
-        for polls in self._scopes.values():
-            yield next(iter(polls))
+    def mark(self, tenant: str | None, queued: bool) -> None:
+        """A claim for `tenant` (None: any tenant) found queued work for it (`queued`) or none
+        at all (the tenant is idle until a claim finds some). Kept per tenant, not per call:
+        a worker's next call claims as its last one found."""
+        self._queued[tenant] = queued
+
+    def queued_seen(self, tenant: str | None) -> bool | None:
+        """What the last claim for `tenant` found (`mark`); None: no claim for it yet."""
+        return self._queued.get(tenant)
+
+    def idle(self, tenant: str | None) -> bool:
+        """Whether the last claim for `tenant` found no queued work for it."""
+        return self._queued.get(tenant) is False
+
+    def active_heads(self) -> Iterator[Poll]:
+        """The oldest waiting call of each scope whose tenant is not idle."""
+        for scope, polls in self._scopes.items():
+            if not self.idle(scope[0]):
+                yield next(iter(polls))
+
+    def has_idle(self) -> bool:
+        """Whether a call waits in a scope of an idle tenant."""
+        return any(self.idle(scope[0]) for scope in self._scopes)
+
+    def idle_heads(self, tenants: Collection[str] | None) -> list[Poll]:
+        """The oldest waiting call of each idle tenant's scope that may take from one of
+        `tenants` (an admin's scope: from any of them; None: every idle scope)."""
+        return [next(iter(polls)) for scope, polls in self._scopes.items() if self.idle(scope[0])
+                and (tenants is None or (bool(tenants) if scope[0] is None else scope[0] in tenants))]
 
     def oldest_idle(self, tenant: str, n: int) -> list[Poll]:
         """The `n` oldest calls not woken yet that may take from `tenant`."""

@@ -15,7 +15,7 @@ from cronwheel.dispatch_limits import ANSWER_ROWS_BYTES, MAX_POLLS_PER_TENANT, M
 from cronwheel.errors import ResourceExhausted, Unauthenticated
 from cronwheel.storage import PgStore
 
-from .test_claim_limits import T0, backlog
+from .test_claim_limits import T0, backlog, sql
 
 pytestmark = pytest.mark.integration
 
@@ -91,6 +91,31 @@ async def test_a_wake_makes_one_waiting_call_of_a_scope_claim_not_every_one(stor
     await cancel_all(calls)
 
 
+async def test_a_wake_makes_no_claim_for_a_tenant_whose_waiting_calls_found_no_queued_work(store: PgStore) -> None:
+    """bench.long_polls: a tenant's calls wait for a job type never submitted. Before, every wake
+    for another tenant's runs made that tenant's oldest call claim too, on the node's one claim
+    connection, often ahead of the claim that had work. Now one read of the tenants with
+    queued work decides which idle scopes claim; a scope that had no work still claims at once
+    when its tenant gets some."""
+    clock = FakeClock(start_ts=T0.timestamp())
+    d = Dispatcher(store, clock)
+    claims = counting(d)
+    flood = [asyncio.create_task(d.lease(f"f{i}", ["lp.flood"], 1, 30.0, 30.0, tenant="flood")) for i in range(20)]
+    other = asyncio.create_task(d.lease("b", [], 10, 30.0, 30.0, tenant="other"))
+    await asyncio.wait_for(clock.until_asleep(21), 30)
+    assert claims[0] == 21  # each call's first claim: none found queued work
+    await backlog(store, "other", 1)
+    d.wake()
+    [run] = await asyncio.wait_for(other, 10)
+    assert run.tenant == "other" and claims[0] == 22  # the other tenant's claim only
+    await backlog(store, "flood", 1)
+    await sql(store, "UPDATE executions SET type = 'lp.flood' WHERE tenant = 'flood'")
+    d.wake()
+    done, _ = await asyncio.wait(flood, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    assert [t.result()[0].tenant for t in done] == ["flood"] and claims[0] == 23
+    await cancel_all(flood)
+
+
 async def test_a_full_answer_wakes_the_next_call_of_its_scope(store: PgStore) -> None:
     clock = FakeClock(start_ts=T0.timestamp())
     d = Dispatcher(store, clock)
@@ -104,18 +129,40 @@ async def test_a_full_answer_wakes_the_next_call_of_its_scope(store: PgStore) ->
     await cancel_all(calls[3:])
 
 
-async def test_only_the_oldest_call_of_a_scope_claims_at_the_fallback_poll(store: PgStore) -> None:
+async def test_at_the_fallback_poll_only_the_oldest_call_of_a_scope_with_queued_work_claims(store: PgStore) -> None:
+    """The fallback poll covers missed notifications. A tenant whose calls found no queued work
+    does not claim at it either: one read of the tenants with queued work, for every such
+    tenant, and the oldest call of a scope whose tenant has some claims (before, each scope's
+    oldest claimed every second, on the claim connection, whatever it had found)."""
     clock = FakeClock(start_ts=T0.timestamp())
     d = Dispatcher(store, clock)
     claims = counting(d)
+    reads = [0]
+    read = d.port.queued_tenant_names
+
+    async def counted_read() -> set[str]:
+        reads[0] += 1
+        return await read()
+
+    d.port.queued_tenant_names = counted_read  # type: ignore[method-assign]
     calls = [asyncio.create_task(d.lease(f"w{i}", [], 10, 30.0, 30.0, tenant="a")) for i in range(20)]
     calls.append(asyncio.create_task(d.lease("b", [], 10, 30.0, 30.0, tenant="b")))
     await asyncio.wait_for(clock.until_asleep(21), 30)
     assert claims[0] == 21
-    clock.advance(1.0)  # the fallback poll
+    clock.advance(1.0)  # the fallback poll: nothing queued, so one read and no claim
+    await asyncio.wait_for(_until(lambda: reads[0] == 1 and d._idle_read is None), 10)
     await asyncio.wait_for(clock.until_asleep(21), 10)
-    assert claims[0] == 23  # the oldest of tenant a, and tenant b's
+    assert claims[0] == 21
+    await backlog(store, "b", 1)  # queued without a wake: a missed notification
+    clock.advance(1.0)
+    [run] = await asyncio.wait_for(calls[-1], 10)
+    assert run.tenant == "b" and claims[0] == 22 and reads[0] == 2  # the oldest of tenant b's scope only
     await cancel_all(calls)
+
+
+async def _until(predicate: Any) -> None:
+    while not predicate():
+        await asyncio.sleep(0.01)
 
 
 async def test_a_waiting_call_whose_credentials_are_revoked_ends_at_the_next_recheck_and_claims_nothing(

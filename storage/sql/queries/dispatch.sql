@@ -22,6 +22,12 @@ SELECT set_config('cronwheel.claim_tenants', coalesce(array_agg(l.tenant), '{}')
                  WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s
                  ORDER BY tenant) t) l;
 
+-- name: queued_tenant_names
+-- The tenants with queued work (a loose index scan, no lock): read for a wake of waiting calls
+-- whose last claim found no queued work for their tenants (Dispatcher.wake), one read for all of
+-- them instead of a claim each ahead of the calls that have work.
+SELECT tenant FROM queued_tenants;
+
 -- name: claim
 -- Lease up to `limit` queued runs (past the first, only while their payloads and checkpoints
 -- add up to at most `max_bytes`; NULL: no cap) in one statement, after `claim_lock_tenants`
