@@ -40,11 +40,11 @@ CLOCK_SLACK_S = 0.05
 # of the same execution is the at-least-once contract at work, not a bug.
 WORKER_PATH_FAULTS = frozenset({
     "kill-worker", "pause-worker", "kill-node", "pause-node", "deploy-node", "partition-node",
-    "partition-node-long", "skew-node-clock",
+    "partition-node-long", "skew-node-clock", "kill-mid-upstream-completion",
 })  # and any fault whose target is "postgres"
 # Faults that hold rows every node's writes may need (a node stopped mid-transaction with runs and
 # schedules row-locked): any worker's completions can wait on them, as on a database fault.
-SHARED_ROW_FAULTS = frozenset({"stall-completion"})
+SHARED_ROW_FAULTS = frozenset({"stall-completion", "kill-mid-upstream-completion"})
 
 
 @dataclass
@@ -236,11 +236,15 @@ def check_duplicate_runs_explained(h: History) -> InvariantResult:
 # ---------------------------------------------------------------------------------- retries
 
 
+# Failpoints whose record carries `expected` (execution id -> terminal state), checked here.
+EXPECTING = frozenset({"long-retry-history", "kill-mid-upstream-completion"})
+
+
 def check_long_retry_history(h: History) -> InvariantResult:
     c = _Collector("long_retry_history")
     by_id = {e.id: e for e in h.executions}
     for f in h.injections:
-        if f.name != "long-retry-history":
+        if f.name not in EXPECTING:
             continue
         c.counts["injections"] += 1
         for eid, want in dict(f.details.get("expected") or {}).items():
@@ -265,7 +269,12 @@ def check(h: History) -> list[InvariantResult]:
     from chaos.checker_explain import check_explain_agrees, check_operations_answered
     from chaos.checker_fencing import check_epochs_increase, check_health, check_no_stale_write, check_takeover
     from chaos.checker_limits import check_concurrency_keys, check_rate_limits
-    from chaos.checker_model import check_buffered_runs_released, check_quota_counts_created, check_ticks_exactly_once
+    from chaos.checker_model import (
+        check_buffered_runs_released,
+        check_dependencies,
+        check_quota_counts_created,
+        check_ticks_exactly_once,
+    )
     from chaos.checker_timing import check_fire_lag_bounded, check_no_stuck_running, check_not_fired_early
 
     return [
@@ -286,6 +295,7 @@ def check(h: History) -> list[InvariantResult]:
         check_rate_limits(h),
         check_buffered_runs_released(h),
         check_quota_counts_created(h),
+        check_dependencies(h),
         check_explain_agrees(h),
         check_operations_answered(h),
     ]

@@ -29,7 +29,7 @@ from chaos.history import History, OwnershipRec
 
 NO_COMMIT_TS_SLACK_S = 2.5
 TAKEOVER_FAULTS = frozenset({"kill-node", "pause-node", "partition-node", "partition-node-long", "deploy-node",
-                             "scale-in"})
+                             "scale-in", "kill-mid-upstream-completion"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,8 @@ WORKER_ONLY = frozenset({"kill-worker", "pause-worker", "long-retry-history"})
 RECOVERY_EXTRA_S = 3.0
 # Faults that delay every start, so a wait proves nothing about a buffer.
 START_DELAYING = frozenset({"kill-worker", "pause-worker", "restart-postgres", "refuse-commits",
-                            "stall-completion", "pause-node", "kill-node", "partition-node", "deploy-node"})
+                            "stall-completion", "pause-node", "kill-node", "partition-node", "deploy-node",
+                            "kill-mid-upstream-completion"})
 
 
 def _ts(text: str | None) -> float | None:
@@ -461,4 +462,50 @@ def check_quota_counts_created(h: History) -> InvariantResult:
                 continue
             c.bad("early_quota_skip", f"tenant {tenant}: tick {iso(e.scheduled_for)} skipped for quota with "
                                       f"only {before} executions created before it (quota {quota})")
+    return c.result()
+
+
+def check_dependencies(h: History) -> InvariantResult:
+    """Issue 52: every dependent of the traffic's dependency families (chaos.workload
+    dependency_plan) ended as chaos.model.decide_dependent predicts from its upstreams' final
+    states: cancelled naming an upstream that did not succeed, never started; or started only
+    after every upstream finished (their finished_at, by PostgreSQL's clock, which the workers'
+    start lines share within CLOCK_SLACK_S on this host, plus any skew a node ran with), and only
+    once it was released."""
+    c = _Collector("dependencies")
+    slack = CLOCK_SLACK_S + max((abs(v) for v in h.meta.skews.values()), default=0.0)  # finished_at: a node's clock
+    by_id = {e.id: e for e in h.executions}
+    first_start: dict[str, float] = {}
+    for r in h.runs:
+        if r.event == "start":
+            first_start[r.execution_id] = min(r.t, first_start.get(r.execution_id, r.t))
+    for j in h.submitted:
+        if not j.depends_on:
+            continue
+        c.counts["dependents"] += 1
+        e = by_id.get(j.execution_id)
+        ups = [by_id.get(u) for u in j.depends_on]
+        if e is None or any(u is None for u in ups):
+            c.bad("missing", f"dependent {j.execution_id} or one of its upstreams {j.depends_on} has no row")
+            continue
+        states = [u.state for u in ups if u is not None]
+        want = model.decide_dependent(j.dependency_policy or "on_success", states)
+        c.counts[f"predicted.{want}"] += 1
+        if want == model.WAITS:
+            c.bad("upstream_unfinished", f"dependent {e.id}: upstreams still {states} after the drain")
+        elif want == model.DEP_CANCELLED:
+            failed = [u.id for u in ups if u is not None and u.state != "succeeded"]
+            if e.state != "cancelled" or not any(f"upstream {f} ended" in (e.state_reason or "") for f in failed):
+                c.bad("not_cancelled", f"dependent {e.id} of {dict(zip(j.depends_on, states, strict=True))} ended "
+                                       f"{e.state} ({e.state_reason}), expected cancelled naming one of {failed}")
+            elif e.id in first_start:
+                c.bad("ran_cancelled", f"dependent {e.id} was cancelled but a worker started it")
+        else:
+            started = first_start.get(e.id)
+            last_up = max((u.finished_at or 0.0) for u in ups if u is not None)
+            if started is None:
+                c.bad("never_ran", f"dependent {e.id} ({e.state}) never started though its upstreams ended {states}")
+            elif started + slack < last_up:
+                c.bad("ran_early", f"dependent {e.id} started at {iso(started)}, before its last upstream finished "
+                                   f"at {iso(last_up)}")
     return c.result()

@@ -128,7 +128,7 @@ def check_not_fired_early(h: History) -> InvariantResult:
 
 
 MOVES_PARTITIONS = frozenset({"kill-node", "pause-node", "partition-node", "partition-node-long", "deploy-node",
-                              "scale-in", "scale-out", "skew-node-clock"})
+                              "scale-in", "scale-out", "skew-node-clock", "kill-mid-upstream-completion"})
 GLOBAL_FAULTS = frozenset({"kill-etcd-leader"})  # and any fault on "postgres"
 RECOVERY_S = 3.0
 

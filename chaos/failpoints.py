@@ -27,6 +27,9 @@ the same host clock PostgreSQL stamps history with.
     stall-completion   the node completing a run of the overlap-replace schedule stops in the
                        middle of that transaction (its rows locked) for 2.5-3 x TTL: the next
                        tick's replace must not wait for it (test-only hook, dispatch/faults.py)
+    kill-mid-upstream-completion
+                       SIGKILL the node stalled in the middle of completing a job that another
+                       waits for: the dependent stays waiting, and is released once by the retry
 """
 
 from __future__ import annotations
@@ -540,3 +543,81 @@ class RefuseCommits:
 
 
 FAILPOINTS[RefuseCommits.name] = RefuseCommits()
+
+
+class KillMidUpstreamCompletion:
+    """A node killed in the middle of the transaction that completes an upstream (issue 52): a
+    one-off `tick` job A and a job B that waits for it are submitted; the completion of A stalls
+    after its first round trip (A's row is succeeded in that transaction, and its trigger has
+    queued B in it) through the nodes' test-only hook (cluster/dispatch/faults.py, by execution
+    id), and the stalled node is SIGKILLed and started again. The transaction never commits:
+    B must still be waiting, and A running. The worker's retried completion (or, if its lease
+    lapsed, A's next attempt) then releases B exactly once: both end succeeded, B at attempt 1.
+    The record's details carry `expected` (execution id -> terminal state) and what was seen
+    while the node was down."""
+
+    name = "kill-mid-upstream-completion"
+
+    def available(self, cluster: ChaosCluster) -> bool:
+        return bool(cluster.workers) and len(cluster.roster) >= 2
+
+    def inject(self, cluster: ChaosCluster, rng: random.Random) -> InjectionRecord:
+        from datetime import timedelta
+
+        from cronwheel.client import Client
+
+        t0 = time.time()
+        tag = f"{int(t0 * 1000)}-{rng.randrange(10**6)}"
+        path = cluster.stall_fault_file()
+        before = {n: len(cluster.pc.nodes[n].log_events("test_fault_completion_stalled")) for n in cluster.roster}
+        with Client(cluster.pc.addresses()) as cw:  # A is claimable from its run_at: the fault file is set first
+            a = cw.submit("tick", {"failpoint": self.name}, delay=timedelta(seconds=2), tenant="chaos-a",
+                          idempotency_key=f"{self.name}-a-{tag}").id
+            b = cw.submit("tick", {"failpoint": self.name}, tenant="chaos-a", depends_on=[a],
+                          idempotency_key=f"{self.name}-b-{tag}").id
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"execution_id": a, "stall_s": 60.0}))
+        tmp.replace(path)
+        while path.exists() and time.time() < t0 + 20:
+            time.sleep(0.05)
+        consumed = not path.exists()
+        path.unlink(missing_ok=True)
+        stalled: list[str] = []
+        while consumed and not stalled and time.time() < t0 + 25:
+            stalled = [n for n in cluster.roster
+                       if len(cluster.pc.nodes[n].log_events("test_fault_completion_stalled")) > before.get(n, 0)]
+            time.sleep(0.05)
+        for taken in path.parent.glob(f"{path.name}.taken.*"):
+            taken.unlink(missing_ok=True)
+        details: dict[str, Any] = {"upstream": a, "dependent": b, "consumed": consumed, "stalled": stalled}
+        if len(stalled) != 1:
+            return _record(self.name, "dispatch", t0, details, f"fault not applied (consumed={consumed}, "
+                                                               f"nodes={stalled})")
+        victim = stalled[0]
+        details["signal_at"] = time.time()  # the takeover is timed from the kill (checker_fencing)
+        cluster.kill_node(victim)  # mid-transaction: PostgreSQL rolls it back when the socket closes
+        down = cluster.pc.sql("SELECT id::text, state FROM executions WHERE id = ANY(%s::uuid[])", [a, b])
+        details["while_down"] = {str(r[0]): r[1] for r in down}
+        cluster.wait_owned_without(victim, cluster.spec.lease_ttl_s + 10)
+        cluster.start_node(victim)
+        expected = {a: "succeeded", b: "succeeded"}
+        reached: dict[str, str] = {}
+        while time.time() - t0 < 60:
+            rows = cluster.pc.sql("SELECT id::text, state, attempt, waiting_for FROM executions"
+                                  " WHERE id = ANY(%s::uuid[])", [a, b])
+            reached = {str(r[0]): f"{r[1]}@{r[2]}" for r in rows}
+            if all(reached.get(i, "").split("@")[0] == s for i, s in expected.items()):
+                break
+            time.sleep(0.2)
+        details.update(expected=expected, reached=reached)
+        err = None
+        if details["while_down"].get(b) != "waiting":
+            err = f"the dependent left waiting before its upstream's completion committed: {details['while_down']}"
+        elif any(reached.get(i, "").split("@")[0] != s for i, s in expected.items()):
+            err = f"jobs did not reach {expected} within 60 s: {reached}"
+        elif reached.get(b, "") != "succeeded@1":
+            err = f"the dependent ran more than once: {reached}"
+        return _record(self.name, victim, t0, details, err)
+
+
+FAILPOINTS[KillMidUpstreamCompletion.name] = KillMidUpstreamCompletion()

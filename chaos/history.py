@@ -134,6 +134,8 @@ class SubmittedJob:
     run_at: float
     key: str
     submitted_at: float
+    depends_on: tuple[str, ...] = ()  # its upstreams' execution ids (a dependency family)
+    dependency_policy: str = ""  # with depends_on: on_success | always
 
 
 @dataclass(frozen=True, slots=True)

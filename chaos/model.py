@@ -289,3 +289,23 @@ def after_outage(overlap: str, misfire: str, max_catch_up: int, ticks: Sequence[
             out[t.scheduled_for] = Outcome(decision)
     release(float("inf"))
     return out
+
+
+# ---------------------------------------------------------------------------------- dependencies
+
+FINISHED = frozenset({"succeeded", "failed", "dead", "cancelled", "skipped"})
+WAITS = "waits"  # an upstream has not finished: the dependent must still wait
+DEP_CANCELLED = "cancelled"  # an upstream did not succeed under on_success: cancelled, never run
+DEP_RUNS = "runs"  # every upstream finished (all succeeded, or policy always): it runs after them
+
+
+def decide_dependent(policy: str, upstream_states: Sequence[str]) -> str:
+    """What docs/semantics.md "Dependencies" says of a job with these upstreams' final states:
+    waits while one is unfinished; under on_success, cancelled when one ended otherwise than
+    succeeded (naming it); else it runs, after the last of them finished."""
+    _check_policy("dependency_policy", policy, ("on_success", "always"))
+    if any(s not in FINISHED for s in upstream_states):
+        return WAITS
+    if policy == "on_success" and any(s != "succeeded" for s in upstream_states):
+        return DEP_CANCELLED
+    return DEP_RUNS

@@ -20,7 +20,7 @@ from chaos.cluster import ClusterSpec
 ALL_FAILPOINTS = (
     "kill-node", "pause-node", "deploy-node", "scale-out", "scale-in", "kill-etcd-leader", "restart-postgres",
     "kill-worker", "pause-worker", "skew-node-clock", "partition-node", "long-retry-history",
-    "late-keepalive", "refuse-commits", "stall-completion",
+    "late-keepalive", "refuse-commits", "stall-completion", "kill-mid-upstream-completion",
 )
 
 
@@ -54,6 +54,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("etcd-leader", "SIGKILL the etcd leader, restart it", ("kill-etcd-leader",)),
     Scenario("postgres-restart", "restart PostgreSQL under load", ("restart-postgres",)),
     Scenario("worker-faults", "SIGKILL and SIGSTOP workers mid-job", ("kill-worker", "pause-worker")),
+    Scenario("dependencies", "SIGKILL a node in the middle of completing a job another waits for",
+             ("kill-mid-upstream-completion",)),
     Scenario("clock-skew", "run nodes with wall clocks up to 1 s ahead or behind", ("skew-node-clock",)),
     Scenario("network-partition", "cut one node off the network for 2 x TTL (network namespaces)",
              ("partition-node",), ClusterSpec(netns=True)),

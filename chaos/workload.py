@@ -122,6 +122,41 @@ def burst_plan(seed: int, i: int) -> list[tuple[str, dict[str, Any]]]:
     return keyed + rated
 
 
+DEPS_EVERY = 4  # every 4th submission (from the 3rd) also sends a dependency family
+
+
+def dependency_plan(seed: int, i: int) -> list[tuple[str, dict[str, Any]]]:
+    """The dependency family sent with the i-th submission (issue 52): (key, submit kwargs) per
+    job, in one submit_many: upstreams a (a `doomed` job of one attempt a third of the time: it
+    ends dead) and b, a chain a -> c -> d and a fan-in (a, b) -> e, c and e under a drawn policy;
+    none unless i % DEPS_EVERY == 2. Pure. chaos.model.decide_dependent predicts each
+    dependent's end from its upstreams' (checker_model.check_dependencies)."""
+    if i % DEPS_EVERY != 2:
+        return []
+    rng = random.Random(f"{seed}:deps:{i}")
+    tenant = TENANTS[i % 2]
+
+    def key(name: str) -> str:
+        return f"chaos-{seed}-{i}-dep-{name}"
+
+    def job(name: str, kind: str = "tick", after: tuple[str, ...] = (), policy: str | None = None,
+            **kw: Any) -> tuple[str, dict[str, Any]]:
+        spec: dict[str, Any] = {"type": kind, "payload": {"i": i, "dep": name}, "tenant": tenant, **kw}
+        if after:
+            spec.update(depends_on=[key(a) for a in after], dependency_policy=policy or "on_success")
+        return key(name), spec
+
+    fails = rng.random() < 1 / 3
+    one = RetryPolicy(max_attempts=1)
+    return [
+        job("e", after=("a", "b"), policy=rng.choice(("on_success", "always"))),  # named before its upstreams
+        job("a", "doomed", retry_policy=one) if fails else job("a"),
+        job("b"),
+        job("c", after=("a",), policy=rng.choice(("on_success", "always"))),
+        job("d", after=("c",)),
+    ]
+
+
 def job_plan(seed: int, i: int) -> tuple[str, float, dict[str, Any]]:
     """The i-th one-off job of a seed: (type, delay_s, payload). Pure."""
     rng = random.Random(f"{seed}:job:{i}")
@@ -164,6 +199,7 @@ class Traffic:
             i = 0
             while not self._stop.is_set():
                 cw = self._submit(cw, i)
+                cw = self._submit_family(cw, i)
                 i += 1
                 self._stop.wait(self.every_s * random.Random(f"{self.seed}:gap:{i}").uniform(0.6, 1.4))
         finally:
@@ -207,4 +243,22 @@ class Traffic:
             for (k, kw), job in zip(plan, got, strict=True):
                 assert job.run_at is not None
                 self.submitted.append(SubmittedJob(job.execution_id, kw["type"], job.run_at.timestamp(), k, now))
+        return cw
+
+    def _submit_family(self, cw: Client, i: int) -> Client:
+        """The i-th submission's dependency family (`dependency_plan`), recorded with each
+        dependent's upstreams (execution ids) and policy."""
+        plan = dependency_plan(self.seed, i)
+        if not plan:
+            return cw
+        specs = [JobSpec(idempotency_key=k, **{"retry_policy": RETRY, **kw}) for k, kw in plan]
+        cw, got = self._retrying(cw, f"dependencies of {i}", lambda c: list(c.submit_many(specs)))
+        if got is None:
+            return cw
+        now, ids = time.time(), {k: job.execution_id for (k, _kw), job in zip(plan, got, strict=True)}
+        for (k, kw), job in zip(plan, got, strict=True):
+            assert job.run_at is not None
+            self.submitted.append(SubmittedJob(job.execution_id, kw["type"], job.run_at.timestamp(), k, now,
+                                               tuple(ids[u] for u in kw.get("depends_on", ())),
+                                               kw.get("dependency_policy", "")))
         return cw

@@ -40,6 +40,7 @@ from cronwheel.client.types import (
     Deduplication,
     Delivery,
     DeliveryState,
+    DependencyPolicy,
     DstGapPolicy,
     DstPolicy,
     DstRepeatedPolicy,
@@ -61,6 +62,7 @@ from cronwheel.client.types import (
     Token,
     Trigger,
     Unique,
+    Upstream,
     Webhook,
 )
 from cronwheel.client.worker import JobContext, NonRetryable, Worker
@@ -77,6 +79,7 @@ __all__ = [
     "Worker",
     "Webhook", "WorkerStopped", "load_worker", "verify_webhook_signature",
 ]
+__all__ += ["DependencyPolicy", "Upstream"]  # job B after job A
 __all__ += ["CreatedToken", "PlannedTenant", "Tenant", "TenantPlan", "TenantSpecError", "Token"]  # tenants
 __all__ += ["ApplyAction", "ApplyPlan", "FieldChange", "PlannedSchedule", "SpecError"]  # apply
 

@@ -119,8 +119,11 @@ def create_schedule(ctx: Context, name: str, cron: str, job_type: str, *, timezo
                     alert_if_no_success_within: timedelta | None = None, paused: bool = False,
                     tenant: str | None = None, id: str | None = None, keep_last: int | None = None,
                     keep_succeeded_for: timedelta | None = None,
-                    keep_failed_for: timedelta | None = None) -> Call[t.Schedule]:
+                    keep_failed_for: timedelta | None = None,
+                    parent_schedule_id: str | None = None) -> Call[t.Schedule]:
     """Creates a schedule: fires `job_type` with `payload` at every tick of `cron` in `timezone`.
+    A child schedule (`parent_schedule_id`, with `cron` ""): runs once per successful run of its
+    parent, with that run's scheduled time.
     Retention: `keep_last` N finished runs at most, succeeded/skipped/cancelled runs kept
     `keep_succeeded_for`, failed/dead ones `keep_failed_for` (None: the cluster's windows).
     Raises AlreadyExists when the tenant has a live schedule of that name, InvalidArgument naming
@@ -270,7 +273,8 @@ def submit(ctx: Context, type: str, payload: Any = None, *, run_at: datetime | N
            priority: t.Priority | str | None = None,  # type: ignore[valid-type]
            retry_policy: t.RetryPolicy | None = None, attempt_timeout: timedelta | None = None,
            tenant: str | None = None, unique: t.Unique | None = None, concurrency_key: str | None = None,
-           concurrency_limit: int | None = None) -> Call[t.Execution]:
+           concurrency_limit: int | None = None, depends_on: Iterable[str] = (),
+           dependency_policy: str | None = None) -> Call[t.Execution]:
     """Submits a one-off job of `type` with `payload` (any JSON value), now, at `run_at` or after
     `delay`. A second submit with the same idempotency key returns the first execution
     (`deduplicated` true, `deduplicated_by` "idempotency_key"). The Client adds a key (a random
@@ -279,11 +283,14 @@ def submit(ctx: Context, type: str, payload: Any = None, *, run_at: datetime | N
     execution of the same job while one is queued, running, ... (`deduplicated_by` "unique"),
     exact across nodes; see `Unique`. `concurrency_key` with `concurrency_limit` (both or
     neither): at most that many of the tenant's runs with the key run at once, anywhere in the
-    cluster."""
+    cluster. `depends_on`: the executions it waits for (ids, or idempotency keys of this tenant):
+    it is created WAITING and queued when the last of them succeeded; one that does not succeed
+    cancels it, naming it, unless `dependency_policy` is "always" (docs/semantics.md)."""
     req = _job_request(ctx, "", t.JobSpec(type, payload, run_at=run_at, delay=delay, idempotency_key=idempotency_key,
                                           priority=priority, retry_policy=retry_policy,
                                           attempt_timeout=attempt_timeout, tenant=tenant, unique=unique,
-                                          concurrency_key=concurrency_key, concurrency_limit=concurrency_limit))
+                                          concurrency_key=concurrency_key, concurrency_limit=concurrency_limit,
+                                          depends_on=tuple(depends_on), dependency_policy=dependency_policy))
     return Call(SCHEDULER, "SubmitJob", req,
                 lambda r: c.execution(r.execution, r.deduplicated, r.deduplicated_by), safe=True)
 
@@ -564,6 +571,13 @@ def _job_request(ctx: Context, prefix: str, job: t.JobSpec) -> S.SubmitJobReques
         fields["unique"] = c.unique(job.unique, f"{prefix}unique")
     if ckey is not None and climit is not None:
         fields["concurrency_key"], fields["concurrency_limit"] = ckey, min(climit, 2**31 - 1)
+    if job.depends_on:
+        if isinstance(job.depends_on, str) or not all(isinstance(r, str) for r in job.depends_on):
+            raise c.BadValue(f"{prefix}depends_on", "expected a list of execution ids or idempotency keys")
+        fields["depends_on"] = list(job.depends_on)
+    if job.dependency_policy is not None:
+        fields["dependency_policy"] = c.enum_number(t.DependencyPolicy, job.dependency_policy,
+                                                    f"{prefix}dependency_policy")
     return S.SubmitJobRequest(**fields)
 
 

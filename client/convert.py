@@ -23,6 +23,7 @@ _NUMBERS: dict[type, dict[str, int]] = {
     t.OverlapPolicy: by_name(enums.OVERLAP), t.DstGapPolicy: by_name(enums.DST_GAP),
     t.DstRepeatedPolicy: by_name(enums.DST_REPEATED), t.ExecutionState: by_name(enums.STATE),
     t.Trigger: by_name(enums.TRIGGER), t.DeliveryState: by_name(t.DELIVERY_STATES),
+    t.DependencyPolicy: by_name(enums.DEPENDENCY_POLICY),
 }
 
 
@@ -152,7 +153,7 @@ def count(value: int | None, field: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadValue(field, f"must be an int, got {type(value).__name__}")
     return value
-CREATE_ONLY = {"id", "tenant", "paused"}
+CREATE_ONLY = {"id", "tenant", "paused", "parent_schedule_id"}
 # update_schedule only: one field of a policy, its other fields unchanged (the mask names the
 # sub-field): keyword -> (policy keyword, the policy's field).
 POLICY_FIELDS: dict[str, tuple[str, str]] = {
@@ -264,7 +265,8 @@ def schedule(msg: common_pb2.Schedule) -> t.Schedule:
         last_success_at=_ts(msg, "last_success_at"), created_at=_ts(msg, "created_at"),
         updated_at=_ts(msg, "updated_at"),
         keep_last=msg.keep_last if msg.HasField("keep_last") else None,
-        keep_succeeded_for=_dur(msg, "keep_succeeded_for"), keep_failed_for=_dur(msg, "keep_failed_for"))
+        keep_succeeded_for=_dur(msg, "keep_succeeded_for"), keep_failed_for=_dur(msg, "keep_failed_for"),
+        parent_schedule_id=msg.parent_schedule_id or None)
 
 
 def execution(msg: common_pb2.Execution, deduplicated: bool = False, deduplicated_by: int = 0) -> t.Execution:
@@ -282,7 +284,11 @@ def execution(msg: common_pb2.Execution, deduplicated: bool = False, deduplicate
         created_at=_ts(msg, "created_at"), fired_at=_ts(msg, "fired_at"), queued_at=_ts(msg, "queued_at"),
         started_at=_ts(msg, "started_at"), heartbeat_at=_ts(msg, "heartbeat_at"),
         finished_at=_ts(msg, "finished_at"), deduplicated=deduplicated,
-        deduplicated_by=_enum(t.Deduplication, deduplicated_by, t.DEDUPLICATIONS))
+        deduplicated_by=_enum(t.Deduplication, deduplicated_by, t.DEDUPLICATIONS),
+        upstreams=tuple(t.Upstream(u.execution_id, _enum(t.ExecutionState, u.state, enums.STATE),
+                                   _enum(t.ExecutionState, u.outcome, enums.STATE), u.idempotency_key, u.type)
+                        for u in msg.upstreams),
+        dependency_policy=enums.DEPENDENCY_POLICY.get(msg.dependency_policy), waiting_for=msg.waiting_for)
 
 
 _OUTCOMES = enums.words(scheduler_pb2.TickOutcome, "TICK_OUTCOME_")

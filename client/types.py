@@ -30,6 +30,7 @@ DstGapPolicy = _words("DstGapPolicy", enums.DST_GAP)  # shift, skip
 DstRepeatedPolicy = _words("DstRepeatedPolicy", enums.DST_REPEATED)  # first, last, both
 ExecutionState = _words("ExecutionState", enums.STATE)  # scheduled, queued, running, succeeded, ...
 Trigger = _words("Trigger", enums.TRIGGER)  # cron, manual, backfill, submit, catch_up
+DependencyPolicy = _words("DependencyPolicy", enums.DEPENDENCY_POLICY)  # on_success, always
 TickOutcome = _words("TickOutcome", enums.words(scheduler_pb2.TickOutcome, "TICK_OUTCOME_"))
 DELIVERY_STATES = enums.words(admin_pb2.DeliveryState, "DELIVERY_STATE_")
 DeliveryState = _words("DeliveryState", DELIVERY_STATES)  # pending, delivered, failed
@@ -89,6 +90,8 @@ class Schedule:
     keep_last: int | None = None
     keep_succeeded_for: timedelta | None = None
     keep_failed_for: timedelta | None = None
+    # A child schedule: its parent's id (it has no cron; it runs once per successful parent run).
+    parent_schedule_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,11 +132,29 @@ class Execution:
     deduplicated: bool = False
     # Set by submit only, with deduplicated: why (idempotency_key or unique); None: created.
     deduplicated_by: Deduplication | None = None  # type: ignore[valid-type]
+    # What it waits (or waited) for (submit's depends_on), filled by get_execution; its policy
+    # ("on_success" or "always"; None: it named no upstream) and, while WAITING, how many of its
+    # upstreams have not finished.
+    upstreams: tuple[Upstream, ...] = ()
+    dependency_policy: str | None = None
+    waiting_for: int = 0
 
     @property
     def final(self) -> bool:
         """True in a state the execution does not leave by itself."""
         return self.state in FINAL_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """One execution another waits for (Execution.upstreams): its state now (None: pruned) and
+    the finished state it resolved the wait with (None: not finished yet)."""
+
+    execution_id: str
+    state: ExecutionState | None  # type: ignore[valid-type]
+    outcome: ExecutionState | None  # type: ignore[valid-type]
+    idempotency_key: str
+    type: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +190,10 @@ class JobSpec:
     unique: Unique | None = None
     concurrency_key: str | None = None  # with concurrency_limit: at most that many running at once
     concurrency_limit: int | None = None
+    # The jobs it waits for: execution ids or idempotency keys (of this tenant; a job of the same
+    # submit_many by its key); dependency_policy "on_success" (default) or "always".
+    depends_on: tuple[str, ...] | list[str] = ()
+    dependency_policy: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

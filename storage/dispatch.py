@@ -314,6 +314,14 @@ class DispatchPort:
         cur = await conn.execute(q("release_buffered_many"), {"schedule_ids": list(schedule_ids), "now": now})
         return Pending(cur, lambda got: [str(r[0]) for r in got])
 
+    async def release_children(self, conn: Conn, ids: Sequence[uuid.UUID], now: datetime) -> Pending[list[str]]:
+        """Child schedules: a queued run of each live child of the schedules of the succeeded
+        runs `ids`, with the parent run's scheduled time, once (`release_children`). Nothing is
+        read here (pipelined with the COMMIT, as `release_buffered_many`): the job types of the
+        runs created come once the transaction is over."""
+        cur = await conn.execute(q("release_children"), {"ids": list(ids), "now": now})
+        return Pending(cur, lambda got: [str(r[0]) for r in got])
+
     async def mark_success(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> None:
         await conn.execute(q("mark_success"), {"schedule_id": schedule_id, "now": now})
 

@@ -185,7 +185,7 @@ class SubmittedJob:
     partition: int
     run_at: datetime
     priority: str
-    state: str  # queued or scheduled
+    state: str  # queued or scheduled (waiting: it names upstreams)
     max_attempts: int
     retry_initial_s: float
     retry_multiplier: float
@@ -197,6 +197,10 @@ class SubmittedJob:
     unique_states: int | None = None  # with unique_key: the UNIQUE_STATE_BITS it holds the key in
     concurrency_key: str | None = None  # with concurrency_limit (both or neither): the claim's key cap
     concurrency_limit: int | None = None
+    # Dependencies (cluster/commands/dependencies.py): the upstreams named (ids or idempotency
+    # keys, as given) and the policy; a job with upstreams is inserted `waiting`.
+    depends_on: tuple[str, ...] = ()
+    dependency_policy: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,10 @@ class SchedulesPort:
         """A live schedule, row-locked until the end of the transaction."""
         return await row(conn, "api_lock_schedule", {"id": schedule_id})
 
+    async def set_parent(self, conn: Conn, schedule_id: uuid.UUID, parent: uuid.UUID) -> None:
+        """Make a new schedule a child of `parent` (in its creating transaction)."""
+        await row(conn, "set_schedule_parent", {"id": schedule_id, "parent": parent})
+
     async def lock_tenant(self, conn: Conn, tenant: str) -> TenantQuota | None:
         """The tenant's quotas; when it has a schedule quota, also an advisory lock held to
         commit, so that its creations count one after another (`count_live` after this sees

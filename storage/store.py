@@ -23,6 +23,7 @@ from psycopg import AsyncConnection
 
 from cronwheel.storage.api import Event, EventsPort, ExplainPort
 from cronwheel.storage.db import Database, StoreConfig
+from cronwheel.storage.dependencies import DependenciesPort
 from cronwheel.storage.dispatch import DispatchPort
 from cronwheel.storage.executions import ExecutionsPort
 from cronwheel.storage.firing import FiringPort
@@ -55,6 +56,7 @@ class PgStore(Database):
         self.retention = RetentionPort(self)
         self.tenants = TenantsPort(self)  # storage/tenants.py
         self.tokens = TokensPort(self)  # storage/tokens.py
+        self.dependencies = DependenciesPort(self)  # storage/dependencies.py: job B after job A
 
     async def seal_at_rest(self) -> dict[str, SealReport]:
         """Every stored secret, of every table that keeps some (storage/secrets.py `seal_rows`):

@@ -13,7 +13,7 @@ import functools
 import math
 import re
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -213,6 +213,7 @@ def spec_from(s: Any, tenant: str) -> ScheduleSpec:
         keep_last=s.keep_last if s.HasField("keep_last") else None,
         keep_succeeded_for_s=opt_s(s, "keep_succeeded_for", "keep_succeeded_for"),
         keep_failed_for_s=opt_s(s, "keep_failed_for", "keep_failed_for"),
+        parent_schedule_id=uuid_of(s.parent_schedule_id, "parent_schedule_id", required=False),
     )
 
 
@@ -338,6 +339,8 @@ def schedule_out(r: Mapping[str, Any]) -> common_pb2.Schedule:
     _set_dur(s, "keep_failed_for", r.get("keep_failed_for_s"))
     for name in ("next_run_at", "last_scheduled_for", "last_success_at", "created_at", "updated_at"):
         _set_ts(s, name, r[name])
+    if r.get("parent_schedule_id") is not None:
+        s.parent_schedule_id = str(r["parent_schedule_id"])
     return s
 
 
@@ -358,6 +361,19 @@ def execution_out(r: Mapping[str, Any]) -> common_pb2.Execution:
     for name in ("scheduled_for", "run_at", "created_at", "fired_at", "queued_at", "started_at", "heartbeat_at",
                  "finished_at"):
         _set_ts(e, name, r[name])
+    if r.get("dependency_policy"):
+        e.dependency_policy = _rev(enums.DEPENDENCY_POLICY)[r["dependency_policy"]]
+        e.waiting_for = r.get("waiting_for") or 0
+    return e
+
+
+def upstreams_out(e: common_pb2.Execution, ups: Sequence[Mapping[str, Any]]) -> common_pb2.Execution:
+    """`e` with what it waits (or waited) for (storage dependencies.upstreams_of)."""
+    st = _rev(STATE)
+    for u in ups:
+        e.upstreams.add(execution_id=str(u["upstream_id"]), state=st.get(u["state"] or "", 0),
+                        outcome=st.get(u["outcome"] or "", 0), idempotency_key=u["idempotency_key"] or "",
+                        type=u["type"] or "")
     return e
 
 
@@ -373,4 +389,4 @@ def event_out(r: Mapping[str, Any]) -> admin_pb2.Event:
 
 __all__ = ["JsonText", "changes_from", "enum", "event_out", "execution_out", "expected_version", "fields_under",
            "mask_paths", "opt_dt", "opt_s", "page_size", "req_uuid", "retry_from", "schedule_out", "spec_from",
-           "to_dt", "ts", "uuid_of"]
+           "to_dt", "ts", "upstreams_out", "uuid_of"]

@@ -65,6 +65,11 @@ async def explain_schedule(store: PgStore, now: datetime, request: scheduler_pb2
     size = cv.page_size(request.page_size)
     at = _page(request.page_token, start, end)
     facts = await load_facts(store, sid, scope, at, end, with_executions=False)
+    if (parent := facts.schedule.get("parent_schedule_id")) is not None:  # a child schedule has no ticks
+        return scheduler_pb2.ExplainScheduleResponse(notes=[
+            f"child schedule of {parent}: it has no ticks of its own and runs once per successful run of its "
+            f"parent, with that run's scheduled time (trigger parent): explain {parent} for the ticks, and list "
+            f"this schedule's executions for its runs"])
     hi = page_end(facts, at, end, size)  # compute and read only this page's ticks
     await load_executions(store, facts, at, hi)
     lines = explain(facts, at, hi, now)

@@ -192,6 +192,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         if which == "schedule_id":
             sid = cv.req_uuid(request.schedule_id, "schedule_id")
             row = await sch.get_schedule(self.store, sid, current_caller().scope())
+            if row.get("parent_schedule_id") is not None:  # a child schedule has no ticks of its own
+                return scheduler_pb2.PreviewScheduleResponse()
             cron = sch.validate_cron(sch.spec_of(row), sid)
             jitter, seed = float(row["jitter_s"] or 0), str(sid)
         else:
@@ -230,11 +232,19 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
             retry=cv.retry_from(request.retry_policy, request.HasField("retry_policy")),
             timeout_s=cv.opt_s(request, "timeout", "timeout"), idempotency_key=request.idempotency_key or None,
             unique=cv.unique_from(request.unique) if request.HasField("unique") else None,
-            concurrency_key=request.concurrency_key or None, concurrency_limit=request.concurrency_limit or None)
+            concurrency_key=request.concurrency_key or None, concurrency_limit=request.concurrency_limit or None,
+            depends_on=list(request.depends_on),
+            dependency_policy=cv.enum(enums.DEPENDENCY_POLICY, request.dependency_policy, "dependency_policy", None))
 
     async def SubmitJob(self, request: scheduler_pb2.SubmitJobRequest,  # noqa: N802
                         context: Ctx) -> scheduler_pb2.SubmitJobResponse:
         tenant = current_caller().owner(request.tenant, "tenant")
+        if request.depends_on:  # its own transaction, not a group's: it locks its upstreams first
+            job = runs.prepare_job(self._job(request, tenant), self.clock.now(), self.partitions())
+            row, dedup = await runs.write_job(self.store, job, self.clock.now())
+            if not dedup:
+                self._entered((row["state"], job.type))
+            return _submitted(job, row, dedup)
         if not tracing.enabled():
             job = runs.prepare_job(self._job(request, tenant), self.clock.now(), self.partitions())
             row, dedup = await self.batcher.submit(job)  # validated first: a bad call never joins a group
@@ -279,7 +289,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
                     got = await runs.submit_jobs(self.store, traced, now, brief=True)
                 finally:
                     tracing.end_all(fires)
-        elif n > runs.SUBMIT_CHUNK and not any(item.HasField("unique") for item in request.jobs):
+        elif n > runs.SUBMIT_CHUNK and not any(item.HasField("unique") or item.depends_on for item in request.jobs):
             # Validated a chunk at a time while PostgreSQL writes the chunks before it (runs.submit_jobs).
             # The chunks are cut in key order (the insert's own order, executions.sql
             # insert_submitted_many): keys are taken in one order across the whole call, so two
@@ -307,7 +317,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
                            context: Ctx) -> scheduler_pb2.GetExecutionResponse:
         eid = cv.req_uuid(request.execution_id, "execution_id")
         row = await runs.get_execution(self.store, eid, current_caller().scope())
-        return scheduler_pb2.GetExecutionResponse(execution=cv.execution_out(row))
+        e = cv.execution_out(row)
+        if row.get("dependency_policy"):  # it named upstreams: what it waits (or waited) for
+            cv.upstreams_out(e, await self.store.dependencies.upstreams_of(eid))
+        return scheduler_pb2.GetExecutionResponse(execution=e)
 
     async def ListExecutions(self, request: scheduler_pb2.ListExecutionsRequest,  # noqa: N802
                              context: Ctx) -> scheduler_pb2.ListExecutionsResponse:

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cronwheel import tracing
+from cronwheel.cluster.commands.dependencies import DependencyLinker, check_depends_on
 from cronwheel.cluster.commands.schedules import get_schedule, lock_schedule, spec_of, validate_cron
 from cronwheel.cluster.commands.unique import UniqueSpec, unique_key
 from cronwheel.cluster.commands.unique import validate as validate_unique
@@ -57,7 +58,7 @@ from cronwheel.storage.executions import Backfill, ManualRun, Retry, SubmittedJo
 from cronwheel.storage.ids import new_execution_id
 
 MAX_BACKFILL_TICKS = 10_000
-CANCELLABLE = ("scheduled", "queued", "retry_scheduled", "failed")
+CANCELLABLE = ("scheduled", "queued", "retry_scheduled", "failed", "waiting")
 RETRYABLE = ("dead", "cancelled", "skipped", "failed")
 _MICRO = timedelta(microseconds=1)
 
@@ -200,6 +201,8 @@ class JobSpec:
     unique: UniqueSpec | None = None  # unique job options (cluster/commands/unique.py)
     concurrency_key: str | None = None  # with concurrency_limit: at most that many running at once
     concurrency_limit: int | None = None
+    depends_on: Sequence[str] = ()  # upstreams: execution ids or idempotency keys (dependencies.py)
+    dependency_policy: str | None = None  # "on_success" (default) or "always"
 
 
 MAX_SUBMIT_BATCH = 10_000  # jobs in one SubmitJobs call
@@ -226,6 +229,7 @@ def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
     payload = payload_json("payload_json", job.payload)
     key = _key(job.idempotency_key)
     ckey, climit = concurrency_key(job.concurrency_key, job.concurrency_limit)
+    depends_on, dep_policy = check_depends_on(job.depends_on, job.dependency_policy)
     run_at = job.run_at or now
     if run_at.utcoffset() is None:
         raise InvalidArgument("run_at", "must carry a time zone")
@@ -242,12 +246,14 @@ def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
     # run_at, by a node whose clock the clock-skew guard keeps within --max-clock-skew of
     # PostgreSQL's (cluster/coordination/clock_skew.py); a node whose clock runs ahead delays it.
     state = "queued" if run_at <= now + QUEUED_AT_SUBMIT_WITHIN else "scheduled"
+    if depends_on:
+        state = "waiting"  # released by its last upstream's finish (dependencies.py)
     return SubmittedJob(
         id=eid, tenant=tenant, type=jtype, payload=str(payload), partition=partition_of(eid, partitions),
         run_at=run_at, priority=priority(job.priority), state=state, max_attempts=retry.max_attempts,
         retry_initial_s=retry.initial_s, retry_multiplier=retry.multiplier, retry_max_s=retry.max_s,
         timeout_s=timeout("timeout", job.timeout_s), idempotency_key=key, unique_key=ukey, unique_states=umask,
-        concurrency_key=ckey, concurrency_limit=climit,
+        concurrency_key=ckey, concurrency_limit=climit, depends_on=depends_on, dependency_policy=dep_policy,
     )
 
 
@@ -279,7 +285,8 @@ def _quota_error(tenant: str, limit: int) -> QuotaExceeded:
 
 
 async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob] | Iterator[Sequence[SubmittedJob]], now: datetime,
-                     all_or_nothing: bool, brief: bool = False) -> list[Submitted | Exception]:
+                     all_or_nothing: bool, brief: bool = False,
+                     linker: DependencyLinker | None = None) -> list[Submitted | Exception]:
     """Write prepared jobs in ONE transaction (one insert statement, one per chunk when `jobs`
     is an iterator of chunks, below); a result per job, in
     order: (row, deduplicated) or the job's own error. `all_or_nothing` (SubmitJobs): a job over
@@ -320,11 +327,17 @@ async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob] | Iterator[Seq
     `jobs` may instead be an iterator of chunks, drawn lazily (`submit_jobs`): no chunk may hold
     a unique job, and the fast path writes each chunk while the next is drawn
     (`insert_chunks_unless_quota`, which also keeps quotas exact: it rolls back and the counted
-    path takes the whole group). An exception raised by the iterator stores nothing."""
-    jobs, results = await _write_once(store, jobs, now, all_or_nothing, brief)
+    path takes the whole group). An exception raised by the iterator stores nothing.
+
+    `linker` (jobs that name upstreams, cluster/commands/dependencies.py): `jobs` is a list and
+    takes the counted path, with the linker's `before` (lock the upstreams, refuse an unknown one
+    or a cycle) first in its transaction and its `after` (the edges) right after the insert; a
+    unique job that lost its key to a holder gone meanwhile is not written again (its error says
+    submit again)."""
+    jobs, results = await _write_once(store, jobs, now, all_or_nothing, brief, linker)
     for _ in range(UNIQUE_ATTEMPTS - 1):
         again = [i for i, r in enumerate(results) if isinstance(r, _HolderGone)]
-        if not again:
+        if not again or linker is not None:
             break
         for i, r in zip(again, (await _write_once(store, [jobs[i] for i in again], now, all_or_nothing, brief))[1],
                         strict=True):
@@ -342,7 +355,7 @@ class _HolderGone(Exception):  # noqa: N818 - a marker, never raised
 
 
 async def _write_once(store: PgStore, source: Sequence[SubmittedJob] | Iterator[Sequence[SubmittedJob]],
-                      now: datetime, all_or_nothing: bool, brief: bool
+                      now: datetime, all_or_nothing: bool, brief: bool, linker: DependencyLinker | None = None,
                       ) -> tuple[list[SubmittedJob], list[Submitted | Exception]]:
     """One attempt of `write_jobs` (one transaction): the jobs (the chunks of `source` drawn, in
     order) and a result per job; a unique job may come back _HolderGone."""
@@ -367,7 +380,11 @@ async def _write_once(store: PgStore, source: Sequence[SubmittedJob] | Iterator[
         return out
 
     ex = store.executions
-    if isinstance(source, Sequence):
+    fast: list[Row] | None = None
+    if linker is not None:
+        assert isinstance(source, Sequence), "jobs with upstreams are written as one list"
+        distinct(source)
+    elif isinstance(source, Sequence):
         fast = await ex.insert_unless_quota(distinct(source), now, brief)
     else:
         fast = await ex.insert_chunks_unless_quota((distinct(c) for c in source), now, brief)
@@ -387,6 +404,8 @@ async def _write_once(store: PgStore, source: Sequence[SubmittedJob] | Iterator[
             _settle(jobs, unique, inserted, back, results)
     else:
         async with store.transaction() as conn:
+            if linker is not None:
+                await linker.before(conn, jobs)
             existing = await ex.by_idempotency_keys(conn, list(first)) if first else {}
             candidates: list[int] = []
             for i in unique:
@@ -423,6 +442,8 @@ async def _write_once(store: PgStore, source: Sequence[SubmittedJob] | Iterator[
                     accepted.append(i)
             inserted = {r["id"]: r for r in await ex.insert_submitted_many(conn, [jobs[i] for i in accepted], now,
                                                                          brief)}
+            if linker is not None:
+                await linker.after(conn, set(inserted), now)
             lost = [i for i in accepted if jobs[i].id not in inserted]
             _settle(jobs, accepted, inserted, await _read_back(store, conn, jobs, lost), results)
             await ex.notify_submitted(conn, *announced(
@@ -520,9 +541,12 @@ async def submit_jobs(store: PgStore, jobs: Sequence[SubmittedJob] | Iterator[Se
     caller's generator) while PostgreSQL writes the ones before it; an error raised while drawing
     one stores nothing. SubmitJobs streams a call of more than SUBMIT_CHUNK jobs with no unique
     job and tracing off."""
+    linker = None
     if isinstance(jobs, Sequence):
         check_batch_size(len(jobs))
-    got = await write_jobs(store, jobs, now, all_or_nothing=True, brief=brief)
+        if any(j.depends_on for j in jobs):
+            linker = DependencyLinker(store, batch=True)
+    got = await write_jobs(store, jobs, now, all_or_nothing=True, brief=brief, linker=linker)
     failed = [r for r in got if isinstance(r, Exception)]
     if failed:
         # Only a committed call fails per job (the counted path raises, rolling back): a job told
@@ -556,9 +580,18 @@ async def submit_job(store: PgStore, job: JobSpec, now: datetime, partitions: in
     deduplicated). A repeated idempotency key returns the existing execution of that tenant and
     stores nothing. Queued at once unless run_at is in the future (then scheduled, and the
     partition owner is told)."""
-    got = (await write_jobs(store, [prepare_job(job, now, partitions)], now, all_or_nothing=False))[0]
+    return await write_job(store, prepare_job(job, now, partitions), now)
+
+
+async def write_job(store: PgStore, job: SubmittedJob, now: datetime) -> tuple[Row, bool]:
+    """One prepared job in a transaction of its own (a job with upstreams locks them first:
+    SubmitJob writes it here, not in a group). Returns (execution row, deduplicated)."""
+    linker = DependencyLinker(store, batch=False) if job.depends_on else None
+    got = (await write_jobs(store, [job], now, all_or_nothing=False, linker=linker))[0]
     if isinstance(got, Exception):
         raise got
+    if linker is not None and not got[1]:  # as linked: its policy and count, released if its upstreams had ended
+        return (await store.executions.get(job.id)) or got[0], False
     return got
 
 

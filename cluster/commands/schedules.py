@@ -91,21 +91,29 @@ class ScheduleSpec:
     keep_succeeded_for_s: float | None = None
     keep_failed_for_s: float | None = None
     id: uuid.UUID | None = None
+    # A child schedule (issue 52): no cron of its own; it runs once per successful run of this
+    # parent, with the parent run's scheduled time (dispatch.sql release_children). Immutable.
+    parent_schedule_id: uuid.UUID | None = None
 
-    def validated(self) -> tuple[ScheduleSpec, CronSchedule]:
-        """Every field checked (in API field order), defaults filled, the cron parsed."""
+    def validated(self) -> tuple[ScheduleSpec, CronSchedule | None]:
+        """Every field checked (in API field order), defaults filled, the cron parsed (None: a
+        child schedule, which has none)."""
         sid = self.id or uuid.uuid4()
         spec = replace(self, id=sid, tenant=text("tenant", self.tenant), name=text("name", self.name))
-        cron = validate_cron(spec, sid)  # timing fields, jitter included
+        cron: CronSchedule | None = None
+        if self.parent_schedule_id is None:
+            cron = validate_cron(spec, sid)  # timing fields, jitter included
+        else:
+            spec = _child_timing(spec)
         if self.overlap_policy not in OVERLAP_POLICIES:
             raise InvalidArgument("overlap_policy", f"unknown policy {self.overlap_policy!r}")
-        dst = cron.dst_policy
+        dst = cron.dst_policy if cron is not None else None
         spec = replace(
             spec,
-            cron=self.cron.strip(),
-            misfire_policy=parse_misfire_policy(self.misfire_policy).value,
-            dst_gap=dst.gap.value if dst.gap else None,
-            dst_repeated=dst.repeated.value if dst.repeated else None,
+            cron=spec.cron.strip(),
+            misfire_policy=parse_misfire_policy(spec.misfire_policy).value,
+            dst_gap=dst.gap.value if dst is not None and dst.gap else None,
+            dst_repeated=dst.repeated.value if dst is not None and dst.repeated else None,
             job_type=text("job_type", self.job_type),
             payload=payload_json("payload_json", self.payload),
             priority=priority(self.priority),
@@ -118,6 +126,23 @@ class ScheduleSpec:
             keep_failed_for_s=retention.keep_for("keep_failed_for", self.keep_failed_for_s),
         )
         return spec, cron
+
+
+def _child_timing(spec: ScheduleSpec) -> ScheduleSpec:
+    """A child schedule's timing fields: none of its own (its runs take their parent run's
+    scheduled time), so cron must be empty and the rest is stored as the defaults."""
+    if spec.cron.strip():
+        raise InvalidArgument("cron", "a child schedule (parent_schedule_id) has no cron of its own: leave it empty")
+    if spec.jitter_s:
+        raise InvalidArgument("jitter", "a child schedule runs at its parent run's time: no jitter")
+    return replace(spec, cron="", timezone=spec.timezone.strip() or "UTC", dst_gap=None, dst_repeated=None,
+                   misfire_policy=spec.misfire_policy or "skip")
+
+
+def _not_child(spec: ScheduleSpec) -> None:
+    if spec.parent_schedule_id is not None:
+        raise InvalidArgument("cron", f"a child schedule has no cron of its own: it runs once per successful run "
+                                      f"of its parent {spec.parent_schedule_id}")
 
 
 def _check_lengths(cron: object, timezone: object) -> None:
@@ -140,7 +165,9 @@ def _api_fields() -> Iterator[None]:
 
 
 def validate_cron(spec: ScheduleSpec, sid: uuid.UUID) -> CronSchedule:
-    """Every timing field of a spec checked (the cron module's rules), the cron parsed."""
+    """Every timing field of a spec checked (the cron module's rules), the cron parsed. A child
+    schedule has none: refused, naming `cron` (a trigger, a backfill, a preview of one)."""
+    _not_child(spec)
     _check_lengths(spec.cron, spec.timezone)
     with _api_fields():
         return validate_schedule_spec(
@@ -171,6 +198,7 @@ def spec_of(row: Mapping[str, Any]) -> ScheduleSpec:
         dst_gap=row["dst_gap"], dst_repeated=row["dst_repeated"], jitter_s=row["jitter_s"], paused=row["paused"],
         alert_if_no_success_within_s=row["alert_if_no_success_within_s"], keep_last=row["keep_last"],
         keep_succeeded_for_s=row["keep_succeeded_for_s"], keep_failed_for_s=row["keep_failed_for_s"], id=row["id"],
+        parent_schedule_id=row.get("parent_schedule_id"),
     )
 
 
@@ -218,12 +246,28 @@ async def create_schedule(store: PgStore, spec: ScheduleSpec, now: datetime, par
             if live >= quota.max_schedules:
                 raise QuotaExceeded("max_schedules",
                                     f"tenant {spec.tenant} has {live} schedules, its quota is {quota.max_schedules}")
-        row = await store.schedules.insert(conn, _fields(spec), p, None if spec.paused else cron.next_after(now), now)
+        if spec.parent_schedule_id is not None:
+            await _check_parent(store, conn, spec)
+        row = await store.schedules.insert(conn, _fields(spec), p,
+                                           None if spec.paused or cron is None else cron.next_after(now), now)
+        if spec.parent_schedule_id is not None:
+            await store.schedules.set_parent(conn, spec.id, spec.parent_schedule_id)
+            row = {**row, "parent_schedule_id": spec.parent_schedule_id}
         await store.events.insert(Event("schedule_created", spec.tenant, spec.id, None, p, actor, at=now,
                                         data={"name": spec.name, "cron": spec.cron, "timezone": spec.timezone,
                                               "paused": spec.paused}), conn)
         await store.schedules.notify_changed(conn, p, spec.id)
     return row
+
+
+async def _check_parent(store: PgStore, conn: Conn, spec: ScheduleSpec) -> None:
+    """The parent is a live schedule of the same tenant (locked: it cannot be deleted meanwhile);
+    a new schedule has no children yet, so no cycle can form."""
+    assert spec.parent_schedule_id is not None
+    parent = await store.schedules.lock(conn, spec.parent_schedule_id)
+    if parent is None or parent["tenant"] != spec.tenant or parent.get("deleted_at") is not None:
+        raise InvalidArgument("parent_schedule_id", f"no live schedule {spec.parent_schedule_id} of tenant "
+                                                    f"{spec.tenant}")
 
 
 def _apply(old: ScheduleSpec, changes: Mapping[str, Any]) -> ScheduleSpec:
@@ -232,7 +276,7 @@ def _apply(old: ScheduleSpec, changes: Mapping[str, Any]) -> ScheduleSpec:
     for key, value in changes.items():
         if key.startswith("retry."):
             retry = replace(retry, **{key.split(".", 1)[1]: value})
-        elif key in ScheduleSpec.__dataclass_fields__ and key not in ("id", "tenant", "paused"):
+        elif key in ScheduleSpec.__dataclass_fields__ and key not in ("id", "tenant", "paused", "parent_schedule_id"):
             flat[key] = value
         else:
             raise InvalidArgument("update_mask", f"{key!r} cannot be updated")
@@ -257,7 +301,7 @@ async def update_schedule(store: PgStore, schedule_id: uuid.UUID, changes: Mappi
         unfired = await store.schedules.unfire_ahead(conn, schedule_id, now)  # fired again, as edited
         next_run_at = unfired or row["next_run_at"]
         if any(k in changed for k in TIMING_FIELDS):
-            next_run_at = None if row["paused"] else cron.next_after(now)
+            next_run_at = None if row["paused"] or cron is None else cron.next_after(now)
         upd = await store.schedules.write(conn, _fields(new), next_run_at, now)  # AlreadyExists: name taken
         assert upd is not None
         await store.events.insert(Event(
@@ -279,11 +323,12 @@ async def set_paused(store: PgStore, schedule_id: uuid.UUID, paused: bool, now: 
         row = await lock_schedule(store, conn, schedule_id, tenant, expected_version)
         if row["paused"] == paused:
             return row
-        cron = validate_cron(spec_of(row), schedule_id)
+        child = row.get("parent_schedule_id") is not None  # no ticks: a pause only stops its runs
+        cron = None if child else validate_cron(spec_of(row), schedule_id)
         if paused:
             await store.schedules.unfire_ahead(conn, schedule_id, now)  # a tick not due yet does not run
         new = await store.schedules.write(conn, _fields(replace(spec_of(row), paused=paused)),
-                                          None if paused else cron.next_after(now), now)
+                                          None if paused or cron is None else cron.next_after(now), now)
         assert new is not None
         await store.events.insert(Event("schedule_paused" if paused else "schedule_resumed", row["tenant"],
                                         schedule_id, None, row["partition"], actor, at=now,

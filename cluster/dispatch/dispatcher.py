@@ -43,6 +43,11 @@ wait out their timeout (the fallback poll finds nothing either) and are woken wh
 Every call that carries a token is checked against the execution's current token, owner and
 state in the same statement; a mismatch changes nothing and raises StaleFencingToken.
 
+What a run's end releases is written in the transaction that records it, so a completion that
+does not commit releases nothing and its retry releases once: the jobs that waited for it (the
+trigger executions_release_dependents, on every path that finishes a run), the next buffered run
+(`release_buffered*`) and, for a success, a run of each child schedule (`release_children`).
+
 Concurrency: task-safe; all state is in PostgreSQL except the waiting calls' wake-up events.
 """
 
@@ -432,18 +437,22 @@ class Dispatcher:
         done: dict[uuid.UUID, str] = {}  # id -> job type
         if ok_items:
             now = self.clock.now()
-            # Two round trips: BEGIN with the completions, then the buffered runs' release (cron
-            # runs only) with the COMMIT.
-            released = None
+            # Two round trips: BEGIN with the completions (their statement's trigger releases the
+            # jobs that waited for them: migration 0024), then the buffered runs' release and the
+            # child schedules' runs (cron runs only) with the COMMIT.
+            released = children = None
             async with self.store.connection() as conn:
                 async with self.store.pipelined_transaction(conn):
                     rows = await self.port.complete_batch(conn, worker, tenant, ok_items, now)
-                    await self._faults.stall_completion(self.clock, (r.schedule_id for r in rows))
+                    await self._faults.stall_completion(self.clock, [(r.id, r.schedule_id) for r in rows])
                     done = {r.id: r.type for r in rows}
                     sids = list({r.schedule_id for r in rows if r.schedule_id is not None})
                     if sids:
                         released = await self.port.release_buffered_many(conn, sids, now)
+                        children = await self.port.release_children(
+                            conn, [r.id for r in rows if r.schedule_id is not None], now)
                 freed = await released.result() if released is not None else []  # committed
+                freed += await children.result() if children is not None else []
             if freed and self.metrics is not None:
                 self.metrics.executions_entered(("queued", job_type) for job_type in freed)
             self._slots_freed(r.tenant for r in rows)
@@ -501,6 +510,9 @@ class Dispatcher:
             freed = None  # the buffered run released (overlap buffer_*), if any: its job type
             if terminal and run.schedule_id is not None:
                 freed = await self.port.release_buffered(conn, run.schedule_id, now)
+            born: list[str] = []  # the runs of child schedules created (their job types)
+            if state == "succeeded" and run.schedule_id is not None:
+                born = await (await self.port.release_children(conn, [call.id], now)).result()
             if state in ("dead", "failed"):  # a non-retryable failure ends the run too: execution_failed
                 await self.store.insert_event("dead_letter" if state == "dead" else "execution_failed",
                                               tenant=run.tenant, schedule_id=run.schedule_id,
@@ -515,6 +527,7 @@ class Dispatcher:
             self.metrics.record_outcome(out.state, error_type, run.type)
             if freed is not None:
                 self.metrics.execution_entered("queued", freed)
+            self.metrics.executions_entered(("queued", t) for t in born)
         return Outcome.of(out)
 
     async def _repeat_of_finished(self, conn: Conn, call: TokenCall, succeeded: bool) -> Outcome | None:

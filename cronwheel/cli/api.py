@@ -36,7 +36,15 @@ from cronwheel.cli.flags import (
     resolve,
     subcommands,
 )
-from cronwheel.cli.format import details, event_line, plain, print_executions, print_status, show
+from cronwheel.cli.format import (
+    details,
+    event_line,
+    plain,
+    print_executions,
+    print_status,
+    print_upstreams,
+    show,
+)
 
 # ---------------------------------------------------------------------------------- status
 
@@ -74,7 +82,8 @@ def _job_submit(args: argparse.Namespace) -> int:
         ex = cw.submit(args.type, args.payload, run_at=args.run_at, delay=args.delay, priority=args.priority,
                        idempotency_key=args.idempotency_key or None, retry_policy=_retry_policy(args),
                        attempt_timeout=args.attempt_timeout, tenant=args.tenant or None, unique=_unique(args),
-                       concurrency_key=args.concurrency_key or None, concurrency_limit=args.concurrency_limit)
+                       concurrency_key=args.concurrency_key or None, concurrency_limit=args.concurrency_limit,
+                       depends_on=args.after or (), dependency_policy="always" if args.run_anyway else None)
     return show(args, ex, lambda: details(ex))
 
 
@@ -92,7 +101,7 @@ def _exec_list(args: argparse.Namespace) -> int:
 def _exec_get(args: argparse.Namespace) -> int:
     with client_for(args) as cw:
         ex = cw.get_execution(args.execution_id)
-    return show(args, ex, lambda: details(ex))
+    return show(args, ex, lambda: (details(ex), print_upstreams(ex)))
 
 
 def _exec_retry(args: argparse.Namespace) -> int:
@@ -123,6 +132,12 @@ def _job_parser(subparsers: Any) -> None:
                    help="at most --concurrency-limit runs with this key at once (e.g. customer:42)")
     s.add_argument("--concurrency-limit", type=count_arg, metavar="N",
                    help="runs with --concurrency-key at once (>= 1)")
+    s.add_argument("--after", action="append", metavar="EXECUTION_ID|KEY",
+                   help="wait for this execution (its id, or its idempotency key) to succeed first; repeat for "
+                        "several (the job is WAITING until the last of them succeeded)")
+    s.add_argument("--run-anyway", action="store_true",
+                   help="with --after: run once every upstream finished, even if one did not succeed (default: "
+                        "an upstream that fails, dies or is cancelled cancels this job)")
     s.add_argument("--max-attempts", type=count_arg, help="attempts, the first included (1..1000; default 5)")
     s.add_argument("--backoff-initial", type=duration_arg, metavar="DURATION",
                    help="delay before the first retry (default 30s)")

@@ -52,6 +52,8 @@ def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
             out.append((f"{prefix}{k}", json.dumps(v)))
         elif isinstance(v, dict):
             out.extend(_flat(v, f"{prefix}{k}."))
+        elif k == "upstreams":
+            continue  # a table of its own (print_upstreams)
         elif v not in ("", [], {}, None, False, 0) or k in ("paused", "version", "attempt"):
             out.append((f"{prefix}{k}", _text(v)))
     return out
@@ -91,6 +93,19 @@ def print_executions(items: Sequence[Any], more: bool) -> None:
           [[e.id, e.schedule_id or "-", e.type, str(e.state), str(e.trigger), ts(e.scheduled_for),
             f"{e.attempt}/{e.max_attempts}"] for e in items])
     footer(len(items), more)
+
+
+def print_upstreams(ex: Any) -> None:
+    """What an execution waits (or waited) for: one row per upstream, with its state now and the
+    outcome it resolved the wait with ("-": not finished yet)."""
+    ups = getattr(ex, "upstreams", ())
+    if not ups:
+        return
+    left = f", {ex.waiting_for} not finished" if str(ex.state) == "waiting" else ""
+    print(f"\nwaits for {len(ups)} upstream(s) ({ex.dependency_policy}{left}):")
+    table(["UPSTREAM", "KEY", "TYPE", "STATE", "OUTCOME"],
+          [[u.execution_id, u.idempotency_key or "-", u.type or "-", str(u.state) if u.state else "pruned",
+            str(u.outcome) if u.outcome else "-"] for u in ups])
 
 
 def print_status(st: Any) -> None:

@@ -41,10 +41,11 @@ _DST = {"dst_gap": "dst_gap", "dst_repeated": "dst_repeated_hour"}
 
 def _schedule_fields(p: argparse.ArgumentParser, create: bool) -> None:
     p.add_argument("--name", required=create, help="unique per tenant, 1..200 characters")
-    p.add_argument("--cron", required=create, help="5 or 6 fields, @hourly aliases, H fields")
-    p.add_argument("--timezone", "--tz", dest="timezone", required=create, help="IANA zone, e.g. Europe/Berlin")
+    p.add_argument("--cron", help="5 or 6 fields, @hourly aliases, H fields (required unless --parent)")
+    p.add_argument("--timezone", "--tz", dest="timezone",
+                   help="IANA zone, e.g. Europe/Berlin (required unless --parent)")
     p.add_argument("--job-type", required=create, help="the job type workers lease")
-    p.add_argument("--misfire-policy", choices=MISFIRE, required=create, help=" | ".join(MISFIRE))
+    p.add_argument("--misfire-policy", choices=MISFIRE, help=" | ".join(MISFIRE) + " (required unless --parent)")
     p.add_argument("--payload", type=json_arg, help="JSON payload, or @file.json")
     p.add_argument("--priority", choices=PRIORITIES, help=" | ".join(PRIORITIES))
     p.add_argument("--overlap-policy", choices=OVERLAP, help=" | ".join(OVERLAP))
@@ -79,13 +80,21 @@ def _schedule_create(args: argparse.Namespace) -> int:
     from cronwheel.client import DstPolicy, RetryPolicy
 
     kw = _given(args, _SIMPLE)
+    if not args.parent:  # a child schedule (--parent) has no timing of its own
+        for flag in ("cron", "timezone", "misfire_policy"):
+            if kw.get(flag) is None:
+                raise InvalidArgument(f"--{flag.replace('_', '-')}", "is required (unless --parent)")
     retry = {_RETRY[k]: v for k, v in _given(args, _RETRY).items()}
     dst = _given(args, _DST)
     with client_for(args) as cw:
+        parent = resolve(cw, args, args.parent) if args.parent else None
+        kw.setdefault("timezone", "")
+        kw.setdefault("misfire_policy", None)
         s = cw.create_schedule(
-            kw.pop("name"), kw.pop("cron"), kw.pop("job_type"), **kw, tenant=args.tenant or None, id=args.id or None,
-            paused=args.paused, retry_policy=RetryPolicy(**retry) if retry else None,
-            dst_policy=DstPolicy(gap=dst.get("dst_gap"), repeated_hour=dst.get("dst_repeated")) if dst else None)
+            kw.pop("name"), kw.pop("cron", ""), kw.pop("job_type"), **kw, tenant=args.tenant or None,
+            id=args.id or None, paused=args.paused, retry_policy=RetryPolicy(**retry) if retry else None,
+            dst_policy=DstPolicy(gap=dst.get("dst_gap"), repeated_hour=dst.get("dst_repeated")) if dst else None,
+            parent_schedule_id=parent)
     return show(args, s, lambda: details(s))
 
 
@@ -186,6 +195,9 @@ def add_parser(subparsers: Any) -> None:
     c.add_argument("--tenant", default="", help="owning tenant (admin tokens; tenant tokens: their own)")
     c.add_argument("--id", default="", help="client-chosen UUID (default: server-assigned)")
     c.add_argument("--paused", action="store_true", help="create it paused")
+    c.add_argument("--parent", default="", metavar="SCHEDULE",
+                   help="a child schedule: no cron of its own, it runs once per successful run of this schedule "
+                        "(id or name), with that run's scheduled time")
     u = _ref_leaf(sub, "update", "change the fields given (others unchanged)", _schedule_update)
     _schedule_fields(u, create=False)
     u.add_argument("--expected-version", type=count_arg, default=0, help="refuse unless at this version")

@@ -28,7 +28,7 @@ CONCURRENCY = 16
 FILTER_FIELDS = ("state", "type", "schedule", "from", "until", "tenant")
 LOOKS = {"succeeded": ("ok", "✔"), "running": ("warn", "▶"), "queued": ("muted", "…"), "scheduled": ("muted", "○"),
          "retry_scheduled": ("warn", "↻"), "failed": ("bad", "✖"), "dead": ("bad", "☠"),
-         "cancelled": ("muted", "⊘"), "skipped": ("muted", "»")}
+         "cancelled": ("muted", "⊘"), "skipped": ("muted", "»"), "waiting": ("muted", "⧗")}
 
 
 def look(state: Any) -> tuple[str, str]:

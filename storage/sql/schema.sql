@@ -88,7 +88,10 @@ CREATE TABLE schedules (
     -- cancelled) and failed (dead) runs for a time; NULL inherits the job type's or cluster's.
     keep_last                    integer CHECK (keep_last >= 0),
     keep_succeeded_for_s         double precision CHECK (keep_succeeded_for_s > 0),
-    keep_failed_for_s            double precision CHECK (keep_failed_for_s > 0)
+    keep_failed_for_s            double precision CHECK (keep_failed_for_s > 0),
+    -- A child schedule (0024): no cron of its own (cron ''), runs once per successful run of this
+    -- parent, with the parent run's scheduled time (dispatch.sql release_children).
+    parent_schedule_id           uuid
 );
 -- Names are unique per tenant among live schedules.
 CREATE UNIQUE INDEX schedules_tenant_name ON schedules (tenant, name) WHERE deleted_at IS NULL;
@@ -101,6 +104,8 @@ CREATE INDEX schedules_retention ON schedules (partition, id)
 -- An admin's list across tenants, in creation order or by name (ListSchedules, the console).
 CREATE INDEX schedules_live_by_created ON schedules (created_at, id) WHERE deleted_at IS NULL;
 CREATE INDEX schedules_live_by_name ON schedules (name, id) WHERE deleted_at IS NULL;
+-- The live children of a schedule (the parent run's completion reads them).
+CREATE INDEX schedules_children ON schedules (parent_schedule_id) WHERE parent_schedule_id IS NOT NULL AND deleted_at IS NULL;
 
 -- The cron half of the due index, narrow: one row per schedule, the only row a fire rewrites
 -- (next tick, tick just fired). next_run_at is NULL while the schedule has no next tick (paused
@@ -125,10 +130,10 @@ CREATE TABLE executions (
     priority         text NOT NULL DEFAULT 'default'
                      CHECK (priority IN ('critical', 'default', 'bulk')),
     state            text NOT NULL CHECK (state IN ('scheduled', 'queued', 'running', 'succeeded',
-                     'failed', 'retry_scheduled', 'dead', 'cancelled', 'skipped')),
+                     'failed', 'retry_scheduled', 'dead', 'cancelled', 'skipped', 'waiting')),
     state_reason     text,
     trigger          text NOT NULL DEFAULT 'cron'
-                     CHECK (trigger IN ('cron', 'manual', 'backfill', 'submit', 'catch_up')),
+                     CHECK (trigger IN ('cron', 'manual', 'backfill', 'submit', 'catch_up', 'parent')),
     attempt          integer NOT NULL DEFAULT 0,
     max_attempts     integer NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
     retry_initial_s  double precision NOT NULL DEFAULT 30,
@@ -161,7 +166,13 @@ CREATE TABLE executions (
     concurrency_key   text,
     concurrency_limit integer,
     CONSTRAINT executions_concurrency_key_limit
-        CHECK ((concurrency_key IS NULL) = (concurrency_limit IS NULL) AND (concurrency_limit IS NULL OR concurrency_limit >= 1))
+        CHECK ((concurrency_key IS NULL) = (concurrency_limit IS NULL) AND (concurrency_limit IS NULL OR concurrency_limit >= 1)),
+    -- Dependencies (0024): a `waiting` job's count of upstreams not yet finished (NULL: it named
+    -- none), what an upstream that did not succeed does to it ('on_success': cancels it;
+    -- 'always': it runs anyway), and whether a job is an upstream of any (the trigger's test).
+    waiting_for       integer CHECK (waiting_for >= 0),
+    dependency_policy text CHECK (dependency_policy IN ('on_success', 'always')),
+    has_dependents    boolean NOT NULL DEFAULT false
 );
 -- The whole fire-once story: one execution per (schedule, tick). Partial (0019): a one-off job
 -- has no schedule, so its NULL never conflicted, and indexing it cost each of its row versions
@@ -226,6 +237,61 @@ CREATE TABLE execution_pruned_ticks (
     at          timestamptz NOT NULL
 );
 CREATE INDEX execution_pruned_ticks_by_schedule ON execution_pruned_ticks (schedule_id, last_tick);
+
+-- Dependencies (0024): one row per (dependent, upstream). outcome: NULL while the upstream has not
+-- finished, then the finished state it resolved with (at resolved_at), once. Deleted with the
+-- dependent (cronwheel_prune_delete). The trigger executions_release_dependents resolves an
+-- upstream's edges in the transaction that finishes it (docs/semantics.md "Dependencies").
+CREATE TABLE execution_deps (
+    execution_id uuid NOT NULL,
+    upstream_id  uuid NOT NULL,
+    outcome      text,
+    resolved_at  timestamptz,
+    PRIMARY KEY (execution_id, upstream_id)
+);
+CREATE INDEX execution_deps_by_upstream ON execution_deps (upstream_id, execution_id);
+
+CREATE FUNCTION cronwheel_resolve_dependents(up uuid, up_state text, at timestamptz) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    WITH edges AS (
+        UPDATE execution_deps SET outcome = up_state, resolved_at = at
+         WHERE upstream_id = up AND outcome IS NULL
+        RETURNING execution_id
+    ), moved AS (
+        UPDATE executions w
+           SET waiting_for = w.waiting_for - 1,
+               state = CASE WHEN up_state <> 'succeeded' AND w.dependency_policy = 'on_success' THEN 'cancelled'
+                            WHEN w.waiting_for = 1 THEN 'queued' ELSE 'waiting' END,
+               state_reason = CASE WHEN up_state <> 'succeeded' AND w.dependency_policy = 'on_success'
+                                   THEN 'upstream ' || up::text || ' ended ' || up_state
+                                   WHEN w.waiting_for = 1 THEN NULL ELSE w.state_reason END,
+               queued_at = CASE WHEN (up_state = 'succeeded' OR w.dependency_policy = 'always') AND w.waiting_for = 1
+                                THEN at ELSE w.queued_at END,
+               run_at = CASE WHEN (up_state = 'succeeded' OR w.dependency_policy = 'always') AND w.waiting_for = 1
+                             THEN greatest(w.run_at, at) ELSE w.run_at END,
+               finished_at = CASE WHEN up_state <> 'succeeded' AND w.dependency_policy = 'on_success'
+                                  THEN at ELSE w.finished_at END
+         WHERE w.id IN (SELECT execution_id FROM edges) AND w.state = 'waiting'
+        RETURNING w.state
+    ), woke AS MATERIALIZED (
+        SELECT pg_notify('cronwheel_queued', 'released') FROM (SELECT 1 FROM moved WHERE state = 'queued' LIMIT 1) r
+    )
+    SELECT (SELECT count(*) FROM moved) + 0 * (SELECT count(*) FROM woke)
+$$;
+
+CREATE FUNCTION cronwheel_upstream_finished() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cronwheel_resolve_dependents(NEW.id, NEW.state, coalesce(NEW.finished_at, now()));
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER executions_release_dependents AFTER UPDATE OF state ON executions
+    FOR EACH ROW
+    WHEN (NEW.has_dependents AND OLD.state IS DISTINCT FROM NEW.state
+          AND NEW.state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped'))
+    EXECUTE FUNCTION cronwheel_upstream_finished();
+
 
 -- Append-only audit and alert log.
 CREATE TABLE events (
@@ -369,7 +435,13 @@ LANGUAGE sql VOLATILE AS $$
          WHERE x.id = ANY(ids) AND x.partition = p
            AND x.state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped')
            AND EXISTS (SELECT 1 FROM partitions WHERE id = p AND epoch = e)
-        RETURNING x.schedule_id, x.scheduled_for
+           AND NOT (x.has_dependents AND EXISTS (
+                   SELECT 1 FROM execution_deps d JOIN executions w ON w.id = d.execution_id
+                    WHERE d.upstream_id = x.id AND w.state = 'waiting'))
+        RETURNING x.id, x.schedule_id, x.scheduled_for
+    ), edges AS (
+        DELETE FROM execution_deps d USING gone WHERE d.execution_id = gone.id
+        RETURNING 1
     ), marked AS (
         INSERT INTO execution_pruned AS m (schedule_id, partition, pruned_through, pruned, at)
         SELECT schedule_id, p, max(scheduled_for), count(*), now FROM gone

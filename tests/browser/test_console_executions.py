@@ -100,3 +100,27 @@ def test_the_overview_alerts_feed_shows_a_dead_letter(cluster: tuple[Any, str], 
                interval_s=0.5)
     assert "dead_letter" in browser.text("#alerts")
     browser.shot("overview-alerts")
+
+
+def test_a_waiting_execution_shows_what_it_waits_for(cluster: tuple[Any, str], worker: Any, browser: Browser) -> None:
+    """Issue 52: the console's execution page lists a waiting job's upstreams, their states now and
+    the outcome each resolved the wait with; an upstream cancelled cancels it, naming it."""
+    _, address = cluster
+    acme = Api(address, "acme")
+    up = acme.submit(type="browser.block", idempotency_key="browser-deps-up").id
+    down = acme.submit(type="browser.block", depends_on=["browser-deps-up"]).id
+    wait_until(lambda: _state(acme, up) == RUNNING, 30, "the upstream to run")
+    assert _state(acme, down) == common_pb2.EXECUTION_STATE_WAITING
+    browser.login("acme")
+    browser.go(f"/executions/{down}")
+    assert "waiting" in browser.text("#state")
+    assert "1 not finished" in browser.text("#waits-summary")
+    [row] = browser.all("#upstreams tr.upstream")
+    assert up in row.text and "running" in row.text and "browser-deps-up" in row.text
+    browser.shot("execution-waiting")
+    acme.call("CancelExecution", S.CancelExecutionRequest(execution_id=up))
+    wait_until(lambda: _state(acme, down) == common_pb2.EXECUTION_STATE_CANCELLED, 30, "the dependent cancelled")
+    browser.wait_text("cancelled", selector="#state", reload=True, timeout=30)
+    assert f"upstream {up} ended cancelled" in browser.text("#run")
+    assert "cancelled" in browser.text("#upstreams .outcome")
+    browser.shot("execution-upstream-cancelled")

@@ -279,3 +279,43 @@ def test_a_buffered_run_behind_runs_retention_pruned_waited_behind_them() -> Non
     waited = tick_row(T0 + 4, fired_at=T0 + 4.01, started_at=T0 + 6.1, finished_at=T0 + 6.2)
     h = dataclasses.replace(replace_rows(h, waited), runs=h.runs + ran)
     assert check_buffered_runs_released(h).ok
+
+
+def family(dep_state: str, dep_reason: str | None, up_states: tuple[str, str], start: float | None,
+           policy: str = "on_success") -> History:
+    """The clean history with a fan-in family: upstreams u1, u2 (finished at T0 + 2 and T0 + 4) and a
+    dependent d of both (issue 52), d started at `start` (None: never)."""
+    from chaos.history import ExecutionRec, SubmittedJob
+
+    def row(eid: str, state: str, finished: float | None, reason: str | None = None) -> ExecutionRec:
+        return ExecutionRec(id=eid, schedule_id=None, partition=0, type="tick", scheduled_for=T0, run_at=T0,
+                            state=state, trigger="submit", attempt=1, fencing_token=1, finished_at=finished,
+                            state_reason=reason, result_token=1)
+
+    h = replace_rows(clean(), row("u1", up_states[0], T0 + 2), row("u2", up_states[1], T0 + 4),
+                     row("d", dep_state, T0 + 6, dep_reason))
+    runs = [*run("u1", 1, T0 + 1), *run("u2", 1, T0 + 3)] + (run("d", 1, start) if start is not None else [])
+    subs = (SubmittedJob("u1", "tick", T0, "k1", T0), SubmittedJob("u2", "tick", T0, "k2", T0),
+            SubmittedJob("d", "tick", T0, "kd", T0, ("u1", "u2"), policy))
+    return dataclasses.replace(h, runs=h.runs + tuple(runs), submitted=h.submitted + subs)
+
+
+def test_a_dependent_that_ran_before_its_last_upstream_finished_is_reported() -> None:
+    from chaos.checker_model import check_dependencies
+
+    assert check_dependencies(family("succeeded", None, ("succeeded", "succeeded"), T0 + 4.5)).ok
+    r = check_dependencies(family("succeeded", None, ("succeeded", "succeeded"), T0 + 3.5))
+    assert not r.ok and r.counts["violations.ran_early"] == 1
+
+
+def test_a_dependent_of_a_dead_upstream_must_be_cancelled_naming_it_unless_it_runs_anyway() -> None:
+    from chaos.checker_model import check_dependencies
+
+    assert check_dependencies(family("cancelled", "upstream u2 ended dead", ("succeeded", "dead"), None)).ok
+    r = check_dependencies(family("succeeded", None, ("succeeded", "dead"), T0 + 5))
+    assert not r.ok and r.counts["violations.not_cancelled"] == 1
+    r = check_dependencies(family("cancelled", "upstream u1 ended dead", ("succeeded", "dead"), None))
+    assert not r.ok, "the reason must name the upstream that did not succeed"
+    assert check_dependencies(family("succeeded", None, ("succeeded", "dead"), T0 + 5, policy="always")).ok
+    r = check_dependencies(family("waiting", None, ("succeeded", "running"), None))
+    assert not r.ok and r.counts["violations.upstream_unfinished"] == 1

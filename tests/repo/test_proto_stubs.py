@@ -288,6 +288,7 @@ def test_enum_values_of_the_design() -> None:
         "DEAD",
         "CANCELLED",
         "SKIPPED",
+        "WAITING",  # issue 52: a job waiting for its upstreams
     }
     assert {n.removeprefix("TICK_OUTCOME_") for n in names(s.TickOutcome)} == {
         "UNSPECIFIED",

@@ -313,3 +313,30 @@ def test_a_pause_after_the_run_time_but_before_a_late_fire_may_have_taken_the_ti
     assert not model.control_at(t, pause, late_until=T0 + 1.5).ambiguous  # fired (late) before the pause
     edited = model.control_at(t, [Op("update", T0 + 2.0, T0 + 2.1, version=1)], late_until=T0 + 6.0)
     assert (edited.min_version, edited.max_version) == (0, 1)
+
+
+# ------------------------------------------------------------------------------ dependencies (issue 52)
+
+
+@pytest.mark.parametrize(("policy", "states", "want"), [
+    ("on_success", ["succeeded", "succeeded"], model.DEP_RUNS),
+    ("on_success", ["succeeded", "dead"], model.DEP_CANCELLED),
+    ("on_success", ["cancelled"], model.DEP_CANCELLED),
+    ("on_success", ["succeeded", "running"], model.WAITS),
+    ("always", ["dead", "succeeded"], model.DEP_RUNS),
+    ("always", ["failed", "queued"], model.WAITS),
+])
+def test_the_model_predicts_a_dependent_from_its_upstreams(policy: str, states: list[str], want: str) -> None:
+    assert model.decide_dependent(policy, states) == want
+
+
+def test_the_dependency_families_are_drawn_from_the_seed_and_name_their_upstreams_by_key() -> None:
+    from chaos.workload import DEPS_EVERY, dependency_plan
+
+    assert dependency_plan(7, 0) == [] and dependency_plan(7, 2) == dependency_plan(7, 2)
+    fams = [dependency_plan(7, i) for i in range(2, 200, DEPS_EVERY)]
+    assert {kw["type"] for f in fams for k, kw in f if k.endswith("-a")} == {"tick", "doomed"}
+    for fam in fams:
+        keys = {k for k, _ in fam}
+        assert all(set(kw.get("depends_on", ())) <= keys for _, kw in fam)
+        assert {kw.get("dependency_policy") for k, kw in fam if k.endswith(("-c", "-e"))} <= {"on_success", "always"}

@@ -2,10 +2,11 @@ import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -58,6 +59,13 @@ class ExecutionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXECUTION_STATE_DEAD: _ClassVar[ExecutionState]
     EXECUTION_STATE_CANCELLED: _ClassVar[ExecutionState]
     EXECUTION_STATE_SKIPPED: _ClassVar[ExecutionState]
+    EXECUTION_STATE_WAITING: _ClassVar[ExecutionState]
+
+class DependencyPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DEPENDENCY_POLICY_UNSPECIFIED: _ClassVar[DependencyPolicy]
+    DEPENDENCY_POLICY_ON_SUCCESS: _ClassVar[DependencyPolicy]
+    DEPENDENCY_POLICY_ALWAYS: _ClassVar[DependencyPolicy]
 
 class Trigger(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -67,6 +75,7 @@ class Trigger(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRIGGER_BACKFILL: _ClassVar[Trigger]
     TRIGGER_SUBMIT: _ClassVar[Trigger]
     TRIGGER_CATCH_UP: _ClassVar[Trigger]
+    TRIGGER_PARENT: _ClassVar[Trigger]
 PRIORITY_UNSPECIFIED: Priority
 PRIORITY_CRITICAL: Priority
 PRIORITY_DEFAULT: Priority
@@ -98,12 +107,31 @@ EXECUTION_STATE_RETRY_SCHEDULED: ExecutionState
 EXECUTION_STATE_DEAD: ExecutionState
 EXECUTION_STATE_CANCELLED: ExecutionState
 EXECUTION_STATE_SKIPPED: ExecutionState
+EXECUTION_STATE_WAITING: ExecutionState
+DEPENDENCY_POLICY_UNSPECIFIED: DependencyPolicy
+DEPENDENCY_POLICY_ON_SUCCESS: DependencyPolicy
+DEPENDENCY_POLICY_ALWAYS: DependencyPolicy
 TRIGGER_UNSPECIFIED: Trigger
 TRIGGER_CRON: Trigger
 TRIGGER_MANUAL: Trigger
 TRIGGER_BACKFILL: Trigger
 TRIGGER_SUBMIT: Trigger
 TRIGGER_CATCH_UP: Trigger
+TRIGGER_PARENT: Trigger
+
+class Upstream(_message.Message):
+    __slots__ = ("execution_id", "state", "outcome", "idempotency_key", "type")
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    state: ExecutionState
+    outcome: ExecutionState
+    idempotency_key: str
+    type: str
+    def __init__(self, execution_id: _Optional[str] = ..., state: _Optional[_Union[ExecutionState, str]] = ..., outcome: _Optional[_Union[ExecutionState, str]] = ..., idempotency_key: _Optional[str] = ..., type: _Optional[str] = ...) -> None: ...
 
 class RetryPolicy(_message.Message):
     __slots__ = ("initial_backoff", "backoff_multiplier", "max_backoff", "max_attempts")
@@ -126,7 +154,7 @@ class DstPolicy(_message.Message):
     def __init__(self, gap: _Optional[_Union[DstGapPolicy, str]] = ..., repeated_hour: _Optional[_Union[DstRepeatedPolicy, str]] = ...) -> None: ...
 
 class Schedule(_message.Message):
-    __slots__ = ("id", "tenant", "name", "cron", "timezone", "job_type", "payload_json", "priority", "retry_policy", "timeout", "misfire_policy", "max_catch_up", "overlap_policy", "dst_policy", "jitter", "paused", "version", "partition", "next_run_at", "last_scheduled_for", "alert_if_no_success_within", "last_success_at", "created_at", "updated_at", "keep_last", "keep_succeeded_for", "keep_failed_for")
+    __slots__ = ("id", "tenant", "name", "cron", "timezone", "job_type", "payload_json", "priority", "retry_policy", "timeout", "misfire_policy", "max_catch_up", "overlap_policy", "dst_policy", "jitter", "paused", "version", "partition", "next_run_at", "last_scheduled_for", "alert_if_no_success_within", "last_success_at", "created_at", "updated_at", "keep_last", "keep_succeeded_for", "keep_failed_for", "parent_schedule_id")
     ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +182,7 @@ class Schedule(_message.Message):
     KEEP_LAST_FIELD_NUMBER: _ClassVar[int]
     KEEP_SUCCEEDED_FOR_FIELD_NUMBER: _ClassVar[int]
     KEEP_FAILED_FOR_FIELD_NUMBER: _ClassVar[int]
+    PARENT_SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     id: str
     tenant: str
     name: str
@@ -181,10 +210,11 @@ class Schedule(_message.Message):
     keep_last: int
     keep_succeeded_for: _duration_pb2.Duration
     keep_failed_for: _duration_pb2.Duration
-    def __init__(self, id: _Optional[str] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., job_type: _Optional[str] = ..., payload_json: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., max_catch_up: _Optional[int] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., dst_policy: _Optional[_Union[DstPolicy, _Mapping]] = ..., jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., paused: _Optional[bool] = ..., version: _Optional[int] = ..., partition: _Optional[int] = ..., next_run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., alert_if_no_success_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., last_success_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., keep_last: _Optional[int] = ..., keep_succeeded_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., keep_failed_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    parent_schedule_id: str
+    def __init__(self, id: _Optional[str] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., job_type: _Optional[str] = ..., payload_json: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., max_catch_up: _Optional[int] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., dst_policy: _Optional[_Union[DstPolicy, _Mapping]] = ..., jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., paused: _Optional[bool] = ..., version: _Optional[int] = ..., partition: _Optional[int] = ..., next_run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., alert_if_no_success_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., last_success_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., keep_last: _Optional[int] = ..., keep_succeeded_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., keep_failed_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., parent_schedule_id: _Optional[str] = ...) -> None: ...
 
 class Execution(_message.Message):
-    __slots__ = ("id", "schedule_id", "tenant", "type", "payload_json", "partition", "scheduled_for", "run_at", "priority", "state", "state_reason", "trigger", "attempt", "max_attempts", "retry_policy", "timeout", "lease_owner", "lease_expires_at", "fencing_token", "checkpoint_json", "idempotency_key", "error", "error_type", "result_json", "cancel_requested", "created_at", "fired_at", "queued_at", "started_at", "heartbeat_at", "finished_at")
+    __slots__ = ("id", "schedule_id", "tenant", "type", "payload_json", "partition", "scheduled_for", "run_at", "priority", "state", "state_reason", "trigger", "attempt", "max_attempts", "retry_policy", "timeout", "lease_owner", "lease_expires_at", "fencing_token", "checkpoint_json", "idempotency_key", "error", "error_type", "result_json", "cancel_requested", "created_at", "fired_at", "queued_at", "started_at", "heartbeat_at", "finished_at", "upstreams", "dependency_policy", "waiting_for")
     ID_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -216,6 +246,9 @@ class Execution(_message.Message):
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAMS_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_POLICY_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FOR_FIELD_NUMBER: _ClassVar[int]
     id: str
     schedule_id: str
     tenant: str
@@ -247,7 +280,10 @@ class Execution(_message.Message):
     started_at: _timestamp_pb2.Timestamp
     heartbeat_at: _timestamp_pb2.Timestamp
     finished_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., schedule_id: _Optional[str] = ..., tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., partition: _Optional[int] = ..., scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., state: _Optional[_Union[ExecutionState, str]] = ..., state_reason: _Optional[str] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fencing_token: _Optional[int] = ..., checkpoint_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., error: _Optional[str] = ..., error_type: _Optional[str] = ..., result_json: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., queued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., heartbeat_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    upstreams: _containers.RepeatedCompositeFieldContainer[Upstream]
+    dependency_policy: DependencyPolicy
+    waiting_for: int
+    def __init__(self, id: _Optional[str] = ..., schedule_id: _Optional[str] = ..., tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., partition: _Optional[int] = ..., scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., state: _Optional[_Union[ExecutionState, str]] = ..., state_reason: _Optional[str] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fencing_token: _Optional[int] = ..., checkpoint_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., error: _Optional[str] = ..., error_type: _Optional[str] = ..., result_json: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., queued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., heartbeat_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., upstreams: _Optional[_Iterable[_Union[Upstream, _Mapping]]] = ..., dependency_policy: _Optional[_Union[DependencyPolicy, str]] = ..., waiting_for: _Optional[int] = ...) -> None: ...
 
 class TimeRange(_message.Message):
     __slots__ = ("start_time", "end_time")

@@ -158,7 +158,7 @@ UPDATE executions
        finished_at = CASE WHEN state = 'running' THEN finished_at ELSE %(now)s END,
        state_reason = %(reason)s
  WHERE (id = %(id)s OR schedule_id = %(schedule_id)s)
-   AND (state IN ('scheduled', 'queued', 'retry_scheduled', 'failed')
+   AND (state IN ('scheduled', 'queued', 'retry_scheduled', 'failed', 'waiting')
         OR (state = 'running' AND NOT cancel_requested))
 RETURNING *;
 

@@ -399,3 +399,29 @@ WITH released AS (
     SELECT pg_notify('cronwheel_queued', 'buffered') FROM (SELECT 1 FROM released LIMIT 1) r
 )
 SELECT type, (SELECT count(*) FROM woke) AS woke FROM released;
+
+-- name: release_children
+-- Child schedules: for each of `ids` that succeeded and belongs to a schedule with live, unpaused
+-- children, one queued run of each child with the parent run's scheduled time (trigger 'parent'),
+-- in the parent's completion transaction (so a completion that does not commit creates none), at
+-- most once per (child, scheduled time) by the executions_schedule_tick index (so a retried or
+-- repeated completion creates none again), waking the dispatchers at commit if one was created.
+-- Not fenced by the child's partition epoch: its owner never writes a child's runs (the child
+-- has no tick of its own), and the unique index is the wall. Answers each run's job type.
+WITH born AS (
+    INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at, priority,
+                            state, state_reason, trigger, max_attempts, retry_initial_s, retry_multiplier,
+                            retry_max_s, timeout_s, queued_at, created_at, fired_at)
+    SELECT cronwheel_uuid7(), c.id, c.tenant, c.job_type, c.payload, c.partition, p.scheduled_for, %(now)s,
+           c.priority, 'queued', 'after parent run ' || p.id::text, 'parent', c.max_attempts, c.retry_initial_s,
+           c.retry_multiplier, c.retry_max_s, c.timeout_s, %(now)s, %(now)s, %(now)s
+      FROM executions p JOIN schedules c ON c.parent_schedule_id = p.schedule_id
+     WHERE p.id = ANY(%(ids)s::uuid[]) AND p.schedule_id IS NOT NULL AND (p.state || '') = 'succeeded'
+       AND c.parent_schedule_id IS NOT NULL AND c.deleted_at IS NULL AND NOT c.paused
+     ORDER BY c.id, p.scheduled_for
+    ON CONFLICT (schedule_id, scheduled_for) WHERE schedule_id IS NOT NULL DO NOTHING
+    RETURNING type
+), woke AS MATERIALIZED (
+    SELECT pg_notify('cronwheel_queued', 'parent') FROM (SELECT 1 FROM born LIMIT 1) r
+)
+SELECT type, (SELECT count(*) FROM woke) AS woke FROM born;

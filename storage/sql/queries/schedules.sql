@@ -69,3 +69,8 @@ SELECT s.*, d.next_run_at, d.last_scheduled_for
 -- name: count_live_schedules
 -- A tenant's live schedules (quota).
 SELECT count(*) FROM schedules WHERE tenant = %(tenant)s AND deleted_at IS NULL;
+
+-- name: set_schedule_parent
+-- A child schedule's parent, set in the transaction that creates it (never changed after).
+UPDATE schedules SET parent_schedule_id = %(parent)s WHERE id = %(id)s
+RETURNING parent_schedule_id;
