@@ -1,4 +1,0 @@
--- 0023_reserved: a placeholder on branch h52deps, whose migration is 0024 while 0023 belongs to
--- another branch (h50: http targets; migrations must be 1..N without gaps). It changes nothing.
--- When merging: if another branch brings its own 0023, delete this file.
-SELECT 1;
