@@ -287,7 +287,16 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 
 def _configure_worker(p: argparse.ArgumentParser) -> None:
-    p.add_argument("module", help="Python module that defines a cronwheel.client.Worker (named `worker`)")
+    p.add_argument("module", nargs="?", default="",
+                   help="Python module that defines a cronwheel.client.Worker (named `worker`); not with --http")
+    p.add_argument("--http", action="store_true",
+                   help="be an HTTP doer: call the HTTP targets of runs of type 'http' (docs/http-targets.md)")
+    p.add_argument("--egress-allow", action="append", default=[], metavar="HOST_OR_CIDR",
+                   help="--http: a non-public destination targets may reach (repeatable; as the node's)")
+    p.add_argument("--dsn", default="", help="--http: PostgreSQL DSN to read the named secrets targets use "
+                                             "($CRONWHEEL_DSN; a role that may read the secrets table only)")
+    p.add_argument("--secret-key-file", default="", help="--http: the key ring that opens the named secrets "
+                                                         "(or $CRONWHEEL_SECRET_KEY)")
     p.add_argument("--address", default=os.environ.get("CRONWHEEL_ADDRESS", ""),
                    help="node gRPC address host:port (default: $CRONWHEEL_ADDRESS, else the Worker's own)")
     p.add_argument("--worker-id", default="", help="worker id (default: the Worker's own)")
@@ -306,19 +315,70 @@ def _configure_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
+def _http_doer(args: argparse.Namespace) -> Any:
+    """The Worker of `cronwheel worker --http` (cronwheel/client/http_doer.py), with its egress
+    policy and, given --dsn (or $CRONWHEEL_DSN), the named secrets of the database, opened with
+    the key ring (read on first use, inside the worker's loop)."""
+    from cronwheel.client import Worker
+    from cronwheel.client.http_doer import HttpDoer, http_worker
+    from cronwheel.egress import EgressPolicy
+    from cronwheel.secret_store import load_keys
+
+    egress = EgressPolicy.parse(args.egress_allow)
+    dsn = args.dsn or os.environ.get("CRONWHEEL_DSN", "")
+    secrets = _DoerSecrets(dsn, load_keys(args.secret_key_file)) if dsn else None
+    worker = Worker(worker_id=f"http-doer-{os.getpid()}")
+    print(f"http doer: egress allows {list(egress.describe()) or 'public addresses only'}; "
+          f"secrets {'from the database' if secrets else 'not available (no --dsn)'}", flush=True)
+    return http_worker(worker, HttpDoer(egress, secrets, threads=args.concurrency or worker.concurrency))
+
+
+class _DoerSecrets:
+    """The doer's SecretProvider: the named secrets table (storage/secrets.py), opened with the
+    doer's key ring; the pool is made on first use, on the worker's loop."""
+
+    def __init__(self, dsn: str, keys: Any) -> None:
+        self.dsn, self.keys = dsn, keys
+        self._port: Any = None
+
+    async def _open(self) -> Any:
+        if self._port is None:
+            from cronwheel.secret_store import SecretStore
+            from cronwheel.storage import PgStore, StoreConfig
+
+            store = PgStore(StoreConfig(dsn=self.dsn, min_connections=1, max_connections=4,
+                                        secrets=SecretStore(self.keys)))
+            await store.__aenter__()
+            self._port = store.secrets
+        return self._port
+
+    async def get(self, tenant: str | None, name: str) -> str:
+        return str(await (await self._open()).get(tenant, name))
+
+    async def put(self, tenant: str | None, name: str, value: str) -> None:
+        await (await self._open()).put(tenant, name, value)
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     import sys
 
     from cronwheel import logs
     from cronwheel.client import load_worker
 
-    sys.path.insert(0, os.getcwd())
-    try:
-        worker = load_worker(args.module)
-    except ImportError as exc:
-        raise InvalidArgument("module", f"cannot import {args.module!r}: {exc}") from exc
-    except LookupError as exc:
-        raise InvalidArgument("module", str(exc)) from exc
+    if args.http:
+        if args.module:
+            raise InvalidArgument("--http", "an HTTP doer runs no module: give --http or a module, not both")
+        worker = _http_doer(args)
+    elif not args.module:
+        raise InvalidArgument("module", "required (or --http for an HTTP doer)")
+    else:
+        sys.path.insert(0, os.getcwd())
+        try:
+            worker = load_worker(args.module)
+        except ImportError as exc:
+            raise InvalidArgument("module", f"cannot import {args.module!r}: {exc}") from exc
+        except LookupError as exc:
+            raise InvalidArgument("module", str(exc)) from exc
     if args.address:
         worker.address = args.address
     if args.worker_id:

@@ -45,10 +45,12 @@ class ScheduleFields:
     keep_last: int | None = None  # retention (cluster/retention): None inherits
     keep_succeeded_for_s: float | None = None
     keep_failed_for_s: float | None = None
+    target: str | None = None  # an HTTP target's JSON (issue 50); None: a job type's schedule
 
     def params(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
         out["payload"] = json_text(self.payload)
+        out["target"] = None if self.target is None else json_text(self.target)
         return out
 
 

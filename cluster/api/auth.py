@@ -73,6 +73,9 @@ CLUSTER_STATUS = "/cronwheel.v1.AdminService/ClusterStatus"
 ADMIN_ONLY = frozenset({CLUSTER_STATUS})
 ADMIN_ONLY_SERVICES = ("/cronwheel.v1.TenantService/",)  # tenants and tokens
 LOCAL_ONLY = "x-cronwheel-local-only"  # ClusterStatus: this node's own Member only (a peer's question)
+# RPCs whose request carries its own credential instead of a bearer token: an HTTP target reports
+# on the one run it was called for with the (execution id, fencing token) pair it received (issue 50).
+TOKENLESS = frozenset({"/cronwheel.v1.DispatchService/ReportTargetRun"})
 
 
 def admin_only(method: str) -> bool:
@@ -121,6 +124,7 @@ class Caller:
 
 DEV_CALLER = Caller("dev", DEV_TENANT, admin=True)
 SELF_VIEW_CALLER = Caller("self-view", None)  # a tokenless ClusterStatus local-only call: no tenant, no admin
+TARGET_CALLER = Caller("http-target", None)  # a TOKENLESS call: the request's own credential is checked
 _CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("cronwheel_caller")
 _RECHECK: contextvars.ContextVar[Callable[[], Caller]] = contextvars.ContextVar("cronwheel_recheck")
 
@@ -327,6 +331,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         metadata = context.invocation_metadata()
         if method == CLUSTER_STATUS and self_view_only(metadata):
             return SELF_VIEW_CALLER  # AdminService answers it with this node's Member, nothing else
+        if method in TOKENLESS:
+            return TARGET_CALLER
         caller = self.config.authenticate(metadata, self.tokens, now)
         if admin_only(method) and not caller.admin:
             raise e.PermissionDenied(f"{method.rsplit('/', 1)[-1]} is admin-only")

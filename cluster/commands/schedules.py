@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from cronwheel import http_target
 from cronwheel.cluster.commands.values import (
     MAX_NAME,
     OVERLAP_POLICIES,
@@ -91,6 +92,8 @@ class ScheduleSpec:
     keep_succeeded_for_s: float | None = None
     keep_failed_for_s: float | None = None
     id: uuid.UUID | None = None
+    target: str | None = None  # an HTTP target's JSON (cronwheel/http_target.py) instead of a job type
+
 
     def validated(self) -> tuple[ScheduleSpec, CronSchedule]:
         """Every field checked (in API field order), defaults filled, the cron parsed."""
@@ -106,7 +109,8 @@ class ScheduleSpec:
             misfire_policy=parse_misfire_policy(self.misfire_policy).value,
             dst_gap=dst.gap.value if dst.gap else None,
             dst_repeated=dst.repeated.value if dst.repeated else None,
-            job_type=text("job_type", self.job_type),
+            job_type=job_type_or_target(self.job_type, self.target),
+            target=None if self.target is None else http_target.parse(self.target).to_json(),
             payload=payload_json("payload_json", self.payload),
             priority=priority(self.priority),
             retry=self.retry.validate(),
@@ -118,6 +122,26 @@ class ScheduleSpec:
             keep_failed_for_s=retention.keep_for("keep_failed_for", self.keep_failed_for_s),
         )
         return spec, cron
+
+
+def job_type_or_target(job_type: str, target: str | None) -> str:
+    """The job type of a schedule or job: its own, or `http` for an HTTP target; never both (the
+    one rule of issue 50, for schedules and submitted jobs)."""
+    if target is not None:
+        if job_type and job_type != http_target.HTTP_TYPE:
+            raise InvalidArgument("target", "set either job_type or target, not both")
+        return http_target.HTTP_TYPE
+    jtype = text("job_type", job_type)
+    if jtype == http_target.HTTP_TYPE:
+        raise InvalidArgument("job_type", f"{jtype!r} is reserved for HTTP targets: set target instead")
+    return jtype
+
+
+def target_text(value: Any) -> str | None:
+    """A stored target (jsonb: a dict, or JSON text) as its canonical JSON text; None: none."""
+    if value is None:
+        return None
+    return http_target.parse(value).to_json()
 
 
 def _check_lengths(cron: object, timezone: object) -> None:
@@ -171,6 +195,7 @@ def spec_of(row: Mapping[str, Any]) -> ScheduleSpec:
         dst_gap=row["dst_gap"], dst_repeated=row["dst_repeated"], jitter_s=row["jitter_s"], paused=row["paused"],
         alert_if_no_success_within_s=row["alert_if_no_success_within_s"], keep_last=row["keep_last"],
         keep_succeeded_for_s=row["keep_succeeded_for_s"], keep_failed_for_s=row["keep_failed_for_s"], id=row["id"],
+        target=target_text(row.get("target")),
     )
 
 
@@ -185,6 +210,7 @@ def _fields(spec: ScheduleSpec) -> ScheduleFields:
         overlap_policy=spec.overlap_policy, jitter_s=spec.jitter_s, paused=spec.paused,
         alert_if_no_success_within_s=spec.alert_if_no_success_within_s, keep_last=spec.keep_last,
         keep_succeeded_for_s=spec.keep_succeeded_for_s, keep_failed_for_s=spec.keep_failed_for_s,
+        target=spec.target,
     )
 
 
@@ -264,7 +290,7 @@ async def update_schedule(store: PgStore, schedule_id: uuid.UUID, changes: Mappi
             "schedule_updated", row["tenant"], schedule_id, None, row["partition"], actor, at=now,
             data={"fields": [API_NAMES.get(k, k) for k in changed], "version": upd["version"],
                   "changes": {API_NAMES.get(k, k): [_jsonable(getattr(old, k)), _jsonable(getattr(new, k))]
-                              for k in changed if k != "payload"}}), conn)
+                              for k in changed if k not in ("payload", "target")}}), conn)
         await store.schedules.notify_changed(conn, row["partition"], schedule_id)
     return upd
 

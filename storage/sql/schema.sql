@@ -88,7 +88,9 @@ CREATE TABLE schedules (
     -- cancelled) and failed (dead) runs for a time; NULL inherits the job type's or cluster's.
     keep_last                    integer CHECK (keep_last >= 0),
     keep_succeeded_for_s         double precision CHECK (keep_succeeded_for_s > 0),
-    keep_failed_for_s            double precision CHECK (keep_failed_for_s > 0)
+    keep_failed_for_s            double precision CHECK (keep_failed_for_s > 0),
+    -- An HTTP target (0023) instead of a job type for SDK workers: job_type is then 'http'.
+    target                       jsonb
 );
 -- Names are unique per tenant among live schedules.
 CREATE UNIQUE INDEX schedules_tenant_name ON schedules (tenant, name) WHERE deleted_at IS NULL;
@@ -161,7 +163,9 @@ CREATE TABLE executions (
     concurrency_key   text,
     concurrency_limit integer,
     CONSTRAINT executions_concurrency_key_limit
-        CHECK ((concurrency_key IS NULL) = (concurrency_limit IS NULL) AND (concurrency_limit IS NULL OR concurrency_limit >= 1))
+        CHECK ((concurrency_key IS NULL) = (concurrency_limit IS NULL) AND (concurrency_limit IS NULL OR concurrency_limit >= 1)),
+    -- The HTTP target a run of type 'http' calls (0023): its schedule's, copied at insert.
+    target            jsonb
 );
 -- The whole fire-once story: one execution per (schedule, tick). Partial (0019): a one-off job
 -- has no schedule, so its NULL never conflicted, and indexing it cost each of its row versions
@@ -492,3 +496,15 @@ END $$;
 CREATE TRIGGER tenants_seed_daily_count AFTER INSERT OR UPDATE OF max_executions_per_day ON tenants
     FOR EACH ROW EXECUTE FUNCTION cronwheel_seed_daily_count();
 
+
+-- HTTP targets (0023): a run of type 'http' keeps its schedule's target, copied at insert.
+CREATE FUNCTION cronwheel_copy_target() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.target := (SELECT s.target FROM schedules s WHERE s.id = NEW.schedule_id);
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER executions_copy_target BEFORE INSERT ON executions
+    FOR EACH ROW WHEN (NEW.type = 'http' AND NEW.target IS NULL AND NEW.schedule_id IS NOT NULL)
+    EXECUTE FUNCTION cronwheel_copy_target();

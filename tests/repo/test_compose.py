@@ -41,7 +41,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 
 ETCD = ("etcd1", "etcd2", "etcd3")
 NODES = ("node1", "node2", "node3")
-WORKERS = ("worker1", "worker2")
+WORKERS = ("worker1", "worker2", "http-doer")  # http-doer: `worker --http` (issue 50)
 ONE_SHOT = ("migrate", "auth-init", "key-init")
 
 

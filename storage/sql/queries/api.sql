@@ -41,7 +41,7 @@ WITH s AS (
            overlap_policy = %(overlap_policy)s, jitter_s = %(jitter_s)s,
            alert_if_no_success_within_s = %(alert_if_no_success_within_s)s, paused = %(paused)s,
            keep_last = %(keep_last)s, keep_succeeded_for_s = %(keep_succeeded_for_s)s,
-           keep_failed_for_s = %(keep_failed_for_s)s,
+           keep_failed_for_s = %(keep_failed_for_s)s, target = %(target)s,
            deleted_at = CASE WHEN %(deleted)s::boolean THEN %(now)s::timestamptz ELSE deleted_at END,
            version = version + 1, updated_at = %(now)s
      WHERE id = %(id)s AND deleted_at IS NULL

@@ -133,7 +133,7 @@ WITH locked AS MATERIALIZED (
               extract(epoch FROM e.scheduled_for)::float8 AS scheduled_for, extract(epoch FROM e.run_at)::float8 AS run_at,
               e.attempt, e.max_attempts, e.fencing_token, e.checkpoint::text,
               extract(epoch FROM e.lease_expires)::float8 AS lease_expires, e.timeout_s, e.priority, e.trigger,
-              extract(epoch FROM e.started_at)::float8 AS started_at, e.trace_context
+              extract(epoch FROM e.started_at)::float8 AS started_at, e.trace_context, e.target::text
 ), spent AS (  -- spend the tokens, count the starts: still under the tenants' claim locks
     INSERT INTO tenant_dispatch AS d (tenant, tokens, refilled_at, served, served_at)
     SELECT elig.tenant, elig.tokens - n.n, %(now)s, elig.served + n.n / elig.weight, %(now)s
@@ -217,7 +217,7 @@ RETURNING state, run_at, attempt, max_attempts;
 -- name: execution_token_state
 -- Why a token-checked call matched nothing: the run's current token, owner and state (another
 -- tenant's run is not found).
-SELECT fencing_token, lease_owner, state, result, error FROM executions
+SELECT fencing_token, lease_owner, state, result, error, type FROM executions
  WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- name: mark_success

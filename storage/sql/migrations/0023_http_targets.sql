@@ -1,0 +1,24 @@
+-- 0023_http_targets: a schedule or a one-off job may call an HTTP target instead of naming a job
+-- type for SDK workers (issue 50; cronwheel/http_target.py). Its runs have the reserved job type
+-- 'http' and are leased by doers (`cronwheel worker --http`) like any other run, so leases,
+-- heartbeats, timeouts, retries and fencing apply unchanged. The target (url, method, headers,
+-- body, timeout_s, signing_secret) is JSON, validated by the API; a header may name a secret of
+-- the tenant instead of holding a value (resolved by the doer at call time, never stored here).
+ALTER TABLE schedules ADD COLUMN target jsonb;
+ALTER TABLE executions ADD COLUMN target jsonb;
+
+-- An execution keeps the target its schedule had when it was created, as it keeps the job type
+-- and payload. The five statements that create runs of a schedule (the fire path, triggers,
+-- backfills) copy the schedule's job type; this trigger copies its target for the runs whose
+-- type is 'http' only (the WHEN clause: other runs pay nothing), so none of them had to change.
+-- A one-off job's target is inserted with it (schedule_id NULL: nothing to copy).
+CREATE FUNCTION cronwheel_copy_target() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.target := (SELECT s.target FROM schedules s WHERE s.id = NEW.schedule_id);
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER executions_copy_target BEFORE INSERT ON executions
+    FOR EACH ROW WHEN (NEW.type = 'http' AND NEW.target IS NULL AND NEW.schedule_id IS NOT NULL)
+    EXECUTE FUNCTION cronwheel_copy_target();
