@@ -119,8 +119,10 @@ def create_schedule(ctx: Context, name: str, cron: str, job_type: str, *, timezo
                     alert_if_no_success_within: timedelta | None = None, paused: bool = False,
                     tenant: str | None = None, id: str | None = None, keep_last: int | None = None,
                     keep_succeeded_for: timedelta | None = None,
-                    keep_failed_for: timedelta | None = None) -> Call[t.Schedule]:
-    """Creates a schedule: fires `job_type` with `payload` at every tick of `cron` in `timezone`.
+                    keep_failed_for: timedelta | None = None,
+                    target: dict[str, Any] | None = None) -> Call[t.Schedule]:
+    """Creates a schedule: fires `job_type` with `payload` at every tick of `cron` in `timezone`,
+    or calls an HTTP `target` (job_type "": docs/http-targets.md) with the payload as its body.
     Retention: `keep_last` N finished runs at most, succeeded/skipped/cancelled runs kept
     `keep_succeeded_for`, failed/dead ones `keep_failed_for` (None: the cluster's windows).
     Raises AlreadyExists when the tenant has a live schedule of that name, InvalidArgument naming
@@ -270,8 +272,9 @@ def submit(ctx: Context, type: str, payload: Any = None, *, run_at: datetime | N
            priority: t.Priority | str | None = None,  # type: ignore[valid-type]
            retry_policy: t.RetryPolicy | None = None, attempt_timeout: timedelta | None = None,
            tenant: str | None = None, unique: t.Unique | None = None, concurrency_key: str | None = None,
-           concurrency_limit: int | None = None) -> Call[t.Execution]:
-    """Submits a one-off job of `type` with `payload` (any JSON value), now, at `run_at` or after
+           concurrency_limit: int | None = None, target: dict[str, Any] | None = None) -> Call[t.Execution]:
+    """Submits a one-off job of `type` (or calling an HTTP `target`, type "": docs/http-targets.md)
+    with `payload` (any JSON value), now, at `run_at` or after
     `delay`. A second submit with the same idempotency key returns the first execution
     (`deduplicated` true, `deduplicated_by` "idempotency_key"). The Client adds a key (a random
     UUID) when none is given, so a submit it retries after UNAVAILABLE never creates two jobs.
@@ -283,7 +286,8 @@ def submit(ctx: Context, type: str, payload: Any = None, *, run_at: datetime | N
     req = _job_request(ctx, "", t.JobSpec(type, payload, run_at=run_at, delay=delay, idempotency_key=idempotency_key,
                                           priority=priority, retry_policy=retry_policy,
                                           attempt_timeout=attempt_timeout, tenant=tenant, unique=unique,
-                                          concurrency_key=concurrency_key, concurrency_limit=concurrency_limit))
+                                          concurrency_key=concurrency_key, concurrency_limit=concurrency_limit,
+                                          target=target))
     return Call(SCHEDULER, "SubmitJob", req,
                 lambda r: c.execution(r.execution, r.deduplicated, r.deduplicated_by), safe=True)
 
@@ -520,8 +524,8 @@ _V4_SET = 0x4000 << 64 | 0x8000 << 48  # version 4, variant RFC 4122
 def _job_request(ctx: Context, prefix: str, job: t.JobSpec) -> S.SubmitJobRequest:
     """One job as a SubmitJobRequest, checked as far as the client can (fields named `prefix` +
     keyword), with an idempotency key added when it has none."""
-    if not isinstance(job.type, str) or not job.type.strip():
-        raise c.BadValue(f"{prefix}type", "required: the job type, a non-empty string")
+    if not isinstance(job.type, str) or (not job.type.strip() and job.target is None):
+        raise c.BadValue(f"{prefix}type", "required: the job type, a non-empty string (or a target)")
     if len(job.type.strip()) > MAX_NAME:
         raise c.BadValue(f"{prefix}type", f"at most {MAX_NAME} characters, got {len(job.type.strip())}")
     key = job.idempotency_key
@@ -548,6 +552,8 @@ def _job_request(ctx: Context, prefix: str, job: t.JobSpec) -> S.SubmitJobReques
     # Only the fields given: a field left at its default is not sent either way, and naming each
     # one cost a thousand-job submit_many a millisecond.
     fields: dict[str, Any] = {"type": job.type, "idempotency_key": key or _new_key()}
+    if job.target is not None:
+        fields["target"] = c.http_target(job.target, f"{prefix}target")
     if job.tenant:
         fields["tenant"] = job.tenant
     if payload:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -142,7 +143,39 @@ SCHEDULE_FIELDS: dict[str, tuple[str, Any]] = {
     "keep_last": ("keep_last", lambda v, f: count(v, f)),
     "keep_succeeded_for": ("keep_succeeded_for", duration),
     "keep_failed_for": ("keep_failed_for", duration),
+    "target": ("target", lambda v, f: http_target(v, f)),
 }
+
+
+def http_target(value: Mapping[str, Any] | None, field: str = "target") -> common_pb2.HttpTarget | None:
+    """An HttpTarget from a dict: url, method, headers ({name: value} or {name: {"secret": NAME}}),
+    body, timeout_s, signing_secret (None: unset; the node checks every field)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise BadValue(field, f"expected a dict (url, method, headers, body, timeout_s), got {type(value).__name__}")
+    unknown = set(value) - {"url", "method", "headers", "body", "timeout_s", "signing_secret"}
+    if unknown:
+        raise BadValue(field, f"unknown key(s) {', '.join(sorted(unknown))}")
+    msg = common_pb2.HttpTarget(url=value.get("url", ""), method=value.get("method", ""),
+                                timeout_s=value.get("timeout_s") or 0, signing_secret=value.get("signing_secret", ""))
+    if value.get("body") is not None:
+        msg.body = value["body"]
+    for name, v in (value.get("headers") or {}).items():
+        if isinstance(v, Mapping):
+            msg.headers.add(name=name, secret=v.get("secret", ""))
+        else:
+            msg.headers.add(name=name, value=v)
+    return msg
+
+
+def target_dict(msg: common_pb2.HttpTarget) -> dict[str, Any]:
+    """An HttpTarget message as the dict `http_target` takes."""
+    heads: dict[str, Any] = {h.name: ({"secret": h.secret} if h.WhichOneof("kind") == "secret" else h.value)
+                             for h in msg.headers}
+    return {"url": msg.url, "method": msg.method, "headers": heads,
+            "body": msg.body if msg.HasField("body") else None, "timeout_s": msg.timeout_s,
+            "signing_secret": msg.signing_secret}
 
 
 def count(value: int | None, field: str) -> int | None:
@@ -189,7 +222,8 @@ def schedule_message(values: dict[str, Any]) -> common_pb2.Schedule:
         wire = conv(value, key)
         if wire is None:
             continue
-        if isinstance(wire, Duration | Timestamp | common_pb2.RetryPolicy | common_pb2.DstPolicy):
+        if isinstance(wire, Duration | Timestamp | common_pb2.RetryPolicy | common_pb2.DstPolicy
+                      | common_pb2.HttpTarget):
             getattr(msg, name).CopyFrom(wire)
         else:
             setattr(msg, name, wire)
@@ -264,7 +298,8 @@ def schedule(msg: common_pb2.Schedule) -> t.Schedule:
         last_success_at=_ts(msg, "last_success_at"), created_at=_ts(msg, "created_at"),
         updated_at=_ts(msg, "updated_at"),
         keep_last=msg.keep_last if msg.HasField("keep_last") else None,
-        keep_succeeded_for=_dur(msg, "keep_succeeded_for"), keep_failed_for=_dur(msg, "keep_failed_for"))
+        keep_succeeded_for=_dur(msg, "keep_succeeded_for"), keep_failed_for=_dur(msg, "keep_failed_for"),
+        target=target_dict(msg.target) if msg.HasField("target") else None)
 
 
 def execution(msg: common_pb2.Execution, deduplicated: bool = False, deduplicated_by: int = 0) -> t.Execution:
@@ -282,6 +317,7 @@ def execution(msg: common_pb2.Execution, deduplicated: bool = False, deduplicate
         created_at=_ts(msg, "created_at"), fired_at=_ts(msg, "fired_at"), queued_at=_ts(msg, "queued_at"),
         started_at=_ts(msg, "started_at"), heartbeat_at=_ts(msg, "heartbeat_at"),
         finished_at=_ts(msg, "finished_at"), deduplicated=deduplicated,
+        target=target_dict(msg.target) if msg.HasField("target") else None,
         deduplicated_by=_enum(t.Deduplication, deduplicated_by, t.DEDUPLICATIONS))
 
 

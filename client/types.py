@@ -89,6 +89,9 @@ class Schedule:
     keep_last: int | None = None
     keep_succeeded_for: timedelta | None = None
     keep_failed_for: timedelta | None = None
+    # An HTTP target (docs/http-targets.md) as a dict: url, method, headers ({name: value} or
+    # {name: {"secret": NAME}}), body, timeout_s, signing_secret; None: a job type's schedule.
+    target: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,7 @@ class Execution:
     deduplicated: bool = False
     # Set by submit only, with deduplicated: why (idempotency_key or unique); None: created.
     deduplicated_by: Deduplication | None = None  # type: ignore[valid-type]
+    target: dict[str, Any] | None = None  # the HTTP target a run of type "http" calls (as Schedule.target)
 
     @property
     def final(self) -> bool:
@@ -169,6 +173,7 @@ class JobSpec:
     unique: Unique | None = None
     concurrency_key: str | None = None  # with concurrency_limit: at most that many running at once
     concurrency_limit: int | None = None
+    target: dict[str, Any] | None = None  # an HTTP target instead of a type (type ""; Schedule.target)
 
 
 @dataclass(frozen=True, slots=True)

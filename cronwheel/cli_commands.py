@@ -75,7 +75,14 @@ def _configure_secrets(p: argparse.ArgumentParser) -> None:
                                       "report which keys the stored secrets need (idempotent; nodes may run)")
     r.add_argument("--dsn", help="PostgreSQL DSN (default: $CRONWHEEL_DSN)")
     r.add_argument("--secret-key-file", default="", help="the key ring, as the nodes' (or $CRONWHEEL_SECRET_KEY)")
-    for q in (k, r):
+    put = sub.add_parser("put", help="store a named secret of a tenant (HTTP targets' headers name it), its value "
+                                     "read from stdin; replaces the value of that name (a rotation: the next call "
+                                     "carries the new value)")
+    put.add_argument("name", help="the secret's name (letters, digits, '_', '.', '-'; 1..128)")
+    put.add_argument("--tenant", required=True, help="the tenant whose secret it is")
+    put.add_argument("--dsn", help="PostgreSQL DSN (default: $CRONWHEEL_DSN)")
+    put.add_argument("--secret-key-file", default="", help="the key ring, as the nodes' (or $CRONWHEEL_SECRET_KEY)")
+    for q in (k, r, put):
         q.set_defaults(handler=cmd_secrets)
 
 
@@ -111,6 +118,9 @@ def cmd_secrets(args: argparse.Namespace) -> int:
     from cronwheel.storage import PgStore, StoreConfig
     from cronwheel.storage.secrets import SealReport
 
+    if args.secrets_command == "put":
+        return _put_secret(args, SecretStore(keys))
+
     async def rotate() -> tuple[dict[str, SealReport], dict[str, SealReport]]:
         async with PgStore(StoreConfig(dsn=_dsn(args), min_connections=1, max_connections=1,
                                        secrets=SecretStore(keys))) as store:
@@ -125,6 +135,29 @@ def cmd_secrets(args: argparse.Namespace) -> int:
     if now <= {keys.primary}:
         print(f"every stored secret is encrypted with key {keys.primary}: once every node's key ring starts with "
               "it, the other keys may be removed")
+    return 0
+
+
+def _put_secret(args: argparse.Namespace, secrets: Any) -> int:
+    """`cronwheel secrets put NAME --tenant T` (value on stdin): sealed with the key ring, never printed."""
+    import asyncio
+    import re
+    import sys
+
+    from cronwheel.storage import PgStore, StoreConfig
+
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", args.name):
+        raise InvalidArgument("name", "letters, digits, '_', '.', '-' only (1..128)")
+    value = sys.stdin.read().rstrip("\n")
+    if not value:
+        raise InvalidArgument("stdin", "the secret's value is read from stdin, and it was empty")
+
+    async def put() -> None:
+        async with PgStore(StoreConfig(dsn=_dsn(args), min_connections=1, max_connections=1, secrets=secrets)) as store:
+            await store.secrets.put(args.tenant, args.name, value)
+
+    asyncio.run(put())
+    print(f"secret {args.name} of tenant {args.tenant} stored (encrypted)")
     return 0
 
 

@@ -197,6 +197,7 @@ class SubmittedJob:
     unique_states: int | None = None  # with unique_key: the UNIQUE_STATE_BITS it holds the key in
     concurrency_key: str | None = None  # with concurrency_limit (both or neither): the claim's key cap
     concurrency_limit: int | None = None
+    target: str | None = None  # an HTTP target's JSON (type 'http', issue 50)
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,8 +289,10 @@ class ExecutionsPort:
                                   j.state, j.max_attempts, j.retry_initial_s, j.retry_multiplier, j.retry_max_s,
                                   j.timeout_s, j.idempotency_key, j.trace_context, j.concurrency_key,
                                   j.concurrency_limit]
-            if j.unique_key is not None:
-                item += [j.unique_key.hex(), j.unique_states]
+            if j.unique_key is not None or j.target is not None:
+                item += [j.unique_key.hex() if j.unique_key is not None else None, j.unique_states]
+            if j.target is not None:
+                item.append(j.target)
             items.append(item)
         doc = json.dumps(items, ensure_ascii=False, allow_nan=False)
         return {"jobs": doc, "tenants": sorted({j.tenant for j in jobs}), "now": now, "sent": len(jobs)}

@@ -233,7 +233,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
             retry=cv.retry_from(request.retry_policy, request.HasField("retry_policy")),
             timeout_s=cv.opt_s(request, "timeout", "timeout"), idempotency_key=request.idempotency_key or None,
             unique=cv.unique_from(request.unique) if request.HasField("unique") else None,
-            concurrency_key=request.concurrency_key or None, concurrency_limit=request.concurrency_limit or None)
+            concurrency_key=request.concurrency_key or None, concurrency_limit=request.concurrency_limit or None,
+            target=cv.target_from(request.target, request.HasField("target"), self.egress))
 
     async def SubmitJob(self, request: scheduler_pb2.SubmitJobRequest,  # noqa: N802
                         context: Ctx) -> scheduler_pb2.SubmitJobResponse:

@@ -31,7 +31,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cronwheel import tracing
-from cronwheel.cluster.commands.schedules import get_schedule, lock_schedule, spec_of, validate_cron
+from cronwheel.cluster.commands.schedules import (
+    get_schedule,
+    job_type_or_target,
+    lock_schedule,
+    spec_of,
+    target_text,
+    validate_cron,
+)
 from cronwheel.cluster.commands.unique import UniqueSpec, unique_key
 from cronwheel.cluster.commands.unique import validate as validate_unique
 from cronwheel.cluster.commands.values import (
@@ -200,6 +207,7 @@ class JobSpec:
     unique: UniqueSpec | None = None  # unique job options (cluster/commands/unique.py)
     concurrency_key: str | None = None  # with concurrency_limit: at most that many running at once
     concurrency_limit: int | None = None
+    target: str | None = None  # an HTTP target's JSON instead of a job type (type: "" or "http")
 
 
 MAX_SUBMIT_BATCH = 10_000  # jobs in one SubmitJobs call
@@ -222,7 +230,7 @@ def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
     state: queued at once unless run_at is more than QUEUED_AT_SUBMIT_WITHIN ahead (then
     scheduled); a queued job is claimed from its run_at. No I/O."""
     tenant = text("tenant", job.tenant)
-    jtype = text("type", job.type)
+    jtype = job_type_or_target(job.type, job.target, "type")
     payload = payload_json("payload_json", job.payload)
     key = _key(job.idempotency_key)
     ckey, climit = concurrency_key(job.concurrency_key, job.concurrency_limit)
@@ -247,7 +255,7 @@ def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
         run_at=run_at, priority=priority(job.priority), state=state, max_attempts=retry.max_attempts,
         retry_initial_s=retry.initial_s, retry_multiplier=retry.multiplier, retry_max_s=retry.max_s,
         timeout_s=timeout("timeout", job.timeout_s), idempotency_key=key, unique_key=ukey, unique_states=umask,
-        concurrency_key=ckey, concurrency_limit=climit,
+        concurrency_key=ckey, concurrency_limit=climit, target=target_text(job.target),
     )
 
 

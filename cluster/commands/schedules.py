@@ -124,16 +124,16 @@ class ScheduleSpec:
         return spec, cron
 
 
-def job_type_or_target(job_type: str, target: str | None) -> str:
+def job_type_or_target(job_type: str, target: str | None, field: str = "job_type") -> str:
     """The job type of a schedule or job: its own, or `http` for an HTTP target; never both (the
     one rule of issue 50, for schedules and submitted jobs)."""
     if target is not None:
         if job_type and job_type != http_target.HTTP_TYPE:
             raise InvalidArgument("target", "set either job_type or target, not both")
         return http_target.HTTP_TYPE
-    jtype = text("job_type", job_type)
+    jtype = text(field, job_type)
     if jtype == http_target.HTTP_TYPE:
-        raise InvalidArgument("job_type", f"{jtype!r} is reserved for HTTP targets: set target instead")
+        raise InvalidArgument(field, f"{jtype!r} is reserved for HTTP targets: set target instead")
     return jtype
 
 

@@ -21,7 +21,8 @@ from cronwheel.cluster.api.auth import authorization_check, current_caller
 from cronwheel.cluster.api.convert import Converted, epoch_ts, ts
 from cronwheel.cluster.api.grpc_errors import status_of
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher, Leased
-from cronwheel.errors import InvalidArgument
+from cronwheel.errors import InvalidArgument, PermissionDenied
+from cronwheel.http_target import HTTP_TYPE
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc, enums
 
 DEFAULT_LEASE_S = 60.0
@@ -101,6 +102,8 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
         remaining = context.time_remaining()
         if remaining is not None:
             wait_s = min(wait_s, max(0.0, remaining - 0.2))  # answer before the client gives up
+        if current_caller().doer and list(request.job_types) != [HTTP_TYPE]:
+            raise PermissionDenied(f"job_types: a doer token leases runs of type {HTTP_TYPE!r} only")
         rows, held_s = await self.d.lease_held(request.worker_id, list(request.job_types), request.max_count or 1,
                                                lease_s, wait_s, tenant=scope(), still_allowed=authorization_check())
         resp = dispatch_pb2.LeaseExecutionsResponse()
@@ -183,6 +186,7 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
         if alive and not getattr(request, kind):
             raise InvalidArgument(kind, "must be true when set")
         state = await self.d.report_target(
-            parse_id("execution_id", request.execution_id), request.fencing_token, alive=alive, result_json=request.result_json if kind == "result_json" else None,
+            parse_id("execution_id", request.execution_id), request.fencing_token, alive=alive,
+            result_json=request.result_json if kind == "result_json" else None,
             error=request.error if kind == "error" else None, retryable=request.retryable)
         return dispatch_pb2.ReportTargetRunResponse(state=STATE[state])

@@ -91,7 +91,8 @@ WITH locked AS MATERIALIZED (
      CROSS JOIN unnest(%(priorities)s::text[]) WITH ORDINALITY AS p(priority, rank)
      CROSS JOIN LATERAL (
           SELECT e.id, e.run_at, e.concurrency_key AS ckey, e.concurrency_limit AS klimit,
-                 octet_length(e.payload::text) + coalesce(octet_length(e.checkpoint::text), 0) AS bytes
+                 octet_length(e.payload::text) + coalesce(octet_length(e.checkpoint::text), 0)
+                   + coalesce(octet_length(e.target::text), 0) AS bytes
             FROM executions e
            WHERE e.tenant = elig.tenant AND e.state = 'queued' AND e.priority = p.priority
              AND e.run_at <= %(now)s  -- this node's clock: off PostgreSQL's by at most --max-clock-skew,
