@@ -40,6 +40,7 @@ HTTP_TYPE = "http"  # the reserved job type of a target's runs
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 DEFAULT_TIMEOUT_S = 30
 MAX_TIMEOUT_S = 1800
+MAX_CONCURRENCY = 10000
 MAX_URL = 2000
 MAX_HEADERS = 50
 MAX_HEADER_VALUE = 8192
@@ -70,11 +71,13 @@ class HttpTarget:
     body: str | None = None
     timeout_s: int = DEFAULT_TIMEOUT_S
     signing_secret: str = ""
+    concurrency_limit: int | None = None  # the most calls of the tenant to this origin open at once
 
     def to_json(self) -> str:
         heads = {k: ({"secret": v.name} if isinstance(v, SecretRef) else v) for k, v in self.headers.items()}
         return json.dumps({"url": self.url, "method": self.method, "headers": heads, "body": self.body,
-                           "timeout_s": self.timeout_s, "signing_secret": self.signing_secret},
+                           "timeout_s": self.timeout_s, "signing_secret": self.signing_secret,
+                           **({} if self.concurrency_limit is None else {"concurrency_limit": self.concurrency_limit})},
                           separators=(",", ":"), sort_keys=True)
 
     def secrets(self) -> tuple[str, ...]:
@@ -112,7 +115,10 @@ def parse(doc: Mapping[str, Any] | str, egress: EgressPolicy | None = None, pref
     signing = d.get("signing_secret") or ""
     if signing and not _SECRET_NAME.match(signing):
         raise InvalidArgument(f"{prefix}.signing_secret", "a secret name: letters, digits, '_', '.', '-' (1..128)")
-    return HttpTarget(url, method, _headers(d.get("headers") or {}, prefix), body, timeout_s, signing)
+    limit = d.get("concurrency_limit") or None
+    if limit is not None and (not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY):
+        raise InvalidArgument(f"{prefix}.concurrency_limit", f"must be 1..{MAX_CONCURRENCY} (0: no limit), got {limit}")
+    return HttpTarget(url, method, _headers(d.get("headers") or {}, prefix), body, timeout_s, signing, limit)
 
 
 def _headers(raw: Mapping[str, Any], prefix: str) -> dict[str, str | SecretRef]:

@@ -497,14 +497,21 @@ CREATE TRIGGER tenants_seed_daily_count AFTER INSERT OR UPDATE OF max_executions
     FOR EACH ROW EXECUTE FUNCTION cronwheel_seed_daily_count();
 
 
--- HTTP targets (0023): a run of type 'http' keeps its schedule's target, copied at insert.
+-- HTTP targets (0023): a run of type 'http' keeps its schedule's target, copied at insert, and
+-- its concurrency limit becomes the concurrency key 'target:<origin>'.
 CREATE FUNCTION cronwheel_copy_target() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    NEW.target := (SELECT s.target FROM schedules s WHERE s.id = NEW.schedule_id);
+    IF NEW.target IS NULL AND NEW.schedule_id IS NOT NULL THEN
+        NEW.target := (SELECT s.target FROM schedules s WHERE s.id = NEW.schedule_id);
+    END IF;
+    IF NEW.concurrency_key IS NULL AND (NEW.target->>'concurrency_limit') IS NOT NULL THEN
+        NEW.concurrency_key := 'target:' || lower(substring(NEW.target->>'url' FROM '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]+'));
+        NEW.concurrency_limit := (NEW.target->>'concurrency_limit')::int;
+    END IF;
     RETURN NEW;
 END $$;
 
 CREATE TRIGGER executions_copy_target BEFORE INSERT ON executions
-    FOR EACH ROW WHEN (NEW.type = 'http' AND NEW.target IS NULL AND NEW.schedule_id IS NOT NULL)
+    FOR EACH ROW WHEN (NEW.type = 'http')
     EXECUTE FUNCTION cronwheel_copy_target();

@@ -340,3 +340,23 @@ def test_the_docs_examples_run(cluster: ProcessCluster, receiver: TargetReceiver
     with client(cluster, "a") as cl:
         done = cl.get_execution(ns["run"].id)
     assert (done.state, done.result) == ("succeeded", {"rows": 5})
+
+
+def test_a_targets_concurrency_limit_holds_across_two_doers(
+        cluster: ProcessCluster, receiver: TargetReceiver) -> None:
+    """30 calls due at once to one origin with concurrency_limit 5, two doers of 100 slots each:
+    the receiver never has more than 5 requests open (held back at lease time, by the claim)."""
+    receiver.script["/slow"] = [("hang", 0.3)]
+    second = start_doer(cluster, "doer2", *ALLOW)
+    try:
+        with client(cluster, "a") as cl:
+            jobs = cl.submit_many([{"type": "", "payload": {"i": i},
+                                    "target": {"url": receiver.url("/slow"), "concurrency_limit": 5}}
+                                   for i in range(30)])
+            ids = [j.execution_id for j in jobs]
+            for i in ids:
+                assert final(cl, i, 60).state == "succeeded"
+    finally:
+        cluster.stop_node(second.name)
+    assert len(receiver.requests("/slow")) == 30
+    assert receiver.peak["/slow"] == 5, f"at most 5 open at once (and the limit was used): {receiver.peak}"

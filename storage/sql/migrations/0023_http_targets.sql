@@ -12,13 +12,23 @@ ALTER TABLE executions ADD COLUMN target jsonb;
 -- backfills) copy the schedule's job type; this trigger copies its target for the runs whose
 -- type is 'http' only (the WHEN clause: other runs pay nothing), so none of them had to change.
 -- A one-off job's target is inserted with it (schedule_id NULL: nothing to copy).
+-- A target's concurrency limit (the most of the tenant's calls to one origin, scheme://host:port
+-- as written, open at once) is the one rule of concurrency keys (0017): its runs get the key
+-- 'target:<origin>' and the limit, so the claim holds them back exactly, across nodes and doers,
+-- at lease time (a held-back run takes no doer slot). A job's own concurrency key wins.
 CREATE FUNCTION cronwheel_copy_target() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    NEW.target := (SELECT s.target FROM schedules s WHERE s.id = NEW.schedule_id);
+    IF NEW.target IS NULL AND NEW.schedule_id IS NOT NULL THEN
+        NEW.target := (SELECT s.target FROM schedules s WHERE s.id = NEW.schedule_id);
+    END IF;
+    IF NEW.concurrency_key IS NULL AND (NEW.target->>'concurrency_limit') IS NOT NULL THEN
+        NEW.concurrency_key := 'target:' || lower(substring(NEW.target->>'url' FROM '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]+'));
+        NEW.concurrency_limit := (NEW.target->>'concurrency_limit')::int;
+    END IF;
     RETURN NEW;
 END $$;
 
 CREATE TRIGGER executions_copy_target BEFORE INSERT ON executions
-    FOR EACH ROW WHEN (NEW.type = 'http' AND NEW.target IS NULL AND NEW.schedule_id IS NOT NULL)
+    FOR EACH ROW WHEN (NEW.type = 'http')
     EXECUTE FUNCTION cronwheel_copy_target();
