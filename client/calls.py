@@ -404,8 +404,14 @@ def tenant_message(tenant_id: str, values: dict[str, Any]) -> A.Tenant:
     if not isinstance(tenant_id, str):
         raise c.BadValue("tenant_id", f"expected a string, got {tenant_id!r}")
     for key, value in values.items():
+        if key == "egress_rules":  # a list of "HOST_GLOB" / "HOST_GLOB:PORT" (None or []: none)
+            if value is not None and (isinstance(value, str) or not all(isinstance(r, str) for r in value)):
+                raise c.BadValue(key, f"expected a list of strings, got {value!r}")
+            msg.egress_rules.extend(value or ())
+            continue
         if key not in TENANT_INTS + TENANT_OPTIONAL:
-            raise c.BadValue(key, f"not a tenant field (expected one of {', '.join(TENANT_INTS + TENANT_OPTIONAL)})")
+            raise c.BadValue(key, f"not a tenant field (expected one of "
+                                  f"{', '.join(TENANT_INTS + TENANT_OPTIONAL + ('egress_rules',))})")
         if value is None:
             if key in TENANT_INTS:
                 raise c.BadValue(key, "cannot be cleared (give a number >= 1)")
@@ -421,14 +427,17 @@ def tenant_message(tenant_id: str, values: dict[str, Any]) -> A.Tenant:
 
 def create_tenant(ctx: Context, tenant_id: str, *, max_concurrency: int | None = None,
                   rate_per_s: float | None = None, burst: float | None = None, weight: int | None = None,
-                  max_schedules: int | None = None, max_executions_per_day: int | None = None) -> Call[t.Tenant]:
+                  max_schedules: int | None = None, max_executions_per_day: int | None = None,
+                  egress_rules: list[str] | None = None) -> Call[t.Tenant]:
     """Creates a tenant with its limits and quotas (admin tokens only): `max_concurrency` (default
     1000) runs at once, `rate_per_s` starts per second with a bucket of `burst` (default: one
     second's worth; None: no rate limit), `weight` (default 1) its share of starts,
-    `max_schedules` and `max_executions_per_day` quotas (None: none). AlreadyExists when it has a
-    row. Not retried."""
+    `max_schedules` and `max_executions_per_day` quotas (None: none), `egress_rules` where its
+    HTTP targets may point ("HOST_GLOB" or "HOST_GLOB:PORT" each; None: any public address).
+    AlreadyExists when it has a row. Not retried."""
     values = {"max_concurrency": max_concurrency or 0, "weight": weight or 0, "rate_per_s": rate_per_s,
-              "burst": burst, "max_schedules": max_schedules, "max_executions_per_day": max_executions_per_day}
+              "burst": burst, "max_schedules": max_schedules, "max_executions_per_day": max_executions_per_day,
+              "egress_rules": egress_rules}
     req = A.CreateTenantRequest(tenant=tenant_message(tenant_id, values))
     return Call(TENANTS, "CreateTenant", req, lambda r: c.tenant(r.tenant), safe=False)
 

@@ -414,7 +414,8 @@ def _opt(msg: Any, name: str) -> Any:
 def tenant(msg: admin_pb2.Tenant) -> t.Tenant:
     return t.Tenant(id=msg.id, max_concurrency=msg.max_concurrency, rate_per_s=_opt(msg, "rate_per_s"),
                     burst=_opt(msg, "burst"), weight=msg.weight, max_schedules=_opt(msg, "max_schedules"),
-                    max_executions_per_day=_opt(msg, "max_executions_per_day"), created_at=_ts(msg, "created_at"))
+                    max_executions_per_day=_opt(msg, "max_executions_per_day"), created_at=_ts(msg, "created_at"),
+                    egress_rules=tuple(msg.egress_rules))
 
 
 def token(msg: admin_pb2.Token) -> t.Token:

@@ -341,6 +341,7 @@ class Tenant:
     max_schedules: int | None
     max_executions_per_day: int | None
     created_at: datetime | None
+    egress_rules: tuple[str, ...] = ()  # where its HTTP targets may point (empty: any public address)
 
 
 @dataclass(frozen=True, slots=True)

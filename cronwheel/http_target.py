@@ -26,6 +26,7 @@ status: failed, not retryable, with the status and the start of the body as the 
 from __future__ import annotations
 
 import email.utils
+import fnmatch
 import json
 import re
 import urllib.parse
@@ -143,6 +144,35 @@ def _headers(raw: Mapping[str, Any], prefix: str) -> dict[str, str | SecretRef]:
         else:
             raise InvalidArgument(where, 'a value or {"secret": NAME}')
     return out
+
+
+_RULE = re.compile(r"^[A-Za-z0-9*?.-]{1,253}(:[0-9]{1,5})?$")
+
+
+def egress_rule(rule: str, field: str) -> str:
+    """A tenant's egress rule checked: "HOST_GLOB" or "HOST_GLOB:PORT" (`*` and `?` globs)."""
+    r = rule.strip().lower() if isinstance(rule, str) else ""
+    if not _RULE.match(r) or (":" in r and not 1 <= int(r.rsplit(":", 1)[1]) <= 65535):
+        raise InvalidArgument(field, f"{str(rule)[:100]!r}: expected HOST_GLOB or HOST_GLOB:PORT "
+                                     "(e.g. api.example.internal:443, *.example.com)")
+    return r
+
+
+def check_egress_rules(url: str, rules: tuple[str, ...] | None, field: str = "target.url") -> None:
+    """Refuse `url` unless a tenant's rules allow it (None or none: any public address, which
+    the egress policy judges). A rule matches the URL's host (a glob, ignoring case) and, when it
+    names one, its port (the scheme's default when the URL has none)."""
+    if not rules:
+        return
+    parts = urllib.parse.urlsplit(url)
+    host = (parts.hostname or "").lower().rstrip(".")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    for rule in rules:
+        glob, _, p = rule.partition(":")
+        if fnmatch.fnmatchcase(host, glob) and (not p or int(p) == port):
+            return
+    raise InvalidArgument(field, f"refused by the tenant's egress rules: {host}:{port} matches none of "
+                                 f"{', '.join(rules)}")
 
 
 @dataclass(frozen=True, slots=True)

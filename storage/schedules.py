@@ -58,6 +58,7 @@ class ScheduleFields:
 class TenantQuota:
     max_schedules: int | None
     max_executions_per_day: int | None
+    egress_rules: tuple[str, ...] | None = None  # HTTP targets' destinations (None: any public address)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +98,8 @@ class SchedulesPort:
             return None
         if r["max_schedules"] is not None:
             await conn.execute(q("api_lock_schedule_quota"), {"tenant": tenant})
-        return TenantQuota(r["max_schedules"], r["max_executions_per_day"])
+        return TenantQuota(r["max_schedules"], r["max_executions_per_day"],
+                           tuple(r["egress_rules"]) if r.get("egress_rules") else None)
 
     async def count_live(self, conn: Conn, tenant: str) -> int:
         r = await row(conn, "count_live_schedules", {"tenant": tenant})

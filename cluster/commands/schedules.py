@@ -55,7 +55,7 @@ from cronwheel.cron import (
 from cronwheel.errors import InvalidArgument, VersionConflict
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Conn, Event, Row
-from cronwheel.storage.schedules import ScheduleFields
+from cronwheel.storage.schedules import ScheduleFields, TenantQuota
 
 __all__ = ["JsonText", "QuotaExceeded", "RetryPolicy", "ScheduleSpec", "create_schedule", "delete_schedule",
            "get_schedule", "partition_of", "set_paused", "update_schedule"]
@@ -135,6 +135,12 @@ def job_type_or_target(job_type: str, target: str | None, field: str = "job_type
     if jtype == http_target.HTTP_TYPE:
         raise InvalidArgument(field, f"{jtype!r} is reserved for HTTP targets: set target instead")
     return jtype
+
+
+def _check_target_rules(spec: ScheduleSpec, tenant: TenantQuota | None) -> None:
+    """A target stored now must match its tenant's egress rules (TenantService egress_rules)."""
+    if spec.target is not None and tenant is not None:
+        http_target.check_egress_rules(http_target.parse(spec.target).url, tenant.egress_rules)
 
 
 def target_text(value: Any) -> str | None:
@@ -239,6 +245,7 @@ async def create_schedule(store: PgStore, spec: ScheduleSpec, now: datetime, par
     p = partition_of(spec.id, partitions)
     async with store.transaction() as conn:
         quota = await store.schedules.lock_tenant(conn, spec.tenant)
+        _check_target_rules(spec, quota)
         if quota is not None and quota.max_schedules is not None:
             live = await store.schedules.count_live(conn, spec.tenant)
             if live >= quota.max_schedules:
@@ -279,6 +286,8 @@ async def update_schedule(store: PgStore, schedule_id: uuid.UUID, changes: Mappi
         row = await lock_schedule(store, conn, schedule_id, tenant, expected_version)
         old = spec_of(row)
         new, cron = _apply(old, changes).validated()
+        if new.target is not None and new.target != old.target:
+            _check_target_rules(new, await store.schedules.lock_tenant(conn, row["tenant"]))
         changed = sorted(k for k in ScheduleSpec.__dataclass_fields__ if getattr(old, k) != getattr(new, k))
         unfired = await store.schedules.unfire_ahead(conn, schedule_id, now)  # fired again, as edited
         next_run_at = unfired or row["next_run_at"]

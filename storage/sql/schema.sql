@@ -35,7 +35,10 @@ CREATE TABLE tenants (
     max_schedules          integer CHECK (max_schedules > 0),
     max_executions_per_day integer CHECK (max_executions_per_day > 0),
     created_at             timestamptz NOT NULL DEFAULT now(),
-    burst                  double precision CHECK (burst > 0)          -- NULL: rate_per_s (one second's worth)
+    burst                  double precision CHECK (burst > 0),         -- NULL: rate_per_s (one second's worth)
+    -- HTTP targets (0023): "HOST_GLOB" or "HOST_GLOB:PORT" each, the only destinations its targets
+    -- may have; NULL: any public address.
+    egress_rules           text[]
 );
 
 -- Per-tenant claim state (0017), written only by a claim holding the tenant's claim lock: the

@@ -28,12 +28,12 @@ from cronwheel.secret_store import new_key_line
 from cronwheel.v1 import common_pb2, dispatch_pb2, dispatch_pb2_grpc
 from cronwheel.v1.webhook_signature import verify
 
-from .helpers import observe_for, wait_until
+from .helpers import observe_for, run_cli, wait_until
 from .target_receiver import TargetReceiver, serve_targets
 
 pytestmark = [pytest.mark.e2e]
 
-TOKENS = {t: f"tok-http-{t}-0123456789" for t in ("a", "b", "admin", "doer")}
+TOKENS = {t: f"tok-http-{t}-0123456789" for t in ("a", "b", "r", "admin", "doer")}
 YEARLY = "0 0 1 1 *"
 ALLOW = ("--egress-allow", "127.0.0.0/8")
 SIGNING = "whsec-signing-0123456789"
@@ -360,3 +360,28 @@ def test_a_targets_concurrency_limit_holds_across_two_doers(
         cluster.stop_node(second.name)
     assert len(receiver.requests("/slow")) == 30
     assert receiver.peak["/slow"] == 5, f"at most 5 open at once (and the limit was used): {receiver.peak}"
+
+
+def test_an_admin_restricts_a_tenants_targets_through_the_api_the_cli_and_apply(cluster: ProcessCluster) -> None:
+    def create(cl: Client, name: str, url: str) -> None:
+        cl.create_schedule(name, YEARLY, "", timezone="UTC", misfire_policy="skip", target={"url": url})
+
+    with client(cluster, "admin") as admin, client(cluster, "r") as r:
+        assert admin.create_tenant("r", egress_rules=["api.example.internal"]).egress_rules == ("api.example.internal",)
+        with pytest.raises(InvalidArgument) as elsewhere:
+            create(r, "elsewhere", "https://billing.example.com/run")
+        assert elsewhere.value.field == "schedule.target.url" and "egress rules" in str(elsewhere.value)
+        assert [s.name for s in r.list_schedules()] == []  # nothing stored
+        create(r, "allowed", "https://api.example.internal:8443/run")  # no port in the rule: any port
+        env = {"CRONWHEEL_ADDRESS": cluster.nodes["n1"].address, "CRONWHEEL_TOKEN": TOKENS["admin"]}
+        out = run_cli("tenant", "update", "r", "--egress-rules", "*.example.internal:443", env=env)
+        assert out.returncode == 0 and "egress_rules=*.example.internal:443" in out.stdout, out.stderr
+        with pytest.raises(InvalidArgument):
+            create(r, "wrong-port", "https://api.example.internal:8443/run")
+        create(r, "right-port", "https://jobs.example.internal/run")
+        plan = admin.apply_tenants([{"id": "r", "egress_rules": ["api.example.internal:443"]}])
+        assert plan.count("update") == 1 and admin.get_tenant("r").egress_rules == ("api.example.internal:443",)
+        with pytest.raises(InvalidArgument):
+            create(r, "not-jobs", "https://jobs.example.internal/run")
+        admin.update_tenant("r", egress_rules=[])  # none: any public address again
+        create(r, "any-public", "https://billing.example.com/run")

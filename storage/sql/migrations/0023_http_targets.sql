@@ -5,6 +5,9 @@
 -- body, timeout_s, signing_secret) is JSON, validated by the API; a header may name a secret of
 -- the tenant instead of holding a value (resolved by the doer at call time, never stored here).
 ALTER TABLE schedules ADD COLUMN target jsonb;
+-- A tenant's egress rules (issue 50, item 4): "HOST_GLOB" or "HOST_GLOB:PORT" each; NULL (or
+-- none): any public address. Set by an admin; checked when a target is stored.
+ALTER TABLE tenants ADD COLUMN egress_rules text[];
 ALTER TABLE executions ADD COLUMN target jsonb;
 
 -- An execution keeps the target its schedule had when it was created, as it keeps the job type

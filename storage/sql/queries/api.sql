@@ -18,7 +18,7 @@ SELECT s.*, d.next_run_at, d.last_scheduled_for
 
 -- name: api_tenant_quotas
 -- A tenant's quotas (no lock: a tenant without a schedule quota creates schedules in parallel).
-SELECT max_schedules, max_executions_per_day FROM tenants WHERE id = %(tenant)s;
+SELECT max_schedules, max_executions_per_day, egress_rules FROM tenants WHERE id = %(tenant)s;
 
 -- name: api_lock_schedule_quota
 -- Transaction-scoped advisory lock of one tenant's schedule quota: creations of a tenant WITH a
