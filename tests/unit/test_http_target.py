@@ -114,3 +114,34 @@ def test_the_request_carries_the_run_and_a_signature_a_receiver_verifies() -> No
     assert heads["Authorization"] == "Bearer abc" and heads["X-Team"] == "billing"
     assert verify("s3cret-signing", heads["Cronwheel-Signature"], body, NOW)
     assert not verify("another", heads["Cronwheel-Signature"], body, NOW)
+
+
+@pytest.mark.parametrize(("url", "allowed"), [
+    ("https://api.example.internal/run", True),
+    ("https://API.Example.Internal./run", True),
+    ("http://api.example.internal:8080/run", True),       # "api.example.internal": any port
+    ("https://jobs.billing.internal/x", True),            # "*.billing.internal:443"
+    ("http://jobs.billing.internal/x", False),            # port 80
+    ("https://billing.internal/x", False),                # the glob needs a label before
+    ("https://api.example.internal.evil.com/", False),
+    ("https://93.184.216.34/", False),
+])
+def test_a_tenants_egress_rules_allow_only_their_hosts_and_ports(url: str, allowed: bool) -> None:
+    rules = ("api.example.internal", "*.billing.internal:443")
+    if allowed:
+        ht.check_egress_rules(url, rules)
+    else:
+        with pytest.raises(InvalidArgument) as err:
+            ht.check_egress_rules(url, rules)
+        assert err.value.field == "target.url" and "egress rules" in str(err.value)
+    ht.check_egress_rules(url, None)  # no rules: any (public) address
+
+
+@pytest.mark.parametrize("rule", ["", "api example", "host:0", "host:70000", "a/b", "x" * 300])
+def test_a_bad_egress_rule_is_refused_naming_it(rule: str) -> None:
+    from cronwheel.cluster.commands.tenants import new_tenant
+
+    with pytest.raises(InvalidArgument) as err:
+        new_tenant("t", egress_rules=["ok.example.com", rule])
+    assert err.value.field == "tenant.egress_rules[1]"
+    assert new_tenant("t", egress_rules=["OK.example.com:443"]).egress_rules == ("ok.example.com:443",)
