@@ -154,12 +154,14 @@ def http_target(value: Mapping[str, Any] | None, field: str = "target") -> commo
         return None
     if not isinstance(value, Mapping):
         raise BadValue(field, f"expected a dict (url, method, headers, body, timeout_s), got {type(value).__name__}")
-    unknown = set(value) - {"url", "method", "headers", "body", "timeout_s", "signing_secret", "concurrency_limit"}
+    unknown = set(value) - {"url", "method", "headers", "body", "timeout_s", "signing_secret", "concurrency_limit",
+                            "rate_per_s", "burst"}
     if unknown:
         raise BadValue(field, f"unknown key(s) {', '.join(sorted(unknown))}")
     msg = common_pb2.HttpTarget(url=value.get("url", ""), method=value.get("method", ""),
                                 timeout_s=value.get("timeout_s") or 0, signing_secret=value.get("signing_secret", ""),
-                                concurrency_limit=value.get("concurrency_limit") or 0)
+                                concurrency_limit=value.get("concurrency_limit") or 0,
+                                rate_per_s=value.get("rate_per_s") or 0, burst=value.get("burst") or 0)
     if value.get("body") is not None:
         msg.body = value["body"]
     for name, v in (value.get("headers") or {}).items():
@@ -176,7 +178,8 @@ def target_dict(msg: common_pb2.HttpTarget) -> dict[str, Any]:
                              for h in msg.headers}
     return {"url": msg.url, "method": msg.method, "headers": heads,
             "body": msg.body if msg.HasField("body") else None, "timeout_s": msg.timeout_s,
-            "signing_secret": msg.signing_secret, "concurrency_limit": msg.concurrency_limit or None}
+            "signing_secret": msg.signing_secret, "concurrency_limit": msg.concurrency_limit or None,
+            "rate_per_s": msg.rate_per_s or None, "burst": msg.burst or None}
 
 
 def count(value: int | None, field: str) -> int | None:

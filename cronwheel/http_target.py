@@ -73,12 +73,16 @@ class HttpTarget:
     timeout_s: int = DEFAULT_TIMEOUT_S
     signing_secret: str = ""
     concurrency_limit: int | None = None  # the most calls of the tenant to this origin open at once
+    rate_per_s: float | None = None  # the most calls of the tenant to this origin started per second
+    burst: float | None = None  # its token bucket's size (None: one second's worth)
 
     def to_json(self) -> str:
         heads = {k: ({"secret": v.name} if isinstance(v, SecretRef) else v) for k, v in self.headers.items()}
         return json.dumps({"url": self.url, "method": self.method, "headers": heads, "body": self.body,
                            "timeout_s": self.timeout_s, "signing_secret": self.signing_secret,
-                           **({} if self.concurrency_limit is None else {"concurrency_limit": self.concurrency_limit})},
+                           **({} if self.concurrency_limit is None else {"concurrency_limit": self.concurrency_limit}),
+                           **({} if self.rate_per_s is None else {"rate_per_s": self.rate_per_s}),
+                           **({} if self.burst is None else {"burst": self.burst})},
                           separators=(",", ":"), sort_keys=True)
 
     def secrets(self) -> tuple[str, ...]:
@@ -119,7 +123,25 @@ def parse(doc: Mapping[str, Any] | str, egress: EgressPolicy | None = None, pref
     limit = d.get("concurrency_limit") or None
     if limit is not None and (not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY):
         raise InvalidArgument(f"{prefix}.concurrency_limit", f"must be 1..{MAX_CONCURRENCY} (0: no limit), got {limit}")
-    return HttpTarget(url, method, _headers(d.get("headers") or {}, prefix), body, timeout_s, signing, limit)
+    rate, burst = _rate(d.get("rate_per_s"), d.get("burst"), prefix)
+    return HttpTarget(url, method, _headers(d.get("headers") or {}, prefix), body, timeout_s, signing, limit,
+                      rate, burst)
+
+
+def _rate(rate: Any, burst: Any, prefix: str) -> tuple[float | None, float | None]:
+    """A target's token bucket: rate_per_s 0.001..100,000 (0 or none: no limit), burst 1..1,000,000
+    (0 or none: one second's worth) and only with a rate."""
+    out = []
+    for name, v, lo, hi in (("rate_per_s", rate, 0.001, 100_000.0), ("burst", burst, 1.0, 1_000_000.0)):
+        if not v:
+            out.append(None)
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
+            raise InvalidArgument(f"{prefix}.{name}", f"must be {lo:g}..{hi:g} (0: none), got {v!r}")
+        out.append(float(v))
+    if out[1] is not None and out[0] is None:
+        raise InvalidArgument(f"{prefix}.burst", "needs rate_per_s")
+    return out[0], out[1]
 
 
 def _headers(raw: Mapping[str, Any], prefix: str) -> dict[str, str | SecretRef]:

@@ -214,7 +214,8 @@ def target_from(msg: Any, has: bool, egress: EgressPolicy | None, prefix: str = 
         heads[h.name] = {"secret": h.secret} if kind == "secret" else h.value
     doc = {"url": msg.url, "method": msg.method, "headers": heads,
            "body": msg.body if msg.HasField("body") else None, "timeout_s": msg.timeout_s,
-           "signing_secret": msg.signing_secret, "concurrency_limit": msg.concurrency_limit}
+           "signing_secret": msg.signing_secret, "concurrency_limit": msg.concurrency_limit,
+           "rate_per_s": msg.rate_per_s, "burst": msg.burst}
     return http_target.parse(doc, egress, prefix).to_json()
 
 
@@ -222,7 +223,8 @@ def target_out(value: Any) -> common_pb2.HttpTarget:
     """A stored target (JSON) as an HttpTarget message (secrets by name only: the store holds no value)."""
     t = http_target.parse(value)
     m = common_pb2.HttpTarget(url=t.url, method=t.method, timeout_s=t.timeout_s, signing_secret=t.signing_secret,
-                              concurrency_limit=t.concurrency_limit or 0)
+                              concurrency_limit=t.concurrency_limit or 0, rate_per_s=t.rate_per_s or 0,
+                              burst=t.burst or 0)
     if t.body is not None:
         m.body = t.body
     for name, v in t.headers.items():

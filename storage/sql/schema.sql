@@ -168,7 +168,21 @@ CREATE TABLE executions (
     CONSTRAINT executions_concurrency_key_limit
         CHECK ((concurrency_key IS NULL) = (concurrency_limit IS NULL) AND (concurrency_limit IS NULL OR concurrency_limit >= 1)),
     -- The HTTP target a run of type 'http' calls (0023): its schedule's, copied at insert.
-    target            jsonb
+    target            jsonb,
+    -- Its concurrency key's token bucket (0023: an HTTP target's rate_per_s, burst); NULL: none.
+    key_rate_per_s    double precision,
+    key_burst         double precision
+);
+-- The token buckets of rate-limited concurrency keys (0023), spent by the claim under the
+-- tenant's claim lock.
+CREATE TABLE key_dispatch (
+    tenant      text NOT NULL,
+    ckey        text NOT NULL,
+    tokens      double precision NOT NULL,
+    refilled_at timestamptz NOT NULL,
+    rate_per_s  double precision NOT NULL,  -- of the last run started (claim_wait's next token)
+    burst       double precision,
+    PRIMARY KEY (tenant, ckey)
 );
 -- The whole fire-once story: one execution per (schedule, tick). Partial (0019): a one-off job
 -- has no schedule, so its NULL never conflicted, and indexing it cost each of its row versions
@@ -508,9 +522,12 @@ BEGIN
     IF NEW.target IS NULL AND NEW.schedule_id IS NOT NULL THEN
         NEW.target := (SELECT s.target FROM schedules s WHERE s.id = NEW.schedule_id);
     END IF;
-    IF NEW.concurrency_key IS NULL AND (NEW.target->>'concurrency_limit') IS NOT NULL THEN
+    IF NEW.concurrency_key IS NULL
+       AND ((NEW.target->>'concurrency_limit') IS NOT NULL OR (NEW.target->>'rate_per_s') IS NOT NULL) THEN
         NEW.concurrency_key := 'target:' || lower(substring(NEW.target->>'url' FROM '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]+'));
-        NEW.concurrency_limit := (NEW.target->>'concurrency_limit')::int;
+        NEW.concurrency_limit := coalesce((NEW.target->>'concurrency_limit')::int, 2147483647);
+        NEW.key_rate_per_s := (NEW.target->>'rate_per_s')::float8;
+        NEW.key_burst := (NEW.target->>'burst')::float8;
     END IF;
     RETURN NEW;
 END $$;

@@ -385,3 +385,41 @@ def test_an_admin_restricts_a_tenants_targets_through_the_api_the_cli_and_apply(
             create(r, "not-jobs", "https://jobs.example.internal/run")
         admin.update_tenant("r", egress_rules=[])  # none: any public address again
         create(r, "any-public", "https://billing.example.com/run")
+
+
+def test_a_targets_rate_limit_holds_across_two_nodes_and_two_doers(
+        cluster: ProcessCluster, receiver: TargetReceiver) -> None:
+    """1,000 calls due at once to one origin limited to 20/s with a burst of 5, two nodes and
+    two doers (`doer` leasing from n1, `doer3` from n2): in every 1 s window of the runs' start
+    times (the database's started_at) at most 25 start, and the receiver sees the whole run take
+    at least (1,000 - 5) / 20 s."""
+    receiver.script["/rated"] = [(200, {}, b"ok")]
+    auth = str(cluster.workdir / "auth.json")
+    cluster.start_node("n2", "--auth-file", auth, "--secret-key-file", str(cluster.key_file),  # type: ignore[attr-defined]
+                       *ALLOW)
+    third = cluster._spawn("doer3", [sys.executable, "-m", "cronwheel", "worker", "--http", "--address",
+                                     cluster.nodes["n2"].address, "--worker-id", "doer3", "--token", TOKENS["doer"],
+                                     *ALLOW], None, "worker ", True)
+    try:
+        with client(cluster, "a") as cl:
+            jobs = cl.submit_many([{"type": "", "payload": {"i": i},
+                                    "target": {"url": receiver.url("/rated"), "rate_per_s": 20, "burst": 5}}
+                                   for i in range(1000)])
+            ids = [j.execution_id for j in jobs]
+            wait_until(lambda: len(receiver.requests("/rated")) >= 1000, 120, "1,000 calls")
+            for i in ids[-5:]:
+                assert final(cl, i, 30).state == "succeeded"
+    finally:
+        cluster.stop_node(third.name)
+        cluster.stop_node("n2")
+    starts = sorted(float(r[0]) for r in cluster.sql(
+        "SELECT extract(epoch FROM started_at) FROM executions WHERE id = ANY(%s::uuid[])", ids))
+    assert len(starts) == 1000
+    import bisect
+    most = max(bisect.bisect_left(starts, t + 1.0) - i for i, t in enumerate(starts))
+    assert most <= 25, f"{most} starts in one 1 s window"
+    arrivals = sorted(r.at for r in receiver.requests("/rated"))
+    assert arrivals[-1] - arrivals[0] >= (1000 - 5) / 20, arrivals[-1] - arrivals[0]
+    called = {d: sum(1 for e in cluster.nodes[d].log_events("http_target_call") if e.get("execution_id") in set(ids))
+              for d in ("doer", "doer3")}
+    assert sum(called.values()) == 1000 and all(called.values()), f"both doers called: {called}"

@@ -187,7 +187,7 @@ class Schedule(_message.Message):
     def __init__(self, id: _Optional[str] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., job_type: _Optional[str] = ..., payload_json: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., max_catch_up: _Optional[int] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., dst_policy: _Optional[_Union[DstPolicy, _Mapping]] = ..., jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., paused: _Optional[bool] = ..., version: _Optional[int] = ..., partition: _Optional[int] = ..., next_run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., alert_if_no_success_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., last_success_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., keep_last: _Optional[int] = ..., keep_succeeded_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., keep_failed_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., target: _Optional[_Union[HttpTarget, _Mapping]] = ...) -> None: ...
 
 class HttpTarget(_message.Message):
-    __slots__ = ("url", "method", "headers", "body", "timeout_s", "signing_secret", "concurrency_limit")
+    __slots__ = ("url", "method", "headers", "body", "timeout_s", "signing_secret", "concurrency_limit", "rate_per_s", "burst")
     URL_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +195,8 @@ class HttpTarget(_message.Message):
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     SIGNING_SECRET_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RATE_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BURST_FIELD_NUMBER: _ClassVar[int]
     url: str
     method: str
     headers: _containers.RepeatedCompositeFieldContainer[HttpHeader]
@@ -202,7 +204,9 @@ class HttpTarget(_message.Message):
     timeout_s: int
     signing_secret: str
     concurrency_limit: int
-    def __init__(self, url: _Optional[str] = ..., method: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[HttpHeader, _Mapping]]] = ..., body: _Optional[str] = ..., timeout_s: _Optional[int] = ..., signing_secret: _Optional[str] = ..., concurrency_limit: _Optional[int] = ...) -> None: ...
+    rate_per_s: float
+    burst: float
+    def __init__(self, url: _Optional[str] = ..., method: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[HttpHeader, _Mapping]]] = ..., body: _Optional[str] = ..., timeout_s: _Optional[int] = ..., signing_secret: _Optional[str] = ..., concurrency_limit: _Optional[int] = ..., rate_per_s: _Optional[float] = ..., burst: _Optional[float] = ...) -> None: ...
 
 class HttpHeader(_message.Message):
     __slots__ = ("name", "value", "secret")
