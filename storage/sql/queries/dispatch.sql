@@ -36,7 +36,10 @@ SELECT set_config('cronwheel.claim_tenants', coalesce(array_agg(l.tenant), '{}')
 -- from these tenants now; a run changed since, e.g. cancelled, is left out by the UPDATE's
 -- `state = 'queued'`, re-checked on the row's latest version); a keyed run whose key already has
 -- concurrency_limit runs running is passed over in that scan (so a full key does not hide the
--- tenant's other runs), and within the claim a key takes at most its free slots. The pick goes by the given priority order (the caller draws it by weight), then by
+-- tenant's other runs), and within the claim a key takes at most its free slots; likewise a
+-- rate-limited key (0023, an HTTP target's rate_per_s: key_rate_per_s) whose bucket in
+-- key_dispatch holds no whole token is passed over, takes at most its whole tokens, and spends
+-- them below (key_spent). The pick goes by the given priority order (the caller draws it by weight), then by
 -- weighted fair queueing within a priority: the k-th run of a tenant is tagged
 -- served + (k - 1) / weight and the smallest tags go first, so backlogged tenants' starts
 -- converge to their weights' ratio. The tenants' buckets and counts are written in the same
@@ -97,7 +100,8 @@ WITH locked AS MATERIALIZED (
                    + coalesce(octet_length(e.target::text), 0) AS bytes
             FROM executions e
             LEFT JOIN LATERAL (  -- a rate-limited key's token bucket (0023: HTTP targets' rate_per_s)
-                 SELECT coalesce((SELECT cronwheel_bucket_tokens(e.key_rate_per_s, e.key_burst, kd.tokens, kd.refilled_at, %(now)s)
+                 SELECT coalesce((SELECT cronwheel_bucket_tokens(e.key_rate_per_s, e.key_burst, kd.tokens,
+                                                                 kd.refilled_at, %(now)s)
                                     FROM key_dispatch kd WHERE kd.tenant = e.tenant AND kd.ckey = e.concurrency_key),
                                  cronwheel_bucket_tokens(e.key_rate_per_s, e.key_burst, NULL, NULL, %(now)s)) AS tokens
                   WHERE e.key_rate_per_s IS NOT NULL) kb ON true
