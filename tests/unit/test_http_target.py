@@ -145,3 +145,15 @@ def test_a_bad_egress_rule_is_refused_naming_it(rule: str) -> None:
         new_tenant("t", egress_rules=["ok.example.com", rule])
     assert err.value.field == "tenant.egress_rules[1]"
     assert new_tenant("t", egress_rules=["OK.example.com:443"]).egress_rules == ("ok.example.com:443",)
+
+
+def test_a_targets_rate_and_burst_are_checked_and_kept() -> None:
+    t = ht.parse({"url": "https://example.com/", "rate_per_s": 20, "burst": 5, "concurrency_limit": 5})
+    assert (t.rate_per_s, t.burst, t.concurrency_limit) == (20.0, 5.0, 5)
+    assert ht.parse(t.to_json()) == t
+    for doc, field in (({"rate_per_s": 1e9}, "target.rate_per_s"), ({"burst": 5}, "target.burst"),
+                       ({"rate_per_s": 1, "burst": 0.5}, "target.burst"),
+                       ({"concurrency_limit": 10_001}, "target.concurrency_limit")):
+        with pytest.raises(InvalidArgument) as err:
+            ht.parse({"url": "https://example.com/", **doc})
+        assert err.value.field == field
