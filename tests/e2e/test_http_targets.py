@@ -423,3 +423,18 @@ def test_a_targets_rate_limit_holds_across_two_nodes_and_two_doers(
     called = {d: sum(1 for e in cluster.nodes[d].log_events("http_target_call") if e.get("execution_id") in set(ids))
               for d in ("doer", "doer3")}
     assert sum(called.values()) == 1000 and all(called.values()), f"both doers called: {called}"
+
+
+def test_an_apply_file_manages_a_target_and_a_second_apply_changes_nothing(
+        cluster: ProcessCluster, receiver: TargetReceiver) -> None:
+    spec = {"name": "applied-target", "cron": YEARLY, "timezone": "UTC", "misfire_policy": "skip",
+            "target": {"url": receiver.url("/applied"), "headers": {"X-Team": "ops"}, "rate_per_s": 5}}
+    with client(cluster, "a") as cl:
+        assert cl.apply([spec]).count("create") == 1
+        assert cl.apply([spec]).count("unchanged") == 1
+        moved = {**spec, "target": {**spec["target"], "url": receiver.url("/moved")}}
+        assert cl.apply([moved]).count("update") == 1
+        (s,) = [x for x in cl.list_schedules() if x.name == "applied-target"]
+    assert s.job_type == "http" and s.target is not None
+    want = (receiver.url("/moved"), {"X-Team": "ops"}, 5.0)
+    assert (s.target["url"], s.target["headers"], s.target["rate_per_s"]) == want
