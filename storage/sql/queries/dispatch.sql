@@ -157,7 +157,8 @@ WITH locked AS MATERIALIZED (
      WHERE p.krate IS NOT NULL
      GROUP BY p.tenant, p.ckey
     ON CONFLICT (tenant, ckey) DO UPDATE
-       SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, rate_per_s = EXCLUDED.rate_per_s,
+       SET tokens = EXCLUDED.tokens, refilled_at = GREATEST(d.refilled_at, EXCLUDED.refilled_at),
+           rate_per_s = EXCLUDED.rate_per_s,
            burst = EXCLUDED.burst
 ), spent AS (  -- spend the tokens, count the starts: still under the tenants' claim locks
     INSERT INTO tenant_dispatch AS d (tenant, tokens, refilled_at, served, served_at)
