@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -438,3 +438,21 @@ def test_an_apply_file_manages_a_target_and_a_second_apply_changes_nothing(
     assert s.job_type == "http" and s.target is not None
     want = (receiver.url("/moved"), {"X-Team": "ops"}, 5.0)
     assert (s.target["url"], s.target["headers"], s.target["rate_per_s"]) == want
+
+
+def test_explain_says_how_long_a_run_waited_under_its_targets_limits(
+        cluster: ProcessCluster, receiver: TargetReceiver) -> None:
+    receiver.script["/one-a-second"] = [(200, {}, b"ok")]
+    with client(cluster, "a") as cl:
+        sid = target_schedule(cl, "one-a-second", receiver.url("/one-a-second"),
+                              target={"rate_per_s": 1, "burst": 1, "concurrency_limit": 2})
+        t0 = datetime.now(UTC) - timedelta(seconds=1)
+        runs = [cl.trigger(sid) for _ in range(3)]
+        done = [final(cl, r.id, 30) for r in runs]
+        ticks = {x.execution_id: x for x in cl.explain(sid, t0).ticks}
+    assert all(d.state == "succeeded" for d in done)
+    last = max(done, key=lambda d: d.started_at)
+    assert (last.started_at - last.run_at).total_seconds() >= 1.5  # the third waited for its token
+    reason = ticks[last.id].reason
+    assert "under its target's limits (https://127.0.0.1:" not in reason  # the origin as written: http
+    assert f"under its target's limits ({receiver.base}: 2 at once, 1/s, burst 1)" in reason, reason
