@@ -105,7 +105,7 @@ def test_every_refused_address_class_is_refused_at_creation_naming_url_and_nothi
             create(cl, f"http://{host}:{port}/hook")
         assert err.value.field == field and "refused by egress policy" in str(err.value)
         assert stored(cl) == []  # nothing stored
-        pause_one(cl, f"after-{kind}-{host}")  # an event every refused subscription would have had
+        pause_one(cl, f"after-{surface}-{kind}-{host}")  # an event every refused subscription would have had
         # Longer than a poll of the sender (1 s): a stored subscription would have been sent.
         observe_for(1.2, lambda: receiver.requests() == [] or pytest.fail("a POST reached the listener"))
 
