@@ -65,7 +65,7 @@ from cronwheel.client.types import (
     Upstream,
     Webhook,
 )
-from cronwheel.client.worker import JobContext, NonRetryable, Worker
+from cronwheel.client.worker import JobContext, JobFailed, NonRetryable, Worker
 from cronwheel.client.worker_connection import WorkerStopped
 from cronwheel.v1.webhook_signature import verify as verify_webhook_signature
 
@@ -73,7 +73,8 @@ __all__ = [
     "AlreadyExists", "ApiError", "AsyncClient", "Backfill", "Client", "ClusterStatus", "CreatedWebhook",
     "DeadlineExceeded", "Deduplication", "Delivery", "DeliveryState",
     "DstGapPolicy", "DstPolicy", "DstRepeatedPolicy", "Event", "Execution", "ExecutionState", "ExplainedTick",
-    "Explanation", "FailedPrecondition", "InvalidArgument", "JobContext", "JobSpec", "MisfirePolicy", "NonRetryable",
+    "Explanation", "FailedPrecondition", "InvalidArgument", "JobContext", "JobFailed", "JobSpec", "MisfirePolicy",
+    "NonRetryable",
     "NotFound", "OverlapPolicy", "PermissionDenied", "PreviewedTick", "Priority", "ResourceExhausted",
     "RetryPolicy", "Schedule", "SubmittedJob", "TickOutcome", "Trigger", "Unauthenticated", "Unavailable", "Unique",
     "Worker",

@@ -246,6 +246,8 @@ def check_specs(ctx: calls.Context, specs: Iterable[Mapping[str, Any]], tenant: 
         for key in spec:
             if key not in SPEC_KEYS:
                 raise SpecError(i, name, str(key), f"unknown key (expected one of {', '.join(SPEC_KEYS)})")
+        if spec.get("target") is not None and not spec.get("job_type"):  # an HTTP target's: type "http"
+            spec = {**spec, "job_type": "http"}
         for key in REQUIRED:
             if spec.get(key) is None:
                 raise SpecError(i, name, key, "required")
@@ -298,6 +300,8 @@ def diff(key: str, desired: Any, current: Any) -> list[FieldChange]:
             if want is not None:
                 out += diff(f"{key}.{f.name}", want, getattr(current, f.name, None))
         return out
+    if isinstance(desired, Mapping) and isinstance(current, Mapping):  # a target: the keys it gives
+        return [ch for k, v in desired.items() for ch in diff(f"{key}.{k}", v, current.get(k))]
     return [] if same(desired, current) else [FieldChange(key, current, desired)]
 
 
@@ -307,6 +311,8 @@ def _update_value(desired: Any, current: Any) -> Any:
         keep = {f.name: getattr(desired, f.name) for f in dataclasses.fields(desired)
                 if getattr(desired, f.name) is not None}
         return dataclasses.replace(current, **keep)  # type: ignore[type-var]
+    if isinstance(desired, Mapping) and isinstance(current, Mapping):  # a target keeps the keys not given
+        return {**current, **desired}
     return desired
 
 

@@ -5,7 +5,8 @@ a list of specs (the `tenants:` list of a `cronwheel apply` file), as `apply` do
     print(plan.render())   # + create    tenant acme / Tenants: 1 to create, 0 to update, 0 unchanged.
 
 A spec is a mapping of `id` and create_tenant's keyword arguments (max_concurrency, rate_per_s,
-burst, weight, max_schedules, max_executions_per_day). Semantics, precisely:
+burst, weight, max_schedules, max_executions_per_day, egress_rules: a list of HOST_GLOB or
+HOST_GLOB:PORT, where its HTTP targets may point). Semantics, precisely:
 - a key a spec leaves out is not managed (the server's default on create, unchanged on update);
 - `null` clears rate_per_s (no rate limit), burst (one second's worth) or a quota (no quota);
   it is refused for max_concurrency and weight;
@@ -28,7 +29,7 @@ from . import types as t
 from .apply import Action, FieldChange, Plan
 from .errors import ApiError, InvalidArgument
 
-KEYS = calls.TENANT_INTS + calls.TENANT_OPTIONAL  # besides "id"
+KEYS = (*calls.TENANT_INTS, *calls.TENANT_OPTIONAL, "egress_rules")  # besides "id"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -93,7 +94,8 @@ def check_specs(specs: Iterable[Mapping[str, Any]]) -> list[_Desired]:
             calls.tenant_message(name, values)
         except InvalidArgument as exc:
             raise TenantSpecError(i, name, exc.field, str(exc).partition(": ")[2] or str(exc)) from None
-        out.append(_Desired(i, name, {k: float(v) if k in ("rate_per_s", "burst") and v is not None else v
+        out.append(_Desired(i, name, {k: float(v) if k in ("rate_per_s", "burst") and v is not None
+                                      else tuple(v or ()) if k == "egress_rules" else v
                                       for k, v in values.items()}))
     return out
 

@@ -120,8 +120,10 @@ def create_schedule(ctx: Context, name: str, cron: str, job_type: str, *, timezo
                     tenant: str | None = None, id: str | None = None, keep_last: int | None = None,
                     keep_succeeded_for: timedelta | None = None,
                     keep_failed_for: timedelta | None = None,
-                    parent_schedule_id: str | None = None) -> Call[t.Schedule]:
-    """Creates a schedule: fires `job_type` with `payload` at every tick of `cron` in `timezone`.
+                    parent_schedule_id: str | None = None,
+                    target: dict[str, Any] | None = None) -> Call[t.Schedule]:
+    """Creates a schedule: fires `job_type` with `payload` at every tick of `cron` in `timezone`,
+    or calls an HTTP `target` (job_type "": docs/http-targets.md) with the payload as its body.
     A child schedule (`parent_schedule_id`, with `cron` ""): runs once per successful run of its
     parent, with that run's scheduled time.
     Retention: `keep_last` N finished runs at most, succeeded/skipped/cancelled runs kept
@@ -274,8 +276,9 @@ def submit(ctx: Context, type: str, payload: Any = None, *, run_at: datetime | N
            retry_policy: t.RetryPolicy | None = None, attempt_timeout: timedelta | None = None,
            tenant: str | None = None, unique: t.Unique | None = None, concurrency_key: str | None = None,
            concurrency_limit: int | None = None, depends_on: Iterable[str] = (),
-           dependency_policy: str | None = None) -> Call[t.Execution]:
-    """Submits a one-off job of `type` with `payload` (any JSON value), now, at `run_at` or after
+           dependency_policy: str | None = None, target: dict[str, Any] | None = None) -> Call[t.Execution]:
+    """Submits a one-off job of `type` (or calling an HTTP `target`, type "": docs/http-targets.md)
+    with `payload` (any JSON value), now, at `run_at` or after
     `delay`. A second submit with the same idempotency key returns the first execution
     (`deduplicated` true, `deduplicated_by` "idempotency_key"). The Client adds a key (a random
     UUID) when none is given, so a submit it retries after UNAVAILABLE never creates two jobs.
@@ -290,7 +293,8 @@ def submit(ctx: Context, type: str, payload: Any = None, *, run_at: datetime | N
                                           priority=priority, retry_policy=retry_policy,
                                           attempt_timeout=attempt_timeout, tenant=tenant, unique=unique,
                                           concurrency_key=concurrency_key, concurrency_limit=concurrency_limit,
-                                          depends_on=tuple(depends_on), dependency_policy=dependency_policy))
+                                          depends_on=tuple(depends_on), dependency_policy=dependency_policy,
+                                          target=target))
     return Call(SCHEDULER, "SubmitJob", req,
                 lambda r: c.execution(r.execution, r.deduplicated, r.deduplicated_by), safe=True)
 
@@ -407,8 +411,14 @@ def tenant_message(tenant_id: str, values: dict[str, Any]) -> A.Tenant:
     if not isinstance(tenant_id, str):
         raise c.BadValue("tenant_id", f"expected a string, got {tenant_id!r}")
     for key, value in values.items():
+        if key == "egress_rules":  # a list of "HOST_GLOB" / "HOST_GLOB:PORT" (None or []: none)
+            if value is not None and (isinstance(value, str) or not all(isinstance(r, str) for r in value)):
+                raise c.BadValue(key, f"expected a list of strings, got {value!r}")
+            msg.egress_rules.extend(value or ())
+            continue
         if key not in TENANT_INTS + TENANT_OPTIONAL:
-            raise c.BadValue(key, f"not a tenant field (expected one of {', '.join(TENANT_INTS + TENANT_OPTIONAL)})")
+            raise c.BadValue(key, f"not a tenant field (expected one of "
+                                  f"{', '.join(TENANT_INTS + TENANT_OPTIONAL + ('egress_rules',))})")
         if value is None:
             if key in TENANT_INTS:
                 raise c.BadValue(key, "cannot be cleared (give a number >= 1)")
@@ -424,14 +434,17 @@ def tenant_message(tenant_id: str, values: dict[str, Any]) -> A.Tenant:
 
 def create_tenant(ctx: Context, tenant_id: str, *, max_concurrency: int | None = None,
                   rate_per_s: float | None = None, burst: float | None = None, weight: int | None = None,
-                  max_schedules: int | None = None, max_executions_per_day: int | None = None) -> Call[t.Tenant]:
+                  max_schedules: int | None = None, max_executions_per_day: int | None = None,
+                  egress_rules: list[str] | None = None) -> Call[t.Tenant]:
     """Creates a tenant with its limits and quotas (admin tokens only): `max_concurrency` (default
     1000) runs at once, `rate_per_s` starts per second with a bucket of `burst` (default: one
     second's worth; None: no rate limit), `weight` (default 1) its share of starts,
-    `max_schedules` and `max_executions_per_day` quotas (None: none). AlreadyExists when it has a
-    row. Not retried."""
+    `max_schedules` and `max_executions_per_day` quotas (None: none), `egress_rules` where its
+    HTTP targets may point ("HOST_GLOB" or "HOST_GLOB:PORT" each; None: any public address).
+    AlreadyExists when it has a row. Not retried."""
     values = {"max_concurrency": max_concurrency or 0, "weight": weight or 0, "rate_per_s": rate_per_s,
-              "burst": burst, "max_schedules": max_schedules, "max_executions_per_day": max_executions_per_day}
+              "burst": burst, "max_schedules": max_schedules, "max_executions_per_day": max_executions_per_day,
+              "egress_rules": egress_rules}
     req = A.CreateTenantRequest(tenant=tenant_message(tenant_id, values))
     return Call(TENANTS, "CreateTenant", req, lambda r: c.tenant(r.tenant), safe=False)
 
@@ -527,8 +540,8 @@ _V4_SET = 0x4000 << 64 | 0x8000 << 48  # version 4, variant RFC 4122
 def _job_request(ctx: Context, prefix: str, job: t.JobSpec) -> S.SubmitJobRequest:
     """One job as a SubmitJobRequest, checked as far as the client can (fields named `prefix` +
     keyword), with an idempotency key added when it has none."""
-    if not isinstance(job.type, str) or not job.type.strip():
-        raise c.BadValue(f"{prefix}type", "required: the job type, a non-empty string")
+    if not isinstance(job.type, str) or (not job.type.strip() and job.target is None):
+        raise c.BadValue(f"{prefix}type", "required: the job type, a non-empty string (or a target)")
     if len(job.type.strip()) > MAX_NAME:
         raise c.BadValue(f"{prefix}type", f"at most {MAX_NAME} characters, got {len(job.type.strip())}")
     key = job.idempotency_key
@@ -555,6 +568,8 @@ def _job_request(ctx: Context, prefix: str, job: t.JobSpec) -> S.SubmitJobReques
     # Only the fields given: a field left at its default is not sent either way, and naming each
     # one cost a thousand-job submit_many a millisecond.
     fields: dict[str, Any] = {"type": job.type, "idempotency_key": key or _new_key()}
+    if job.target is not None:
+        fields["target"] = c.http_target(job.target, f"{prefix}target")
     if job.tenant:
         fields["tenant"] = job.tenant
     if payload:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -143,7 +144,43 @@ SCHEDULE_FIELDS: dict[str, tuple[str, Any]] = {
     "keep_last": ("keep_last", lambda v, f: count(v, f)),
     "keep_succeeded_for": ("keep_succeeded_for", duration),
     "keep_failed_for": ("keep_failed_for", duration),
+    "target": ("target", lambda v, f: http_target(v, f)),
 }
+
+
+def http_target(value: Mapping[str, Any] | None, field: str = "target") -> common_pb2.HttpTarget | None:
+    """An HttpTarget from a dict: url, method, headers ({name: value} or {name: {"secret": NAME}}),
+    body, timeout_s, signing_secret (None: unset; the node checks every field)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise BadValue(field, f"expected a dict (url, method, headers, body, timeout_s), got {type(value).__name__}")
+    unknown = set(value) - {"url", "method", "headers", "body", "timeout_s", "signing_secret", "concurrency_limit",
+                            "rate_per_s", "burst"}
+    if unknown:
+        raise BadValue(field, f"unknown key(s) {', '.join(sorted(unknown))}")
+    msg = common_pb2.HttpTarget(url=value.get("url", ""), method=value.get("method", ""),
+                                timeout_s=value.get("timeout_s") or 0, signing_secret=value.get("signing_secret", ""),
+                                concurrency_limit=value.get("concurrency_limit") or 0,
+                                rate_per_s=value.get("rate_per_s") or 0, burst=value.get("burst") or 0)
+    if value.get("body") is not None:
+        msg.body = value["body"]
+    for name, v in (value.get("headers") or {}).items():
+        if isinstance(v, Mapping):
+            msg.headers.add(name=name, secret=v.get("secret", ""))
+        else:
+            msg.headers.add(name=name, value=v)
+    return msg
+
+
+def target_dict(msg: common_pb2.HttpTarget) -> dict[str, Any]:
+    """An HttpTarget message as the dict `http_target` takes."""
+    heads: dict[str, Any] = {h.name: ({"secret": h.secret} if h.WhichOneof("kind") == "secret" else h.value)
+                             for h in msg.headers}
+    return {"url": msg.url, "method": msg.method, "headers": heads,
+            "body": msg.body if msg.HasField("body") else None, "timeout_s": msg.timeout_s,
+            "signing_secret": msg.signing_secret, "concurrency_limit": msg.concurrency_limit or None,
+            "rate_per_s": msg.rate_per_s or None, "burst": msg.burst or None}
 
 
 def count(value: int | None, field: str) -> int | None:
@@ -190,7 +227,8 @@ def schedule_message(values: dict[str, Any]) -> common_pb2.Schedule:
         wire = conv(value, key)
         if wire is None:
             continue
-        if isinstance(wire, Duration | Timestamp | common_pb2.RetryPolicy | common_pb2.DstPolicy):
+        if isinstance(wire, Duration | Timestamp | common_pb2.RetryPolicy | common_pb2.DstPolicy
+                      | common_pb2.HttpTarget):
             getattr(msg, name).CopyFrom(wire)
         else:
             setattr(msg, name, wire)
@@ -266,7 +304,8 @@ def schedule(msg: common_pb2.Schedule) -> t.Schedule:
         updated_at=_ts(msg, "updated_at"),
         keep_last=msg.keep_last if msg.HasField("keep_last") else None,
         keep_succeeded_for=_dur(msg, "keep_succeeded_for"), keep_failed_for=_dur(msg, "keep_failed_for"),
-        parent_schedule_id=msg.parent_schedule_id or None)
+        parent_schedule_id=msg.parent_schedule_id or None,
+        target=target_dict(msg.target) if msg.HasField("target") else None)
 
 
 def execution(msg: common_pb2.Execution, deduplicated: bool = False, deduplicated_by: int = 0) -> t.Execution:
@@ -288,7 +327,8 @@ def execution(msg: common_pb2.Execution, deduplicated: bool = False, deduplicate
         upstreams=tuple(t.Upstream(u.execution_id, _enum(t.ExecutionState, u.state, enums.STATE),
                                    _enum(t.ExecutionState, u.outcome, enums.STATE), u.idempotency_key, u.type)
                         for u in msg.upstreams),
-        dependency_policy=enums.DEPENDENCY_POLICY.get(msg.dependency_policy), waiting_for=msg.waiting_for)
+        dependency_policy=enums.DEPENDENCY_POLICY.get(msg.dependency_policy), waiting_for=msg.waiting_for,
+        target=target_dict(msg.target) if msg.HasField("target") else None)
 
 
 _OUTCOMES = enums.words(scheduler_pb2.TickOutcome, "TICK_OUTCOME_")
@@ -383,7 +423,8 @@ def _opt(msg: Any, name: str) -> Any:
 def tenant(msg: admin_pb2.Tenant) -> t.Tenant:
     return t.Tenant(id=msg.id, max_concurrency=msg.max_concurrency, rate_per_s=_opt(msg, "rate_per_s"),
                     burst=_opt(msg, "burst"), weight=msg.weight, max_schedules=_opt(msg, "max_schedules"),
-                    max_executions_per_day=_opt(msg, "max_executions_per_day"), created_at=_ts(msg, "created_at"))
+                    max_executions_per_day=_opt(msg, "max_executions_per_day"), created_at=_ts(msg, "created_at"),
+                    egress_rules=tuple(msg.egress_rules))
 
 
 def token(msg: admin_pb2.Token) -> t.Token:

@@ -92,6 +92,9 @@ class Schedule:
     keep_failed_for: timedelta | None = None
     # A child schedule: its parent's id (it has no cron; it runs once per successful parent run).
     parent_schedule_id: str | None = None
+    # An HTTP target (docs/http-targets.md) as a dict: url, method, headers ({name: value} or
+    # {name: {"secret": NAME}}), body, timeout_s, signing_secret; None: a job type's schedule.
+    target: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,7 @@ class Execution:
     upstreams: tuple[Upstream, ...] = ()
     dependency_policy: str | None = None
     waiting_for: int = 0
+    target: dict[str, Any] | None = None  # the HTTP target a run of type "http" calls (as Schedule.target)
 
     @property
     def final(self) -> bool:
@@ -194,6 +198,7 @@ class JobSpec:
     # submit_many by its key); dependency_policy "on_success" (default) or "always".
     depends_on: tuple[str, ...] | list[str] = ()
     dependency_policy: str | None = None
+    target: dict[str, Any] | None = None  # an HTTP target instead of a type (type ""; Schedule.target)
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +366,7 @@ class Tenant:
     max_schedules: int | None
     max_executions_per_day: int | None
     created_at: datetime | None
+    egress_rules: tuple[str, ...] = ()  # where its HTTP targets may point (empty: any public address)
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,7 +98,7 @@ from google.protobuf.duration_pb2 import Duration
 from cronwheel import tracing
 from cronwheel.client.convert import instant
 from cronwheel.client.worker_connection import Connection, WorkerStopped, permanent, unreachable
-from cronwheel.client.worker_context import JobContext, NonRetryable, Run, Stale
+from cronwheel.client.worker_context import JobContext, JobFailed, NonRetryable, Run, Stale
 from cronwheel.client.worker_policy import (
     PREFETCH_WINDOW_S,
     CodeClass,
@@ -121,7 +121,7 @@ log = logging.getLogger("cronwheel.client.worker")
 # Over ~400 lines on purpose: the lease loop, a handler's supervision and the heartbeats share
 # the run table; the pure rules (worker_policy), the outbox (worker_reports), the connection and
 # the context live beside it.
-__all__ = ["JobContext", "NonRetryable", "Stale", "Worker", "WorkerStopped"]
+__all__ = ["JobContext", "JobFailed", "NonRetryable", "Stale", "Worker", "WorkerStopped"]
 
 Handler = Callable[["JobContext"], Any]
 DEFAULT_CONCURRENCY = 100
@@ -407,6 +407,7 @@ class Worker:
             deadline=instant(ex.deadline) if ex.HasField("deadline") else None,
             trace=ex.trace_context or None, _worker=self,
             started_at=instant(ex.started_at) if ex.HasField("started_at") else None,
+            target=ex.target_json or None,
         )
         timeout_s: float | None = None
         if ex.HasField("timeout"):
@@ -504,6 +505,7 @@ class Worker:
 
     def _report(self, run: Run, call: asyncio.Task[Any]) -> None:
         returned, result_json, error, error_type, retryable = False, "", "", "", True
+        retry_after_s: float | None = None
         if not call.done():
             error, error_type = "the handler did not stop when cancelled", "stuck"
         elif call.cancelled():
@@ -512,6 +514,8 @@ class Worker:
             exc = call.exception()
             if isinstance(exc, Stale):
                 self._tell(run, StopReason.STALE, 0.0)
+            elif isinstance(exc, JobFailed):
+                error, error_type, retryable, retry_after_s = str(exc), "failed", exc.retryable, exc.retry_after_s
             elif exc is not None:
                 error = "".join(traceback.format_exception(exc))[-16000:]
                 error_type, retryable = type(exc).__name__, not isinstance(exc, NonRetryable)
@@ -523,7 +527,7 @@ class Worker:
                 except (TypeError, ValueError) as jexc:
                     error, error_type, retryable = f"the result is not JSON: {jexc}", "invalid_result", False
         v = verdict(reason=run.reason, returned=returned, result_json=result_json, error=error,
-                    error_type=error_type, retryable=retryable, timeout_s=run.timeout_s)
+                    error_type=error_type, retryable=retryable, timeout_s=run.timeout_s, retry_after_s=retry_after_s)
         trace_context = tracing.finish_run(run.span, v.kind, error_type) if run.span is not None else ""
         if v.kind == "drop":
             return

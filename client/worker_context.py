@@ -18,6 +18,17 @@ class NonRetryable(Exception):
     """Raise from a handler when another attempt cannot succeed (bad input, ...)."""
 
 
+class JobFailed(Exception):
+    """Raise from a handler to fail the attempt with exactly this error (no traceback), retried
+    by the retry policy when `retryable`, no sooner than `retry_after_s` from now when given
+    (the HTTP doer's Retry-After)."""
+
+    def __init__(self, error: str, *, retryable: bool = True, retry_after_s: float | None = None) -> None:
+        super().__init__(error)
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
+
+
 class Stale(Exception):
     """The execution was leased again or finished elsewhere: stop working on it."""
 
@@ -43,6 +54,8 @@ class JobContext:
     # When the node leased this attempt (its claim, the node's clock; None from a node that does
     # not say): `started_at - scheduled_for` is how long the run waited to start.
     started_at: datetime | None = None
+    # An HTTP target's run (type "http"): the target as JSON (cronwheel/http_target.py); else None.
+    target: str | None = None
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     stop_reason: str | None = None  # why cancelled is set: "cancel", "timeout", "shutdown", "stale"
     _worker: Worker | None = field(default=None, repr=False)

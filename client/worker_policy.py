@@ -183,10 +183,12 @@ class Verdict:
     error: str = ""
     retryable: bool = True
     error_type: str = ""
+    retry_after_s: float | None = None  # the earliest next attempt (JobFailed); None: the policy's backoff
 
 
 def verdict(*, reason: StopReason | None, returned: bool, result_json: str, error: str,
-            error_type: str, retryable: bool, timeout_s: float | None) -> Verdict:
+            error_type: str, retryable: bool, timeout_s: float | None,
+            retry_after_s: float | None = None) -> Verdict:
     """What a handler that returned (`returned`, with `result_json`) or raised / was stopped
     (`error`, `error_type`, `retryable`) reports, given why the worker had told it to stop.
 
@@ -207,4 +209,4 @@ def verdict(*, reason: StopReason | None, returned: bool, result_json: str, erro
         return Verdict("fail", error="worker shutting down", retryable=True, error_type="worker_shutdown")
     if returned:
         return Verdict("complete", result_json=result_json)
-    return Verdict("fail", error=error, retryable=retryable, error_type=error_type)
+    return Verdict("fail", error=error, retryable=retryable, error_type=error_type, retry_after_s=retry_after_s)

@@ -230,11 +230,13 @@ class Reporter:
                         result_json=v.result_json, trace_context=r.trace_context), timeout=self.call_timeout_s,
                         metadata=self.metadata)
                 else:
-                    await self.stub.FailExecution(dispatch_pb2.FailExecutionRequest(
+                    req = dispatch_pb2.FailExecutionRequest(
                         execution_id=r.execution_id, fencing_token=r.fencing_token, worker_id=self.worker_id,
                         error=v.error, retryable=v.retryable, error_type=v.error_type,
-                        trace_context=r.trace_context),
-                        timeout=self.call_timeout_s, metadata=self.metadata)
+                        trace_context=r.trace_context)
+                    if v.retry_after_s:
+                        req.retry_after.FromNanoseconds(int(v.retry_after_s * 1e9))
+                    await self.stub.FailExecution(req, timeout=self.call_timeout_s, metadata=self.metadata)
                 self.sent += 1
                 return
             except grpc.aio.AioRpcError as exc:

@@ -191,6 +191,8 @@ class Answer:
     status: int | None
     detail: str | None = None
     refused: bool = False
+    body: bytes = b""  # the start of the answer's body (at most MAX_ANSWER_BYTES)
+    retry_after: str | None = None  # the answer's Retry-After header (HTTP targets)
 
     @property
     def tenant_error(self) -> str | None:
@@ -203,8 +205,8 @@ class Answer:
 
 
 def post(policy: EgressPolicy, url: str, body: bytes, headers: Mapping[str, str], total_s: float,
-         resolver: Resolver | None = None, tls: ssl.SSLContext | None = None) -> Answer:
-    """POST `body` to `url` within `total_s` seconds in all (blocking: run it on a thread).
+         resolver: Resolver | None = None, tls: ssl.SSLContext | None = None, method: str = "POST") -> Answer:
+    """POST (or `method`) `body` to `url` within `total_s` seconds in all (blocking: run it on a thread).
     `tls`: the context of https:// (default: the system's trust store, host names verified);
     its `sslsocket_class` is replaced by one that keeps the deadline."""
     deadline = monotonic() + total_s
@@ -222,10 +224,11 @@ def post(policy: EgressPolicy, url: str, body: bytes, headers: Mapping[str, str]
         target += "?" + parts.query
     conn = _Connection(host, port, address, deadline, (tls or _TLS) if parts.scheme == "https" else None)
     try:
-        conn.request("POST", target, body=body, headers={**headers, "Host": parts.netloc.rsplit("@", 1)[-1]})
+        conn.request(method, target, body=body, headers={**headers, "Host": parts.netloc.rsplit("@", 1)[-1]})
         resp = conn.getresponse()
-        resp.read(MAX_ANSWER_BYTES)
-        return Answer(int(resp.status), None if 200 <= resp.status < 300 else f"HTTP {resp.status} {resp.reason}"[:500])
+        got = resp.read(MAX_ANSWER_BYTES)
+        return Answer(int(resp.status), None if 200 <= resp.status < 300 else f"HTTP {resp.status} {resp.reason}"[:500],
+                      body=got, retry_after=resp.getheader("Retry-After"))
     except (OSError, http.client.HTTPException, ValueError) as exc:
         return Answer(None, f"{type(exc).__name__}: {exc}"[:500])
     finally:

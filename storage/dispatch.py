@@ -55,6 +55,7 @@ class Leased(NamedTuple):
     trigger: str
     started_at: float
     trace_context: str | None  # W3C traceparent (cronwheel/tracing.py); None: not traced
+    target: str | None = None  # an HTTP target's JSON (type 'http', issue 50); None: a job type's run
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +127,7 @@ class TokenState:
     fencing_token: int
     lease_owner: str | None
     state: str
+    type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +337,7 @@ class DispatchPort:
     async def execution_token_state(self, conn: Conn, ident: uuid.UUID, tenant: str | None) -> TokenState | None:
         cur = await conn.execute(q("execution_token_state"), {"id": ident, "tenant": tenant})
         row = await cur.fetchone()
-        return None if row is None else TokenState(int(row[0]), row[1], row[2])
+        return None if row is None else TokenState(int(row[0]), row[1], row[2], row[5])
 
     async def notify_queued(self, conn: Conn, payload: str) -> None:
         """Wake every node's waiting workers at commit (`notify_queued`, executions.sql)."""

@@ -201,6 +201,7 @@ class SubmittedJob:
     # keys, as given) and the policy; a job with upstreams is inserted `waiting`.
     depends_on: tuple[str, ...] = ()
     dependency_policy: str | None = None
+    target: str | None = None  # an HTTP target's JSON (type 'http', issue 50)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,8 +293,10 @@ class ExecutionsPort:
                                   j.state, j.max_attempts, j.retry_initial_s, j.retry_multiplier, j.retry_max_s,
                                   j.timeout_s, j.idempotency_key, j.trace_context, j.concurrency_key,
                                   j.concurrency_limit]
-            if j.unique_key is not None:
-                item += [j.unique_key.hex(), j.unique_states]
+            if j.unique_key is not None or j.target is not None:
+                item += [j.unique_key.hex() if j.unique_key is not None else None, j.unique_states]
+            if j.target is not None:
+                item.append(j.target)
             items.append(item)
         doc = json.dumps(items, ensure_ascii=False, allow_nan=False)
         return {"jobs": doc, "tenants": sorted({j.tenant for j in jobs}), "now": now, "sent": len(jobs)}

@@ -45,10 +45,12 @@ class ScheduleFields:
     keep_last: int | None = None  # retention (cluster/retention): None inherits
     keep_succeeded_for_s: float | None = None
     keep_failed_for_s: float | None = None
+    target: str | None = None  # an HTTP target's JSON (issue 50); None: a job type's schedule
 
     def params(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
         out["payload"] = json_text(self.payload)
+        out["target"] = None if self.target is None else json_text(self.target)
         return out
 
 
@@ -56,6 +58,7 @@ class ScheduleFields:
 class TenantQuota:
     max_schedules: int | None
     max_executions_per_day: int | None
+    egress_rules: tuple[str, ...] | None = None  # HTTP targets' destinations (None: any public address)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +102,8 @@ class SchedulesPort:
             return None
         if r["max_schedules"] is not None:
             await conn.execute(q("api_lock_schedule_quota"), {"tenant": tenant})
-        return TenantQuota(r["max_schedules"], r["max_executions_per_day"])
+        return TenantQuota(r["max_schedules"], r["max_executions_per_day"],
+                           tuple(r["egress_rules"]) if r.get("egress_rules") else None)
 
     async def count_live(self, conn: Conn, tenant: str) -> int:
         r = await row(conn, "count_live_schedules", {"tenant": tenant})

@@ -33,12 +33,20 @@ class TenantFields:
     weight: int
     max_schedules: int | None
     max_executions_per_day: int | None
+    egress_rules: tuple[str, ...] | None = None  # HTTP targets' allowed destinations (None: any public)
 
 
 def fields_of(r: Row) -> TenantFields:
     return TenantFields(id=r["id"], max_concurrency=r["max_concurrency"], rate_per_s=r["rate_per_s"],
                         burst=r["burst"], weight=r["weight"], max_schedules=r["max_schedules"],
-                        max_executions_per_day=r["max_executions_per_day"])
+                        max_executions_per_day=r["max_executions_per_day"],
+                        egress_rules=tuple(r["egress_rules"]) if r.get("egress_rules") else None)
+
+
+def _params(f: TenantFields) -> dict[str, object]:
+    out = asdict(f)
+    out["egress_rules"] = list(f.egress_rules) if f.egress_rules is not None else None  # a text[]
+    return out
 
 
 class TenantsPort:
@@ -51,7 +59,7 @@ class TenantsPort:
         """AlreadyExists (tenants_pkey, from map_error) when the tenant has a row. Appends a
         `tenant_created` event in the same transaction."""
         async with self.db.transaction() as conn:
-            got = await row(conn, "tenant_insert", {**asdict(f), "now": now})
+            got = await row(conn, "tenant_insert", {**_params(f), "now": now})
             await EventsPort(self.db).insert(Event("tenant_created", f.id, actor=actor, at=now,
                                                    data={k: v for k, v in asdict(f).items() if k != "id"}), conn)
         assert got is not None
@@ -71,7 +79,7 @@ class TenantsPort:
                 raise NotFound("tenant", tenant)
             old = fields_of(current)
             new = change(old)
-            got = await row(conn, "tenant_write", asdict(new))
+            got = await row(conn, "tenant_write", _params(new))
             changed = {k: [v, getattr(new, k)] for k, v in asdict(old).items() if getattr(new, k) != v}
             if changed:
                 await EventsPort(self.db).insert(Event("tenant_updated", tenant, actor=actor, at=now,

@@ -7,9 +7,12 @@ The auth file (`cronwheel node --auth-file PATH`, or $CRONWHEEL_AUTH_FILE) is JS
     {"tokens": [
         {"name": "acme-ci", "sha256": "<hex sha256 of the token>", "tenant": "acme"},
         {"name": "ops",     "sha256": "<hex sha256 of the token>", "admin": true},
-        {"name": "ops-acme", "sha256": "...", "admin": true, "tenant": "acme"}
+        {"name": "ops-acme", "sha256": "...", "admin": true, "tenant": "acme"},
+        {"name": "http-doer", "sha256": "...", "doer": true}
     ]}
 
+A `doer` token is an HTTP doer's (`cronwheel worker --http`, issue 50): it may call
+DispatchService only, and lease runs of type 'http' only, of every tenant.
 Tokens are stored hashed (`printf %s "$TOKEN" | sha256sum`, or `cronwheel token new --offline`). Each
 entry is a tenant token (`tenant`) or an admin token (`admin: true`; an optional `tenant` is
 then the default tenant of what it creates). `name` is the actor recorded in audit events
@@ -73,6 +76,10 @@ CLUSTER_STATUS = "/cronwheel.v1.AdminService/ClusterStatus"
 ADMIN_ONLY = frozenset({CLUSTER_STATUS})
 ADMIN_ONLY_SERVICES = ("/cronwheel.v1.TenantService/",)  # tenants and tokens
 LOCAL_ONLY = "x-cronwheel-local-only"  # ClusterStatus: this node's own Member only (a peer's question)
+# RPCs whose request carries its own credential instead of a bearer token: an HTTP target reports
+# on the one run it was called for with the (execution id, fencing token) pair it received (issue 50).
+TOKENLESS = frozenset({"/cronwheel.v1.DispatchService/ReportTargetRun"})
+DOER_SERVICE = "/cronwheel.v1.DispatchService/"  # all a doer token may call (and lease 'http' runs only)
 
 
 def admin_only(method: str) -> bool:
@@ -90,10 +97,11 @@ class Caller:
     name: str
     tenant: str | None
     admin: bool = False
+    doer: bool = False  # an HTTP doer's token: DispatchService only, runs of type 'http' of every tenant
 
     def scope(self) -> str | None:
-        """The tenant the caller is confined to; None for an admin (every tenant)."""
-        return None if self.admin else self.tenant
+        """The tenant the caller is confined to; None for an admin or a doer (every tenant)."""
+        return None if self.admin or self.doer else self.tenant
 
     def owner(self, requested: str, field: str) -> str:
         """The tenant owning what the caller creates (a request's `tenant` field)."""
@@ -121,6 +129,7 @@ class Caller:
 
 DEV_CALLER = Caller("dev", DEV_TENANT, admin=True)
 SELF_VIEW_CALLER = Caller("self-view", None)  # a tokenless ClusterStatus local-only call: no tenant, no admin
+TARGET_CALLER = Caller("http-target", None)  # a TOKENLESS call: the request's own credential is checked
 _CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("cronwheel_caller")
 _RECHECK: contextvars.ContextVar[Callable[[], None]] = contextvars.ContextVar("cronwheel_recheck")
 
@@ -210,8 +219,8 @@ def load_auth(path: str | None) -> AuthConfig:
     tokens: dict[str, Caller] = {}
     for i, ent in enumerate(entries):
         where = f"{path}: tokens[{i}]"
-        if not isinstance(ent, dict) or set(ent) - {"name", "sha256", "tenant", "admin"}:
-            raise InvalidArgument("auth_file", f"{where}: expected an object with sha256, tenant or admin, name")
+        if not isinstance(ent, dict) or set(ent) - {"name", "sha256", "tenant", "admin", "doer"}:
+            raise InvalidArgument("auth_file", f"{where}: expected an object with sha256, tenant, admin or doer, name")
         digest = ent.get("sha256")
         if not isinstance(digest, str) or not _HEX.match(digest.lower()):
             raise InvalidArgument("auth_file", f"{where}: sha256 must be 64 hex digits (the token's SHA-256)")
@@ -219,14 +228,17 @@ def load_auth(path: str | None) -> AuthConfig:
         tenant = ent.get("tenant")
         if not isinstance(admin, bool) or (tenant is not None and (not isinstance(tenant, str) or not tenant.strip())):
             raise InvalidArgument("auth_file", f"{where}: admin must be true/false and tenant a non-empty string")
-        if not admin and tenant is None:
-            raise InvalidArgument("auth_file", f"{where}: a token needs a tenant or admin: true")
+        doer = ent.get("doer", False)
+        if doer is not False and (doer is not True or admin or tenant is not None):
+            raise InvalidArgument("auth_file", f"{where}: doer: true stands alone (no tenant, no admin)")
+        if not admin and tenant is None and not doer:
+            raise InvalidArgument("auth_file", f"{where}: a token needs a tenant, admin: true or doer: true")
         name = ent.get("name") or f"token-{digest[:8].lower()}"
         if not isinstance(name, str):
             raise InvalidArgument("auth_file", f"{where}: name must be a string")
         if digest.lower() in tokens:
             raise InvalidArgument("auth_file", f"{where}: the same token appears twice")
-        tokens[digest.lower()] = Caller(name, tenant.strip() if tenant else None, admin)
+        tokens[digest.lower()] = Caller(name, tenant.strip() if tenant else None, admin, doer)
     return AuthConfig(tokens=tokens)
 
 
@@ -346,6 +358,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         metadata = context.invocation_metadata()
         if method == CLUSTER_STATUS and self_view_only(metadata):
             return SELF_VIEW_CALLER, _no_check  # AdminService answers it with this node's Member only
+        if method in TOKENLESS:
+            return TARGET_CALLER, _no_check  # ReportTargetRun: the run's (id, fencing token) is the credential
         if self.config.dev:
             return DEV_CALLER, _no_check
         digest = bearer_digest(metadata)
@@ -361,6 +375,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         caller = self.config.caller_of(digest, self.tokens, now)
         if admin_only(method) and not caller.admin:
             raise e.PermissionDenied(f"{method.rsplit('/', 1)[-1]} is admin-only")
+        if caller.doer and not method.startswith(DOER_SERVICE):
+            raise e.PermissionDenied(f"{method.rsplit('/', 1)[-1]}: a doer token may call DispatchService only")
         return caller
 
     def _unary(self, inner: Behavior, method: str) -> Callable[..., Awaitable[Any]]:

@@ -22,9 +22,11 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from cronwheel import http_target
 from cronwheel.cluster.commands.schedules import ScheduleSpec
 from cronwheel.cluster.commands.unique import UniqueSpec
 from cronwheel.cluster.commands.values import JsonText, RetryPolicy, parse_json
+from cronwheel.egress import EgressPolicy
 from cronwheel.errors import InvalidArgument
 from cronwheel.v1 import admin_pb2, common_pb2, enums, scheduler_pb2
 
@@ -197,7 +199,43 @@ def _dst(msg: common_pb2.DstPolicy) -> tuple[str | None, str | None]:
             enum(DST_REPEATED, msg.repeated_hour, "dst_policy.repeated_hour"))
 
 
-def spec_from(s: Any, tenant: str) -> ScheduleSpec:
+def target_from(msg: Any, has: bool, egress: EgressPolicy | None, prefix: str = "target") -> str | None:
+    """An HttpTarget message as the target's canonical JSON (None: unset), every field checked,
+    the URL against the node's egress policy; field names relative to `prefix`."""
+    if not has:
+        return None
+    heads: dict[str, Any] = {}
+    for i, h in enumerate(msg.headers):
+        kind = h.WhichOneof("kind")
+        if kind is None:
+            raise InvalidArgument(f"{prefix}.headers[{i}]", "set value or secret")
+        if h.name.lower() in {k.lower() for k in heads}:
+            raise InvalidArgument(f"{prefix}.headers[{i}].name", f"{h.name[:100]!r} is given twice")
+        heads[h.name] = {"secret": h.secret} if kind == "secret" else h.value
+    doc = {"url": msg.url, "method": msg.method, "headers": heads,
+           "body": msg.body if msg.HasField("body") else None, "timeout_s": msg.timeout_s,
+           "signing_secret": msg.signing_secret, "concurrency_limit": msg.concurrency_limit,
+           "rate_per_s": msg.rate_per_s, "burst": msg.burst}
+    return http_target.parse(doc, egress, prefix).to_json()
+
+
+def target_out(value: Any) -> common_pb2.HttpTarget:
+    """A stored target (JSON) as an HttpTarget message (secrets by name only: the store holds no value)."""
+    t = http_target.parse(value)
+    m = common_pb2.HttpTarget(url=t.url, method=t.method, timeout_s=t.timeout_s, signing_secret=t.signing_secret,
+                              concurrency_limit=t.concurrency_limit or 0, rate_per_s=t.rate_per_s or 0,
+                              burst=t.burst or 0)
+    if t.body is not None:
+        m.body = t.body
+    for name, v in t.headers.items():
+        if isinstance(v, http_target.SecretRef):
+            m.headers.add(name=name, secret=v.name)
+        else:
+            m.headers.add(name=name, value=v)
+    return m
+
+
+def spec_from(s: Any, tenant: str, egress: EgressPolicy | None = None) -> ScheduleSpec:
     """A Schedule message (CreateSchedule) as a ScheduleSpec; fields relative to `schedule`."""
     gap, repeated = _dst(s.dst_policy)
     return ScheduleSpec(
@@ -214,6 +252,7 @@ def spec_from(s: Any, tenant: str) -> ScheduleSpec:
         keep_succeeded_for_s=opt_s(s, "keep_succeeded_for", "keep_succeeded_for"),
         keep_failed_for_s=opt_s(s, "keep_failed_for", "keep_failed_for"),
         parent_schedule_id=uuid_of(s.parent_schedule_id, "parent_schedule_id", required=False),
+        target=target_from(s.target, s.HasField("target"), egress),
     )
 
 
@@ -229,7 +268,7 @@ RETRY_PATHS = {"retry_policy.initial_backoff": "initial_s", "retry_policy.backof
                "retry_policy.max_backoff": "max_s", "retry_policy.max_attempts": "max_attempts"}
 TOP_PATHS = ("name", "cron", "timezone", "job_type", "payload_json", "priority", "retry_policy", "timeout",
              "misfire_policy", "max_catch_up", "overlap_policy", "dst_policy", "jitter", "alert_if_no_success_within",
-             "keep_last", "keep_succeeded_for", "keep_failed_for")
+             "keep_last", "keep_succeeded_for", "keep_failed_for", "target")
 UPDATABLE = {*TOP_PATHS, *RETRY_PATHS, "dst_policy.gap", "dst_policy.repeated_hour"}
 NOT_UPDATABLE = {"id", "tenant", "paused", "version", "partition", "next_run_at", "last_scheduled_for",
                  "last_success_at", "created_at", "updated_at"}
@@ -251,7 +290,7 @@ def mask_paths(paths: list[str]) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def changes_from(s: Any, paths: list[str]) -> dict[str, Any]:
+def changes_from(s: Any, paths: list[str], egress: EgressPolicy | None = None) -> dict[str, Any]:
     """The new values named by (checked) mask paths, as update_schedule changes; fields relative
     to `schedule`. A named field unset in the message takes its default."""
     c: dict[str, Any] = {}
@@ -298,6 +337,10 @@ def changes_from(s: Any, paths: list[str]) -> dict[str, Any]:
             c["keep_last"] = s.keep_last if s.HasField("keep_last") else None
         elif p in ("keep_succeeded_for", "keep_failed_for"):
             c[f"{p}_s"] = opt_s(s, p, p)
+        elif p == "target":
+            c["target"] = target_from(s.target, s.HasField("target"), egress)
+            if c["target"] is not None and "job_type" not in paths:
+                c["job_type"] = ""  # a target without a job type: the schedule's becomes "http"
     return c
 
 
@@ -337,6 +380,8 @@ def schedule_out(r: Mapping[str, Any]) -> common_pb2.Schedule:
         s.keep_last = r["keep_last"]
     _set_dur(s, "keep_succeeded_for", r.get("keep_succeeded_for_s"))
     _set_dur(s, "keep_failed_for", r.get("keep_failed_for_s"))
+    if r.get("target") is not None:
+        s.target.CopyFrom(target_out(r["target"]))
     for name in ("next_run_at", "last_scheduled_for", "last_success_at", "created_at", "updated_at"):
         _set_ts(s, name, r[name])
     if r.get("parent_schedule_id") is not None:
@@ -358,6 +403,8 @@ def execution_out(r: Mapping[str, Any]) -> common_pb2.Execution:
     )
     _set_dur(e, "timeout", r["timeout_s"])
     _set_ts(e, "lease_expires_at", r["lease_expires"])
+    if r.get("target") is not None:
+        e.target.CopyFrom(target_out(r["target"]))
     for name in ("scheduled_for", "run_at", "created_at", "fired_at", "queued_at", "started_at", "heartbeat_at",
                  "finished_at"):
         _set_ts(e, name, r[name])

@@ -21,7 +21,8 @@ from cronwheel.cluster.api.auth import authorization_check, current_caller
 from cronwheel.cluster.api.convert import Converted, epoch_ts, ts
 from cronwheel.cluster.api.grpc_errors import status_of
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher, Leased
-from cronwheel.errors import InvalidArgument
+from cronwheel.errors import InvalidArgument, PermissionDenied
+from cronwheel.http_target import HTTP_TYPE
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc, enums
 
 DEFAULT_LEASE_S = 60.0
@@ -57,7 +58,7 @@ def add_leased(resp: dispatch_pb2.LeaseExecutionsResponse, rows: Iterable[Leased
     for row in rows:
         m = add(execution_id=row.id, schedule_id=row.schedule_id or "", tenant=row.tenant, type=row.type,
                 payload_json=row.payload, attempt=row.attempt, max_attempts=row.max_attempts,
-                fencing_token=row.fencing_token, checkpoint_json=row.checkpoint or "",
+                fencing_token=row.fencing_token, checkpoint_json=row.checkpoint or "", target_json=row.target or "",
                 priority=PRIORITY[row.priority], trigger=TRIGGER.get(row.trigger, 0),
                 scheduled_for=stamps[row.scheduled_for], run_at=stamps[row.run_at],
                 lease_expires_at=stamps[row.lease_expires], started_at=stamps[row.started_at])
@@ -101,6 +102,8 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
         remaining = context.time_remaining()
         if remaining is not None:
             wait_s = min(wait_s, max(0.0, remaining - 0.2))  # answer before the client gives up
+        if current_caller().doer and list(request.job_types) != [HTTP_TYPE]:
+            raise PermissionDenied(f"job_types: a doer token leases runs of type {HTTP_TYPE!r} only")
         rows, held_s = await self.d.lease_held(request.worker_id, list(request.job_types), request.max_count or 1,
                                                lease_s, wait_s, tenant=scope(), still_allowed=authorization_check())
         resp = dispatch_pb2.LeaseExecutionsResponse()
@@ -162,7 +165,9 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
                             context: Ctx) -> dispatch_pb2.FailExecutionResponse:
         t0 = tracing.ns(self.d.clock.now_ts()) if request.trace_context and tracing.enabled() else 0
         out = await self.d.fail(parse_id("execution_id", request.execution_id), request.fencing_token,
-                                request.worker_id, request.error, request.retryable, request.error_type, scope())
+                                request.worker_id, request.error, request.retryable, request.error_type, scope(),
+                                retry_after_s=seconds("retry_after", request.retry_after,
+                                                      request.HasField("retry_after"), 0.0) or None)
         if t0:
             _complete_span(t0, request.trace_context, request.execution_id, out.state)
         r = dispatch_pb2.FailExecutionResponse(state=STATE[out.state], attempt=out.attempt,
@@ -170,3 +175,18 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
         if out.state == "retry_scheduled":
             r.next_run_at.CopyFrom(ts(out.run_at))
         return r
+
+    async def ReportTargetRun(self, request: dispatch_pb2.ReportTargetRunRequest,  # noqa: N802
+                              context: Ctx) -> dispatch_pb2.ReportTargetRunResponse:
+        """No bearer token (auth.TOKENLESS): the execution id and fencing token are the credential."""
+        kind = request.WhichOneof("outcome")
+        if kind is None:
+            raise InvalidArgument("outcome", "set one of result_json, error, heartbeat")
+        alive = kind not in ("result_json", "error")  # the third: a heartbeat
+        if alive and not getattr(request, kind):
+            raise InvalidArgument(kind, "must be true when set")
+        state = await self.d.report_target(
+            parse_id("execution_id", request.execution_id), request.fencing_token, alive=alive,
+            result_json=request.result_json if kind == "result_json" else None,
+            error=request.error if kind == "error" else None, retryable=request.retryable)
+        return dispatch_pb2.ReportTargetRunResponse(state=STATE[state])

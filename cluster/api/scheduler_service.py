@@ -35,6 +35,7 @@ from cronwheel.cluster.commands.submit_batcher import SubmitBatcher
 from cronwheel.cluster.commands.values import parse_json, text
 from cronwheel.cron import jitter_offset_s
 from cronwheel.dispatch_limits import ANSWER_ROWS_BYTES
+from cronwheel.egress import EgressPolicy
 from cronwheel.errors import InvalidArgument
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Row
@@ -58,8 +59,10 @@ def _filter_text(value: str, field: str) -> str | None:
 
 class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
     def __init__(self, store: PgStore, clock: Clock, partitions: Callable[[], int],
-                 retention: timedelta = DEFAULT_RETENTION, metrics: Metrics | None = None) -> None:
+                 retention: timedelta = DEFAULT_RETENTION, metrics: Metrics | None = None,
+                 egress: EgressPolicy | None = None) -> None:
         self.store = store
+        self.egress = egress or EgressPolicy()  # HTTP targets' URLs are checked as stored (--egress-allow)
         self.clock = clock
         self.metrics = metrics
         self.partitions = partitions  # read per call: known once the node has read the database
@@ -80,7 +83,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         s = request.schedule
         tenant = caller.owner(s.tenant, "schedule.tenant")
         with cv.fields_under("schedule"):
-            spec = cv.spec_from(s, tenant)
+            spec = cv.spec_from(s, tenant, self.egress)
             row = await sch.create_schedule(self.store, spec, self.clock.now(), self.partitions(),
                                             actor=caller.name)
         return scheduler_pb2.CreateScheduleResponse(schedule=cv.schedule_out(row))
@@ -92,7 +95,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         version = cv.expected_version(request.expected_version)
         paths = cv.mask_paths(list(request.update_mask.paths))
         with cv.fields_under("schedule"):
-            changes = cv.changes_from(request.schedule, paths)
+            changes = cv.changes_from(request.schedule, paths, self.egress)
             row = await sch.update_schedule(self.store, sid, changes, self.clock.now(), caller.scope(),
                                             actor=caller.name, expected_version=version)
         return scheduler_pb2.UpdateScheduleResponse(schedule=cv.schedule_out(row))
@@ -234,7 +237,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
             unique=cv.unique_from(request.unique) if request.HasField("unique") else None,
             concurrency_key=request.concurrency_key or None, concurrency_limit=request.concurrency_limit or None,
             depends_on=list(request.depends_on),
-            dependency_policy=cv.enum(enums.DEPENDENCY_POLICY, request.dependency_policy, "dependency_policy", None))
+            dependency_policy=cv.enum(enums.DEPENDENCY_POLICY, request.dependency_policy, "dependency_policy", None),
+            target=cv.target_from(request.target, request.HasField("target"), self.egress))
 
     async def SubmitJob(self, request: scheduler_pb2.SubmitJobRequest,  # noqa: N802
                         context: Ctx) -> scheduler_pb2.SubmitJobResponse:

@@ -41,7 +41,8 @@ def grpc_services(node: Node) -> list[tuple[Registrar, Any, str]]:
         ),
         (
             scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server,
-            SchedulerService(node.store, node.clock, lambda: node.partitions, retention, node.metrics),
+            SchedulerService(node.store, node.clock, lambda: node.partitions, retention, node.metrics,
+                             node.config.webhooks.egress),
             scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name,
         ),
         (

@@ -40,6 +40,7 @@ def tenant_out(r: dict[str, Any]) -> admin_pb2.Tenant:
         if r[name] is not None:
             setattr(t, name, r[name])
     t.created_at.CopyFrom(cv.ts(r["created_at"]))
+    t.egress_rules.extend(r.get("egress_rules") or ())
     return t
 
 
@@ -58,6 +59,8 @@ def _value(msg: admin_pb2.Tenant, name: str) -> Any:
     """A field of a Tenant message as a column value (an unset optional field: None)."""
     if name in _OPTIONAL:
         return getattr(msg, name) if msg.HasField(name) else None
+    if name == "egress_rules":
+        return tuple(msg.egress_rules) or None
     return getattr(msg, name)
 
 

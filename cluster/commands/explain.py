@@ -36,7 +36,7 @@ under the most permissive policy (gap shift, repeated both).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -261,7 +261,7 @@ def _one(t: datetime, s: dict[str, Any], by_tick: dict[datetime, dict[str, Any]]
         lag_txt = ("" if lag is None else f" {lag * 1000:.0f} ms after run_at" if lag >= 0
                    else f", queued {-lag * 1000:.0f} ms ahead of run_at (the node queues a tick just before it "
                         f"is due; workers claim it from run_at)")
-        attempts = f"; {ex['state']} after {ex['attempt']} attempt(s)"
+        attempts = f"; {ex['state']} after {ex['attempt']} attempt(s)" + _target_wait(ex)
         if ex["trigger"] == "catch_up":
             how += _misfire_reason("", t, ownership)
         if _gap_shifted(t, defn, str(s["id"])):
@@ -367,6 +367,22 @@ def _coalesced(t: datetime, by_tick: dict[datetime, dict[str, Any]], misfires: l
         return Explained(t, "COALESCED_MISFIRE", why)
     return Explained(t, "COALESCED_MISFIRE", f"{why}; ran once as the tick of {ran['scheduled_for'].isoformat()}",
                      execution_id=ran["id"], execution_state=ran["state"])
+
+
+def _target_wait(ex: Mapping[str, Any]) -> str:
+    """An HTTP target's run under its target's limits (issue 50): how long after run_at its last
+    attempt started (a run over a limit waits QUEUED), and the limits (key 'target:<origin>')."""
+    key = ex.get("concurrency_key") or ""
+    if not key.startswith("target:") or ex.get("started_at") is None:
+        return ""
+    limits = []
+    if ex.get("concurrency_limit") is not None and ex["concurrency_limit"] < 2**31 - 1:
+        limits.append(f"{ex['concurrency_limit']} at once")
+    if ex.get("key_rate_per_s") is not None:
+        limits.append(f"{ex['key_rate_per_s']:g}/s, burst {ex.get('key_burst') or ex['key_rate_per_s']:g}")
+    wait_ms = max(0.0, (ex["started_at"] - ex["run_at"]).total_seconds() * 1000)
+    return (f"; started {wait_ms:.0f} ms after run_at under its target's limits "
+            f"({key.removeprefix('target:')}: {', '.join(limits)})")
 
 
 def _misfire_reason(reason: str, t: datetime, ownership: list[dict[str, Any]]) -> str:

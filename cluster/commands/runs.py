@@ -32,7 +32,14 @@ from typing import Any
 
 from cronwheel import tracing
 from cronwheel.cluster.commands.dependencies import DependencyLinker, check_depends_on
-from cronwheel.cluster.commands.schedules import get_schedule, lock_schedule, spec_of, validate_cron
+from cronwheel.cluster.commands.schedules import (
+    get_schedule,
+    job_type_or_target,
+    lock_schedule,
+    spec_of,
+    target_text,
+    validate_cron,
+)
 from cronwheel.cluster.commands.unique import UniqueSpec, unique_key
 from cronwheel.cluster.commands.unique import validate as validate_unique
 from cronwheel.cluster.commands.values import (
@@ -203,6 +210,7 @@ class JobSpec:
     concurrency_limit: int | None = None
     depends_on: Sequence[str] = ()  # upstreams: execution ids or idempotency keys (dependencies.py)
     dependency_policy: str | None = None  # "on_success" (default) or "always"
+    target: str | None = None  # an HTTP target's JSON instead of a job type (type: "" or "http")
 
 
 MAX_SUBMIT_BATCH = 10_000  # jobs in one SubmitJobs call
@@ -225,7 +233,7 @@ def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
     state: queued at once unless run_at is more than QUEUED_AT_SUBMIT_WITHIN ahead (then
     scheduled); a queued job is claimed from its run_at. No I/O."""
     tenant = text("tenant", job.tenant)
-    jtype = text("type", job.type)
+    jtype = job_type_or_target(job.type, job.target, "type")
     payload = payload_json("payload_json", job.payload)
     key = _key(job.idempotency_key)
     ckey, climit = concurrency_key(job.concurrency_key, job.concurrency_limit)
@@ -254,6 +262,7 @@ def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
         retry_initial_s=retry.initial_s, retry_multiplier=retry.multiplier, retry_max_s=retry.max_s,
         timeout_s=timeout("timeout", job.timeout_s), idempotency_key=key, unique_key=ukey, unique_states=umask,
         concurrency_key=ckey, concurrency_limit=climit, depends_on=depends_on, dependency_policy=dep_policy,
+        target=target_text(job.target),
     )
 
 

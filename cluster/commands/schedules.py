@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from cronwheel import http_target
 from cronwheel.cluster.commands.values import (
     MAX_NAME,
     OVERLAP_POLICIES,
@@ -54,7 +55,7 @@ from cronwheel.cron import (
 from cronwheel.errors import InvalidArgument, VersionConflict
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Conn, Event, Row
-from cronwheel.storage.schedules import ScheduleFields
+from cronwheel.storage.schedules import ScheduleFields, TenantQuota
 
 __all__ = ["JsonText", "QuotaExceeded", "RetryPolicy", "ScheduleSpec", "create_schedule", "delete_schedule",
            "get_schedule", "partition_of", "set_paused", "update_schedule"]
@@ -94,6 +95,7 @@ class ScheduleSpec:
     # A child schedule (issue 52): no cron of its own; it runs once per successful run of this
     # parent, with the parent run's scheduled time (dispatch.sql release_children). Immutable.
     parent_schedule_id: uuid.UUID | None = None
+    target: str | None = None  # an HTTP target's JSON (cronwheel/http_target.py) instead of a job type
 
     def validated(self) -> tuple[ScheduleSpec, CronSchedule | None]:
         """Every field checked (in API field order), defaults filled, the cron parsed (None: a
@@ -114,7 +116,8 @@ class ScheduleSpec:
             misfire_policy=parse_misfire_policy(spec.misfire_policy).value,
             dst_gap=dst.gap.value if dst is not None and dst.gap else None,
             dst_repeated=dst.repeated.value if dst is not None and dst.repeated else None,
-            job_type=text("job_type", self.job_type),
+            job_type=job_type_or_target(self.job_type, self.target),
+            target=None if self.target is None else http_target.parse(self.target).to_json(),
             payload=payload_json("payload_json", self.payload),
             priority=priority(self.priority),
             retry=self.retry.validate(),
@@ -143,6 +146,32 @@ def _not_child(spec: ScheduleSpec) -> None:
     if spec.parent_schedule_id is not None:
         raise InvalidArgument("cron", f"a child schedule has no cron of its own: it runs once per successful run "
                                       f"of its parent {spec.parent_schedule_id}")
+
+
+def job_type_or_target(job_type: str, target: str | None, field: str = "job_type") -> str:
+    """The job type of a schedule or job: its own, or `http` for an HTTP target; never both (the
+    one rule of issue 50, for schedules and submitted jobs)."""
+    if target is not None:
+        if job_type and job_type != http_target.HTTP_TYPE:
+            raise InvalidArgument("target", "set either job_type or target, not both")
+        return http_target.HTTP_TYPE
+    jtype = text(field, job_type)
+    if jtype == http_target.HTTP_TYPE:
+        raise InvalidArgument(field, f"{jtype!r} is reserved for HTTP targets: set target instead")
+    return jtype
+
+
+def _check_target_rules(spec: ScheduleSpec, tenant: TenantQuota | None) -> None:
+    """A target stored now must match its tenant's egress rules (TenantService egress_rules)."""
+    if spec.target is not None and tenant is not None:
+        http_target.check_egress_rules(http_target.parse(spec.target).url, tenant.egress_rules)
+
+
+def target_text(value: Any) -> str | None:
+    """A stored target (jsonb: a dict, or JSON text) as its canonical JSON text; None: none."""
+    if value is None:
+        return None
+    return http_target.parse(value).to_json()
 
 
 def _check_lengths(cron: object, timezone: object) -> None:
@@ -199,6 +228,7 @@ def spec_of(row: Mapping[str, Any]) -> ScheduleSpec:
         alert_if_no_success_within_s=row["alert_if_no_success_within_s"], keep_last=row["keep_last"],
         keep_succeeded_for_s=row["keep_succeeded_for_s"], keep_failed_for_s=row["keep_failed_for_s"], id=row["id"],
         parent_schedule_id=row.get("parent_schedule_id"),
+        target=target_text(row.get("target")),
     )
 
 
@@ -213,6 +243,7 @@ def _fields(spec: ScheduleSpec) -> ScheduleFields:
         overlap_policy=spec.overlap_policy, jitter_s=spec.jitter_s, paused=spec.paused,
         alert_if_no_success_within_s=spec.alert_if_no_success_within_s, keep_last=spec.keep_last,
         keep_succeeded_for_s=spec.keep_succeeded_for_s, keep_failed_for_s=spec.keep_failed_for_s,
+        target=spec.target,
     )
 
 
@@ -241,6 +272,7 @@ async def create_schedule(store: PgStore, spec: ScheduleSpec, now: datetime, par
     p = partition_of(spec.id, partitions)
     async with store.transaction() as conn:
         quota = await store.schedules.lock_tenant(conn, spec.tenant)
+        _check_target_rules(spec, quota)
         if quota is not None and quota.max_schedules is not None:
             live = await store.schedules.count_live(conn, spec.tenant)
             if live >= quota.max_schedules:
@@ -297,6 +329,8 @@ async def update_schedule(store: PgStore, schedule_id: uuid.UUID, changes: Mappi
         row = await lock_schedule(store, conn, schedule_id, tenant, expected_version)
         old = spec_of(row)
         new, cron = _apply(old, changes).validated()
+        if new.target is not None and new.target != old.target:
+            _check_target_rules(new, await store.schedules.lock_tenant(conn, row["tenant"]))
         changed = sorted(k for k in ScheduleSpec.__dataclass_fields__ if getattr(old, k) != getattr(new, k))
         unfired = await store.schedules.unfire_ahead(conn, schedule_id, now)  # fired again, as edited
         next_run_at = unfired or row["next_run_at"]
@@ -308,7 +342,7 @@ async def update_schedule(store: PgStore, schedule_id: uuid.UUID, changes: Mappi
             "schedule_updated", row["tenant"], schedule_id, None, row["partition"], actor, at=now,
             data={"fields": [API_NAMES.get(k, k) for k in changed], "version": upd["version"],
                   "changes": {API_NAMES.get(k, k): [_jsonable(getattr(old, k)), _jsonable(getattr(new, k))]
-                              for k in changed if k != "payload"}}), conn)
+                              for k in changed if k not in ("payload", "target")}}), conn)
         await store.schedules.notify_changed(conn, row["partition"], schedule_id)
     return upd
 

@@ -18,6 +18,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from cronwheel import http_target
 from cronwheel.cluster.commands.values import text
 from cronwheel.errors import InvalidArgument
 from cronwheel.storage.tenants import TenantFields
@@ -29,7 +30,9 @@ MAX_WEIGHT = 1000
 RATE_RANGE = (0.001, 1_000_000.0)
 BURST_RANGE = (1.0, 10_000_000.0)
 # The fields UpdateTenant may name in its update_mask (the settable columns but the id).
-SETTABLE = ("max_concurrency", "rate_per_s", "burst", "weight", "max_schedules", "max_executions_per_day")
+SETTABLE = ("max_concurrency", "rate_per_s", "burst", "weight", "max_schedules", "max_executions_per_day",
+            "egress_rules")
+MAX_EGRESS_RULES = 100
 PREFIX = "tenant"
 
 
@@ -64,17 +67,28 @@ def checked(f: TenantFields) -> TenantFields:
         rate_per_s=rate, burst=burst,
         weight=_int("weight", f.weight, 1, MAX_WEIGHT),
         max_schedules=_quota("max_schedules", f.max_schedules),
-        max_executions_per_day=_quota("max_executions_per_day", f.max_executions_per_day))
+        max_executions_per_day=_quota("max_executions_per_day", f.max_executions_per_day),
+        egress_rules=_rules(f.egress_rules))
+
+
+def _rules(rules: tuple[str, ...] | list[str] | None) -> tuple[str, ...] | None:
+    """A tenant's egress rules for HTTP targets (http_target.egress_rule each); none: None."""
+    if not rules:
+        return None
+    if len(rules) > MAX_EGRESS_RULES:
+        raise InvalidArgument(f"{PREFIX}.egress_rules", f"at most {MAX_EGRESS_RULES} rules, got {len(rules)}")
+    return tuple(dict.fromkeys(http_target.egress_rule(r, f"{PREFIX}.egress_rules[{i}]") for i, r in enumerate(rules)))
 
 
 def new_tenant(tenant_id: str, max_concurrency: int = 0, rate_per_s: float | None = None,
                burst: float | None = None, weight: int = 0, max_schedules: int | None = None,
-               max_executions_per_day: int | None = None) -> TenantFields:
+               max_executions_per_day: int | None = None,
+               egress_rules: tuple[str, ...] | list[str] | None = None) -> TenantFields:
     """A tenant to create: 0 for max_concurrency or weight means the default."""
     return checked(TenantFields(
         id=tenant_id, max_concurrency=max_concurrency or DEFAULT_MAX_CONCURRENCY, rate_per_s=rate_per_s,
         burst=burst, weight=weight or DEFAULT_WEIGHT, max_schedules=max_schedules,
-        max_executions_per_day=max_executions_per_day))
+        max_executions_per_day=max_executions_per_day, egress_rules=tuple(egress_rules or ()) or None))
 
 
 def mask(paths: list[str]) -> list[str]:

@@ -84,6 +84,7 @@ from cronwheel.dispatch_limits import (
     MAX_POLLS_PER_WORKER,
 )
 from cronwheel.errors import CronwheelError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken
+from cronwheel.http_target import HTTP_TYPE
 from cronwheel.storage import PgStore
 from cronwheel.storage.dispatch import (
     ClaimParams,
@@ -112,6 +113,7 @@ class DispatchConfig:
     fair_tau_s: float = FAIR_SHARE_TAU_S
     max_polls_per_tenant: int = MAX_POLLS_PER_TENANT
     max_polls_per_worker: int = MAX_POLLS_PER_WORKER
+    target_heartbeat_s: float = 60.0  # the lease an HTTP target's heartbeat (ReportTargetRun) extends to
 
     def validate(self) -> DispatchConfig:
         self.weights.validate()
@@ -473,15 +475,38 @@ class Dispatcher:
         return out
 
     async def fail(self, ident: uuid.UUID, token: int, worker: str, error: str, retryable: bool,
-                   error_type: str, tenant: str | None = None) -> Outcome:
+                   error_type: str, tenant: str | None = None, retry_after_s: float | None = None) -> Outcome:
         error = error.encode()[:16 * 1024].decode(errors="ignore")  # kept truncated, not refused
         if len(error_type) > 200:
             raise InvalidArgument("error_type", f"must be at most 200 characters, got {len(error_type)}")
         return await self._finish(TokenCall(ident, token, worker, tenant), succeeded=False, error=error,
-                                  retryable=retryable, error_type=error_type)
+                                  retryable=retryable, error_type=error_type, retry_after_s=retry_after_s)
+
+    async def report_target(self, ident: uuid.UUID, token: int, *, alive: bool = False,
+                            result_json: str | None = None, error: str | None = None,
+                            retryable: bool = False) -> str:
+        """What an HTTP target that answered 202 reports (DispatchService.ReportTargetRun): the
+        execution id and its current fencing token are the credential, so it acts as the doer
+        that holds the lease (any tenant's run; a job type's run is NOT_FOUND: its token is not
+        a credential). Refused like the doer's own call once the run ended or moved on. Answers
+        the run's state after the report."""
+        async with self.store.connection() as conn:
+            st = await self.port.execution_token_state(conn, ident, None)
+        if st is None or st.type != HTTP_TYPE:
+            raise NotFound("execution", ident)
+        if st.fencing_token != token:
+            raise StaleFencingToken(ident, token, st.fencing_token)
+        if st.state != "running" or st.lease_owner is None:
+            raise _not_running(ident, st.state)
+        if alive:  # a heartbeat
+            await self.heartbeat(ident, token, st.lease_owner, self.config.target_heartbeat_s)
+            return "running"
+        if result_json is not None:
+            return (await self.complete(ident, token, st.lease_owner, result_json or "{}")).state
+        return (await self.fail(ident, token, st.lease_owner, error or "", retryable, "target")).state
 
     async def _finish(self, call: TokenCall, *, succeeded: bool, result: Any = None, error: str = "",
-                      retryable: bool = True, error_type: str = "") -> Outcome:
+                      retryable: bool = True, error_type: str = "", retry_after_s: float | None = None) -> Outcome:
         async with self.store.transaction() as conn:
             run = await self.port.lock_running(conn, call)
             if run is None:
@@ -498,6 +523,8 @@ class Dispatcher:
                     initial_s=run.retry_initial_s, multiplier=run.retry_multiplier,
                     max_s=run.retry_max_s, rand=self.rng.random())
                 state, delay, reason = d.state, d.delay_s, d.reason
+                if state == "retry_scheduled" and retry_after_s:  # Retry-After: the earliest next attempt
+                    delay = max(delay, retry_after_s)
             now = self.clock.now()
             terminal = state in TERMINAL_STATES
             out = await self.port.finish(conn, FinishParams(

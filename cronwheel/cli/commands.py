@@ -79,7 +79,14 @@ def _configure_secrets(p: argparse.ArgumentParser) -> None:
                                       "report which keys the stored secrets need (idempotent; nodes may run)")
     r.add_argument("--dsn", help="PostgreSQL DSN (default: $CRONWHEEL_DSN)")
     r.add_argument("--secret-key-file", default="", help="the key ring, as the nodes' (or $CRONWHEEL_SECRET_KEY)")
-    for q in (k, r):
+    put = sub.add_parser("put", help="store a named secret of a tenant (HTTP targets' headers name it), its value "
+                                     "read from stdin; replaces the value of that name (a rotation: the next call "
+                                     "carries the new value)")
+    put.add_argument("name", help="the secret's name (letters, digits, '_', '.', '-'; 1..128)")
+    put.add_argument("--tenant", required=True, help="the tenant whose secret it is")
+    put.add_argument("--dsn", help="PostgreSQL DSN (default: $CRONWHEEL_DSN)")
+    put.add_argument("--secret-key-file", default="", help="the key ring, as the nodes' (or $CRONWHEEL_SECRET_KEY)")
+    for q in (k, r, put):
         q.set_defaults(handler=cmd_secrets)
 
 
@@ -115,6 +122,9 @@ def cmd_secrets(args: argparse.Namespace) -> int:
     from cronwheel.storage import PgStore, StoreConfig
     from cronwheel.storage.secrets import SealReport
 
+    if args.secrets_command == "put":
+        return _put_secret(args, SecretStore(keys))
+
     async def rotate() -> tuple[dict[str, SealReport], dict[str, SealReport]]:
         async with PgStore(StoreConfig(dsn=_dsn(args), min_connections=1, max_connections=1,
                                        secrets=SecretStore(keys))) as store:
@@ -129,6 +139,29 @@ def cmd_secrets(args: argparse.Namespace) -> int:
     if now <= {keys.primary}:
         print(f"every stored secret is encrypted with key {keys.primary}: once every node's key ring starts with "
               "it, the other keys may be removed")
+    return 0
+
+
+def _put_secret(args: argparse.Namespace, secrets: Any) -> int:
+    """`cronwheel secrets put NAME --tenant T` (value on stdin): sealed with the key ring, never printed."""
+    import asyncio
+    import re
+    import sys
+
+    from cronwheel.storage import PgStore, StoreConfig
+
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", args.name):
+        raise InvalidArgument("name", "letters, digits, '_', '.', '-' only (1..128)")
+    value = sys.stdin.read().rstrip("\n")
+    if not value:
+        raise InvalidArgument("stdin", "the secret's value is read from stdin, and it was empty")
+
+    async def put() -> None:
+        async with PgStore(StoreConfig(dsn=_dsn(args), min_connections=1, max_connections=1, secrets=secrets)) as store:
+            await store.secrets.put(args.tenant, args.name, value)
+
+    asyncio.run(put())
+    print(f"secret {args.name} of tenant {args.tenant} stored (encrypted)")
     return 0
 
 
@@ -330,7 +363,16 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 
 def _configure_worker(p: argparse.ArgumentParser) -> None:
-    p.add_argument("module", help="Python module that defines a cronwheel.client.Worker (named `worker`)")
+    p.add_argument("module", nargs="?", default="",
+                   help="Python module that defines a cronwheel.client.Worker (named `worker`); not with --http")
+    p.add_argument("--http", action="store_true",
+                   help="be an HTTP doer: call the HTTP targets of runs of type 'http' (docs/http-targets.md)")
+    p.add_argument("--egress-allow", action="append", default=[], metavar="HOST_OR_CIDR",
+                   help="--http: a non-public destination targets may reach (repeatable; as the node's)")
+    p.add_argument("--dsn", default="", help="--http: PostgreSQL DSN to read the named secrets targets use "
+                                             "($CRONWHEEL_DSN; a role that may read the secrets table only)")
+    p.add_argument("--secret-key-file", default="", help="--http: the key ring that opens the named secrets "
+                                                         "(or $CRONWHEEL_SECRET_KEY)")
     p.add_argument("--address", default=os.environ.get("CRONWHEEL_ADDRESS", ""),
                    help="node gRPC address host:port (default: $CRONWHEEL_ADDRESS, else the Worker's own)")
     p.add_argument("--worker-id", default="", help="worker id (default: the Worker's own)")
@@ -349,19 +391,70 @@ def _configure_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
+def _http_doer(args: argparse.Namespace) -> Any:
+    """The Worker of `cronwheel worker --http` (cronwheel/client/http_doer.py), with its egress
+    policy and, given --dsn (or $CRONWHEEL_DSN), the named secrets of the database, opened with
+    the key ring (read on first use, inside the worker's loop)."""
+    from cronwheel.client import Worker
+    from cronwheel.client.http_doer import HttpDoer, http_worker
+    from cronwheel.egress import EgressPolicy
+    from cronwheel.secret_store import load_keys
+
+    egress = EgressPolicy.parse(args.egress_allow)
+    dsn = args.dsn or os.environ.get("CRONWHEEL_DSN", "")
+    secrets = _DoerSecrets(dsn, load_keys(args.secret_key_file)) if dsn else None
+    worker = Worker(worker_id=f"http-doer-{os.getpid()}")
+    print(f"http doer: egress allows {list(egress.describe()) or 'public addresses only'}; "
+          f"secrets {'from the database' if secrets else 'not available (no --dsn)'}", flush=True)
+    return http_worker(worker, HttpDoer(egress, secrets, threads=args.concurrency or worker.concurrency))
+
+
+class _DoerSecrets:
+    """The doer's SecretProvider: the named secrets table (storage/secrets.py), opened with the
+    doer's key ring; the pool is made on first use, on the worker's loop."""
+
+    def __init__(self, dsn: str, keys: Any) -> None:
+        self.dsn, self.keys = dsn, keys
+        self._port: Any = None
+
+    async def _open(self) -> Any:
+        if self._port is None:
+            from cronwheel.secret_store import SecretStore
+            from cronwheel.storage import PgStore, StoreConfig
+
+            store = PgStore(StoreConfig(dsn=self.dsn, min_connections=1, max_connections=4,
+                                        secrets=SecretStore(self.keys)))
+            await store.__aenter__()
+            self._port = store.secrets
+        return self._port
+
+    async def get(self, tenant: str | None, name: str) -> str:
+        return str(await (await self._open()).get(tenant, name))
+
+    async def put(self, tenant: str | None, name: str, value: str) -> None:
+        await (await self._open()).put(tenant, name, value)
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     import sys
 
     from cronwheel import logs
     from cronwheel.client import load_worker
 
-    sys.path.insert(0, os.getcwd())
-    try:
-        worker = load_worker(args.module)
-    except ImportError as exc:
-        raise InvalidArgument("module", f"cannot import {args.module!r}: {exc}") from exc
-    except LookupError as exc:
-        raise InvalidArgument("module", str(exc)) from exc
+    if args.http:
+        if args.module:
+            raise InvalidArgument("--http", "an HTTP doer runs no module: give --http or a module, not both")
+        worker = _http_doer(args)
+    elif not args.module:
+        raise InvalidArgument("module", "required (or --http for an HTTP doer)")
+    else:
+        sys.path.insert(0, os.getcwd())
+        try:
+            worker = load_worker(args.module)
+        except ImportError as exc:
+            raise InvalidArgument("module", f"cannot import {args.module!r}: {exc}") from exc
+        except LookupError as exc:
+            raise InvalidArgument("module", str(exc)) from exc
     if args.address:
         worker.address = args.address
     if args.worker_id:

@@ -55,7 +55,7 @@ FLAGS: dict[str, str] = {
     "additional_attempts": "--attempts", "count": "--count", "after": "--after", "start_time": "--after",
     "page_size": "--limit", "states": "--state", "after_id": "--since", "kind": "--kind", "address": "--address",
     "ca_file": "--tls-ca", "keep_last": "--keep-last", "keep_succeeded_for": "--keep-succeeded-for",
-    "keep_failed_for": "--keep-failed-for",
+    "keep_failed_for": "--keep-failed-for", "target": "--target",
     "unique.args_keys": "--unique-keys", "unique.period": "--unique-period", "unique.states": "--unique-states",
     # tenant and token commands (cli.tenant, `token` in cli.api)
     "tenant:tenant.id": "TENANT", "tenant:tenant_id": "TENANT", "tenant:tenant": "TENANT",
@@ -63,7 +63,8 @@ FLAGS: dict[str, str] = {
     "tenant.rate_per_s": "--rate-per-s", "rate_per_s": "--rate-per-s", "tenant.burst": "--burst", "burst": "--burst",
     "tenant.weight": "--weight", "weight": "--weight", "tenant.max_schedules": "--max-schedules",
     "max_schedules": "--max-schedules", "tenant.max_executions_per_day": "--max-executions-per-day",
-    "max_executions_per_day": "--max-executions-per-day",
+    "max_executions_per_day": "--max-executions-per-day", "tenant.egress_rules": "--egress-rules",
+    "egress_rules": "--egress-rules",
     "expires_at": "--expires-in", "expires_in": "--expires-in", "token_id": "TOKEN_ID", "token:tenant": "--tenant",
 }
 _PREFIXES = re.compile(r"^(schedule|spec|jobs\[\d+\])\.")

@@ -33,7 +33,7 @@ from cronwheel.errors import InvalidArgument
 # flag dest -> the Client's keyword (update_schedule: policy fields one by one, the rest unchanged)
 _SIMPLE = ("name", "cron", "timezone", "job_type", "misfire_policy", "payload", "priority", "overlap_policy",
            "max_catch_up", "jitter", "attempt_timeout", "alert_if_no_success_within", "keep_last",
-           "keep_succeeded_for", "keep_failed_for")
+           "keep_succeeded_for", "keep_failed_for", "target")
 _RETRY = {"max_attempts": "max_attempts", "backoff_initial": "initial_backoff",
           "backoff_multiplier": "backoff_multiplier", "backoff_max": "max_backoff"}
 _DST = {"dst_gap": "dst_gap", "dst_repeated": "dst_repeated_hour"}
@@ -44,7 +44,10 @@ def _schedule_fields(p: argparse.ArgumentParser, create: bool) -> None:
     p.add_argument("--cron", help="5 or 6 fields, @hourly aliases, H fields (required unless --parent)")
     p.add_argument("--timezone", "--tz", dest="timezone",
                    help="IANA zone, e.g. Europe/Berlin (required unless --parent)")
-    p.add_argument("--job-type", required=create, help="the job type workers lease")
+    p.add_argument("--job-type", help="the job type workers lease (required unless --target)")
+    p.add_argument("--target", type=json_arg, metavar="JSON",
+                   help="an HTTP target instead of a job type (docs/http-targets.md): JSON or @file.json, e.g. "
+                        '\'{"url": "https://svc.internal/run", "headers": {"Authorization": {"secret": "tok"}}}\'')
     p.add_argument("--misfire-policy", choices=MISFIRE, help=" | ".join(MISFIRE) + " (required unless --parent)")
     p.add_argument("--payload", type=json_arg, help="JSON payload, or @file.json")
     p.add_argument("--priority", choices=PRIORITIES, help=" | ".join(PRIORITIES))
@@ -91,7 +94,7 @@ def _schedule_create(args: argparse.Namespace) -> int:
         kw.setdefault("timezone", "")
         kw.setdefault("misfire_policy", None)
         s = cw.create_schedule(
-            kw.pop("name"), kw.pop("cron", ""), kw.pop("job_type"), **kw, tenant=args.tenant or None,
+            kw.pop("name"), kw.pop("cron", ""), kw.pop("job_type", ""), **kw, tenant=args.tenant or None,
             id=args.id or None, paused=args.paused, retry_policy=RetryPolicy(**retry) if retry else None,
             dst_policy=DstPolicy(gap=dst.get("dst_gap"), repeated_hour=dst.get("dst_repeated")) if dst else None,
             parent_schedule_id=parent)

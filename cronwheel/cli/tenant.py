@@ -35,6 +35,10 @@ def _optional(kind: type) -> Any:
     return parse
 
 
+def _rules(text: str) -> list[str]:
+    return [] if text.strip().lower() == "none" else [r.strip() for r in text.split(",") if r.strip()]
+
+
 def _whole(text: str) -> int:
     try:
         return int(text)
@@ -51,6 +55,9 @@ FIELDS: dict[str, tuple[str, Any, str]] = {
     "max-schedules": ("max_schedules", _optional(int), "quota of live schedules ('none': no quota)"),
     "max-executions-per-day": ("max_executions_per_day", _optional(int),
                                "quota of executions created per UTC day ('none': no quota)"),
+    "egress-rules": ("egress_rules", _rules,
+                     "where its HTTP targets may point: comma-separated HOST_GLOB or HOST_GLOB:PORT "
+                     "('none': any public address, the default)"),
 }
 
 
@@ -70,7 +77,8 @@ def _table(tenants: list[Any]) -> None:
     for t in tenants:
         print(f"{t.id}  max_concurrency={t.max_concurrency}  rate_per_s={opt(t.rate_per_s)}  burst={opt(t.burst)}  "
               f"weight={t.weight}  max_schedules={opt(t.max_schedules)}  "
-              f"max_executions_per_day={opt(t.max_executions_per_day)}")
+              f"max_executions_per_day={opt(t.max_executions_per_day)}"
+              + (f"  egress_rules={','.join(t.egress_rules)}" if t.egress_rules else ""))
 
 
 def _create(args: argparse.Namespace) -> int:

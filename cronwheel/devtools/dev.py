@@ -1,11 +1,11 @@
 """`cronwheel dev`: a whole local cluster on embedded servers, for trying cronwheel out.
 
 Starts a real PostgreSQL and etcd (cronwheel.devtools.localservers), migrates, runs `--nodes` scheduler
-nodes, a demo worker, the web console and the REST API (`cronwheel rest`, on loopback) as child
-processes, creates two example schedules (every 10 s in Europe/London, every minute in
-America/New_York) and a delayed one-off job, and prints where everything is. SIGINT (Ctrl-C)
-or SIGTERM stops the worker and the nodes (SIGTERM: they hand their partitions over and exit),
-then the servers, and removes every temp dir.
+nodes, a demo worker, an HTTP doer (`cronwheel worker --http`, which calls HTTP targets), the web
+console and the REST API (`cronwheel rest`, on loopback) as child processes, creates two example
+schedules (every 10 s in Europe/London, every minute in America/New_York) and a delayed one-off
+job, and prints where everything is. SIGINT (Ctrl-C) or SIGTERM stops the workers and the nodes
+(SIGTERM: they hand their partitions over and exit), then the servers, and removes every temp dir.
 
 Auth is off in dev (every caller is admin): the nodes are started without --auth-file.
 Stored secrets are encrypted as in production: the dev cluster makes a key (a key file in a temp
@@ -144,6 +144,11 @@ class DevCluster:
                         ready=" listening on ")
         first = _field(self.children[0], " listening on ")
         self._spawn("worker-1", ["worker", "cronwheel.devtools.demo", "--address", first, "--worker-id", "worker-1"],
+                    ready="worker ")
+        # The HTTP doer: HTTP targets' runs (docs/http-targets.md), loopback allowed as for webhooks.
+        self._spawn("worker-http", ["worker", "--http", "--address", first, "--worker-id", "worker-http",
+                                    "--dsn", self.dsn, "--secret-key-file", self.key_file,
+                                    *(f for a in LOOPBACK for f in ("--egress-allow", a))],
                     ready="worker ")
         self._examples(first)
         nodes = ",".join(_field(c, " listening on ") for c in self.children if c.name.startswith("node"))

@@ -35,7 +35,10 @@ CREATE TABLE tenants (
     max_schedules          integer CHECK (max_schedules > 0),
     max_executions_per_day integer CHECK (max_executions_per_day > 0),
     created_at             timestamptz NOT NULL DEFAULT now(),
-    burst                  double precision CHECK (burst > 0)          -- NULL: rate_per_s (one second's worth)
+    burst                  double precision CHECK (burst > 0),         -- NULL: rate_per_s (one second's worth)
+    -- HTTP targets (0023): "HOST_GLOB" or "HOST_GLOB:PORT" each, the only destinations its targets
+    -- may have; NULL: any public address.
+    egress_rules           text[]
 );
 
 -- Per-tenant claim state (0017), written only by a claim holding the tenant's claim lock: the
@@ -89,6 +92,8 @@ CREATE TABLE schedules (
     keep_last                    integer CHECK (keep_last >= 0),
     keep_succeeded_for_s         double precision CHECK (keep_succeeded_for_s > 0),
     keep_failed_for_s            double precision CHECK (keep_failed_for_s > 0),
+    -- An HTTP target (0023) instead of a job type for SDK workers: job_type is then 'http'.
+    target                       jsonb,
     -- A child schedule (0024): no cron of its own (cron ''), runs once per successful run of this
     -- parent, with the parent run's scheduled time (dispatch.sql release_children).
     parent_schedule_id           uuid
@@ -167,12 +172,31 @@ CREATE TABLE executions (
     concurrency_limit integer,
     CONSTRAINT executions_concurrency_key_limit
         CHECK ((concurrency_key IS NULL) = (concurrency_limit IS NULL) AND (concurrency_limit IS NULL OR concurrency_limit >= 1)),
+    -- The HTTP target a run of type 'http' calls (0023): its schedule's, copied at insert.
+    target            jsonb,
+    -- Its concurrency key's token bucket (0023: an HTTP target's rate_per_s, burst); NULL: none.
+    key_rate_per_s    double precision,
+    key_burst         double precision,
     -- Dependencies (0024): a `waiting` job's count of upstreams not yet finished (NULL: it named
     -- none), what an upstream that did not succeed does to it ('on_success': cancels it;
     -- 'always': it runs anyway), and whether a job is an upstream of any (the trigger's test).
     waiting_for       integer CHECK (waiting_for >= 0),
     dependency_policy text CHECK (dependency_policy IN ('on_success', 'always')),
     has_dependents    boolean NOT NULL DEFAULT false
+); NULL: none.
+    key_rate_per_s    double precision,
+    key_burst         double precision
+);
+-- The token buckets of rate-limited concurrency keys (0023), spent by the claim under the
+-- tenant's claim lock.
+CREATE TABLE key_dispatch (
+    tenant      text NOT NULL,
+    ckey        text NOT NULL,
+    tokens      double precision NOT NULL,
+    refilled_at timestamptz NOT NULL,
+    rate_per_s  double precision NOT NULL,  -- of the last run started (claim_wait's next token)
+    burst       double precision,
+    PRIMARY KEY (tenant, ckey)
 );
 -- The whole fire-once story: one execution per (schedule, tick). Partial (0019): a one-off job
 -- has no schedule, so its NULL never conflicted, and indexing it cost each of its row versions
@@ -564,3 +588,25 @@ END $$;
 CREATE TRIGGER tenants_seed_daily_count AFTER INSERT OR UPDATE OF max_executions_per_day ON tenants
     FOR EACH ROW EXECUTE FUNCTION cronwheel_seed_daily_count();
 
+
+-- HTTP targets (0023): a run of type 'http' keeps its schedule's target, copied at insert, and
+-- its concurrency limit becomes the concurrency key 'target:<origin>'.
+CREATE FUNCTION cronwheel_copy_target() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.target IS NULL AND NEW.schedule_id IS NOT NULL THEN
+        NEW.target := (SELECT s.target FROM schedules s WHERE s.id = NEW.schedule_id);
+    END IF;
+    IF NEW.concurrency_key IS NULL
+       AND ((NEW.target->>'concurrency_limit') IS NOT NULL OR (NEW.target->>'rate_per_s') IS NOT NULL) THEN
+        NEW.concurrency_key := 'target:' || lower(substring(NEW.target->>'url' FROM '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]+'));
+        NEW.concurrency_limit := coalesce((NEW.target->>'concurrency_limit')::int, 2147483647);
+        NEW.key_rate_per_s := (NEW.target->>'rate_per_s')::float8;
+        NEW.key_burst := (NEW.target->>'burst')::float8;
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER executions_copy_target BEFORE INSERT ON executions
+    FOR EACH ROW WHEN (NEW.type = 'http')
+    EXECUTE FUNCTION cronwheel_copy_target();

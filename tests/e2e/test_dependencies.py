@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cronwheel.devtools.harness import ProcessCluster, read_jsonl
 from cronwheel.client import Client, InvalidArgument, JobSpec, RetryPolicy
+from cronwheel.devtools.harness import ProcessCluster, read_jsonl
 from cronwheel.failpoints import STALL_FAULTS_ENV
 
 from .helpers import run_cli, wait_until

@@ -10,13 +10,28 @@ import signal
 import stat
 import subprocess
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
 
+from cronwheel.client import Client
 from cronwheel.secret_store import key_id_of
 
 from .helpers import CRONWHEEL, LineReader, pid_alive, ready_info, run_cli, wait_until
+from .target_receiver import TargetReceiver, serve_targets
+
+
+@contextmanager
+def serve_one() -> Iterator[tuple[str, TargetReceiver]]:
+    """A local service answering 200: its URL and what it received."""
+    gen = serve_targets()
+    rec = next(gen)
+    try:
+        yield rec.url("/dev"), rec
+    finally:
+        gen.close()
 
 pytestmark = pytest.mark.e2e
 
@@ -30,7 +45,7 @@ def test_dev_runs_a_cluster_that_fires_and_sigint_leaves_no_process_or_dir() -> 
         line = reader.wait_for("ready ", timeout=120)
         info = ready_info(line)
         nodes = info["nodes"]
-        assert len(nodes) == 3 and len(info["workers"]) == 1
+        assert len(nodes) == 3 and [w["name"] for w in info["workers"]] == ["worker-1", "worker-http"]
         pids = [info["postgres"]["pid"], *info["etcd"]["pids"], *(n["pid"] for n in nodes),
                 *(w["pid"] for w in info["workers"]), *(c["pid"] for c in info["console"]),
                 *(r["pid"] for r in info["rest"])]
@@ -65,6 +80,14 @@ def test_dev_runs_a_cluster_that_fires_and_sigint_leaves_no_process_or_dir() -> 
             listed = json.loads(r.read())  # the REST API (issue 51), started and printed by dev
         assert "every-10s-london" in {s["name"] for s in listed["schedules"]}
         assert f"rest      {info['rest'][0]['url']}" in "\n".join(reader.seen)
+        # An HTTP target works with nothing more to start: dev's doer calls a local service (issue 50).
+        with serve_one() as (url, got):
+            with Client(nodes[0]["address"]) as cw:
+                s = cw.create_schedule("call-local", "0 0 1 1 *", "", timezone="UTC", misfire_policy="skip",
+                                       target={"url": url})
+                run = cw.trigger(s.id)
+                done = wait_until(lambda: (e := cw.get_execution(run.id)).final and e, 30, "the target's run")
+            assert done.state == "succeeded" and got.requests()[0].headers["idempotency-key"] == run.id
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
     finally:

@@ -39,7 +39,7 @@ def test_dev_logs_shows_each_process_logs_under_the_name_status_lists_and_restar
     with dev("--logs", "--nodes", "2") as (proc, reader):
         info = ready_info(reader.wait_for("ready ", timeout=120))
         names = [n["name"] for n in info["nodes"]]
-        assert names == ["node-1", "node-2"] and [w["name"] for w in info["workers"]] == ["worker-1"]
+        assert names == ["node-1", "node-2"] and [w["name"] for w in info["workers"]] == ["worker-1", "worker-http"]
         # Node logs (the JSON log, shortened) and node stdout, prefixed by the process name.
         acquired = "[node-1] info partition acquired event=partition_acquired partition="
         assert any(ln.startswith(acquired) for ln in reader.seen)

@@ -6,8 +6,10 @@ Two clusters: `strict`, whose node allows no egress beyond global addresses (the
 `local`, whose nodes run with `--egress-allow 127.0.0.0/8` and the sender's default timings (a
 10 s deadline per delivery, polls every 1 s), since every receiver here listens on loopback.
 
-The address classes are tests/egress_cases.py's table; `SURFACES` is what sends: webhooks now,
-and issue 50 adds HTTP targets to the same parametrisation.
+The address classes are tests/egress_cases.py's table; `SURFACES` is what sends: webhooks and
+HTTP targets (issue 50), in the same parametrisation. (Nothing reaching the listener from a
+target: no target was stored, so no run exists for a doer to call; the call-time check for
+targets is tests/e2e/test_http_targets.py.)
 """
 
 from __future__ import annotations
@@ -81,9 +83,14 @@ def machine_name_on_loopback() -> str:
     pytest.skip(f"this machine's name {name!r} does not resolve to 127.0.0.1")
 
 
-# What creates a subscription to a URL, per surface that sends (issue 50 adds HTTP targets).
-SURFACES: dict[str, Callable[[Client, str], object]] = {
-    "webhook": lambda cl, url: cl.create_webhook(url, kinds=["schedule_paused"]),
+# Per surface that sends: what stores a destination URL, the field a refusal names, and what the
+# tenant has stored of that surface (nothing, after a refusal). Issue 50 added HTTP targets.
+SURFACES: dict[str, tuple[Callable[[Client, str], object], str, Callable[[Client], list[Any]]]] = {
+    "webhook": (lambda cl, url: cl.create_webhook(url, kinds=["schedule_paused"]), "url",
+                lambda cl: list(cl.list_webhooks())),
+    "target": (lambda cl, url: cl.create_schedule("to-target", YEARLY, "", timezone="UTC", misfire_policy="skip",
+                                                  target={"url": url}), "schedule.target.url",
+               lambda cl: [s for s in cl.list_schedules() if s.target is not None]),
 }
 
 
@@ -92,12 +99,13 @@ SURFACES: dict[str, Callable[[Client, str], object]] = {
 def test_every_refused_address_class_is_refused_at_creation_naming_url_and_nothing_reaches_a_listener(
         strict: ProcessCluster, receiver: Receiver, surface: str, kind: str, host: str) -> None:
     port = receiver.url.rsplit(":", 1)[1].split("/")[0]
+    create, field, stored = SURFACES[surface]
     with client(strict, "a") as cl:
         with pytest.raises(InvalidArgument) as err:
-            SURFACES[surface](cl, f"http://{host}:{port}/hook")
-        assert err.value.field == "url" and "refused by egress policy" in str(err.value)
-        assert list(cl.list_webhooks()) == []  # nothing stored
-        pause_one(cl, f"after-{kind}-{host}")  # an event every refused subscription would have had
+            create(cl, f"http://{host}:{port}/hook")
+        assert err.value.field == field and "refused by egress policy" in str(err.value)
+        assert stored(cl) == []  # nothing stored
+        pause_one(cl, f"after-{surface}-{kind}-{host}")  # an event every refused subscription would have had
         # Longer than a poll of the sender (1 s): a stored subscription would have been sent.
         observe_for(1.2, lambda: receiver.requests() == [] or pytest.fail("a POST reached the listener"))
 

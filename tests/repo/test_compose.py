@@ -41,7 +41,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 
 ETCD = ("etcd1", "etcd2", "etcd3")
 NODES = ("node1", "node2", "node3")
-WORKERS = ("worker1", "worker2")
+WORKERS = ("worker1", "worker2", "http-doer")  # http-doer: `worker --http` (issue 50)
 ONE_SHOT = ("migrate", "auth-init", "key-init")
 
 
@@ -365,7 +365,7 @@ def test_every_node_encrypts_stored_secrets_with_the_key_key_init_makes_once(
     """Issue 48, item 4: every node seals stored secrets with the key ring `key-init` makes before
     any node starts, so `docker compose up` needs no hand-made key. key-init's real command runs
     here, twice (a second `up` keeps the key: a new one would orphan every stored secret)."""
-    from cronwheel.cli import main
+    from cronwheel.cli.main import main
     from cronwheel.secret_store import load_keys
 
     init = services["key-init"]
@@ -484,7 +484,7 @@ def test_auth_is_on_for_every_node_and_its_token_reaches_every_worker(
     node itself refuses to start otherwise), made by `auth-init` before any node starts and
     holding the token the workers are given. auth-init's real command runs here, twice (a second
     `docker compose up`), with the volume's path moved to tmp_path."""
-    from cronwheel.cli import main
+    from cronwheel.cli.main import main
     from cronwheel.cluster.api.auth import hash_token, load_auth
 
     init = services["auth-init"]

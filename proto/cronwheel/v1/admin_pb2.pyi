@@ -280,7 +280,7 @@ class ListDeliveriesResponse(_message.Message):
     def __init__(self, deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class Tenant(_message.Message):
-    __slots__ = ("id", "max_concurrency", "rate_per_s", "burst", "weight", "max_schedules", "max_executions_per_day", "created_at")
+    __slots__ = ("id", "max_concurrency", "rate_per_s", "burst", "weight", "max_schedules", "max_executions_per_day", "created_at", "egress_rules")
     ID_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
     RATE_PER_S_FIELD_NUMBER: _ClassVar[int]
@@ -289,6 +289,7 @@ class Tenant(_message.Message):
     MAX_SCHEDULES_FIELD_NUMBER: _ClassVar[int]
     MAX_EXECUTIONS_PER_DAY_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_RULES_FIELD_NUMBER: _ClassVar[int]
     id: str
     max_concurrency: int
     rate_per_s: float
@@ -297,7 +298,8 @@ class Tenant(_message.Message):
     max_schedules: int
     max_executions_per_day: int
     created_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., max_concurrency: _Optional[int] = ..., rate_per_s: _Optional[float] = ..., burst: _Optional[float] = ..., weight: _Optional[int] = ..., max_schedules: _Optional[int] = ..., max_executions_per_day: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    egress_rules: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., max_concurrency: _Optional[int] = ..., rate_per_s: _Optional[float] = ..., burst: _Optional[float] = ..., weight: _Optional[int] = ..., max_schedules: _Optional[int] = ..., max_executions_per_day: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., egress_rules: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CreateTenantRequest(_message.Message):
     __slots__ = ("tenant",)

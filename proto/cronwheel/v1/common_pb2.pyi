@@ -154,7 +154,7 @@ class DstPolicy(_message.Message):
     def __init__(self, gap: _Optional[_Union[DstGapPolicy, str]] = ..., repeated_hour: _Optional[_Union[DstRepeatedPolicy, str]] = ...) -> None: ...
 
 class Schedule(_message.Message):
-    __slots__ = ("id", "tenant", "name", "cron", "timezone", "job_type", "payload_json", "priority", "retry_policy", "timeout", "misfire_policy", "max_catch_up", "overlap_policy", "dst_policy", "jitter", "paused", "version", "partition", "next_run_at", "last_scheduled_for", "alert_if_no_success_within", "last_success_at", "created_at", "updated_at", "keep_last", "keep_succeeded_for", "keep_failed_for", "parent_schedule_id")
+    __slots__ = ("id", "tenant", "name", "cron", "timezone", "job_type", "payload_json", "priority", "retry_policy", "timeout", "misfire_policy", "max_catch_up", "overlap_policy", "dst_policy", "jitter", "paused", "version", "partition", "next_run_at", "last_scheduled_for", "alert_if_no_success_within", "last_success_at", "created_at", "updated_at", "keep_last", "keep_succeeded_for", "keep_failed_for", "parent_schedule_id", "target")
     ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +183,7 @@ class Schedule(_message.Message):
     KEEP_SUCCEEDED_FOR_FIELD_NUMBER: _ClassVar[int]
     KEEP_FAILED_FOR_FIELD_NUMBER: _ClassVar[int]
     PARENT_SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
     id: str
     tenant: str
     name: str
@@ -211,10 +212,43 @@ class Schedule(_message.Message):
     keep_succeeded_for: _duration_pb2.Duration
     keep_failed_for: _duration_pb2.Duration
     parent_schedule_id: str
-    def __init__(self, id: _Optional[str] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., job_type: _Optional[str] = ..., payload_json: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., max_catch_up: _Optional[int] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., dst_policy: _Optional[_Union[DstPolicy, _Mapping]] = ..., jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., paused: _Optional[bool] = ..., version: _Optional[int] = ..., partition: _Optional[int] = ..., next_run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., alert_if_no_success_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., last_success_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., keep_last: _Optional[int] = ..., keep_succeeded_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., keep_failed_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., parent_schedule_id: _Optional[str] = ...) -> None: ...
+    target: HttpTarget
+    def __init__(self, id: _Optional[str] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., job_type: _Optional[str] = ..., payload_json: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., max_catch_up: _Optional[int] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., dst_policy: _Optional[_Union[DstPolicy, _Mapping]] = ..., jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., paused: _Optional[bool] = ..., version: _Optional[int] = ..., partition: _Optional[int] = ..., next_run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., alert_if_no_success_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., last_success_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., keep_last: _Optional[int] = ..., keep_succeeded_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., keep_failed_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., parent_schedule_id: _Optional[str] = ..., target: _Optional[_Union[HttpTarget, _Mapping]] = ...) -> None: ...
+
+class HttpTarget(_message.Message):
+    __slots__ = ("url", "method", "headers", "body", "timeout_s", "signing_secret", "concurrency_limit", "rate_per_s", "burst")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_SECRET_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RATE_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BURST_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    method: str
+    headers: _containers.RepeatedCompositeFieldContainer[HttpHeader]
+    body: str
+    timeout_s: int
+    signing_secret: str
+    concurrency_limit: int
+    rate_per_s: float
+    burst: float
+    def __init__(self, url: _Optional[str] = ..., method: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[HttpHeader, _Mapping]]] = ..., body: _Optional[str] = ..., timeout_s: _Optional[int] = ..., signing_secret: _Optional[str] = ..., concurrency_limit: _Optional[int] = ..., rate_per_s: _Optional[float] = ..., burst: _Optional[float] = ...) -> None: ...
+
+class HttpHeader(_message.Message):
+    __slots__ = ("name", "value", "secret")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    secret: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., secret: _Optional[str] = ...) -> None: ...
 
 class Execution(_message.Message):
-    __slots__ = ("id", "schedule_id", "tenant", "type", "payload_json", "partition", "scheduled_for", "run_at", "priority", "state", "state_reason", "trigger", "attempt", "max_attempts", "retry_policy", "timeout", "lease_owner", "lease_expires_at", "fencing_token", "checkpoint_json", "idempotency_key", "error", "error_type", "result_json", "cancel_requested", "created_at", "fired_at", "queued_at", "started_at", "heartbeat_at", "finished_at", "upstreams", "dependency_policy", "waiting_for")
+    __slots__ = ("id", "schedule_id", "tenant", "type", "payload_json", "partition", "scheduled_for", "run_at", "priority", "state", "state_reason", "trigger", "attempt", "max_attempts", "retry_policy", "timeout", "lease_owner", "lease_expires_at", "fencing_token", "checkpoint_json", "idempotency_key", "error", "error_type", "result_json", "cancel_requested", "created_at", "fired_at", "queued_at", "started_at", "heartbeat_at", "finished_at", "upstreams", "dependency_policy", "waiting_for", "target")
     ID_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -249,6 +283,7 @@ class Execution(_message.Message):
     UPSTREAMS_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCY_POLICY_FIELD_NUMBER: _ClassVar[int]
     WAITING_FOR_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
     id: str
     schedule_id: str
     tenant: str
@@ -283,7 +318,8 @@ class Execution(_message.Message):
     upstreams: _containers.RepeatedCompositeFieldContainer[Upstream]
     dependency_policy: DependencyPolicy
     waiting_for: int
-    def __init__(self, id: _Optional[str] = ..., schedule_id: _Optional[str] = ..., tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., partition: _Optional[int] = ..., scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., state: _Optional[_Union[ExecutionState, str]] = ..., state_reason: _Optional[str] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fencing_token: _Optional[int] = ..., checkpoint_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., error: _Optional[str] = ..., error_type: _Optional[str] = ..., result_json: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., queued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., heartbeat_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., upstreams: _Optional[_Iterable[_Union[Upstream, _Mapping]]] = ..., dependency_policy: _Optional[_Union[DependencyPolicy, str]] = ..., waiting_for: _Optional[int] = ...) -> None: ...
+    target: HttpTarget
+    def __init__(self, id: _Optional[str] = ..., schedule_id: _Optional[str] = ..., tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., partition: _Optional[int] = ..., scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., state: _Optional[_Union[ExecutionState, str]] = ..., state_reason: _Optional[str] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fencing_token: _Optional[int] = ..., checkpoint_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., error: _Optional[str] = ..., error_type: _Optional[str] = ..., result_json: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., queued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., heartbeat_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., upstreams: _Optional[_Iterable[_Union[Upstream, _Mapping]]] = ..., dependency_policy: _Optional[_Union[DependencyPolicy, str]] = ..., waiting_for: _Optional[int] = ..., target: _Optional[_Union[HttpTarget, _Mapping]] = ...) -> None: ...
 
 class TimeRange(_message.Message):
     __slots__ = ("start_time", "end_time")

@@ -27,7 +27,7 @@ class LeaseExecutionsRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., job_types: _Optional[_Iterable[str]] = ..., max_count: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LeasedExecution(_message.Message):
-    __slots__ = ("execution_id", "schedule_id", "tenant", "type", "payload_json", "scheduled_for", "run_at", "attempt", "max_attempts", "fencing_token", "checkpoint_json", "lease_expires_at", "deadline", "timeout", "priority", "trigger", "trace_context", "started_at")
+    __slots__ = ("execution_id", "schedule_id", "tenant", "type", "payload_json", "scheduled_for", "run_at", "attempt", "max_attempts", "fencing_token", "checkpoint_json", "lease_expires_at", "deadline", "timeout", "priority", "trigger", "trace_context", "started_at", "target_json")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,7 @@ class LeasedExecution(_message.Message):
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    TARGET_JSON_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     schedule_id: str
     tenant: str
@@ -64,7 +65,8 @@ class LeasedExecution(_message.Message):
     trigger: _common_pb2.Trigger
     trace_context: str
     started_at: _timestamp_pb2.Timestamp
-    def __init__(self, execution_id: _Optional[str] = ..., schedule_id: _Optional[str] = ..., tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., fencing_token: _Optional[int] = ..., checkpoint_json: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., trigger: _Optional[_Union[_common_pb2.Trigger, str]] = ..., trace_context: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    target_json: str
+    def __init__(self, execution_id: _Optional[str] = ..., schedule_id: _Optional[str] = ..., tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., fencing_token: _Optional[int] = ..., checkpoint_json: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., trigger: _Optional[_Union[_common_pb2.Trigger, str]] = ..., trace_context: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., target_json: _Optional[str] = ...) -> None: ...
 
 class LeaseExecutionsResponse(_message.Message):
     __slots__ = ("executions", "held")
@@ -156,8 +158,30 @@ class CompleteExecutionsResponse(_message.Message):
     outcomes: _containers.RepeatedCompositeFieldContainer[CompleteExecutionOutcome]
     def __init__(self, outcomes: _Optional[_Iterable[_Union[CompleteExecutionOutcome, _Mapping]]] = ...) -> None: ...
 
+class ReportTargetRunRequest(_message.Message):
+    __slots__ = ("execution_id", "fencing_token", "result_json", "error", "heartbeat", "retryable")
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    fencing_token: int
+    result_json: str
+    error: str
+    heartbeat: bool
+    retryable: bool
+    def __init__(self, execution_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., result_json: _Optional[str] = ..., error: _Optional[str] = ..., heartbeat: _Optional[bool] = ..., retryable: _Optional[bool] = ...) -> None: ...
+
+class ReportTargetRunResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: _common_pb2.ExecutionState
+    def __init__(self, state: _Optional[_Union[_common_pb2.ExecutionState, str]] = ...) -> None: ...
+
 class FailExecutionRequest(_message.Message):
-    __slots__ = ("execution_id", "fencing_token", "worker_id", "error", "retryable", "error_type", "trace_context")
+    __slots__ = ("execution_id", "fencing_token", "worker_id", "error", "retryable", "error_type", "trace_context", "retry_after")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +189,7 @@ class FailExecutionRequest(_message.Message):
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
     ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     fencing_token: int
     worker_id: str
@@ -172,7 +197,8 @@ class FailExecutionRequest(_message.Message):
     retryable: bool
     error_type: str
     trace_context: str
-    def __init__(self, execution_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., worker_id: _Optional[str] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., error_type: _Optional[str] = ..., trace_context: _Optional[str] = ...) -> None: ...
+    retry_after: _duration_pb2.Duration
+    def __init__(self, execution_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., worker_id: _Optional[str] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., error_type: _Optional[str] = ..., trace_context: _Optional[str] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class FailExecutionResponse(_message.Message):
     __slots__ = ("state", "next_run_at", "attempt", "max_attempts")

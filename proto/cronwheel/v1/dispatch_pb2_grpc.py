@@ -65,6 +65,11 @@ class DispatchServiceStub:
                 request_serializer=cronwheel_dot_v1_dot_dispatch__pb2.FailExecutionRequest.SerializeToString,
                 response_deserializer=cronwheel_dot_v1_dot_dispatch__pb2.FailExecutionResponse.FromString,
                 _registered_method=True)
+        self.ReportTargetRun = channel.unary_unary(
+                '/cronwheel.v1.DispatchService/ReportTargetRun',
+                request_serializer=cronwheel_dot_v1_dot_dispatch__pb2.ReportTargetRunRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_dispatch__pb2.ReportTargetRunResponse.FromString,
+                _registered_method=True)
 
 
 class DispatchServiceServicer:
@@ -164,6 +169,19 @@ class DispatchServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportTargetRun(self, request, context):
+        """What an HTTP target that answered 202 reports about its run (issue 50): a heartbeat, a
+        result or an error. The pair (execution_id, fencing_token) the target received in its request
+        (Idempotency-Key, Cronwheel-Fencing-Token) is the credential for that one run: no bearer
+        token is needed.
+        Errors: INVALID_ARGUMENT (execution_id, no outcome, result_json not JSON or too large);
+        NOT_FOUND (no such run, or a run that is not an HTTP target's); FAILED_PRECONDITION once the
+        run ended, or with a stale fencing token (the run moved to another attempt).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DispatchServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -196,6 +214,11 @@ def add_DispatchServiceServicer_to_server(servicer, server):
                     servicer.FailExecution,
                     request_deserializer=cronwheel_dot_v1_dot_dispatch__pb2.FailExecutionRequest.FromString,
                     response_serializer=cronwheel_dot_v1_dot_dispatch__pb2.FailExecutionResponse.SerializeToString,
+            ),
+            'ReportTargetRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportTargetRun,
+                    request_deserializer=cronwheel_dot_v1_dot_dispatch__pb2.ReportTargetRunRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_dispatch__pb2.ReportTargetRunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -361,6 +384,33 @@ class DispatchService:
             '/cronwheel.v1.DispatchService/FailExecution',
             cronwheel_dot_v1_dot_dispatch__pb2.FailExecutionRequest.SerializeToString,
             cronwheel_dot_v1_dot_dispatch__pb2.FailExecutionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportTargetRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.DispatchService/ReportTargetRun',
+            cronwheel_dot_v1_dot_dispatch__pb2.ReportTargetRunRequest.SerializeToString,
+            cronwheel_dot_v1_dot_dispatch__pb2.ReportTargetRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -18,7 +18,7 @@ SELECT s.*, d.next_run_at, d.last_scheduled_for
 
 -- name: api_tenant_quotas
 -- A tenant's quotas (no lock: a tenant without a schedule quota creates schedules in parallel).
-SELECT max_schedules, max_executions_per_day FROM tenants WHERE id = %(tenant)s;
+SELECT max_schedules, max_executions_per_day, egress_rules FROM tenants WHERE id = %(tenant)s;
 
 -- name: api_lock_schedule_quota
 -- Transaction-scoped advisory lock of one tenant's schedule quota: creations of a tenant WITH a
@@ -41,7 +41,7 @@ WITH s AS (
            overlap_policy = %(overlap_policy)s, jitter_s = %(jitter_s)s,
            alert_if_no_success_within_s = %(alert_if_no_success_within_s)s, paused = %(paused)s,
            keep_last = %(keep_last)s, keep_succeeded_for_s = %(keep_succeeded_for_s)s,
-           keep_failed_for_s = %(keep_failed_for_s)s,
+           keep_failed_for_s = %(keep_failed_for_s)s, target = %(target)s,
            deleted_at = CASE WHEN %(deleted)s::boolean THEN %(now)s::timestamptz ELSE deleted_at END,
            version = version + 1, updated_at = %(now)s
      WHERE id = %(id)s AND deleted_at IS NULL

@@ -42,7 +42,10 @@ SELECT tenant FROM queued_tenants;
 -- from these tenants now; a run changed since, e.g. cancelled, is left out by the UPDATE's
 -- `state = 'queued'`, re-checked on the row's latest version); a keyed run whose key already has
 -- concurrency_limit runs running is passed over in that scan (so a full key does not hide the
--- tenant's other runs), and within the claim a key takes at most its free slots. The pick goes by the given priority order (the caller draws it by weight), then by
+-- tenant's other runs), and within the claim a key takes at most its free slots; likewise a
+-- rate-limited key (0023, an HTTP target's rate_per_s: key_rate_per_s) whose bucket in
+-- key_dispatch holds no whole token is passed over, takes at most its whole tokens, and spends
+-- them below (key_spent). The pick goes by the given priority order (the caller draws it by weight), then by
 -- weighted fair queueing within a priority: the k-th run of a tenant is tagged
 -- served + (k - 1) / weight and the smallest tags go first, so backlogged tenants' starts
 -- converge to their weights' ratio. The tenants' buckets and counts are written in the same
@@ -92,13 +95,22 @@ WITH locked AS MATERIALIZED (
                   GROUP BY tenant) v USING (tenant)
      WHERE elig.cap > 0
 ), cand AS (
-    SELECT c.id, c.run_at, c.ckey, c.klimit, c.bytes, p.rank, elig.tenant, elig.cap, elig.weight, elig.served
+    SELECT c.id, c.run_at, c.ckey, c.klimit, c.krate, c.kburst, c.ktokens, c.bytes, p.rank, elig.tenant, elig.cap,
+           elig.weight, elig.served
       FROM quota elig
      CROSS JOIN unnest(%(priorities)s::text[]) WITH ORDINALITY AS p(priority, rank)
      CROSS JOIN LATERAL (
           SELECT e.id, e.run_at, e.concurrency_key AS ckey, e.concurrency_limit AS klimit,
-                 octet_length(e.payload::text) + coalesce(octet_length(e.checkpoint::text), 0) AS bytes
+                 e.key_rate_per_s AS krate, e.key_burst AS kburst, kb.tokens AS ktokens,
+                 octet_length(e.payload::text) + coalesce(octet_length(e.checkpoint::text), 0)
+                   + coalesce(octet_length(e.target::text), 0) AS bytes
             FROM executions e
+            LEFT JOIN LATERAL (  -- a rate-limited key's token bucket (0023: HTTP targets' rate_per_s)
+                 SELECT coalesce((SELECT cronwheel_bucket_tokens(e.key_rate_per_s, e.key_burst, kd.tokens,
+                                                                 kd.refilled_at, %(now)s)
+                                    FROM key_dispatch kd WHERE kd.tenant = e.tenant AND kd.ckey = e.concurrency_key),
+                                 cronwheel_bucket_tokens(e.key_rate_per_s, e.key_burst, NULL, NULL, %(now)s)) AS tokens
+                  WHERE e.key_rate_per_s IS NOT NULL) kb ON true
            WHERE e.tenant = elig.tenant AND e.state = 'queued' AND e.priority = p.priority
              AND e.run_at <= %(now)s  -- this node's clock: off PostgreSQL's by at most --max-clock-skew,
                                       -- or the node claims nothing (cluster/coordination/clock_skew.py)
@@ -107,6 +119,7 @@ WITH locked AS MATERIALIZED (
                   OR coalesce((SELECT kr.n FROM key_running kr
                                 WHERE kr.tenant = e.tenant AND kr.ckey = e.concurrency_key), 0)
                      < e.concurrency_limit)
+             AND (e.key_rate_per_s IS NULL OR kb.tokens >= 1 - 1e-9)  -- an empty bucket's runs are passed over
            ORDER BY e.run_at
            LIMIT CASE WHEN p.rank = 1 THEN LEAST(elig.cap, %(limit)s) ELSE elig.q END
       ) c
@@ -114,16 +127,19 @@ WITH locked AS MATERIALIZED (
     SELECT cand.*,
            ckey IS NULL OR row_number() OVER (PARTITION BY tenant, ckey ORDER BY rank, run_at)
              + coalesce((SELECT kr.n FROM key_running kr WHERE kr.tenant = cand.tenant AND kr.ckey = cand.ckey), 0)
-             <= klimit AS fits
+             <= klimit
+           AND (krate IS NULL  -- and at most its bucket's whole tokens
+                OR row_number() OVER (PARTITION BY tenant, ckey ORDER BY rank, run_at) <= floor(ktokens + 1e-9))
+           AS fits
       FROM cand
 ), fitting AS (
-    SELECT id, tenant, rank, cap, weight, served, bytes,
+    SELECT id, tenant, rank, cap, weight, served, bytes, ckey, krate, kburst, ktokens,
            row_number() OVER (PARTITION BY tenant ORDER BY rank, run_at) AS rt
       FROM keyed WHERE fits
 ), picked AS MATERIALIZED (  -- in pick order, and past the first only while the payloads and
     -- checkpoints add up to at most max_bytes (dispatch_limits.ANSWER_ROWS_BYTES): the answer fits
-    SELECT id, tenant FROM (
-        SELECT id, tenant, row_number() OVER w AS n, sum(bytes) OVER w AS upto
+    SELECT id, tenant, ckey, krate, kburst, ktokens FROM (
+        SELECT id, tenant, ckey, krate, kburst, ktokens, row_number() OVER w AS n, sum(bytes) OVER w AS upto
           FROM (SELECT * FROM fitting WHERE rt <= cap
                  ORDER BY rank, served + (rt - 1) / weight, tenant, rt
                  LIMIT %(limit)s) f
@@ -139,7 +155,17 @@ WITH locked AS MATERIALIZED (
               extract(epoch FROM e.scheduled_for)::float8 AS scheduled_for, extract(epoch FROM e.run_at)::float8 AS run_at,
               e.attempt, e.max_attempts, e.fencing_token, e.checkpoint::text,
               extract(epoch FROM e.lease_expires)::float8 AS lease_expires, e.timeout_s, e.priority, e.trigger,
-              extract(epoch FROM e.started_at)::float8 AS started_at, e.trace_context
+              extract(epoch FROM e.started_at)::float8 AS started_at, e.trace_context, e.target::text
+), key_spent AS (  -- spend the rate-limited keys' tokens, under the same locks (keys are per tenant)
+    INSERT INTO key_dispatch AS d (tenant, ckey, tokens, refilled_at, rate_per_s, burst)
+    SELECT p.tenant, p.ckey, min(p.ktokens) - count(*), %(now)s, min(p.krate), min(p.kburst)
+      FROM picked p JOIN leased l ON l.id = p.id::text
+     WHERE p.krate IS NOT NULL
+     GROUP BY p.tenant, p.ckey
+    ON CONFLICT (tenant, ckey) DO UPDATE
+       SET tokens = EXCLUDED.tokens, refilled_at = GREATEST(d.refilled_at, EXCLUDED.refilled_at),
+           rate_per_s = EXCLUDED.rate_per_s,
+           burst = EXCLUDED.burst
 ), spent AS (  -- spend the tokens, count the starts: still under the tenants' claim locks
     INSERT INTO tenant_dispatch AS d (tenant, tokens, refilled_at, served, served_at)
     SELECT elig.tenant, elig.tokens - n.n, %(now)s, elig.served + n.n / elig.weight, %(now)s
@@ -163,6 +189,10 @@ WITH tq AS MATERIALIZED (
     SELECT tenant FROM queued_tenants WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s
 )
 SELECT LEAST(
+    (SELECT min((1 - cronwheel_bucket_tokens(kd.rate_per_s, kd.burst, kd.tokens, kd.refilled_at, %(now)s))
+                / kd.rate_per_s)  -- a rate-limited key's next whole token (0023)
+       FROM tq JOIN key_dispatch kd ON kd.tenant = tq.tenant
+      WHERE cronwheel_bucket_tokens(kd.rate_per_s, kd.burst, kd.tokens, kd.refilled_at, %(now)s) < 1),
     (SELECT min((1 - b.tokens) / b.rate) FROM (
         SELECT t.rate_per_s AS rate,
                cronwheel_bucket_tokens(t.rate_per_s, t.burst, d.tokens, d.refilled_at, %(now)s) AS tokens
@@ -223,7 +253,7 @@ RETURNING state, run_at, attempt, max_attempts;
 -- name: execution_token_state
 -- Why a token-checked call matched nothing: the run's current token, owner and state (another
 -- tenant's run is not found).
-SELECT fencing_token, lease_owner, state, result, error FROM executions
+SELECT fencing_token, lease_owner, state, result, error, type FROM executions
  WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- name: mark_success

@@ -1,7 +1,8 @@
 -- name: explain_executions
 -- The executions of a schedule whose tick lies in [start, end] or is one of `also_at` (the
 -- runs that replaced run_once-coalesced ticks of the window).
-SELECT id, scheduled_for, run_at, state, state_reason, trigger, attempt, fired_at, fired_epoch
+SELECT id, scheduled_for, run_at, state, state_reason, trigger, attempt, fired_at, fired_epoch,
+       started_at, concurrency_key, concurrency_limit, key_rate_per_s, key_burst
   FROM executions
  WHERE schedule_id = %(schedule_id)s
    AND ((scheduled_for >= %(start)s AND scheduled_for <= %(end)s)
