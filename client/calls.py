@@ -270,7 +270,8 @@ def submit(ctx: Context, type: str, payload: Any = None, *, run_at: datetime | N
            priority: t.Priority | str | None = None,  # type: ignore[valid-type]
            retry_policy: t.RetryPolicy | None = None, attempt_timeout: timedelta | None = None,
            tenant: str | None = None, unique: t.Unique | None = None, concurrency_key: str | None = None,
-           concurrency_limit: int | None = None) -> Call[t.Execution]:
+           concurrency_limit: int | None = None, queue: str | None = None,
+           required_capabilities: tuple[str, ...] | list[str] = ()) -> Call[t.Execution]:
     """Submits a one-off job of `type` with `payload` (any JSON value), now, at `run_at` or after
     `delay`. A second submit with the same idempotency key returns the first execution
     (`deduplicated` true, `deduplicated_by` "idempotency_key"). The Client adds a key (a random
@@ -279,11 +280,13 @@ def submit(ctx: Context, type: str, payload: Any = None, *, run_at: datetime | N
     execution of the same job while one is queued, running, ... (`deduplicated_by` "unique"),
     exact across nodes; see `Unique`. `concurrency_key` with `concurrency_limit` (both or
     neither): at most that many of the tenant's runs with the key run at once, anywhere in the
-    cluster."""
+    cluster. `queue` (None: "default"): only workers naming it lease the job;
+    `required_capabilities` ("gpu=a100", ...): only workers advertising all of them."""
     req = _job_request(ctx, "", t.JobSpec(type, payload, run_at=run_at, delay=delay, idempotency_key=idempotency_key,
                                           priority=priority, retry_policy=retry_policy,
                                           attempt_timeout=attempt_timeout, tenant=tenant, unique=unique,
-                                          concurrency_key=concurrency_key, concurrency_limit=concurrency_limit))
+                                          concurrency_key=concurrency_key, concurrency_limit=concurrency_limit,
+                                          queue=queue, required_capabilities=required_capabilities))
     return Call(SCHEDULER, "SubmitJob", req,
                 lambda r: c.execution(r.execution, r.deduplicated, r.deduplicated_by), safe=True)
 
@@ -564,6 +567,12 @@ def _job_request(ctx: Context, prefix: str, job: t.JobSpec) -> S.SubmitJobReques
         fields["unique"] = c.unique(job.unique, f"{prefix}unique")
     if ckey is not None and climit is not None:
         fields["concurrency_key"], fields["concurrency_limit"] = ckey, min(climit, 2**31 - 1)
+    if job.queue:
+        fields["queue"] = job.queue
+    if job.required_capabilities:
+        if isinstance(job.required_capabilities, str) or not all(isinstance(x, str) for x in job.required_capabilities):
+            raise c.BadValue(f"{prefix}required_capabilities", "expected a list of key=value strings")
+        fields["required_capabilities"] = list(job.required_capabilities)
     return S.SubmitJobRequest(**fields)
 
 

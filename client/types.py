@@ -169,6 +169,8 @@ class JobSpec:
     unique: Unique | None = None
     concurrency_key: str | None = None  # with concurrency_limit: at most that many running at once
     concurrency_limit: int | None = None
+    queue: str | None = None  # None: "default"; only workers naming the queue lease it
+    required_capabilities: tuple[str, ...] | list[str] = ()  # "gpu=a100": only workers advertising all
 
 
 @dataclass(frozen=True, slots=True)

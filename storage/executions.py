@@ -197,6 +197,8 @@ class SubmittedJob:
     unique_states: int | None = None  # with unique_key: the UNIQUE_STATE_BITS it holds the key in
     concurrency_key: str | None = None  # with concurrency_limit (both or neither): the claim's key cap
     concurrency_limit: int | None = None
+    queue: str = "default"  # the queue a worker names to lease it (cluster/commands/lanes.py)
+    required_capabilities: str = ""  # canonical set (lanes.capability_set); registered first
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +264,13 @@ class ExecutionsPort:
     async def by_idempotency_key(self, conn: Conn, tenant: str, key: str) -> Row | None:
         return await row(conn, "api_by_idempotency_key", {"tenant": tenant, "idempotency_key": key})
 
+    async def register_capability_sets(self, sets: Sequence[str]) -> None:
+        """Make the capability sets (canonical, non-empty) known to the claim, committed before
+        the runs requiring them are written (`register_capability_sets`)."""
+        async with self.db.connection() as conn:
+            await conn.execute(q("register_capability_sets"), {
+                "sets": list(sets), "items": ["{" + s + "}" for s in sets]})
+
     async def insert_submitted_many(self, conn: Conn, jobs: Sequence[SubmittedJob], now: datetime,
                                     brief: bool = False) -> list[Row]:
         """Insert every job in ONE statement (`insert_submitted_many`); the rows inserted, in no
@@ -290,6 +299,10 @@ class ExecutionsPort:
                                   j.concurrency_limit]
             if j.unique_key is not None:
                 item += [j.unique_key.hex(), j.unique_states]
+            if j.queue != "default" or j.required_capabilities:
+                if j.unique_key is None:
+                    item += [None, None]
+                item += [j.queue, j.required_capabilities]
             items.append(item)
         doc = json.dumps(items, ensure_ascii=False, allow_nan=False)
         return {"jobs": doc, "tenants": sorted({j.tenant for j in jobs}), "now": now, "sent": len(jobs)}

@@ -230,7 +230,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
             retry=cv.retry_from(request.retry_policy, request.HasField("retry_policy")),
             timeout_s=cv.opt_s(request, "timeout", "timeout"), idempotency_key=request.idempotency_key or None,
             unique=cv.unique_from(request.unique) if request.HasField("unique") else None,
-            concurrency_key=request.concurrency_key or None, concurrency_limit=request.concurrency_limit or None)
+            concurrency_key=request.concurrency_key or None, concurrency_limit=request.concurrency_limit or None,
+            queue=request.queue or None, required_capabilities=tuple(request.required_capabilities))
 
     async def SubmitJob(self, request: scheduler_pb2.SubmitJobRequest,  # noqa: N802
                         context: Ctx) -> scheduler_pb2.SubmitJobResponse:
@@ -279,7 +280,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
                     got = await runs.submit_jobs(self.store, traced, now, brief=True)
                 finally:
                     tracing.end_all(fires)
-        elif n > runs.SUBMIT_CHUNK and not any(item.HasField("unique") for item in request.jobs):
+        elif n > runs.SUBMIT_CHUNK and not any(item.HasField("unique") or item.required_capabilities
+                                               for item in request.jobs):  # (capability sets: write_jobs registers)
             # Validated a chunk at a time while PostgreSQL writes the chunks before it (runs.submit_jobs).
             # The chunks are cut in key order (the insert's own order, executions.sql
             # insert_submitted_many): keys are taken in one order across the whole call, so two

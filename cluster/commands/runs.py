@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cronwheel import tracing
+from cronwheel.cluster.commands.lanes import capabilities, capability_set, queue_name
 from cronwheel.cluster.commands.schedules import get_schedule, lock_schedule, spec_of, validate_cron
 from cronwheel.cluster.commands.unique import UniqueSpec, unique_key
 from cronwheel.cluster.commands.unique import validate as validate_unique
@@ -200,6 +201,8 @@ class JobSpec:
     unique: UniqueSpec | None = None  # unique job options (cluster/commands/unique.py)
     concurrency_key: str | None = None  # with concurrency_limit: at most that many running at once
     concurrency_limit: int | None = None
+    queue: str | None = None  # None or "": lanes.DEFAULT_QUEUE
+    required_capabilities: tuple[str, ...] = ()  # key=value each (cluster/commands/lanes.py)
 
 
 MAX_SUBMIT_BATCH = 10_000  # jobs in one SubmitJobs call
@@ -247,7 +250,8 @@ def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
         run_at=run_at, priority=priority(job.priority), state=state, max_attempts=retry.max_attempts,
         retry_initial_s=retry.initial_s, retry_multiplier=retry.multiplier, retry_max_s=retry.max_s,
         timeout_s=timeout("timeout", job.timeout_s), idempotency_key=key, unique_key=ukey, unique_states=umask,
-        concurrency_key=ckey, concurrency_limit=climit,
+        concurrency_key=ckey, concurrency_limit=climit, queue=queue_name("queue", job.queue),
+        required_capabilities=capability_set(capabilities("required_capabilities", job.required_capabilities)),
     )
 
 
@@ -321,6 +325,8 @@ async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob] | Iterator[Seq
     a unique job, and the fast path writes each chunk while the next is drawn
     (`insert_chunks_unless_quota`, which also keeps quotas exact: it rolls back and the counted
     path takes the whole group). An exception raised by the iterator stores nothing."""
+    if isinstance(jobs, Sequence) and (sets := sorted({j.required_capabilities for j in jobs} - {""})):
+        await store.executions.register_capability_sets(sets)  # before the runs: the claim knows them
     jobs, results = await _write_once(store, jobs, now, all_or_nothing, brief)
     for _ in range(UNIQUE_ATTEMPTS - 1):
         again = [i for i, r in enumerate(results) if isinstance(r, _HolderGone)]

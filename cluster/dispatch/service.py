@@ -20,6 +20,7 @@ from cronwheel import tracing
 from cronwheel.cluster.api.auth import authorization_check, current_caller
 from cronwheel.cluster.api.convert import Converted, epoch_ts, ts
 from cronwheel.cluster.api.grpc_errors import status_of
+from cronwheel.cluster.commands.lanes import DEFAULT_LANES, worker_lanes
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher, Leased
 from cronwheel.errors import InvalidArgument
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc, enums
@@ -101,8 +102,11 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
         remaining = context.time_remaining()
         if remaining is not None:
             wait_s = min(wait_s, max(0.0, remaining - 0.2))  # answer before the client gives up
+        lanes = (worker_lanes(request.queues, request.queue_slots, request.capabilities)
+                 if request.queues or request.queue_slots or request.capabilities else DEFAULT_LANES)
         rows, held_s = await self.d.lease_held(request.worker_id, list(request.job_types), request.max_count or 1,
-                                               lease_s, wait_s, tenant=scope(), still_allowed=authorization_check())
+                                               lease_s, wait_s, tenant=scope(), still_allowed=authorization_check(),
+                                               lanes=lanes)
         resp = dispatch_pb2.LeaseExecutionsResponse()
         add_leased(resp, rows)
         resp.held.FromNanoseconds(int(held_s * 1e9))

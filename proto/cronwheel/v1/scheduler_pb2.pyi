@@ -298,7 +298,7 @@ class ExplainScheduleResponse(_message.Message):
     def __init__(self, ticks: _Optional[_Iterable[_Union[ExplainedTick, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("tenant", "type", "payload_json", "run_at", "priority", "retry_policy", "timeout", "idempotency_key", "unique", "concurrency_key", "concurrency_limit")
+    __slots__ = ("tenant", "type", "payload_json", "run_at", "priority", "retry_policy", "timeout", "idempotency_key", "unique", "concurrency_key", "concurrency_limit", "queue", "required_capabilities")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -310,6 +310,8 @@ class SubmitJobRequest(_message.Message):
     UNIQUE_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     type: str
     payload_json: str
@@ -321,7 +323,9 @@ class SubmitJobRequest(_message.Message):
     unique: UniqueOptions
     concurrency_key: str
     concurrency_limit: int
-    def __init__(self, tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., unique: _Optional[_Union[UniqueOptions, _Mapping]] = ..., concurrency_key: _Optional[str] = ..., concurrency_limit: _Optional[int] = ...) -> None: ...
+    queue: str
+    required_capabilities: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., unique: _Optional[_Union[UniqueOptions, _Mapping]] = ..., concurrency_key: _Optional[str] = ..., concurrency_limit: _Optional[int] = ..., queue: _Optional[str] = ..., required_capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("execution", "deduplicated", "deduplicated_by")

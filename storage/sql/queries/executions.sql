@@ -220,7 +220,9 @@ UPDATE executions e
 -- array with one array per job: [id, tenant, type, payload (JSON text), partition, run_at (Unix
 -- microseconds), priority, state, max_attempts, retry_initial_s, retry_multiplier, retry_max_s,
 -- timeout_s, idempotency_key, trace_context, concurrency_key, concurrency_limit, unique_key (hex),
--- unique_states] (the last two only for a unique job: absent, they read as NULL) (one text
+-- unique_states, queue, required_capabilities] (unique_key and unique_states only for a unique
+-- job, or as nulls before a queue; queue and required_capabilities only when not the defaults:
+-- absent, they read as NULL, 'default' and '') (one text
 -- parameter: psycopg adapts fourteen Python lists of a thousand items four times slower than
 -- json.dumps writes this). A (tenant, idempotency_key)
 -- already taken, by a committed row or by an earlier job of the array, inserts nothing for that
@@ -242,11 +244,12 @@ UPDATE executions e
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, trigger, max_attempts, retry_initial_s,
                         retry_multiplier, retry_max_s, timeout_s, idempotency_key, queued_at, created_at,
-                        trace_context, concurrency_key, concurrency_limit, unique_key, unique_states)
+                        trace_context, concurrency_key, concurrency_limit, unique_key, unique_states,
+                        queue, required_capabilities)
 SELECT v.id, NULL, v.tenant, v.type, v.payload, v.partition, v.run_at, v.run_at, v.priority, v.state,
        'submit', v.max_attempts, v.retry_initial_s, v.retry_multiplier, v.retry_max_s, v.timeout_s,
        v.idempotency_key, CASE WHEN v.state = 'queued' THEN %(now)s::timestamptz END, %(now)s, v.trace_context,
-       v.concurrency_key, v.concurrency_limit, v.unique_key, v.unique_states
+       v.concurrency_key, v.concurrency_limit, v.unique_key, v.unique_states, v.queue, v.required_capabilities
   FROM (SELECT (j->>0)::uuid AS id, j->>1 AS tenant, j->>2 AS type, (j->>3)::jsonb AS payload,
                (j->>4)::int AS partition,
                timestamptz 'epoch' + (j->>5)::bigint * interval '1 microsecond' AS run_at,
@@ -255,6 +258,7 @@ SELECT v.id, NULL, v.tenant, v.type, v.payload, v.partition, v.run_at, v.run_at,
                (j->>11)::float8 AS retry_max_s, (j->>12)::float8 AS timeout_s, j->>13 AS idempotency_key,
                j->>14 AS trace_context, j->>15 AS concurrency_key, (j->>16)::int AS concurrency_limit,
                decode(j->>17, 'hex') AS unique_key, (j->>18)::smallint AS unique_states,
+               coalesce(j->>19, 'default') AS queue, coalesce(j->>20, '') AS required_capabilities,
                ord
           FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)) AS v
  WHERE NOT (%(unless_quota)s::boolean AND EXISTS (
@@ -302,3 +306,11 @@ SELECT pg_notify('cronwheel_due', p) FROM unnest(%(payloads)s::text[]) AS p;
 -- name: notify_queued_many
 -- Wake dispatchers once per priority that was queued (delivered at commit).
 SELECT pg_notify('cronwheel_queued', p) FROM unnest(%(payloads)s::text[]) AS p;
+
+-- name: register_capability_sets
+-- The capability sets runs about to be written require (`sets`: canonical texts, `items`: each
+-- one's capabilities as a text[] literal), known to the claim from now on (capability_sets,
+-- migration 0025). Committed before the runs are: a claim that sees a run sees its set.
+INSERT INTO capability_sets (capabilities, caps)
+SELECT s.c, s.i::text[] FROM unnest(%(sets)s::text[], %(items)s::text[]) AS s(c, i)
+ON CONFLICT (capabilities) DO NOTHING;

@@ -1,0 +1,4 @@
+-- 0023_reserved: a placeholder on branch h52q, whose migration is 0025 while 0023 belongs to
+-- another branch (migrations must be 1..N without gaps). It changes nothing.
+-- When merging: if another branch brings its own 0023, delete this file.
+SELECT 1;
