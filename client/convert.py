@@ -282,7 +282,8 @@ def execution(msg: common_pb2.Execution, deduplicated: bool = False, deduplicate
         created_at=_ts(msg, "created_at"), fired_at=_ts(msg, "fired_at"), queued_at=_ts(msg, "queued_at"),
         started_at=_ts(msg, "started_at"), heartbeat_at=_ts(msg, "heartbeat_at"),
         finished_at=_ts(msg, "finished_at"), deduplicated=deduplicated,
-        deduplicated_by=_enum(t.Deduplication, deduplicated_by, t.DEDUPLICATIONS))
+        deduplicated_by=_enum(t.Deduplication, deduplicated_by, t.DEDUPLICATIONS),
+        queue=msg.queue or "default", required_capabilities=tuple(msg.required_capabilities))
 
 
 _OUTCOMES = enums.words(scheduler_pb2.TickOutcome, "TICK_OUTCOME_")
@@ -377,7 +378,12 @@ def _opt(msg: Any, name: str) -> Any:
 def tenant(msg: admin_pb2.Tenant) -> t.Tenant:
     return t.Tenant(id=msg.id, max_concurrency=msg.max_concurrency, rate_per_s=_opt(msg, "rate_per_s"),
                     burst=_opt(msg, "burst"), weight=msg.weight, max_schedules=_opt(msg, "max_schedules"),
-                    max_executions_per_day=_opt(msg, "max_executions_per_day"), created_at=_ts(msg, "created_at"))
+                    max_executions_per_day=_opt(msg, "max_executions_per_day"), created_at=_ts(msg, "created_at"),
+                    queues=tuple(tenant_queue(x) for x in msg.queues))
+
+
+def tenant_queue(msg: admin_pb2.TenantQueue) -> t.TenantQueue:
+    return t.TenantQueue(name=msg.name, max_concurrency=msg.max_concurrency or None, weight=msg.weight)
 
 
 def token(msg: admin_pb2.Token) -> t.Token:

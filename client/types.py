@@ -129,6 +129,8 @@ class Execution:
     deduplicated: bool = False
     # Set by submit only, with deduplicated: why (idempotency_key or unique); None: created.
     deduplicated_by: Deduplication | None = None  # type: ignore[valid-type]
+    queue: str = "default"  # the queue it waits in
+    required_capabilities: tuple[str, ...] = ()  # what its worker must advertise ("gpu=a100")
 
     @property
     def final(self) -> bool:
@@ -338,6 +340,17 @@ class Tenant:
     max_schedules: int | None
     max_executions_per_day: int | None
     created_at: datetime | None
+    queues: tuple[TenantQueue, ...] = ()  # its queues with limits set (get_tenant fills it)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantQueue:
+    """A queue's limits for a tenant: at most max_concurrency running (None: only the tenant's
+    limit), and its weight among the tenant's queues."""
+
+    name: str
+    max_concurrency: int | None
+    weight: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -398,7 +398,8 @@ class Worker:
         resp = await self.stub.LeaseExecutions(dispatch_pb2.LeaseExecutionsRequest(
             worker_id=self.worker_id, job_types=sorted(self.handlers), max_count=n,
             lease_duration=_dur(self.lease_s), wait_timeout=_dur(self.poll_wait_s),
-            queues=self.queues, queue_slots=self.queue_slots, capabilities=self.capabilities,
+            queues=self.queues, capabilities=self.capabilities,
+            queue_slots=[dispatch_pb2.QueueSlots(queue=q, slots=n) for q, n in sorted(self.queue_slots.items())],
         ), timeout=self.poll_wait_s + 5, metadata=self.metadata)
         return t0, self.clock.monotonic(), resp
 

@@ -74,7 +74,8 @@ def _job_submit(args: argparse.Namespace) -> int:
         ex = cw.submit(args.type, args.payload, run_at=args.run_at, delay=args.delay, priority=args.priority,
                        idempotency_key=args.idempotency_key or None, retry_policy=_retry_policy(args),
                        attempt_timeout=args.attempt_timeout, tenant=args.tenant or None, unique=_unique(args),
-                       concurrency_key=args.concurrency_key or None, concurrency_limit=args.concurrency_limit)
+                       concurrency_key=args.concurrency_key or None, concurrency_limit=args.concurrency_limit,
+                       queue=args.queue or None, required_capabilities=args.requires)
     return show(args, ex, lambda: details(ex))
 
 
@@ -123,6 +124,9 @@ def _job_parser(subparsers: Any) -> None:
                    help="at most --concurrency-limit runs with this key at once (e.g. customer:42)")
     s.add_argument("--concurrency-limit", type=count_arg, metavar="N",
                    help="runs with --concurrency-key at once (>= 1)")
+    s.add_argument("--queue", default="", help="the queue it waits in (default: default)")
+    s.add_argument("--requires", action="append", default=[], metavar="KEY=VALUE",
+                   help="a capability the worker must advertise (repeat): --requires gpu=a100")
     s.add_argument("--max-attempts", type=count_arg, help="attempts, the first included (1..1000; default 5)")
     s.add_argument("--backoff-initial", type=duration_arg, metavar="DURATION",
                    help="delay before the first retry (default 30s)")

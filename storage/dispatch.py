@@ -204,6 +204,15 @@ class QueueDepth:
     oldest_run_at: datetime | None
 
 
+def claim_args(p: ClaimParams) -> dict[str, Any]:
+    """The `claim` statement's parameters."""
+    return {"priorities": list(p.priorities), "types": list(p.types) if p.types else None, "limit": p.limit,
+            "tenant": p.tenant, "worker": p.worker, "lease_s": p.lease_s, "now": p.now,
+            "fair_tau_s": p.fair_tau_s, "max_bytes": p.max_bytes, "queues": list(p.queues),
+            "capabilities": list(p.capabilities), "slot_queues": [name for name, _ in p.slots],
+            "slot_counts": [n for _, n in p.slots]}
+
+
 def _jsonb(value: Any) -> Jsonb | None:
     return Jsonb(value) if value is not None else None
 
@@ -230,13 +239,8 @@ class DispatchPort:
         """Send the claim (`claim`), after `lock_claim_tenants` in the same transaction; its
         leased runs are the Pending's result. In a `pipelined_transaction`, read it after the
         block: the runs are handed out only once the claim's COMMIT succeeded."""
-        cur = await conn.execute(q("claim"), {
-            "priorities": list(p.priorities), "types": list(p.types) if p.types else None, "limit": p.limit,
-            "tenant": p.tenant, "worker": p.worker, "lease_s": p.lease_s, "now": p.now,
-            "fair_tau_s": p.fair_tau_s, "max_bytes": p.max_bytes, "queues": list(p.queues),
-            "capabilities": list(p.capabilities), "slot_queues": [q_ for q_, _ in p.slots],
-            "slot_counts": [n for _, n in p.slots]},
-            prepare=True)  # parsed once per connection (planned once: db.py)
+        cur = await conn.execute(q("claim"), claim_args(p),
+                                 prepare=True)  # parsed once per connection (planned once: db.py)
         return Pending(cur, lambda rows: [Leased._make(r) for r in rows])
 
     async def claim_wait(self, conn: Conn, tenant: str | None, now: datetime,

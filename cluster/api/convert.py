@@ -22,6 +22,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from cronwheel.cluster.commands.lanes import capability_items
 from cronwheel.cluster.commands.schedules import ScheduleSpec
 from cronwheel.cluster.commands.unique import UniqueSpec
 from cronwheel.cluster.commands.values import JsonText, RetryPolicy, parse_json
@@ -351,7 +352,8 @@ def execution_out(r: Mapping[str, Any]) -> common_pb2.Execution:
         lease_owner=r["lease_owner"] or "", fencing_token=r["fencing_token"],
         checkpoint_json=str(r["checkpoint"] or ""), idempotency_key=r["idempotency_key"] or "",
         error=r["error"] or "", error_type=r["error_type"] or "", result_json=str(r["result"] or ""),
-        cancel_requested=r["cancel_requested"],
+        cancel_requested=r["cancel_requested"], queue=r.get("queue") or "default",
+        required_capabilities=capability_items(r.get("required_capabilities") or ""),
     )
     _set_dur(e, "timeout", r["timeout_s"])
     _set_ts(e, "lease_expires_at", r["lease_expires"])

@@ -49,6 +49,16 @@ def seconds(field: str, d: Duration, has: bool, default: float) -> float:
     return s
 
 
+def slots_of(items: Iterable[dispatch_pb2.QueueSlots]) -> dict[str, int]:
+    """LeaseExecutionsRequest.queue_slots as {queue: slots}; a queue named twice is refused."""
+    out: dict[str, int] = {}
+    for k, item in enumerate(items):
+        if item.queue in out:
+            raise InvalidArgument(f"queue_slots[{k}].queue", f"names {item.queue!r} twice")
+        out[item.queue] = item.slots
+    return out
+
+
 def add_leased(resp: dispatch_pb2.LeaseExecutionsResponse, rows: Iterable[Leased]) -> None:
     """Each leased run as a LeasedExecution of `resp`, built in place: built apart and copied in,
     with its four timestamps converted each time, a 1,000-run answer took 13.5 ms of the node's
@@ -102,7 +112,7 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
         remaining = context.time_remaining()
         if remaining is not None:
             wait_s = min(wait_s, max(0.0, remaining - 0.2))  # answer before the client gives up
-        lanes = (worker_lanes(request.queues, request.queue_slots, request.capabilities)
+        lanes = (worker_lanes(request.queues, slots_of(request.queue_slots), request.capabilities)
                  if request.queues or request.queue_slots or request.capabilities else DEFAULT_LANES)
         rows, held_s = await self.d.lease_held(request.worker_id, list(request.job_types), request.max_count or 1,
                                                lease_s, wait_s, tenant=scope(), still_allowed=authorization_check(),

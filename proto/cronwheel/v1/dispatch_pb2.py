@@ -27,7 +27,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ronwheel/v1/dispatch.proto\x12\x0c\x63ronwheel.v1\x1a\x19\x63ronwheel/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x02\n\x16LeaseExecutionsRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x11\n\tjob_types\x18\x02 \x03(\t\x12\x11\n\tmax_count\x18\x03 \x01(\x05\x12\x31\n\x0elease_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0cwait_timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06queues\x18\x06 \x03(\t\x12I\n\x0bqueue_slots\x18\x07 \x03(\x0b\x32\x34.cronwheel.v1.LeaseExecutionsRequest.QueueSlotsEntry\x12\x14\n\x0c\x63\x61pabilities\x18\x08 \x03(\t\x1a\x31\n\x0fQueueSlotsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\xcf\x04\n\x0fLeasedExecution\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x13\n\x0bschedule_id\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x0c\n\x04type\x18\x04 \x01(\t\x12\x14\n\x0cpayload_json\x18\x05 \x01(\t\x12\x31\n\rscheduled_for\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06run_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\t \x01(\x05\x12\x15\n\rfencing_token\x18\n \x01(\x03\x12\x17\n\x0f\x63heckpoint_json\x18\x0b \x01(\t\x12\x34\n\x10lease_expires_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x64\x65\x61\x64line\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x07timeout\x18\x0e \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x08priority\x18\x0f \x01(\x0e\x32\x16.cronwheel.v1.Priority\x12&\n\x07trigger\x18\x10 \x01(\x0e\x32\x15.cronwheel.v1.Trigger\x12\x15\n\rtrace_context\x18\x11 \x01(\t\x12.\n\nstarted_at\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"u\n\x17LeaseExecutionsResponse\x12\x31\n\nexecutions\x18\x01 \x03(\x0b\x32\x1d.cronwheel.v1.LeasedExecution\x12\'\n\x04held\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x86\x01\n\x10HeartbeatRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x32\n\x0flease_extension\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"c\n\x11HeartbeatResponse\x12\x34\n\x10lease_expires_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x02 \x01(\x08\"l\n\x11\x43heckpointRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x17\n\x0f\x63heckpoint_json\x18\x04 \x01(\t\".\n\x12\x43heckpointResponse\x12\x18\n\x10\x63\x61ncel_requested\x18\x01 \x01(\x08\"\x86\x01\n\x18\x43ompleteExecutionRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x13\n\x0bresult_json\x18\x04 \x01(\t\x12\x15\n\rtrace_context\x18\x05 \x01(\t\"H\n\x19\x43ompleteExecutionResponse\x12+\n\x05state\x18\x01 \x01(\x0e\x32\x1c.cronwheel.v1.ExecutionState\"R\n\x19\x43ompleteExecutionsRequest\x12\x35\n\x05items\x18\x01 \x03(\x0b\x32&.cronwheel.v1.CompleteExecutionRequest\"|\n\x18\x43ompleteExecutionOutcome\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\x12+\n\x05state\x18\x04 \x01(\x0e\x32\x1c.cronwheel.v1.ExecutionState\"V\n\x1a\x43ompleteExecutionsResponse\x12\x38\n\x08outcomes\x18\x01 \x03(\x0b\x32&.cronwheel.v1.CompleteExecutionOutcome\"\xa3\x01\n\x14\x46\x61ilExecutionRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x11\n\tretryable\x18\x05 \x01(\x08\x12\x12\n\nerror_type\x18\x06 \x01(\t\x12\x15\n\rtrace_context\x18\x07 \x01(\t\"\x9c\x01\n\x15\x46\x61ilExecutionResponse\x12+\n\x05state\x18\x01 \x01(\x0e\x32\x1c.cronwheel.v1.ExecutionState\x12/\n\x0bnext_run_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x04 \x01(\x05\x32\xb9\x04\n\x0f\x44ispatchService\x12^\n\x0fLeaseExecutions\x12$.cronwheel.v1.LeaseExecutionsRequest\x1a%.cronwheel.v1.LeaseExecutionsResponse\x12L\n\tHeartbeat\x12\x1e.cronwheel.v1.HeartbeatRequest\x1a\x1f.cronwheel.v1.HeartbeatResponse\x12O\n\nCheckpoint\x12\x1f.cronwheel.v1.CheckpointRequest\x1a .cronwheel.v1.CheckpointResponse\x12\x64\n\x11\x43ompleteExecution\x12&.cronwheel.v1.CompleteExecutionRequest\x1a\'.cronwheel.v1.CompleteExecutionResponse\x12g\n\x12\x43ompleteExecutions\x12\'.cronwheel.v1.CompleteExecutionsRequest\x1a(.cronwheel.v1.CompleteExecutionsResponse\x12X\n\rFailExecution\x12\".cronwheel.v1.FailExecutionRequest\x1a#.cronwheel.v1.FailExecutionResponseBR\n\x10\x64\x65v.cronwheel.v1B\rDispatchProtoP\x01Z-cronwheel.dev/gen/go/cronwheel/v1;cronwheelv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ronwheel/v1/dispatch.proto\x12\x0c\x63ronwheel.v1\x1a\x19\x63ronwheel/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8a\x02\n\x16LeaseExecutionsRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x11\n\tjob_types\x18\x02 \x03(\t\x12\x11\n\tmax_count\x18\x03 \x01(\x05\x12\x31\n\x0elease_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0cwait_timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06queues\x18\x06 \x03(\t\x12-\n\x0bqueue_slots\x18\x07 \x03(\x0b\x32\x18.cronwheel.v1.QueueSlots\x12\x14\n\x0c\x63\x61pabilities\x18\x08 \x03(\t\"*\n\nQueueSlots\x12\r\n\x05queue\x18\x01 \x01(\t\x12\r\n\x05slots\x18\x02 \x01(\x05\"\xcf\x04\n\x0fLeasedExecution\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x13\n\x0bschedule_id\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x0c\n\x04type\x18\x04 \x01(\t\x12\x14\n\x0cpayload_json\x18\x05 \x01(\t\x12\x31\n\rscheduled_for\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06run_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\t \x01(\x05\x12\x15\n\rfencing_token\x18\n \x01(\x03\x12\x17\n\x0f\x63heckpoint_json\x18\x0b \x01(\t\x12\x34\n\x10lease_expires_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x64\x65\x61\x64line\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x07timeout\x18\x0e \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x08priority\x18\x0f \x01(\x0e\x32\x16.cronwheel.v1.Priority\x12&\n\x07trigger\x18\x10 \x01(\x0e\x32\x15.cronwheel.v1.Trigger\x12\x15\n\rtrace_context\x18\x11 \x01(\t\x12.\n\nstarted_at\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"u\n\x17LeaseExecutionsResponse\x12\x31\n\nexecutions\x18\x01 \x03(\x0b\x32\x1d.cronwheel.v1.LeasedExecution\x12\'\n\x04held\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x86\x01\n\x10HeartbeatRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x32\n\x0flease_extension\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"c\n\x11HeartbeatResponse\x12\x34\n\x10lease_expires_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x02 \x01(\x08\"l\n\x11\x43heckpointRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x17\n\x0f\x63heckpoint_json\x18\x04 \x01(\t\".\n\x12\x43heckpointResponse\x12\x18\n\x10\x63\x61ncel_requested\x18\x01 \x01(\x08\"\x86\x01\n\x18\x43ompleteExecutionRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x13\n\x0bresult_json\x18\x04 \x01(\t\x12\x15\n\rtrace_context\x18\x05 \x01(\t\"H\n\x19\x43ompleteExecutionResponse\x12+\n\x05state\x18\x01 \x01(\x0e\x32\x1c.cronwheel.v1.ExecutionState\"R\n\x19\x43ompleteExecutionsRequest\x12\x35\n\x05items\x18\x01 \x03(\x0b\x32&.cronwheel.v1.CompleteExecutionRequest\"|\n\x18\x43ompleteExecutionOutcome\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\x12+\n\x05state\x18\x04 \x01(\x0e\x32\x1c.cronwheel.v1.ExecutionState\"V\n\x1a\x43ompleteExecutionsResponse\x12\x38\n\x08outcomes\x18\x01 \x03(\x0b\x32&.cronwheel.v1.CompleteExecutionOutcome\"\xa3\x01\n\x14\x46\x61ilExecutionRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x11\n\tretryable\x18\x05 \x01(\x08\x12\x12\n\nerror_type\x18\x06 \x01(\t\x12\x15\n\rtrace_context\x18\x07 \x01(\t\"\x9c\x01\n\x15\x46\x61ilExecutionResponse\x12+\n\x05state\x18\x01 \x01(\x0e\x32\x1c.cronwheel.v1.ExecutionState\x12/\n\x0bnext_run_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x04 \x01(\x05\x32\xb9\x04\n\x0f\x44ispatchService\x12^\n\x0fLeaseExecutions\x12$.cronwheel.v1.LeaseExecutionsRequest\x1a%.cronwheel.v1.LeaseExecutionsResponse\x12L\n\tHeartbeat\x12\x1e.cronwheel.v1.HeartbeatRequest\x1a\x1f.cronwheel.v1.HeartbeatResponse\x12O\n\nCheckpoint\x12\x1f.cronwheel.v1.CheckpointRequest\x1a .cronwheel.v1.CheckpointResponse\x12\x64\n\x11\x43ompleteExecution\x12&.cronwheel.v1.CompleteExecutionRequest\x1a\'.cronwheel.v1.CompleteExecutionResponse\x12g\n\x12\x43ompleteExecutions\x12\'.cronwheel.v1.CompleteExecutionsRequest\x1a(.cronwheel.v1.CompleteExecutionsResponse\x12X\n\rFailExecution\x12\".cronwheel.v1.FailExecutionRequest\x1a#.cronwheel.v1.FailExecutionResponseBR\n\x10\x64\x65v.cronwheel.v1B\rDispatchProtoP\x01Z-cronwheel.dev/gen/go/cronwheel/v1;cronwheelv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,38 +35,36 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cronwheel.v1.dispatch_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\020dev.cronwheel.v1B\rDispatchProtoP\001Z-cronwheel.dev/gen/go/cronwheel/v1;cronwheelv1'
-  _globals['_LEASEEXECUTIONSREQUEST_QUEUESLOTSENTRY']._loaded_options = None
-  _globals['_LEASEEXECUTIONSREQUEST_QUEUESLOTSENTRY']._serialized_options = b'8\001'
   _globals['_LEASEEXECUTIONSREQUEST']._serialized_start=138
-  _globals['_LEASEEXECUTIONSREQUEST']._serialized_end=483
-  _globals['_LEASEEXECUTIONSREQUEST_QUEUESLOTSENTRY']._serialized_start=434
-  _globals['_LEASEEXECUTIONSREQUEST_QUEUESLOTSENTRY']._serialized_end=483
-  _globals['_LEASEDEXECUTION']._serialized_start=486
-  _globals['_LEASEDEXECUTION']._serialized_end=1077
-  _globals['_LEASEEXECUTIONSRESPONSE']._serialized_start=1079
-  _globals['_LEASEEXECUTIONSRESPONSE']._serialized_end=1196
-  _globals['_HEARTBEATREQUEST']._serialized_start=1199
-  _globals['_HEARTBEATREQUEST']._serialized_end=1333
-  _globals['_HEARTBEATRESPONSE']._serialized_start=1335
-  _globals['_HEARTBEATRESPONSE']._serialized_end=1434
-  _globals['_CHECKPOINTREQUEST']._serialized_start=1436
-  _globals['_CHECKPOINTREQUEST']._serialized_end=1544
-  _globals['_CHECKPOINTRESPONSE']._serialized_start=1546
-  _globals['_CHECKPOINTRESPONSE']._serialized_end=1592
-  _globals['_COMPLETEEXECUTIONREQUEST']._serialized_start=1595
-  _globals['_COMPLETEEXECUTIONREQUEST']._serialized_end=1729
-  _globals['_COMPLETEEXECUTIONRESPONSE']._serialized_start=1731
-  _globals['_COMPLETEEXECUTIONRESPONSE']._serialized_end=1803
-  _globals['_COMPLETEEXECUTIONSREQUEST']._serialized_start=1805
-  _globals['_COMPLETEEXECUTIONSREQUEST']._serialized_end=1887
-  _globals['_COMPLETEEXECUTIONOUTCOME']._serialized_start=1889
-  _globals['_COMPLETEEXECUTIONOUTCOME']._serialized_end=2013
-  _globals['_COMPLETEEXECUTIONSRESPONSE']._serialized_start=2015
-  _globals['_COMPLETEEXECUTIONSRESPONSE']._serialized_end=2101
-  _globals['_FAILEXECUTIONREQUEST']._serialized_start=2104
-  _globals['_FAILEXECUTIONREQUEST']._serialized_end=2267
-  _globals['_FAILEXECUTIONRESPONSE']._serialized_start=2270
-  _globals['_FAILEXECUTIONRESPONSE']._serialized_end=2426
-  _globals['_DISPATCHSERVICE']._serialized_start=2429
-  _globals['_DISPATCHSERVICE']._serialized_end=2998
+  _globals['_LEASEEXECUTIONSREQUEST']._serialized_end=404
+  _globals['_QUEUESLOTS']._serialized_start=406
+  _globals['_QUEUESLOTS']._serialized_end=448
+  _globals['_LEASEDEXECUTION']._serialized_start=451
+  _globals['_LEASEDEXECUTION']._serialized_end=1042
+  _globals['_LEASEEXECUTIONSRESPONSE']._serialized_start=1044
+  _globals['_LEASEEXECUTIONSRESPONSE']._serialized_end=1161
+  _globals['_HEARTBEATREQUEST']._serialized_start=1164
+  _globals['_HEARTBEATREQUEST']._serialized_end=1298
+  _globals['_HEARTBEATRESPONSE']._serialized_start=1300
+  _globals['_HEARTBEATRESPONSE']._serialized_end=1399
+  _globals['_CHECKPOINTREQUEST']._serialized_start=1401
+  _globals['_CHECKPOINTREQUEST']._serialized_end=1509
+  _globals['_CHECKPOINTRESPONSE']._serialized_start=1511
+  _globals['_CHECKPOINTRESPONSE']._serialized_end=1557
+  _globals['_COMPLETEEXECUTIONREQUEST']._serialized_start=1560
+  _globals['_COMPLETEEXECUTIONREQUEST']._serialized_end=1694
+  _globals['_COMPLETEEXECUTIONRESPONSE']._serialized_start=1696
+  _globals['_COMPLETEEXECUTIONRESPONSE']._serialized_end=1768
+  _globals['_COMPLETEEXECUTIONSREQUEST']._serialized_start=1770
+  _globals['_COMPLETEEXECUTIONSREQUEST']._serialized_end=1852
+  _globals['_COMPLETEEXECUTIONOUTCOME']._serialized_start=1854
+  _globals['_COMPLETEEXECUTIONOUTCOME']._serialized_end=1978
+  _globals['_COMPLETEEXECUTIONSRESPONSE']._serialized_start=1980
+  _globals['_COMPLETEEXECUTIONSRESPONSE']._serialized_end=2066
+  _globals['_FAILEXECUTIONREQUEST']._serialized_start=2069
+  _globals['_FAILEXECUTIONREQUEST']._serialized_end=2232
+  _globals['_FAILEXECUTIONRESPONSE']._serialized_start=2235
+  _globals['_FAILEXECUTIONRESPONSE']._serialized_end=2391
+  _globals['_DISPATCHSERVICE']._serialized_start=2394
+  _globals['_DISPATCHSERVICE']._serialized_end=2963
 # @@protoc_insertion_point(module_scope)
