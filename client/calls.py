@@ -119,8 +119,10 @@ def create_schedule(ctx: Context, name: str, cron: str, job_type: str, *, timezo
                     alert_if_no_success_within: timedelta | None = None, paused: bool = False,
                     tenant: str | None = None, id: str | None = None, keep_last: int | None = None,
                     keep_succeeded_for: timedelta | None = None,
-                    keep_failed_for: timedelta | None = None) -> Call[t.Schedule]:
+                    keep_failed_for: timedelta | None = None, queue: str | None = None,
+                    required_capabilities: list[str] | tuple[str, ...] | None = None) -> Call[t.Schedule]:
     """Creates a schedule: fires `job_type` with `payload` at every tick of `cron` in `timezone`.
+    Its runs wait in `queue` (None: "default") for a worker advertising `required_capabilities`.
     Retention: `keep_last` N finished runs at most, succeeded/skipped/cancelled runs kept
     `keep_succeeded_for`, failed/dead ones `keep_failed_for` (None: the cluster's windows).
     Raises AlreadyExists when the tenant has a live schedule of that name, InvalidArgument naming

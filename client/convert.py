@@ -142,7 +142,18 @@ SCHEDULE_FIELDS: dict[str, tuple[str, Any]] = {
     "keep_last": ("keep_last", lambda v, f: count(v, f)),
     "keep_succeeded_for": ("keep_succeeded_for", duration),
     "keep_failed_for": ("keep_failed_for", duration),
+    "queue": ("queue", lambda v, f: v or ""),
+    "required_capabilities": ("required_capabilities", lambda v, f: _strings(v, f)),
 }
+
+
+def _strings(value: Any, field: str) -> list[str]:
+    """A list of strings (None: empty)."""
+    if value is None:
+        return []
+    if isinstance(value, str) or not all(isinstance(x, str) for x in value):
+        raise BadValue(field, f"expected a list of strings, got {value!r}")
+    return list(value)
 
 
 def count(value: int | None, field: str) -> int | None:
@@ -191,6 +202,8 @@ def schedule_message(values: dict[str, Any]) -> common_pb2.Schedule:
             continue
         if isinstance(wire, Duration | Timestamp | common_pb2.RetryPolicy | common_pb2.DstPolicy):
             getattr(msg, name).CopyFrom(wire)
+        elif isinstance(wire, list):
+            getattr(msg, name).extend(wire)
         else:
             setattr(msg, name, wire)
     return msg
@@ -264,7 +277,8 @@ def schedule(msg: common_pb2.Schedule) -> t.Schedule:
         last_success_at=_ts(msg, "last_success_at"), created_at=_ts(msg, "created_at"),
         updated_at=_ts(msg, "updated_at"),
         keep_last=msg.keep_last if msg.HasField("keep_last") else None,
-        keep_succeeded_for=_dur(msg, "keep_succeeded_for"), keep_failed_for=_dur(msg, "keep_failed_for"))
+        keep_succeeded_for=_dur(msg, "keep_succeeded_for"), keep_failed_for=_dur(msg, "keep_failed_for"),
+        queue=msg.queue or "default", required_capabilities=tuple(msg.required_capabilities))
 
 
 def execution(msg: common_pb2.Execution, deduplicated: bool = False, deduplicated_by: int = 0) -> t.Execution:

@@ -89,6 +89,8 @@ class Schedule:
     keep_last: int | None = None
     keep_succeeded_for: timedelta | None = None
     keep_failed_for: timedelta | None = None
+    queue: str = "default"  # the queue its runs wait in
+    required_capabilities: tuple[str, ...] = ()  # what the workers of its runs must advertise
 
 
 @dataclass(frozen=True, slots=True)

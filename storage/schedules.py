@@ -45,6 +45,8 @@ class ScheduleFields:
     keep_last: int | None = None  # retention (cluster/retention): None inherits
     keep_succeeded_for_s: float | None = None
     keep_failed_for_s: float | None = None
+    queue: str = "default"  # its runs' queue and required capabilities (canonical), 0025
+    required_capabilities: str = ""
 
     def params(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -214,6 +214,7 @@ def spec_from(s: Any, tenant: str) -> ScheduleSpec:
         keep_last=s.keep_last if s.HasField("keep_last") else None,
         keep_succeeded_for_s=opt_s(s, "keep_succeeded_for", "keep_succeeded_for"),
         keep_failed_for_s=opt_s(s, "keep_failed_for", "keep_failed_for"),
+        queue=s.queue or None, required_capabilities=tuple(s.required_capabilities),
     )
 
 
@@ -229,7 +230,7 @@ RETRY_PATHS = {"retry_policy.initial_backoff": "initial_s", "retry_policy.backof
                "retry_policy.max_backoff": "max_s", "retry_policy.max_attempts": "max_attempts"}
 TOP_PATHS = ("name", "cron", "timezone", "job_type", "payload_json", "priority", "retry_policy", "timeout",
              "misfire_policy", "max_catch_up", "overlap_policy", "dst_policy", "jitter", "alert_if_no_success_within",
-             "keep_last", "keep_succeeded_for", "keep_failed_for")
+             "keep_last", "keep_succeeded_for", "keep_failed_for", "queue", "required_capabilities")
 UPDATABLE = {*TOP_PATHS, *RETRY_PATHS, "dst_policy.gap", "dst_policy.repeated_hour"}
 NOT_UPDATABLE = {"id", "tenant", "paused", "version", "partition", "next_run_at", "last_scheduled_for",
                  "last_success_at", "created_at", "updated_at"}
@@ -298,6 +299,10 @@ def changes_from(s: Any, paths: list[str]) -> dict[str, Any]:
             c["keep_last"] = s.keep_last if s.HasField("keep_last") else None
         elif p in ("keep_succeeded_for", "keep_failed_for"):
             c[f"{p}_s"] = opt_s(s, p, p)
+        elif p == "queue":
+            c["queue"] = s.queue or None
+        elif p == "required_capabilities":
+            c["required_capabilities"] = tuple(s.required_capabilities)
     return c
 
 
@@ -329,6 +334,7 @@ def schedule_out(r: Mapping[str, Any]) -> common_pb2.Schedule:
         dst_policy=common_pb2.DstPolicy(gap=_rev(DST_GAP).get(r["dst_gap"] or "", 0),
                                         repeated_hour=_rev(DST_REPEATED).get(r["dst_repeated"] or "", 0)),
         paused=r["paused"], version=r["version"], partition=r["partition"],
+        queue=r.get("queue") or "default", required_capabilities=capability_items(r.get("required_capabilities") or ""),
     )
     _set_dur(s, "timeout", r["timeout_s"])
     _set_dur(s, "jitter", r["jitter_s"] or None)

@@ -27,6 +27,13 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from cronwheel.cluster.commands.lanes import (
+    DEFAULT_QUEUE,
+    capabilities,
+    capability_items,
+    capability_set,
+    queue_name,
+)
 from cronwheel.cluster.commands.values import (
     MAX_NAME,
     OVERLAP_POLICIES,
@@ -91,6 +98,8 @@ class ScheduleSpec:
     keep_succeeded_for_s: float | None = None
     keep_failed_for_s: float | None = None
     id: uuid.UUID | None = None
+    queue: str | None = None  # None: lanes.DEFAULT_QUEUE
+    required_capabilities: tuple[str, ...] = ()  # checked: sorted, each once (lanes.capabilities)
 
     def validated(self) -> tuple[ScheduleSpec, CronSchedule]:
         """Every field checked (in API field order), defaults filled, the cron parsed."""
@@ -116,6 +125,8 @@ class ScheduleSpec:
             keep_last=retention.keep_last("keep_last", self.keep_last),
             keep_succeeded_for_s=retention.keep_for("keep_succeeded_for", self.keep_succeeded_for_s),
             keep_failed_for_s=retention.keep_for("keep_failed_for", self.keep_failed_for_s),
+            queue=queue_name("queue", self.queue),
+            required_capabilities=capabilities("required_capabilities", self.required_capabilities),
         )
         return spec, cron
 
@@ -171,6 +182,7 @@ def spec_of(row: Mapping[str, Any]) -> ScheduleSpec:
         dst_gap=row["dst_gap"], dst_repeated=row["dst_repeated"], jitter_s=row["jitter_s"], paused=row["paused"],
         alert_if_no_success_within_s=row["alert_if_no_success_within_s"], keep_last=row["keep_last"],
         keep_succeeded_for_s=row["keep_succeeded_for_s"], keep_failed_for_s=row["keep_failed_for_s"], id=row["id"],
+        queue=row["queue"], required_capabilities=capability_items(row["required_capabilities"]),
     )
 
 
@@ -185,6 +197,7 @@ def _fields(spec: ScheduleSpec) -> ScheduleFields:
         overlap_policy=spec.overlap_policy, jitter_s=spec.jitter_s, paused=spec.paused,
         alert_if_no_success_within_s=spec.alert_if_no_success_within_s, keep_last=spec.keep_last,
         keep_succeeded_for_s=spec.keep_succeeded_for_s, keep_failed_for_s=spec.keep_failed_for_s,
+        queue=spec.queue or DEFAULT_QUEUE, required_capabilities=capability_set(spec.required_capabilities),
     )
 
 
@@ -211,6 +224,7 @@ async def create_schedule(store: PgStore, spec: ScheduleSpec, now: datetime, par
     spec, cron = spec.validated()
     assert spec.id is not None
     p = partition_of(spec.id, partitions)
+    await _register_capabilities(store, spec)
     async with store.transaction() as conn:
         quota = await store.schedules.lock_tenant(conn, spec.tenant)
         if quota is not None and quota.max_schedules is not None:
@@ -239,6 +253,12 @@ def _apply(old: ScheduleSpec, changes: Mapping[str, Any]) -> ScheduleSpec:
     return replace(old, retry=flat.pop("retry", retry), **flat)
 
 
+async def _register_capabilities(store: PgStore, spec: ScheduleSpec) -> None:
+    """The schedule's capability set known to the claim before a run requiring it exists."""
+    if spec.required_capabilities:
+        await store.executions.register_capability_sets([capability_set(spec.required_capabilities)])
+
+
 def _jsonable(v: Any) -> Any:
     return asdict(v) if isinstance(v, RetryPolicy) else v
 
@@ -253,6 +273,7 @@ async def update_schedule(store: PgStore, schedule_id: uuid.UUID, changes: Mappi
         row = await lock_schedule(store, conn, schedule_id, tenant, expected_version)
         old = spec_of(row)
         new, cron = _apply(old, changes).validated()
+        await _register_capabilities(store, new)
         changed = sorted(k for k in ScheduleSpec.__dataclass_fields__ if getattr(old, k) != getattr(new, k))
         unfired = await store.schedules.unfire_ahead(conn, schedule_id, now)  # fired again, as edited
         next_run_at = unfired or row["next_run_at"]

@@ -112,7 +112,10 @@ CREATE TABLE schedules (
     -- cancelled) and failed (dead) runs for a time; NULL inherits the job type's or cluster's.
     keep_last                    integer CHECK (keep_last >= 0),
     keep_succeeded_for_s         double precision CHECK (keep_succeeded_for_s > 0),
-    keep_failed_for_s            double precision CHECK (keep_failed_for_s > 0)
+    keep_failed_for_s            double precision CHECK (keep_failed_for_s > 0),
+    -- Queues and capabilities (0025): what its runs get (executions.queue, .required_capabilities).
+    queue                        text NOT NULL DEFAULT 'default',
+    required_capabilities        text NOT NULL DEFAULT ''
 );
 -- Names are unique per tenant among live schedules.
 CREATE UNIQUE INDEX schedules_tenant_name ON schedules (tenant, name) WHERE deleted_at IS NULL;

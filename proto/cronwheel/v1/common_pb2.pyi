@@ -127,7 +127,7 @@ class DstPolicy(_message.Message):
     def __init__(self, gap: _Optional[_Union[DstGapPolicy, str]] = ..., repeated_hour: _Optional[_Union[DstRepeatedPolicy, str]] = ...) -> None: ...
 
 class Schedule(_message.Message):
-    __slots__ = ("id", "tenant", "name", "cron", "timezone", "job_type", "payload_json", "priority", "retry_policy", "timeout", "misfire_policy", "max_catch_up", "overlap_policy", "dst_policy", "jitter", "paused", "version", "partition", "next_run_at", "last_scheduled_for", "alert_if_no_success_within", "last_success_at", "created_at", "updated_at", "keep_last", "keep_succeeded_for", "keep_failed_for")
+    __slots__ = ("id", "tenant", "name", "cron", "timezone", "job_type", "payload_json", "priority", "retry_policy", "timeout", "misfire_policy", "max_catch_up", "overlap_policy", "dst_policy", "jitter", "paused", "version", "partition", "next_run_at", "last_scheduled_for", "alert_if_no_success_within", "last_success_at", "created_at", "updated_at", "keep_last", "keep_succeeded_for", "keep_failed_for", "queue", "required_capabilities")
     ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +155,8 @@ class Schedule(_message.Message):
     KEEP_LAST_FIELD_NUMBER: _ClassVar[int]
     KEEP_SUCCEEDED_FOR_FIELD_NUMBER: _ClassVar[int]
     KEEP_FAILED_FOR_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     id: str
     tenant: str
     name: str
@@ -182,7 +184,9 @@ class Schedule(_message.Message):
     keep_last: int
     keep_succeeded_for: _duration_pb2.Duration
     keep_failed_for: _duration_pb2.Duration
-    def __init__(self, id: _Optional[str] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., job_type: _Optional[str] = ..., payload_json: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., max_catch_up: _Optional[int] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., dst_policy: _Optional[_Union[DstPolicy, _Mapping]] = ..., jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., paused: _Optional[bool] = ..., version: _Optional[int] = ..., partition: _Optional[int] = ..., next_run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., alert_if_no_success_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., last_success_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., keep_last: _Optional[int] = ..., keep_succeeded_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., keep_failed_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    queue: str
+    required_capabilities: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., job_type: _Optional[str] = ..., payload_json: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., max_catch_up: _Optional[int] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., dst_policy: _Optional[_Union[DstPolicy, _Mapping]] = ..., jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., paused: _Optional[bool] = ..., version: _Optional[int] = ..., partition: _Optional[int] = ..., next_run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_scheduled_for: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., alert_if_no_success_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., last_success_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., keep_last: _Optional[int] = ..., keep_succeeded_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., keep_failed_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., queue: _Optional[str] = ..., required_capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Execution(_message.Message):
     __slots__ = ("id", "schedule_id", "tenant", "type", "payload_json", "partition", "scheduled_for", "run_at", "priority", "state", "state_reason", "trigger", "attempt", "max_attempts", "retry_policy", "timeout", "lease_owner", "lease_expires_at", "fencing_token", "checkpoint_json", "idempotency_key", "error", "error_type", "result_json", "cancel_requested", "created_at", "fired_at", "queued_at", "started_at", "heartbeat_at", "finished_at", "queue", "required_capabilities")

@@ -9,6 +9,9 @@
 -- priority) it may take: a run in any other lane is never read.
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS queue text NOT NULL DEFAULT 'default';
 ALTER TABLE executions ADD COLUMN IF NOT EXISTS required_capabilities text NOT NULL DEFAULT '';
+-- A schedule's runs get its queue and required capabilities when they are made.
+ALTER TABLE schedules ADD COLUMN IF NOT EXISTS queue text NOT NULL DEFAULT 'default';
+ALTER TABLE schedules ADD COLUMN IF NOT EXISTS required_capabilities text NOT NULL DEFAULT '';
 
 -- Every capability set a run may require, registered before the first run requiring it is
 -- stored (cluster/commands/lanes.py): `caps` is the same set as an array, for the claim's `<@`.

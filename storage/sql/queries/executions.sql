@@ -78,7 +78,7 @@ RETURNING state, type;
 -- same rule as fire_ticks_fenced).
 WITH g AS (  -- the schedule row share-locked, as in fire_ticks_fenced (`live`): its payload is inserted
     SELECT v.*, s.tenant, s.job_type, s.payload, s.partition, s.priority, s.max_attempts, s.retry_initial_s,
-           s.retry_multiplier, s.retry_max_s, s.timeout_s
+           s.retry_multiplier, s.retry_max_s, s.timeout_s, s.queue, s.required_capabilities
       FROM unnest(%(ids)s::uuid[], %(schedule_ids)s::uuid[], %(scheduled_fors)s::timestamptz[],
                   %(run_ats)s::timestamptz[], %(states)s::text[], %(state_reasons)s::text[],
                   %(triggers)s::text[], %(versions)s::bigint[], %(cursors)s::timestamptz[])
@@ -102,14 +102,16 @@ WITH g AS (  -- the schedule row share-locked, as in fire_ticks_fenced (`live`):
 )
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, state_reason, trigger, max_attempts, retry_initial_s,
-                        retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
+                        retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at,
+                        queue, required_capabilities)
 SELECT g.id, g.schedule_id, g.tenant, g.job_type, g.payload, g.partition, g.scheduled_for, g.run_at,
        g.priority, CASE WHEN o.id IS NULL THEN g.state ELSE 'skipped' END,
        CASE WHEN o.id IS NULL THEN g.state_reason
             ELSE 'quota: max_executions_per_day ' || o.quota || ' used up (UTC day)' END,
        g.trigger, g.max_attempts, g.retry_initial_s,
        g.retry_multiplier, g.retry_max_s, g.timeout_s, %(epoch)s, clock_timestamp(),
-       CASE WHEN g.state = 'queued' AND o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END
+       CASE WHEN g.state = 'queued' AND o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END,
+       g.queue, g.required_capabilities
   FROM g
   LEFT JOIN over AS o ON o.id = g.id
 ON CONFLICT (schedule_id, scheduled_for) WHERE schedule_id IS NOT NULL DO NOTHING
@@ -143,7 +145,7 @@ WITH fence AS (
     -- latest version after the wait), one that locks later waits for this commit and then takes
     -- back the tick queued here (api_unfire_ahead); the payload inserted is the version locked.
     SELECT s.id, s.tenant, s.job_type, s.payload, s.priority, s.max_attempts, s.retry_initial_s,
-           s.retry_multiplier, s.retry_max_s, s.timeout_s, v.tick, v.run_at, v.next_ts, v.partition, fence.epoch
+           s.retry_multiplier, s.retry_max_s, s.timeout_s, s.queue, s.required_capabilities, v.tick, v.run_at, v.next_ts, v.partition, fence.epoch
       FROM v JOIN fence ON fence.id = v.partition JOIN schedules AS s ON s.id = v.schedule_id
       JOIN schedule_due AS d ON d.schedule_id = v.schedule_id AND d.partition = v.partition
      WHERE s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = to_timestamp(v.tick)
@@ -169,13 +171,15 @@ WITH fence AS (
 ), ins AS (
     INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                             priority, state, state_reason, trigger, max_attempts, retry_initial_s,
-                            retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
+                            retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at,
+                            queue, required_capabilities)
     SELECT cronwheel_uuid7(), adv.id, adv.tenant, adv.job_type, adv.payload, adv.partition,
            to_timestamp(adv.tick), to_timestamp(adv.run_at), adv.priority,
            CASE WHEN o.id IS NULL THEN 'queued' ELSE 'skipped' END,
            CASE WHEN o.id IS NOT NULL THEN 'quota: max_executions_per_day ' || o.quota || ' used up (UTC day)' END,
            'cron', adv.max_attempts, adv.retry_initial_s, adv.retry_multiplier, adv.retry_max_s, adv.timeout_s,
-           adv.epoch, clock_timestamp(), CASE WHEN o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END
+           adv.epoch, clock_timestamp(), CASE WHEN o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END,
+           adv.queue, adv.required_capabilities
       FROM adv LEFT JOIN over AS o ON o.id = adv.id
     ON CONFLICT (schedule_id, scheduled_for) WHERE schedule_id IS NOT NULL DO NOTHING
     RETURNING partition, state, type
