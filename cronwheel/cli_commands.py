@@ -315,9 +315,12 @@ def _worker_queues(flags: list[str]) -> dict[str, int | None]:
     """--queue NAME[:SLOTS] flags as Worker(queues=...)."""
     out: dict[str, int | None] = {}
     for flag in flags:
-        name, colon, slots = flag.rpartition(":") if ":" in flag else (flag, "", "")
-        if not name or (colon and not slots.isdigit()) or (slots and int(slots) < 1):
-            raise InvalidArgument("--queue", f"must be NAME or NAME:SLOTS with SLOTS >= 1, got {flag!r}")
+        name, _, slots = flag.rpartition(":")
+        if not slots.isdigit():  # a queue name may hold ':' itself
+            name, slots = flag, ""
+        if not name or (slots and int(slots) < 1) or name in out:
+            raise InvalidArgument("--queue", f"must be NAME or NAME:SLOTS with SLOTS >= 1, each queue once, "
+                                             f"got {flag!r}")
         out[name] = int(slots) if slots else None
     return out
 

@@ -78,3 +78,13 @@ def test_queue_name_and_capability_set() -> None:
     assert queue_name("queue", None) == DEFAULT_QUEUE
     assert queue_name("queue", "gpu.long:eu-1") == "gpu.long:eu-1"
     assert capability_set(capabilities("c", ["b=2", "a=1"])) == "a=1,b=2"
+
+
+def test_the_worker_cli_reads_queue_flags_as_names_and_slots() -> None:
+    from cronwheel.cli_commands import _worker_queues
+
+    assert _worker_queues(["long:2", "default", "eu:batch"]) == {"long": 2, "default": None, "eu:batch": None}
+    for bad in (["long:0"], [":2"], ["long", "long:2"]):
+        with pytest.raises(InvalidArgument) as e:
+            _worker_queues(bad)
+        assert e.value.field == "--queue"
