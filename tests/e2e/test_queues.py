@@ -120,7 +120,8 @@ def test_a_job_requiring_gpu_a100_goes_only_to_the_worker_advertising_it(
 
 def test_bad_queues_capabilities_and_queue_limits_are_refused_naming_the_field(
         cluster: ProcessCluster, client: Client) -> None:
-    for kw, field in (({"queue": "no spaces"}, "queue"), ({"required_capabilities": ["gpu"]}, "required_capabilities")):
+    for kw, field in (({"queue": "no spaces"}, "queue"),
+                      ({"required_capabilities": ["gpu"]}, "required_capabilities[0]")):
         with pytest.raises(InvalidArgument) as got:
             client.submit("noop", {}, tenant="bad", **kw)  # type: ignore[arg-type]
         assert got.value.field == field, got.value
@@ -136,8 +137,7 @@ def test_bad_queues_capabilities_and_queue_limits_are_refused_naming_the_field(
     assert cluster.sql("SELECT count(*) FROM tenant_queues WHERE tenant = 'bad'") == [(0,)]
 
 
-def test_the_cli_and_the_apply_file_set_queue_limits(cluster: ProcessCluster, client: Client,
-                                                     tmp_path: object) -> None:
+def test_the_cli_and_the_apply_file_set_queue_limits(cluster: ProcessCluster, client: Client) -> None:
     addr = cluster.addresses()[0]
     out = run_cli("tenant", "queue", "cliq", "long", "--max-concurrency", "2", "--weight", "3", "--address", addr,
                   "--json")
