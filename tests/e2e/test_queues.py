@@ -114,6 +114,17 @@ def test_a_job_requiring_gpu_a100_goes_only_to_the_worker_advertising_it(
     print(f"(required capabilities, worker, runs): {sorted(ran)}")
     assert {w for c, w, _ in ran if c == "gpu=a100"} == {"gpu"}
     assert sum(n for c, _, n in ran if c == "gpu=a100") == 20
+    # A schedule's runs (fired by the nodes' cron path) carry its requirement the same way.
+    sched = client.create_schedule("gpu-every-second", "* * * * * *", "whoami", timezone="UTC",
+                                   misfire_policy="skip", tenant="caps", payload={"ms": 10},
+                                   required_capabilities=["gpu=a100"])
+    assert sched.required_capabilities == ("gpu=a100",) and sched.queue == "default"
+    wait_until(lambda: cluster.sql("SELECT count(*) FROM executions WHERE schedule_id = %s AND state = 'succeeded'",
+                                   sched.id)[0][0] >= 3, 30, "3 cron runs of the gpu schedule")
+    client.delete(sched.id, cancel_pending=True)
+    fired = cluster.sql("SELECT DISTINCT trigger, required_capabilities, result->>'worker' FROM executions"
+                        " WHERE schedule_id = %s AND state = 'succeeded'", sched.id)
+    assert fired == [("cron", "gpu=a100", "gpu")], fired
     h100 = client.get_execution(made[-1].execution_id)
     assert (h100.state, h100.required_capabilities, h100.queue) == ("queued", ("gpu=h100",), "default")
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from cronwheel.clock import FakeClock
+from cronwheel.cluster.commands import runs
+from cronwheel.cluster.commands import schedules as sch
 from cronwheel.cluster.commands.lanes import WorkerLanes, worker_lanes
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher
 from cronwheel.storage import PgStore, StoreConfig
@@ -226,3 +228,32 @@ async def test_claim_wait_waits_only_for_runs_of_the_workers_lanes(store: PgStor
         other = await store.dispatch.claim_wait(conn, None, clock.now(), ["default"])
         mine = await store.dispatch.claim_wait(conn, None, clock.now(), ["default"], ["long"])
     assert other is None and mine == pytest.approx(5.0)
+
+
+def _spec(**kw: Any) -> sch.ScheduleSpec:
+    base: dict[str, Any] = dict(tenant="acme", name="gpu-nightly", cron="0 3 * * *", timezone="UTC",
+                                job_type="render", misfire_policy="skip", queue="long",
+                                required_capabilities=("region=eu", "gpu=a100"))
+    return sch.ScheduleSpec(**{**base, **kw})
+
+
+async def test_a_schedules_runs_get_its_queue_and_capabilities_when_made(store: PgStore) -> None:
+    """Triggered and backfilled runs (the cron fire statements copy the same two columns; the
+    e2e test fires one) carry the schedule's queue and capabilities as they are when the run is
+    made: an update applies to runs made after it, not to stored ones."""
+    now = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
+    row = await sch.create_schedule(store, _spec(), now, 8)
+    assert (row["queue"], row["required_capabilities"]) == ("long", "gpu=a100,region=eu")
+    first, _ = await runs.trigger_schedule(store, row["id"], now, "acme")
+    await sch.update_schedule(store, row["id"], {"queue": None, "required_capabilities": ("gpu=h100",)}, now, "acme")
+    second, _ = await runs.trigger_schedule(store, row["id"], now + timedelta(seconds=1), "acme")
+    await runs.backfill_schedule(store, row["id"], now - timedelta(days=2), now - timedelta(days=1), now, "acme")
+    got = await sql(store, "SELECT trigger, queue, required_capabilities FROM executions ORDER BY created_at, trigger")
+    assert sorted(set(got)) == [("backfill", "default", "gpu=h100"), ("manual", "default", "gpu=h100"),
+                                ("manual", "long", "gpu=a100,region=eu")]
+    assert (first["queue"], second["queue"]) == ("long", "default")
+    known = {r[0] for r in await sql(store, "SELECT capabilities FROM capability_sets")}
+    assert {"", "gpu=a100,region=eu", "gpu=h100"} <= known  # registered before the schedule was written
+    d = Dispatcher(store, FakeClock(start_ts=(now + timedelta(seconds=2)).timestamp()))
+    assert await d.lease("w", [], 10, 30.0, 0.0, lanes=lanes(["long"], caps=["gpu=a100"])) == []
+    assert len(await d.lease("w", [], 10, 30.0, 0.0, lanes=lanes(["long"], caps=["gpu=a100", "region=eu"]))) == 1
