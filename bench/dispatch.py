@@ -149,11 +149,13 @@ def baseline(dsn: str, n: int, batched: bool, limit: int = 100, submitted: bool 
     with psycopg.connect(dsn, autocommit=True) as c:
         while True:
             with c.transaction():
-                c.execute(q("claim_lock_tenants"), {"tenant": None})  # the claim reads the tenants it locked
+                # the claim reads the tenants it locked
+                c.execute(q("claim_lock_tenants"), {"tenant": None, "slot_worker": None})
                 rows = c.execute(q("claim"), {"priorities": ["critical", "default", "bulk"], "types": ["bench"],
                                               "tenant": None, "limit": limit, "worker": "base", "fair_tau_s": 1.0,
                                               "lease_s": 60, "now": SystemClock().now(),
-                                              "max_bytes": ANSWER_ROWS_BYTES}).fetchall()
+                                              "max_bytes": ANSWER_ROWS_BYTES, "queues": ["default"],
+                                              "capabilities": [], "slot_queues": [], "slot_counts": []}).fetchall()
                 if not rows:
                     break
             if batched:

@@ -279,7 +279,7 @@ def check_specs(ctx: calls.Context, specs: Iterable[Mapping[str, Any]], tenant: 
 
 
 def _blank(v: Any) -> bool:
-    return v is None or (isinstance(v, timedelta) and not v) or v == {} or v == ""
+    return v is None or (isinstance(v, timedelta) and not v) or v == {} or v == "" or v == [] or v == ()
 
 
 def same(desired: Any, current: Any) -> bool:
@@ -287,6 +287,8 @@ def same(desired: Any, current: Any) -> bool:
         return _blank(desired) and _blank(current)
     if isinstance(desired, str) and isinstance(current, str):  # StrEnum members are their words
         return str(desired).strip() == str(current).strip()
+    if isinstance(desired, list | tuple) and isinstance(current, list | tuple):  # capabilities: a set
+        return sorted(set(desired)) == sorted(set(current))
     return bool(desired == current)
 
 

@@ -15,7 +15,11 @@ HOST_GLOB:PORT, where its HTTP targets may point). Semantics, precisely:
 - every spec's keys and types are checked before anything changes (TenantSpecError naming
   `tenants[i].key`); the ranges are the server's (INVALID_ARGUMENT at write time, naming the
   field), so an out-of-range value stops apply at that tenant, the ones before it applied;
-- applying the same specs twice changes nothing the second time.
+- applying the same specs twice changes nothing the second time;
+- `queues` (a mapping of queue name to `{max_concurrency: N or null, weight: N}`) sets those
+  queues' limits (set_tenant_queue): each listed queue is one field `queues.<name>`, compared
+  whole ((max_concurrency, weight); a key left out is null / 1); queues not listed are left as
+  they are.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from . import types as t
 from .apply import Action, FieldChange, Plan
 from .errors import ApiError, InvalidArgument
 
-KEYS = (*calls.TENANT_INTS, *calls.TENANT_OPTIONAL, "egress_rules")  # besides "id"
+KEYS = (*calls.TENANT_INTS, *calls.TENANT_OPTIONAL, "egress_rules", "queues")  # besides "id"
+QUEUE_KEYS = ("max_concurrency", "weight")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,6 +76,7 @@ class _Desired:
     index: int
     id: str
     values: dict[str, Any]
+    queues: dict[str, tuple[int | None, int]] = dataclasses.field(default_factory=dict)
 
 
 def check_specs(specs: Iterable[Mapping[str, Any]]) -> list[_Desired]:
@@ -89,15 +95,43 @@ def check_specs(specs: Iterable[Mapping[str, Any]]) -> list[_Desired]:
         if name in seen:
             raise TenantSpecError(i, name, "id", f"the same id as tenants[{seen[name]}]")
         seen[name] = i
-        values = {k: v for k, v in spec.items() if k != "id"}
+        values = {k: v for k, v in spec.items() if k not in ("id", "queues")}
         try:  # the client's own checks (types): the request update_tenant would send
             calls.tenant_message(name, values)
         except InvalidArgument as exc:
             raise TenantSpecError(i, name, exc.field, str(exc).partition(": ")[2] or str(exc)) from None
         out.append(_Desired(i, name, {k: float(v) if k in ("rate_per_s", "burst") and v is not None
                                       else tuple(v or ()) if k == "egress_rules" else v
-                                      for k, v in values.items()}))
+                                      for k, v in values.items()}, _queues(i, name, spec.get("queues"))))
     return out
+
+
+def _queues(i: int, name: str, queues: Any) -> dict[str, tuple[int | None, int]]:
+    """A spec's `queues`, checked for shape and type: name -> (max_concurrency, weight)."""
+    if queues is None:
+        return {}
+    if not isinstance(queues, Mapping):
+        raise TenantSpecError(i, name, "queues", f"expected a mapping of queue name to limits, got {queues!r}")
+    out: dict[str, tuple[int | None, int]] = {}
+    for q, limits in queues.items():
+        where = f"queues.{q}"
+        if not isinstance(q, str) or not q or not isinstance(limits, Mapping):
+            raise TenantSpecError(i, name, where, f"expected a queue name and a mapping of {', '.join(QUEUE_KEYS)}")
+        for key, value in limits.items():
+            if key not in QUEUE_KEYS:
+                raise TenantSpecError(i, name, f"{where}.{key}",
+                                      f"unknown key (expected one of {', '.join(QUEUE_KEYS)})")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise TenantSpecError(i, name, f"{where}.{key}", f"expected an integer >= 1, got {value!r}")
+        weight = limits.get("weight")
+        out[q] = (limits.get("max_concurrency"), 1 if weight is None else weight)
+    return out
+
+
+def _queue_changes(have: Mapping[str, tuple[int | None, int]], d: _Desired) -> tuple[FieldChange, ...]:
+    """The queues of `d` whose limits differ from `have` (absent: no limits set)."""
+    return tuple(FieldChange(f"queues.{q}", have.get(q), want) for q, want in sorted(d.queues.items())
+                 if have.get(q) != want)
 
 
 def apply_tenants(ctx: calls.Context, specs: Iterable[Mapping[str, Any]], *,
@@ -120,21 +154,32 @@ def _reconcile(ctx: calls.Context, desired: list[_Desired], dry_run: bool) -> Ge
     for d in desired:
         cur = by_id.get(d.id)
         if cur is None:
-            plan.append(PlannedTenant(Action.CREATE, d.id, index=d.index))
+            plan.append(PlannedTenant(Action.CREATE, d.id, _queue_changes({}, d), index=d.index))
             continue
+        have: dict[str, tuple[int | None, int]] = {}
+        if d.queues:  # a tenant's queues come with get_tenant only
+            full: t.Tenant = yield calls.get_tenant(ctx, d.id)
+            have = {x.name: (x.max_concurrency, x.weight) for x in full.queues}
         changes = tuple(FieldChange(k, getattr(cur, k), v) for k, v in d.values.items() if getattr(cur, k) != v)
+        changes += _queue_changes(have, d)
         plan.append(PlannedTenant(Action.UPDATE if changes else Action.UNCHANGED, d.id, changes, d.index, cur))
     if dry_run:
         return TenantPlan(tuple(plan), applied=False)
     done = []
     for item, d in zip(plan, desired, strict=True):
         try:
+            fields = {ch.field: ch.new for ch in item.changes if not ch.field.startswith("queues.")}
             if item.action == Action.CREATE:
                 made = yield calls.create_tenant(ctx, d.id, **d.values)
                 item = dataclasses.replace(item, tenant=made)
-            elif item.action == Action.UPDATE:
-                now = yield calls.update_tenant(ctx, d.id, **{ch.field: ch.new for ch in item.changes})
+            elif item.action == Action.UPDATE and fields:
+                now = yield calls.update_tenant(ctx, d.id, **fields)
                 item = dataclasses.replace(item, tenant=now)
+            for ch in item.changes:
+                if ch.field.startswith("queues."):
+                    limit, weight = ch.new
+                    yield calls.set_tenant_queue(ctx, d.id, ch.field.removeprefix("queues."),
+                                                 max_concurrency=limit, weight=weight)
         except ApiError as exc:
             raise type(exc)(exc.code, f"tenants[{d.index}] ({d.id!r}): {item.action} refused: {exc}") from None
         done.append(item)

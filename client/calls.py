@@ -121,11 +121,13 @@ def create_schedule(ctx: Context, name: str, cron: str, job_type: str, *, timezo
                     keep_succeeded_for: timedelta | None = None,
                     keep_failed_for: timedelta | None = None,
                     parent_schedule_id: str | None = None,
-                    target: dict[str, Any] | None = None) -> Call[t.Schedule]:
+                    target: dict[str, Any] | None = None, queue: str | None = None,
+                    required_capabilities: list[str] | tuple[str, ...] | None = None) -> Call[t.Schedule]:
     """Creates a schedule: fires `job_type` with `payload` at every tick of `cron` in `timezone`,
     or calls an HTTP `target` (job_type "": docs/http-targets.md) with the payload as its body.
     A child schedule (`parent_schedule_id`, with `cron` ""): runs once per successful run of its
     parent, with that run's scheduled time.
+    Its runs wait in `queue` (None: "default") for a worker advertising `required_capabilities`.
     Retention: `keep_last` N finished runs at most, succeeded/skipped/cancelled runs kept
     `keep_succeeded_for`, failed/dead ones `keep_failed_for` (None: the cluster's windows).
     Raises AlreadyExists when the tenant has a live schedule of that name, InvalidArgument naming
@@ -276,7 +278,8 @@ def submit(ctx: Context, type: str, payload: Any = None, *, run_at: datetime | N
            retry_policy: t.RetryPolicy | None = None, attempt_timeout: timedelta | None = None,
            tenant: str | None = None, unique: t.Unique | None = None, concurrency_key: str | None = None,
            concurrency_limit: int | None = None, depends_on: Iterable[str] = (),
-           dependency_policy: str | None = None, target: dict[str, Any] | None = None) -> Call[t.Execution]:
+           dependency_policy: str | None = None, target: dict[str, Any] | None = None, queue: str | None = None,
+           required_capabilities: tuple[str, ...] | list[str] = ()) -> Call[t.Execution]:
     """Submits a one-off job of `type` (or calling an HTTP `target`, type "": docs/http-targets.md)
     with `payload` (any JSON value), now, at `run_at` or after
     `delay`. A second submit with the same idempotency key returns the first execution
@@ -288,13 +291,16 @@ def submit(ctx: Context, type: str, payload: Any = None, *, run_at: datetime | N
     neither): at most that many of the tenant's runs with the key run at once, anywhere in the
     cluster. `depends_on`: the executions it waits for (ids, or idempotency keys of this tenant):
     it is created WAITING and queued when the last of them succeeded; one that does not succeed
-    cancels it, naming it, unless `dependency_policy` is "always" (docs/semantics.md)."""
+    cancels it, naming it, unless `dependency_policy` is "always" (docs/semantics.md).
+    `queue` (None: "default"): only workers naming it lease the job;
+    `required_capabilities` ("gpu=a100", ...): only workers advertising all of them."""
     req = _job_request(ctx, "", t.JobSpec(type, payload, run_at=run_at, delay=delay, idempotency_key=idempotency_key,
                                           priority=priority, retry_policy=retry_policy,
                                           attempt_timeout=attempt_timeout, tenant=tenant, unique=unique,
                                           concurrency_key=concurrency_key, concurrency_limit=concurrency_limit,
                                           depends_on=tuple(depends_on), dependency_policy=dependency_policy,
-                                          target=target))
+                                          target=target, queue=queue,
+                                          required_capabilities=required_capabilities))
     return Call(SCHEDULER, "SubmitJob", req,
                 lambda r: c.execution(r.execution, r.deduplicated, r.deduplicated_by), safe=True)
 
@@ -466,6 +472,19 @@ def get_tenant(ctx: Context, tenant_id: str) -> Call[t.Tenant]:
                 safe=True)
 
 
+def set_tenant_queue(ctx: Context, tenant_id: str, queue: str, *, max_concurrency: int | None = None,
+                     weight: int | None = None) -> Call[list[t.TenantQueue]]:
+    """Sets a queue's limits for a tenant (admin tokens only; replaces what was set): at most
+    `max_concurrency` of its runs of the queue at once (None: no limit but the tenant's), and
+    `weight` (default 1) among its queues. Returns the tenant's queues with limits set."""
+    for key, value in (("max_concurrency", max_concurrency), ("weight", weight)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31):
+            raise c.BadValue(key, f"expected an integer >= 1 or None, got {value!r}")
+    req = A.SetTenantQueueRequest(tenant_id=tenant_id, queue=A.TenantQueue(
+        name=queue, max_concurrency=max_concurrency or 0, weight=weight or 0))
+    return Call(TENANTS, "SetTenantQueue", req, lambda r: [c.tenant_queue(x) for x in r.queues], safe=True)
+
+
 def list_tenants(ctx: Context, *, page_size: int = 100) -> Pages[t.Tenant]:
     """Tenants by ascending id."""
     req = A.ListTenantsRequest(page_size=_page_size(page_size))
@@ -593,6 +612,12 @@ def _job_request(ctx: Context, prefix: str, job: t.JobSpec) -> S.SubmitJobReques
     if job.dependency_policy is not None:
         fields["dependency_policy"] = c.enum_number(t.DependencyPolicy, job.dependency_policy,
                                                     f"{prefix}dependency_policy")
+    if job.queue:
+        fields["queue"] = job.queue
+    if job.required_capabilities:
+        if isinstance(job.required_capabilities, str) or not all(isinstance(x, str) for x in job.required_capabilities):
+            raise c.BadValue(f"{prefix}required_capabilities", "expected a list of key=value strings")
+        fields["required_capabilities"] = list(job.required_capabilities)
     return S.SubmitJobRequest(**fields)
 
 

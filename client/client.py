@@ -235,6 +235,7 @@ class Client:
     create_tenant = _call(calls.create_tenant)
     update_tenant = _call(calls.update_tenant)
     get_tenant = _call(calls.get_tenant)
+    set_tenant_queue = _call(calls.set_tenant_queue)
     list_tenants = _pages(calls.list_tenants)
     create_token = _call(calls.create_token)
     list_tokens = _pages(calls.list_tokens)

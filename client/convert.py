@@ -144,6 +144,8 @@ SCHEDULE_FIELDS: dict[str, tuple[str, Any]] = {
     "keep_last": ("keep_last", lambda v, f: count(v, f)),
     "keep_succeeded_for": ("keep_succeeded_for", duration),
     "keep_failed_for": ("keep_failed_for", duration),
+    "queue": ("queue", lambda v, f: v or ""),
+    "required_capabilities": ("required_capabilities", lambda v, f: _strings(v, f)),
     "target": ("target", lambda v, f: http_target(v, f)),
 }
 
@@ -181,6 +183,15 @@ def target_dict(msg: common_pb2.HttpTarget) -> dict[str, Any]:
             "body": msg.body if msg.HasField("body") else None, "timeout_s": msg.timeout_s,
             "signing_secret": msg.signing_secret, "concurrency_limit": msg.concurrency_limit or None,
             "rate_per_s": msg.rate_per_s or None, "burst": msg.burst or None}
+
+
+def _strings(value: Any, field: str) -> list[str]:
+    """A list of strings (None: empty)."""
+    if value is None:
+        return []
+    if isinstance(value, str) or not all(isinstance(x, str) for x in value):
+        raise BadValue(field, f"expected a list of strings, got {value!r}")
+    return list(value)
 
 
 def count(value: int | None, field: str) -> int | None:
@@ -230,6 +241,8 @@ def schedule_message(values: dict[str, Any]) -> common_pb2.Schedule:
         if isinstance(wire, Duration | Timestamp | common_pb2.RetryPolicy | common_pb2.DstPolicy
                       | common_pb2.HttpTarget):
             getattr(msg, name).CopyFrom(wire)
+        elif isinstance(wire, list):
+            getattr(msg, name).extend(wire)
         else:
             setattr(msg, name, wire)
     return msg
@@ -305,7 +318,8 @@ def schedule(msg: common_pb2.Schedule) -> t.Schedule:
         keep_last=msg.keep_last if msg.HasField("keep_last") else None,
         keep_succeeded_for=_dur(msg, "keep_succeeded_for"), keep_failed_for=_dur(msg, "keep_failed_for"),
         parent_schedule_id=msg.parent_schedule_id or None,
-        target=target_dict(msg.target) if msg.HasField("target") else None)
+        target=target_dict(msg.target) if msg.HasField("target") else None,
+        queue=msg.queue or "default", required_capabilities=tuple(msg.required_capabilities))
 
 
 def execution(msg: common_pb2.Execution, deduplicated: bool = False, deduplicated_by: int = 0) -> t.Execution:
@@ -328,7 +342,8 @@ def execution(msg: common_pb2.Execution, deduplicated: bool = False, deduplicate
                                    _enum(t.ExecutionState, u.outcome, enums.STATE), u.idempotency_key, u.type)
                         for u in msg.upstreams),
         dependency_policy=enums.DEPENDENCY_POLICY.get(msg.dependency_policy), waiting_for=msg.waiting_for,
-        target=target_dict(msg.target) if msg.HasField("target") else None)
+        target=target_dict(msg.target) if msg.HasField("target") else None,
+        queue=msg.queue or "default", required_capabilities=tuple(msg.required_capabilities))
 
 
 _OUTCOMES = enums.words(scheduler_pb2.TickOutcome, "TICK_OUTCOME_")
@@ -424,7 +439,12 @@ def tenant(msg: admin_pb2.Tenant) -> t.Tenant:
     return t.Tenant(id=msg.id, max_concurrency=msg.max_concurrency, rate_per_s=_opt(msg, "rate_per_s"),
                     burst=_opt(msg, "burst"), weight=msg.weight, max_schedules=_opt(msg, "max_schedules"),
                     max_executions_per_day=_opt(msg, "max_executions_per_day"), created_at=_ts(msg, "created_at"),
-                    egress_rules=tuple(msg.egress_rules))
+                    egress_rules=tuple(msg.egress_rules),
+                    queues=tuple(tenant_queue(x) for x in msg.queues))
+
+
+def tenant_queue(msg: admin_pb2.TenantQueue) -> t.TenantQueue:
+    return t.TenantQueue(name=msg.name, max_concurrency=msg.max_concurrency or None, weight=msg.weight)
 
 
 def token(msg: admin_pb2.Token) -> t.Token:

@@ -95,6 +95,8 @@ class Schedule:
     # An HTTP target (docs/http-targets.md) as a dict: url, method, headers ({name: value} or
     # {name: {"secret": NAME}}), body, timeout_s, signing_secret; None: a job type's schedule.
     target: dict[str, Any] | None = None
+    queue: str = "default"  # the queue its runs wait in
+    required_capabilities: tuple[str, ...] = ()  # what the workers of its runs must advertise
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +144,8 @@ class Execution:
     dependency_policy: str | None = None
     waiting_for: int = 0
     target: dict[str, Any] | None = None  # the HTTP target a run of type "http" calls (as Schedule.target)
+    queue: str = "default"  # the queue it waits in
+    required_capabilities: tuple[str, ...] = ()  # what its worker must advertise ("gpu=a100")
 
     @property
     def final(self) -> bool:
@@ -199,6 +203,8 @@ class JobSpec:
     depends_on: tuple[str, ...] | list[str] = ()
     dependency_policy: str | None = None
     target: dict[str, Any] | None = None  # an HTTP target instead of a type (type ""; Schedule.target)
+    queue: str | None = None  # None: "default"; only workers naming the queue lease it
+    required_capabilities: tuple[str, ...] | list[str] = ()  # "gpu=a100": only workers advertising all
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +373,17 @@ class Tenant:
     max_executions_per_day: int | None
     created_at: datetime | None
     egress_rules: tuple[str, ...] = ()  # where its HTTP targets may point (empty: any public address)
+    queues: tuple[TenantQueue, ...] = ()  # its queues with limits set (get_tenant fills it)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantQueue:
+    """A queue's limits for a tenant: at most max_concurrency running (None: only the tenant's
+    limit), and its weight among the tenant's queues."""
+
+    name: str
+    max_concurrency: int | None
+    weight: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,7 +87,7 @@ import socket
 import sys
 import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -144,6 +144,18 @@ def _dur(seconds: float) -> Duration:
     return d
 
 
+def _queues(queues: Sequence[str] | Mapping[str, int | None]) -> tuple[list[str], dict[str, int]]:
+    """A Worker's queues (sorted) and its slots per capped queue."""
+    if isinstance(queues, str):
+        raise ValueError(f"queues must be a list of names or a {{name: slots}} mapping, got {queues!r}")
+    if not isinstance(queues, Mapping):
+        return sorted(set(queues)), {}
+    for name, n in queues.items():
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"queues[{name!r}] must be a number of slots >= 1 or None, got {n!r}")
+    return sorted(queues), {q: n for q, n in queues.items() if n is not None}
+
+
 class Worker:
     def __init__(self, address: str = "127.0.0.1:7070", *, worker_id: str | None = None,
                  concurrency: int = DEFAULT_CONCURRENCY, threads: int = DEFAULT_THREADS, lease_s: float = 60.0,
@@ -151,13 +163,22 @@ class Worker:
                  poll_wait_s: float = 10.0, tls: bool = False, ca_file: str | None = None,
                  cert_file: str | None = None, key_file: str | None = None, cancel_grace_s: float | None = None,
                  timeout_grace_s: float = 1.0, connect_timeout_s: float = 30.0, report_flush_s: float = 30.0,
-                 interceptors: Sequence[Any] = (), clock: Clock | None = None, prefetch: int | None = None) -> None:
+                 interceptors: Sequence[Any] = (), clock: Clock | None = None, prefetch: int | None = None,
+                 queues: Sequence[str] | Mapping[str, int | None] = (),
+                 capabilities: Sequence[str] | Mapping[str, str] = ()) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         if prefetch is not None and prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
+        # The queues it leases from (none: "default"), a {queue: slots} mapping capping how many
+        # runs of a queue it holds at once (None: no cap), and the capabilities it advertises
+        # ({"gpu": "a100"} or ["gpu=a100"]): the node leases it only runs of those queues, within
+        # the slots, whose required capabilities are all advertised.
+        self.queues, self.queue_slots = _queues(queues)
+        self.capabilities = sorted(f"{k}={v}" for k, v in capabilities.items()) \
+            if isinstance(capabilities, Mapping) else sorted(capabilities)
         self.address = address
         self.tls, self.ca_file, self.cert_file, self.key_file = tls, ca_file, cert_file, key_file
         self.interceptors = tuple(interceptors)
@@ -377,6 +398,8 @@ class Worker:
         resp = await self.stub.LeaseExecutions(dispatch_pb2.LeaseExecutionsRequest(
             worker_id=self.worker_id, job_types=sorted(self.handlers), max_count=n,
             lease_duration=_dur(self.lease_s), wait_timeout=_dur(self.poll_wait_s),
+            queues=self.queues, capabilities=self.capabilities,
+            queue_slots=[dispatch_pb2.QueueSlots(queue=q, slots=n) for q, n in sorted(self.queue_slots.items())],
         ), timeout=self.poll_wait_s + 5, metadata=self.metadata)
         return t0, self.clock.monotonic(), resp
 

@@ -69,6 +69,9 @@ class ClaimParams:
     now: datetime
     fair_tau_s: float  # the fair share's memory: a tenant's served count decays by exp(-age / this)
     max_bytes: int | None = None  # past the first run, payloads and checkpoints up to this (None: no cap)
+    queues: Sequence[str] = ("default",)  # the worker's queues (cluster/commands/lanes.py)
+    capabilities: Sequence[str] = ()  # what the worker advertises: it takes runs requiring a subset
+    slots: Sequence[tuple[str, int]] = ()  # (queue, n): at most n runs of the queue held by the worker
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +206,15 @@ class QueueDepth:
     oldest_run_at: datetime | None
 
 
+def claim_args(p: ClaimParams) -> dict[str, Any]:
+    """The `claim` statement's parameters."""
+    return {"priorities": list(p.priorities), "types": list(p.types) if p.types else None, "limit": p.limit,
+            "tenant": p.tenant, "worker": p.worker, "lease_s": p.lease_s, "now": p.now,
+            "fair_tau_s": p.fair_tau_s, "max_bytes": p.max_bytes, "queues": list(p.queues),
+            "capabilities": list(p.capabilities), "slot_queues": [name for name, _ in p.slots],
+            "slot_counts": [n for _, n in p.slots]}
+
+
 def _jsonb(value: Any) -> Jsonb | None:
     return Jsonb(value) if value is not None else None
 
@@ -213,13 +225,16 @@ class DispatchPort:
 
     # ------------------------------------------------------------------ worker calls
 
-    async def lock_claim_tenants(self, conn: Conn, tenant: str | None) -> Pending[bool]:
+    async def lock_claim_tenants(self, conn: Conn, tenant: str | None,
+                                 slot_worker: str | None = None) -> Pending[bool]:
         """Send the first statement of a claim's transaction (`claim_lock_tenants`): it locks the
         tenants with queued work for this transaction and leaves them where the `claim` sent
         next reads them, so the claim needs nothing from its answer: in a
         `pipelined_transaction` the two statements and the COMMIT can travel in one round trip.
-        The Pending's result says whether any tenant had queued work."""
-        cur = await conn.execute(q("claim_lock_tenants"), {"tenant": tenant}, prepare=True)
+        The Pending's result says whether any tenant had queued work. `slot_worker`: the
+        worker of a claim that caps its runs per queue (ClaimParams.slots), locked first."""
+        cur = await conn.execute(q("claim_lock_tenants"), {"tenant": tenant, "slot_worker": slot_worker},
+                                 prepare=True)
         return Pending(cur, lambda rows: bool(rows) and rows[0][0] != "{}")
 
     async def queued_tenant_names(self) -> set[str]:
@@ -233,22 +248,21 @@ class DispatchPort:
         """Send the claim (`claim`), after `lock_claim_tenants` in the same transaction; its
         leased runs are the Pending's result. In a `pipelined_transaction`, read it after the
         block: the runs are handed out only once the claim's COMMIT succeeded."""
-        cur = await conn.execute(q("claim"), {
-            "priorities": list(p.priorities), "types": list(p.types) if p.types else None, "limit": p.limit,
-            "tenant": p.tenant, "worker": p.worker, "lease_s": p.lease_s, "now": p.now,
-            "fair_tau_s": p.fair_tau_s, "max_bytes": p.max_bytes},
-            prepare=True)  # parsed once per connection (planned once: db.py)
+        cur = await conn.execute(q("claim"), claim_args(p),
+                                 prepare=True)  # parsed once per connection (planned once: db.py)
         return Pending(cur, lambda rows: [Leased._make(r) for r in rows])
 
     async def claim_wait(self, conn: Conn, tenant: str | None, now: datetime,
-                         priorities: Sequence[str]) -> float | None:
+                         priorities: Sequence[str], queues: Sequence[str] = ("default",),
+                         capabilities: Sequence[str] = ()) -> float | None:
         """Seconds after `now` until queued work that is not claimable now may be (`claim_wait`):
         the soonest rate-limited tenant's next whole token, or the soonest run queued ahead of
         its run_at; None when neither. The dispatcher reads it right after a claim that came
         back empty committed, with that claim's `now`: the buckets as the claim (or a later
         one) left them. It only says how long to wait before the next claim, which decides
         under the tenants' locks. `priorities`: every priority (policy.PRIORITIES)."""
-        cur = await conn.execute(q("claim_wait"), {"tenant": tenant, "now": now, "priorities": list(priorities)})
+        cur = await conn.execute(q("claim_wait"), {"tenant": tenant, "now": now, "priorities": list(priorities),
+                                                   "queues": list(queues), "capabilities": list(capabilities)})
         row = await cur.fetchone()
         return None if row is None or row[0] is None else max(0.0, float(row[0]))
 

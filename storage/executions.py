@@ -202,6 +202,8 @@ class SubmittedJob:
     depends_on: tuple[str, ...] = ()
     dependency_policy: str | None = None
     target: str | None = None  # an HTTP target's JSON (type 'http', issue 50)
+    queue: str = "default"  # the queue a worker names to lease it (cluster/commands/lanes.py)
+    required_capabilities: str = ""  # canonical set (lanes.capability_set); registered first
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +269,13 @@ class ExecutionsPort:
     async def by_idempotency_key(self, conn: Conn, tenant: str, key: str) -> Row | None:
         return await row(conn, "api_by_idempotency_key", {"tenant": tenant, "idempotency_key": key})
 
+    async def register_capability_sets(self, sets: Sequence[str]) -> None:
+        """Make the capability sets (canonical, non-empty) known to the claim, committed before
+        the runs requiring them are written (`register_capability_sets`)."""
+        async with self.db.connection() as conn:
+            await conn.execute(q("register_capability_sets"), {
+                "sets": list(sets), "items": ["{" + s + "}" for s in sets]})
+
     async def insert_submitted_many(self, conn: Conn, jobs: Sequence[SubmittedJob], now: datetime,
                                     brief: bool = False) -> list[Row]:
         """Insert every job in ONE statement (`insert_submitted_many`); the rows inserted, in no
@@ -293,10 +302,12 @@ class ExecutionsPort:
                                   j.state, j.max_attempts, j.retry_initial_s, j.retry_multiplier, j.retry_max_s,
                                   j.timeout_s, j.idempotency_key, j.trace_context, j.concurrency_key,
                                   j.concurrency_limit]
-            if j.unique_key is not None or j.target is not None:
+            if j.unique_key is not None or j.target is not None or j.queue != "default" or j.required_capabilities:
                 item += [j.unique_key.hex() if j.unique_key is not None else None, j.unique_states]
-            if j.target is not None:
+            if j.target is not None or j.queue != "default" or j.required_capabilities:
                 item.append(j.target)
+            if j.queue != "default" or j.required_capabilities:
+                item += [j.queue, j.required_capabilities]
             items.append(item)
         doc = json.dumps(items, ensure_ascii=False, allow_nan=False)
         return {"jobs": doc, "tenants": sorted({j.tenant for j in jobs}), "now": now, "sent": len(jobs)}

@@ -46,6 +46,8 @@ class ScheduleFields:
     keep_succeeded_for_s: float | None = None
     keep_failed_for_s: float | None = None
     target: str | None = None  # an HTTP target's JSON (issue 50); None: a job type's schedule
+    queue: str = "default"  # its runs' queue and required capabilities (canonical), 0025
+    required_capabilities: str = ""
 
     def params(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}

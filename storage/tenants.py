@@ -90,3 +90,24 @@ class TenantsPort:
     async def list(self, after: str | None, limit: int) -> list[Row]:
         async with self.db.connection() as conn:
             return await rows(conn, "tenant_list", {"after": after, "limit": limit})
+
+    async def set_queue(self, tenant: str, queue: str, max_concurrency: int | None, weight: int,
+                        now: datetime, actor: str = "api") -> Row:
+        """Set (insert or replace) a queue's limits for `tenant` (checked by the caller), with a
+        `tenant_updated` event in the same transaction (data.changed: {"queues.<name>": [old,
+        new]}). A tenant needs no row for it (its runs' claims read tenant_queues by name)."""
+        async with self.db.transaction() as conn:
+            got = await row(conn, "tenant_queue_set", {"tenant": tenant, "queue": queue,
+                                                       "max_concurrency": max_concurrency, "weight": weight})
+            assert got is not None
+            new = {"max_concurrency": max_concurrency, "weight": weight}
+            if got["old"] != new:
+                await EventsPort(self.db).insert(Event("tenant_updated", tenant, actor=actor, at=now, data={
+                    "changed": {f"queues.{queue}": [got["old"], new]}}), conn)
+        assert got is not None
+        return got
+
+    async def queues(self, tenant: str) -> list[Row]:
+        """The tenant's queues with limits set, by name."""
+        async with self.db.connection() as conn:
+            return await rows(conn, "tenant_queues", {"tenant": tenant})

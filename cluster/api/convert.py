@@ -23,6 +23,7 @@ from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from cronwheel import http_target
+from cronwheel.cluster.commands.lanes import capability_items
 from cronwheel.cluster.commands.schedules import ScheduleSpec
 from cronwheel.cluster.commands.unique import UniqueSpec
 from cronwheel.cluster.commands.values import JsonText, RetryPolicy, parse_json
@@ -253,6 +254,7 @@ def spec_from(s: Any, tenant: str, egress: EgressPolicy | None = None) -> Schedu
         keep_failed_for_s=opt_s(s, "keep_failed_for", "keep_failed_for"),
         parent_schedule_id=uuid_of(s.parent_schedule_id, "parent_schedule_id", required=False),
         target=target_from(s.target, s.HasField("target"), egress),
+        queue=s.queue or None, required_capabilities=tuple(s.required_capabilities),
     )
 
 
@@ -268,7 +270,7 @@ RETRY_PATHS = {"retry_policy.initial_backoff": "initial_s", "retry_policy.backof
                "retry_policy.max_backoff": "max_s", "retry_policy.max_attempts": "max_attempts"}
 TOP_PATHS = ("name", "cron", "timezone", "job_type", "payload_json", "priority", "retry_policy", "timeout",
              "misfire_policy", "max_catch_up", "overlap_policy", "dst_policy", "jitter", "alert_if_no_success_within",
-             "keep_last", "keep_succeeded_for", "keep_failed_for", "target")
+             "keep_last", "keep_succeeded_for", "keep_failed_for", "target", "queue", "required_capabilities")
 UPDATABLE = {*TOP_PATHS, *RETRY_PATHS, "dst_policy.gap", "dst_policy.repeated_hour"}
 NOT_UPDATABLE = {"id", "tenant", "paused", "version", "partition", "next_run_at", "last_scheduled_for",
                  "last_success_at", "created_at", "updated_at"}
@@ -341,6 +343,10 @@ def changes_from(s: Any, paths: list[str], egress: EgressPolicy | None = None) -
             c["target"] = target_from(s.target, s.HasField("target"), egress)
             if c["target"] is not None and "job_type" not in paths:
                 c["job_type"] = ""  # a target without a job type: the schedule's becomes "http"
+        elif p == "queue":
+            c["queue"] = s.queue or None
+        elif p == "required_capabilities":
+            c["required_capabilities"] = tuple(s.required_capabilities)
     return c
 
 
@@ -372,6 +378,7 @@ def schedule_out(r: Mapping[str, Any]) -> common_pb2.Schedule:
         dst_policy=common_pb2.DstPolicy(gap=_rev(DST_GAP).get(r["dst_gap"] or "", 0),
                                         repeated_hour=_rev(DST_REPEATED).get(r["dst_repeated"] or "", 0)),
         paused=r["paused"], version=r["version"], partition=r["partition"],
+        queue=r.get("queue") or "default", required_capabilities=capability_items(r.get("required_capabilities") or ""),
     )
     _set_dur(s, "timeout", r["timeout_s"])
     _set_dur(s, "jitter", r["jitter_s"] or None)
@@ -399,7 +406,8 @@ def execution_out(r: Mapping[str, Any]) -> common_pb2.Execution:
         lease_owner=r["lease_owner"] or "", fencing_token=r["fencing_token"],
         checkpoint_json=str(r["checkpoint"] or ""), idempotency_key=r["idempotency_key"] or "",
         error=r["error"] or "", error_type=r["error_type"] or "", result_json=str(r["result"] or ""),
-        cancel_requested=r["cancel_requested"],
+        cancel_requested=r["cancel_requested"], queue=r.get("queue") or "default",
+        required_capabilities=capability_items(r.get("required_capabilities") or ""),
     )
     _set_dur(e, "timeout", r["timeout_s"])
     _set_ts(e, "lease_expires_at", r["lease_expires"])

@@ -20,6 +20,7 @@ from cronwheel import tracing
 from cronwheel.cluster.api.auth import authorization_check, current_caller
 from cronwheel.cluster.api.convert import Converted, epoch_ts, ts
 from cronwheel.cluster.api.grpc_errors import status_of
+from cronwheel.cluster.commands.lanes import DEFAULT_LANES, worker_lanes
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher, Leased
 from cronwheel.errors import InvalidArgument, PermissionDenied
 from cronwheel.http_target import HTTP_TYPE
@@ -47,6 +48,16 @@ def seconds(field: str, d: Duration, has: bool, default: float) -> float:
     if s < 0:
         raise InvalidArgument(field, f"must not be negative, got {s:g} s")
     return s
+
+
+def slots_of(items: Iterable[dispatch_pb2.QueueSlots]) -> dict[str, int]:
+    """LeaseExecutionsRequest.queue_slots as {queue: slots}; a queue named twice is refused."""
+    out: dict[str, int] = {}
+    for k, item in enumerate(items):
+        if item.queue in out:
+            raise InvalidArgument(f"queue_slots[{k}].queue", f"names {item.queue!r} twice")
+        out[item.queue] = item.slots
+    return out
 
 
 def add_leased(resp: dispatch_pb2.LeaseExecutionsResponse, rows: Iterable[Leased]) -> None:
@@ -104,8 +115,11 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
             wait_s = min(wait_s, max(0.0, remaining - 0.2))  # answer before the client gives up
         if current_caller().doer and list(request.job_types) != [HTTP_TYPE]:
             raise PermissionDenied(f"job_types: a doer token leases runs of type {HTTP_TYPE!r} only")
+        lanes = (worker_lanes(request.queues, slots_of(request.queue_slots), request.capabilities)
+                 if request.queues or request.queue_slots or request.capabilities else DEFAULT_LANES)
         rows, held_s = await self.d.lease_held(request.worker_id, list(request.job_types), request.max_count or 1,
-                                               lease_s, wait_s, tenant=scope(), still_allowed=authorization_check())
+                                               lease_s, wait_s, tenant=scope(), still_allowed=authorization_check(),
+                                               lanes=lanes)
         resp = dispatch_pb2.LeaseExecutionsResponse()
         add_leased(resp, rows)
         resp.held.FromNanoseconds(int(held_s * 1e9))

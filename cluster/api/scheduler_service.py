@@ -238,7 +238,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
             concurrency_key=request.concurrency_key or None, concurrency_limit=request.concurrency_limit or None,
             depends_on=list(request.depends_on),
             dependency_policy=cv.enum(enums.DEPENDENCY_POLICY, request.dependency_policy, "dependency_policy", None),
-            target=cv.target_from(request.target, request.HasField("target"), self.egress))
+            target=cv.target_from(request.target, request.HasField("target"), self.egress),
+            queue=request.queue or None, required_capabilities=tuple(request.required_capabilities))
 
     async def SubmitJob(self, request: scheduler_pb2.SubmitJobRequest,  # noqa: N802
                         context: Ctx) -> scheduler_pb2.SubmitJobResponse:
@@ -293,7 +294,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
                     got = await runs.submit_jobs(self.store, traced, now, brief=True)
                 finally:
                     tracing.end_all(fires)
-        elif n > runs.SUBMIT_CHUNK and not any(item.HasField("unique") or item.depends_on for item in request.jobs):
+        elif n > runs.SUBMIT_CHUNK and not any(item.HasField("unique") or item.depends_on or item.required_capabilities
+                                               for item in request.jobs):  # (capability sets: write_jobs registers)
             # Validated a chunk at a time while PostgreSQL writes the chunks before it (runs.submit_jobs).
             # The chunks are cut in key order (the insert's own order, executions.sql
             # insert_submitted_many): keys are taken in one order across the whole call, so two

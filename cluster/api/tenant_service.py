@@ -44,6 +44,10 @@ def tenant_out(r: dict[str, Any]) -> admin_pb2.Tenant:
     return t
 
 
+def queue_out(r: dict[str, Any]) -> admin_pb2.TenantQueue:
+    return admin_pb2.TenantQueue(name=r["queue"], max_concurrency=r["max_concurrency"] or 0, weight=r["weight"])
+
+
 def token_out(r: dict[str, Any]) -> admin_pb2.Token:
     t = admin_pb2.Token(id=str(r["id"]), name=r["name"], tenant=r["tenant"] or "", admin=r["admin"],
                         created_by=r["created_by"] or "")
@@ -95,7 +99,18 @@ class TenantService:
         row = await self.store.tenants.get(tenant_id)
         if row is None:
             raise NotFound("tenant", tenant_id)
-        return admin_pb2.GetTenantResponse(tenant=tenant_out(row))
+        t = tenant_out(row)
+        t.queues.extend(queue_out(r) for r in await self.store.tenants.queues(tenant_id))
+        return admin_pb2.GetTenantResponse(tenant=t)
+
+    async def SetTenantQueue(self, request: admin_pb2.SetTenantQueueRequest, context: Ctx  # noqa: N802
+                             ) -> admin_pb2.SetTenantQueueResponse:
+        tenant_id = text("tenant_id", request.tenant_id)
+        name, limit, weight = cmd.tenant_queue(request.queue.name, request.queue.max_concurrency,
+                                               request.queue.weight)
+        await self.store.tenants.set_queue(tenant_id, name, limit, weight, self.clock.now(), current_caller().name)
+        return admin_pb2.SetTenantQueueResponse(
+            queues=[queue_out(r) for r in await self.store.tenants.queues(tenant_id)])
 
     async def ListTenants(self, request: admin_pb2.ListTenantsRequest, context: Ctx  # noqa: N802
                           ) -> admin_pb2.ListTenantsResponse:

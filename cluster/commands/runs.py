@@ -32,6 +32,7 @@ from typing import Any
 
 from cronwheel import tracing
 from cronwheel.cluster.commands.dependencies import DependencyLinker, check_depends_on
+from cronwheel.cluster.commands.lanes import capabilities, capability_set, queue_name
 from cronwheel.cluster.commands.schedules import (
     get_schedule,
     job_type_or_target,
@@ -211,6 +212,8 @@ class JobSpec:
     depends_on: Sequence[str] = ()  # upstreams: execution ids or idempotency keys (dependencies.py)
     dependency_policy: str | None = None  # "on_success" (default) or "always"
     target: str | None = None  # an HTTP target's JSON instead of a job type (type: "" or "http")
+    queue: str | None = None  # None or "": lanes.DEFAULT_QUEUE
+    required_capabilities: tuple[str, ...] = ()  # key=value each (cluster/commands/lanes.py)
 
 
 MAX_SUBMIT_BATCH = 10_000  # jobs in one SubmitJobs call
@@ -263,6 +266,8 @@ def prepare_job(job: JobSpec, now: datetime, partitions: int) -> SubmittedJob:
         timeout_s=timeout("timeout", job.timeout_s), idempotency_key=key, unique_key=ukey, unique_states=umask,
         concurrency_key=ckey, concurrency_limit=climit, depends_on=depends_on, dependency_policy=dep_policy,
         target=target_text(job.target),
+        queue=queue_name("queue", job.queue),
+        required_capabilities=capability_set(capabilities("required_capabilities", job.required_capabilities)),
     )
 
 
@@ -343,6 +348,8 @@ async def write_jobs(store: PgStore, jobs: Sequence[SubmittedJob] | Iterator[Seq
     or a cycle) first in its transaction and its `after` (the edges) right after the insert; a
     unique job that lost its key to a holder gone meanwhile is not written again (its error says
     submit again)."""
+    if isinstance(jobs, Sequence) and (sets := sorted({j.required_capabilities for j in jobs} - {""})):
+        await store.executions.register_capability_sets(sets)  # before the runs: the claim knows them
     jobs, results = await _write_once(store, jobs, now, all_or_nothing, brief, linker)
     for _ in range(UNIQUE_ATTEMPTS - 1):
         again = [i for i, r in enumerate(results) if isinstance(r, _HolderGone)]

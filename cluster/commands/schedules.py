@@ -28,6 +28,13 @@ from datetime import datetime
 from typing import Any
 
 from cronwheel import http_target
+from cronwheel.cluster.commands.lanes import (
+    DEFAULT_QUEUE,
+    capabilities,
+    capability_items,
+    capability_set,
+    queue_name,
+)
 from cronwheel.cluster.commands.values import (
     MAX_NAME,
     OVERLAP_POLICIES,
@@ -96,6 +103,8 @@ class ScheduleSpec:
     # parent, with the parent run's scheduled time (dispatch.sql release_children). Immutable.
     parent_schedule_id: uuid.UUID | None = None
     target: str | None = None  # an HTTP target's JSON (cronwheel/http_target.py) instead of a job type
+    queue: str | None = None  # None: lanes.DEFAULT_QUEUE
+    required_capabilities: tuple[str, ...] = ()  # checked: sorted, each once (lanes.capabilities)
 
     def validated(self) -> tuple[ScheduleSpec, CronSchedule | None]:
         """Every field checked (in API field order), defaults filled, the cron parsed (None: a
@@ -127,6 +136,8 @@ class ScheduleSpec:
             keep_last=retention.keep_last("keep_last", self.keep_last),
             keep_succeeded_for_s=retention.keep_for("keep_succeeded_for", self.keep_succeeded_for_s),
             keep_failed_for_s=retention.keep_for("keep_failed_for", self.keep_failed_for_s),
+            queue=queue_name("queue", self.queue),
+            required_capabilities=capabilities("required_capabilities", self.required_capabilities),
         )
         return spec, cron
 
@@ -229,6 +240,7 @@ def spec_of(row: Mapping[str, Any]) -> ScheduleSpec:
         keep_succeeded_for_s=row["keep_succeeded_for_s"], keep_failed_for_s=row["keep_failed_for_s"], id=row["id"],
         parent_schedule_id=row.get("parent_schedule_id"),
         target=target_text(row.get("target")),
+        queue=row["queue"], required_capabilities=capability_items(row["required_capabilities"]),
     )
 
 
@@ -244,6 +256,7 @@ def _fields(spec: ScheduleSpec) -> ScheduleFields:
         alert_if_no_success_within_s=spec.alert_if_no_success_within_s, keep_last=spec.keep_last,
         keep_succeeded_for_s=spec.keep_succeeded_for_s, keep_failed_for_s=spec.keep_failed_for_s,
         target=spec.target,
+        queue=spec.queue or DEFAULT_QUEUE, required_capabilities=capability_set(spec.required_capabilities),
     )
 
 
@@ -270,6 +283,7 @@ async def create_schedule(store: PgStore, spec: ScheduleSpec, now: datetime, par
     spec, cron = spec.validated()
     assert spec.id is not None
     p = partition_of(spec.id, partitions)
+    await _register_capabilities(store, spec)
     async with store.transaction() as conn:
         quota = await store.schedules.lock_tenant(conn, spec.tenant)
         _check_target_rules(spec, quota)
@@ -315,6 +329,12 @@ def _apply(old: ScheduleSpec, changes: Mapping[str, Any]) -> ScheduleSpec:
     return replace(old, retry=flat.pop("retry", retry), **flat)
 
 
+async def _register_capabilities(store: PgStore, spec: ScheduleSpec) -> None:
+    """The schedule's capability set known to the claim before a run requiring it exists."""
+    if spec.required_capabilities:
+        await store.executions.register_capability_sets([capability_set(spec.required_capabilities)])
+
+
 def _jsonable(v: Any) -> Any:
     return asdict(v) if isinstance(v, RetryPolicy) else v
 
@@ -331,6 +351,7 @@ async def update_schedule(store: PgStore, schedule_id: uuid.UUID, changes: Mappi
         new, cron = _apply(old, changes).validated()
         if new.target is not None and new.target != old.target:
             _check_target_rules(new, await store.schedules.lock_tenant(conn, row["tenant"]))
+        await _register_capabilities(store, new)
         changed = sorted(k for k in ScheduleSpec.__dataclass_fields__ if getattr(old, k) != getattr(new, k))
         unfired = await store.schedules.unfire_ahead(conn, schedule_id, now)  # fired again, as edited
         next_run_at = unfired or row["next_run_at"]

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from cronwheel import http_target
+from cronwheel.cluster.commands.lanes import queue_name
 from cronwheel.cluster.commands.values import text
 from cronwheel.errors import InvalidArgument
 from cronwheel.storage.tenants import TenantFields
@@ -115,3 +116,18 @@ def token_expiry(expires_at: datetime | None, now: datetime) -> datetime | None:
     if expires_at is not None and expires_at <= now:
         raise InvalidArgument("expires_at", f"must be in the future (now is {now.isoformat()})")
     return expires_at
+
+
+def tenant_queue(queue: str, max_concurrency: int, weight: int) -> tuple[str, int | None, int]:
+    """A queue's limits for a tenant (SetTenantQueue, the same ranges as the tenant's own):
+    (queue, max_concurrency or None: no limit but the tenant's, weight). 0 means unset for both,
+    as on CreateTenant. InvalidArgument names `queue.<field>`."""
+    name = queue_name("queue.name", queue)
+    if not queue:
+        raise InvalidArgument("queue.name", "is required")
+    limit = None if max_concurrency == 0 else max_concurrency
+    if limit is not None and (isinstance(limit, bool) or not 1 <= limit <= MAX_CONCURRENCY):
+        raise InvalidArgument("queue.max_concurrency", f"must be 1..{MAX_CONCURRENCY} (or 0: no limit), got {limit!r}")
+    if isinstance(weight, bool) or not 0 <= weight <= MAX_WEIGHT:
+        raise InvalidArgument("queue.weight", f"must be 1..{MAX_WEIGHT} (or 0: {DEFAULT_WEIGHT}), got {weight!r}")
+    return name, limit, weight or DEFAULT_WEIGHT

@@ -64,6 +64,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cronwheel.clock import Clock
+from cronwheel.cluster.commands.lanes import DEFAULT_LANES, WorkerLanes
 from cronwheel.cluster.dispatch.faults import StallFaults
 from cronwheel.cluster.dispatch.policy import (
     FAIR_SHARE_TAU_S,
@@ -263,14 +264,17 @@ class Dispatcher:
         return lease_s
 
     async def lease(self, worker: str, types: list[str], max_count: int, lease_s: float,
-                    wait_s: float, tenant: str | None = None) -> list[Leased]:
-        """Up to max_count runs (of `tenant` only, for a tenant's worker; None: any tenant)."""
-        rows, _held = await self.lease_held(worker, types, max_count, lease_s, wait_s, tenant)
+                    wait_s: float, tenant: str | None = None, lanes: WorkerLanes = DEFAULT_LANES) -> list[Leased]:
+        """Up to max_count runs (of `tenant` only, for a tenant's worker; None: any tenant) of
+        the worker's `lanes` (its queues, within its queue slots, and runs whose required
+        capabilities it advertises; the default: queue `default`, runs requiring none)."""
+        rows, _held = await self.lease_held(worker, types, max_count, lease_s, wait_s, tenant, lanes=lanes)
         return rows
 
     async def lease_held(self, worker: str, types: list[str], max_count: int, lease_s: float,
                          wait_s: float, tenant: str | None = None,
-                         still_allowed: Callable[[], object] | None = None) -> tuple[list[Leased], float]:
+                         still_allowed: Callable[[], object] | None = None,
+                         lanes: WorkerLanes = DEFAULT_LANES) -> tuple[list[Leased], float]:
         """`lease`, and the seconds the call was held before the claim that leased its runs (its
         leases began that long after the call arrived): the worker counts its leases from there.
         A waiting call (wait_s > 0) counts against its tenant's and its worker's caps
@@ -288,17 +292,18 @@ class Dispatcher:
         arrived = self.clock.monotonic()
         if wait_s <= 0:
             claimed = self.clock.monotonic()
-            got, _ = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
+            got, _ = await self._claim_once(worker, types or None, max_count, lease_s, tenant, lanes)
             return got, claimed - arrived
         deadline = arrived + wait_s
-        poll = self._polls.enter(tenant, worker, types, still_allowed)  # before the claim: no wake-up is lost
+        poll = self._polls.enter(tenant, worker, types, still_allowed,  # before the claim: no wake-up is lost
+                                 () if lanes == DEFAULT_LANES else lanes.key)
         rows: list[Leased] = []
         try:
             while True:
                 poll.event.clear()
                 poll.claim = False
                 claimed = self.clock.monotonic()  # before the claim's own now(): its leases start later
-                rows, wait = await self._claim_once(worker, types or None, max_count, lease_s, tenant)
+                rows, wait = await self._claim_once(worker, types or None, max_count, lease_s, tenant, lanes)
                 if rows or deadline - self.clock.monotonic() <= 0:
                     return rows, claimed - arrived
                 await self._hold(poll, deadline, wait)
@@ -344,8 +349,8 @@ class Dispatcher:
             if self.clock.monotonic() - self._idle_read_at >= self.config.fallback_poll_s:
                 self._wake_idle()
 
-    async def _claim_once(self, worker: str, types: list[str] | None, max_count: int,
-                          lease_s: float, tenant: str | None) -> tuple[list[Leased], float | None]:
+    async def _claim_once(self, worker: str, types: list[str] | None, max_count: int, lease_s: float,
+                          tenant: str | None, lanes: WorkerLanes) -> tuple[list[Leased], float | None]:
         """The runs leased, and (when none) the seconds until queued work may be claimable
         (`claim_wait`: a rate-limited tenant's next token, a run queued ahead of its run_at).
         Whether its lock found queued work for `tenant` is kept (`Polls.mark`): the next claim
@@ -367,21 +372,23 @@ class Dispatcher:
             seen = self._polls.queued_seen(tenant)  # as the claims before this one left it
             pipelined = self._queued_seen if seen is None else seen
             async with self.store.pipelined_transaction(conn):
-                locked = await self.port.lock_claim_tenants(conn, tenant)  # limits hold across nodes
+                locked = await self.port.lock_claim_tenants(  # limits hold across nodes
+                    conn, tenant, worker if lanes.slots else None)
                 if not pipelined and not await locked.result():
                     self._polls.mark(tenant, False)
                     return [], None
                 now = self.clock.now()
                 claim = await self.port.claim(conn, ClaimParams(
                     worker=worker, priorities=order, types=types, limit=max_count, lease_s=lease_s, tenant=tenant,
-                    now=now, fair_tau_s=self.config.fair_tau_s, max_bytes=ANSWER_ROWS_BYTES))
+                    now=now, fair_tau_s=self.config.fair_tau_s, max_bytes=ANSWER_ROWS_BYTES,
+                    queues=lanes.queues, capabilities=lanes.capabilities, slots=lanes.slots))
             out = await claim.result()
             self._queued_seen = await locked.result()
             self._polls.mark(tenant, self._queued_seen)
             if not out and self._queued_seen:  # at the claim's `now`: the buckets as the claim
                 # left them (a later read could see a whole token refilled meanwhile and answer
                 # "none waiting"); with no tenant queued at all, nothing is waiting
-                wait = await self.port.claim_wait(conn, tenant, now, PRIORITIES)
+                wait = await self.port.claim_wait(conn, tenant, now, PRIORITIES, lanes.queues, lanes.capabilities)
         if self.metrics is not None:
             for r in out:
                 self.metrics.start_lag.observe(r.started_at - r.run_at)

@@ -1,6 +1,7 @@
 """The waiting lease calls of one node (long polls), by scope, with their caps.
 
-A scope is the tenant a call may take from (None: any, an admin's call) and its job types. Within
+A scope is the tenant a call may take from (None: any, an admin's call), its job types and its
+lanes (queues, queue slots and capabilities: cluster/commands/lanes.py WorkerLanes.key). Within
 a scope the calls are kept oldest first. The dispatcher wakes the oldest call of each scope
 (`active_heads`), not every call: one claim finds whatever the scope may take, and a call whose claim
 came back full wakes the next of its scope when it leaves (`leave(full=True)`). The oldest call
@@ -38,7 +39,8 @@ from cronwheel.errors import CronwheelError, ResourceExhausted
 
 _UNCHECKED = CronwheelError("not checked yet")  # Polls.recheck's marker
 
-Scope = tuple[str | None, tuple[str, ...]]  # (tenant or None: any, job types sorted; (): any)
+# (tenant or None: any, job types sorted, (): any; the lanes' key, () for the default lanes)
+Scope = tuple[str | None, tuple[str, ...], tuple[object, ...]]
 
 
 @dataclass(eq=False, slots=True)
@@ -86,7 +88,7 @@ class Polls:
         return bool(self._scopes)
 
     def enter(self, tenant: str | None, worker: str, types: list[str],
-              check: Callable[[], object] | None = None) -> Poll:
+              check: Callable[[], object] | None = None, lanes: tuple[object, ...] = ()) -> Poll:
         """Register a waiting call, or refuse it past its tenant's or its worker's cap."""
         if self._per_tenant[tenant] >= self.max_per_tenant:
             who = tenant if tenant is not None else "(admin: every tenant)"
@@ -96,7 +98,7 @@ class Polls:
             raise ResourceExhausted(f"max_polls_per_worker: worker {worker!r} already has {self.max_per_worker} "
                                     "waiting lease calls on this node; wait for one to return")
         self._seq += 1
-        poll = Poll(self._seq, tenant, worker, (tenant, tuple(sorted(set(types)))), check)
+        poll = Poll(self._seq, tenant, worker, (tenant, tuple(sorted(set(types))), lanes), check)
         self._per_tenant[tenant] += 1
         self._per_worker[(tenant, worker)] += 1
         self._scopes.setdefault(poll.scope, {})[poll] = None
@@ -182,6 +184,6 @@ class Polls:
 
     def oldest_idle(self, tenant: str, n: int) -> list[Poll]:
         """The `n` oldest calls not woken yet that may take from `tenant`."""
-        idle = [p for (scope, _), polls in self._scopes.items() if scope is None or scope == tenant
+        idle = [p for (scope, _, _), polls in self._scopes.items() if scope is None or scope == tenant
                 for p in islice((p for p in polls if not p.event.is_set()), n)]  # each scope's oldest n
         return sorted(idle, key=lambda p: p.seq)[:n]

@@ -83,7 +83,8 @@ def _job_submit(args: argparse.Namespace) -> int:
                        idempotency_key=args.idempotency_key or None, retry_policy=_retry_policy(args),
                        attempt_timeout=args.attempt_timeout, tenant=args.tenant or None, unique=_unique(args),
                        concurrency_key=args.concurrency_key or None, concurrency_limit=args.concurrency_limit,
-                       depends_on=args.after or (), dependency_policy="always" if args.run_anyway else None)
+                       depends_on=args.after or (), dependency_policy="always" if args.run_anyway else None,
+                       queue=args.queue or None, required_capabilities=args.requires)
     return show(args, ex, lambda: details(ex))
 
 
@@ -138,6 +139,9 @@ def _job_parser(subparsers: Any) -> None:
     s.add_argument("--run-anyway", action="store_true",
                    help="with --after: run once every upstream finished, even if one did not succeed (default: "
                         "an upstream that fails, dies or is cancelled cancels this job)")
+    s.add_argument("--queue", default="", help="the queue it waits in (default: default)")
+    s.add_argument("--requires", action="append", default=[], metavar="KEY=VALUE",
+                   help="a capability the worker must advertise (repeat): --requires gpu=a100")
     s.add_argument("--max-attempts", type=count_arg, help="attempts, the first included (1..1000; default 5)")
     s.add_argument("--backoff-initial", type=duration_arg, metavar="DURATION",
                    help="delay before the first retry (default 30s)")

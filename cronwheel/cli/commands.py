@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cronwheel.cli import webhook as cli_webhook
+from cronwheel.cli.main import webhook as cli_webhook
 
 if TYPE_CHECKING:
     from cronwheel.cluster.retention.policy import RetentionConfig
@@ -388,6 +388,11 @@ def _configure_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key-file", default="", help="client key PEM (with --cert-file)")
     p.add_argument("--connect-timeout", type=float, default=None, metavar="SECONDS",
                    help="give up when no node answers for this long at start-up (default: the Worker's own)")
+    p.add_argument("--queue", action="append", default=[], metavar="NAME[:SLOTS]",
+                   help="lease from this queue, at most SLOTS of its runs at once if given (repeat; "
+                        "default: the Worker's own, else 'default'): --queue long:2 --queue default")
+    p.add_argument("--capability", action="append", default=[], metavar="KEY=VALUE",
+                   help="advertise a capability (repeat): --capability gpu=a100 --capability region=eu")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
@@ -433,6 +438,20 @@ class _DoerSecrets:
 
     async def put(self, tenant: str | None, name: str, value: str) -> None:
         await (await self._open()).put(tenant, name, value)
+
+
+def _worker_queues(flags: list[str]) -> dict[str, int | None]:
+    """--queue NAME[:SLOTS] flags as Worker(queues=...)."""
+    out: dict[str, int | None] = {}
+    for flag in flags:
+        name, _, slots = flag.rpartition(":")
+        if not slots.isdigit():  # a queue name may hold ':' itself
+            name, slots = flag, ""
+        if not name or (slots and int(slots) < 1) or name in out:
+            raise InvalidArgument("--queue", f"must be NAME or NAME:SLOTS with SLOTS >= 1, each queue once, "
+                                             f"got {flag!r}")
+        out[name] = int(slots) if slots else None
+    return out
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -485,6 +504,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if args.connect_timeout <= 0:
             raise InvalidArgument("--connect-timeout", f"must be > 0, got {args.connect_timeout}")
         worker.connect_timeout_s = args.connect_timeout
+    if args.queue:
+        worker.queues, worker.queue_slots = sorted(queues := _worker_queues(args.queue)), \
+            {q: n for q, n in queues.items() if n is not None}
+    for cap in args.capability:
+        if "=" not in cap or cap.startswith("="):
+            raise InvalidArgument("--capability", f"must be KEY=VALUE, got {cap!r}")
+    if args.capability:
+        worker.capabilities = sorted(set(args.capability))
     logs.setup(node=worker.worker_id, level=args.log_level)
     print(f"worker {worker.worker_id} serving {sorted(worker.handlers)} from {worker.address}", flush=True)
     worker.run()

@@ -50,6 +50,7 @@ FLAGS: dict[str, str] = {
     "explain:range.end_time": "--until", "explain:range.end": "--until",
     "run_at": "--run-at", "idempotency_key": "--idempotency-key", "concurrency_key": "--concurrency-key",
     "concurrency_limit": "--concurrency-limit", "type": "--type", "tenant": "--tenant",
+    "queue": "--queue", "required_capabilities": "--requires",
     "schedule_id": "SCHEDULE", "exec:schedule_id": "--schedule", "events:schedule_id": "--schedule",
     "execution_id": "EXECUTION_ID", "events:execution_id": "--execution", "expected_version": "--expected-version",
     "additional_attempts": "--attempts", "count": "--count", "after": "--after", "start_time": "--after",

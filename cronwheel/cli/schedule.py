@@ -33,7 +33,7 @@ from cronwheel.errors import InvalidArgument
 # flag dest -> the Client's keyword (update_schedule: policy fields one by one, the rest unchanged)
 _SIMPLE = ("name", "cron", "timezone", "job_type", "misfire_policy", "payload", "priority", "overlap_policy",
            "max_catch_up", "jitter", "attempt_timeout", "alert_if_no_success_within", "keep_last",
-           "keep_succeeded_for", "keep_failed_for", "target")
+           "keep_succeeded_for", "keep_failed_for", "target", "queue", "required_capabilities")
 _RETRY = {"max_attempts": "max_attempts", "backoff_initial": "initial_backoff",
           "backoff_multiplier": "backoff_multiplier", "backoff_max": "max_backoff"}
 _DST = {"dst_gap": "dst_gap", "dst_repeated": "dst_repeated_hour"}
@@ -71,6 +71,9 @@ def _schedule_fields(p: argparse.ArgumentParser, create: bool) -> None:
                    help="retention: keep succeeded/skipped/cancelled runs this long (default: the cluster's, 7d)")
     p.add_argument("--keep-failed-for", type=duration_arg, metavar="DURATION",
                    help="retention: keep failed/dead runs this long (default: the cluster's, 30d)")
+    p.add_argument("--queue", help="the queue its runs wait in (default: default)")
+    p.add_argument("--requires", dest="required_capabilities", action="append", metavar="KEY=VALUE",
+                   help="a capability the workers of its runs must advertise (repeat): --requires gpu=a100")
     p.add_argument("--dst-gap", choices=DST_GAP, help=" | ".join(DST_GAP))
     p.add_argument("--dst-repeated", choices=DST_REPEATED, help=" | ".join(DST_REPEATED))
 

@@ -1,10 +1,11 @@
-"""`cronwheel tenant create|update|get|list`: tenants' limits and quotas through the public Client
+"""`cronwheel tenant create|update|get|list|queue`: tenants' limits and quotas through the public Client
 (admin tokens only).
 
     cronwheel tenant create acme --rate-per-s 100 --burst 200 --weight 3 --max-schedules 50
     cronwheel tenant update acme --max-executions-per-day 100000 --rate-per-s none
     cronwheel tenant get acme
     cronwheel tenant list
+    cronwheel tenant queue acme long --max-concurrency 2 --weight 1
 
 `none` clears --rate-per-s (no rate limit), --burst (one second's worth) and the quotas (no
 quota). `update` changes only the flags given. Every command takes the connection flags
@@ -19,7 +20,7 @@ from typing import Any
 from cronwheel.cli.flags import client_for, leaf, subcommands
 from cronwheel.cli.format import show
 
-HELP = "tenants' limits and quotas: create, update, get, list (admin)"
+HELP = "tenants' limits and quotas: create, update, get, list, queue (admin)"
 _NONE = ("none", "unlimited")
 
 
@@ -79,6 +80,17 @@ def _table(tenants: list[Any]) -> None:
               f"weight={t.weight}  max_schedules={opt(t.max_schedules)}  "
               f"max_executions_per_day={opt(t.max_executions_per_day)}"
               + (f"  egress_rules={','.join(t.egress_rules)}" if t.egress_rules else ""))
+        for x in t.queues:
+            print(f"  queue {x.name}  max_concurrency={opt(x.max_concurrency)}  weight={x.weight}")
+
+
+def _queue(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        queues = client.set_tenant_queue(args.tenant, args.queue, max_concurrency=args.max_concurrency,
+                                         weight=args.weight)
+    return show(args, queues, lambda: [print(f"queue {x.name}  max_concurrency="
+                                             f"{'-' if x.max_concurrency is None else x.max_concurrency}"
+                                             f"  weight={x.weight}") for x in queues])
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -121,4 +133,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         if fields:
             _fields(q)
     leaf(sub, "list", "list tenants", _list)
+    q = leaf(sub, "queue", "set a queue's limits for a tenant (replaces what was set)", _queue)
+    q.add_argument("tenant", metavar="TENANT")
+    q.add_argument("queue", metavar="QUEUE")
+    q.add_argument("--max-concurrency", type=_optional(int), default=None,
+                   help="the tenant's runs of the queue at once ('none', the default: only the tenant's limit)")
+    q.add_argument("--weight", type=_whole, default=None, help="share among the tenant's queues (default 1)")
     return p

@@ -31,7 +31,7 @@ from typing import Any
 
 import psycopg
 
-from cronwheel.cli import main as cronwheel_cli
+from cronwheel.cli.main import main as cronwheel_cli
 from cronwheel.client import Client, Execution, Schedule
 from cronwheel.devtools.localservers import LocalEtcd, LocalPostgres, die_with_parent
 

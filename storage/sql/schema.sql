@@ -52,6 +52,30 @@ CREATE TABLE tenant_dispatch (
 );
 
 
+-- Every capability set a run may require (0025), registered before a run requiring it is stored.
+CREATE TABLE capability_sets (
+    capabilities text PRIMARY KEY,
+    caps         text[] NOT NULL
+);
+INSERT INTO capability_sets (capabilities, caps) VALUES ('', '{}');
+
+-- The (queue, capability set) lanes a worker may take from (0025): the claim and claim_wait.
+CREATE FUNCTION cronwheel_claim_lanes(queues text[], have text[])
+RETURNS TABLE (queue text, caps text)
+LANGUAGE sql STABLE AS $$
+    SELECT q.queue, c.capabilities FROM unnest(queues) AS q(queue) CROSS JOIN capability_sets c
+     WHERE c.caps <@ have
+$$;
+
+-- A queue's limits per tenant (0025): NULL max_concurrency: only the tenant's cap.
+CREATE TABLE tenant_queues (
+    tenant          text NOT NULL,
+    queue           text NOT NULL,
+    max_concurrency integer CHECK (max_concurrency > 0),
+    weight          integer NOT NULL DEFAULT 1 CHECK (weight > 0),
+    PRIMARY KEY (tenant, queue)
+);
+
 CREATE TABLE schedules (
     id                           uuid PRIMARY KEY,
     tenant                       text NOT NULL,
@@ -96,7 +120,10 @@ CREATE TABLE schedules (
     target                       jsonb,
     -- A child schedule (0024): no cron of its own (cron ''), runs once per successful run of this
     -- parent, with the parent run's scheduled time (dispatch.sql release_children).
-    parent_schedule_id           uuid
+    parent_schedule_id           uuid,
+    -- Queues and capabilities (0025): what its runs get (executions.queue, .required_capabilities).
+    queue                        text NOT NULL DEFAULT 'default',
+    required_capabilities        text NOT NULL DEFAULT ''
 );
 -- Names are unique per tenant among live schedules.
 CREATE UNIQUE INDEX schedules_tenant_name ON schedules (tenant, name) WHERE deleted_at IS NULL;
@@ -182,10 +209,11 @@ CREATE TABLE executions (
     -- 'always': it runs anyway), and whether a job is an upstream of any (the trigger's test).
     waiting_for       integer CHECK (waiting_for >= 0),
     dependency_policy text CHECK (dependency_policy IN ('on_success', 'always')),
-    has_dependents    boolean NOT NULL DEFAULT false
-); NULL: none.
-    key_rate_per_s    double precision,
-    key_burst         double precision
+    has_dependents    boolean NOT NULL DEFAULT false,
+    -- Queues and capabilities (0025): the queue a worker must name to lease the run, and the
+    -- capabilities it must advertise, canonical ('' none; 'key=value' sorted, joined by ',').
+    queue                 text NOT NULL DEFAULT 'default',
+    required_capabilities text NOT NULL DEFAULT ''
 );
 -- The token buckets of rate-limited concurrency keys (0023), spent by the claim under the
 -- tenant's claim lock.
@@ -335,10 +363,11 @@ CREATE INDEX events_by_schedule ON events (schedule_id, at);
 CREATE INDEX events_by_kind ON events (kind, at);
 -- The webhook outbox (0022): events the senders have not fanned out yet.
 CREATE INDEX events_webhooks_pending ON events (id) WHERE webhooks_pending;
-CREATE INDEX executions_queued_by_tenant ON executions (tenant, priority, run_at)
+-- The claim's lanes (0025): queued runs per tenant, queue, capability set and priority.
+CREATE INDEX executions_queued_by_lane ON executions (tenant, queue, required_capabilities, priority, run_at)
     WHERE state = 'queued';
--- Running work per tenant (concurrency caps).
-CREATE INDEX executions_running_by_tenant ON executions (tenant)
+-- Running work per tenant and queue (the tenant's cap, a queue's limit, a worker's queue slots).
+CREATE INDEX executions_running_by_queue ON executions (tenant, queue)
     WHERE state = 'running';
 -- Running runs per concurrency key (0017).
 CREATE INDEX executions_running_by_key ON executions (tenant, concurrency_key)
@@ -347,7 +376,7 @@ CREATE INDEX executions_running_by_key ON executions (tenant, concurrency_key)
 CREATE INDEX executions_buffered ON executions (schedule_id, scheduled_for)
     WHERE state = 'scheduled' AND state_reason = 'buffered';
 
--- The tenants that have queued work, by a loose index scan of executions_queued_by_tenant (one
+-- The tenants that have queued work, by a loose index scan of executions_queued_by_lane (one
 -- index probe per tenant, however many runs are queued). Both statements of a claim start here.
 CREATE VIEW queued_tenants AS
 WITH RECURSIVE tq(tenant) AS (

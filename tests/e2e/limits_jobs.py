@@ -1,6 +1,7 @@
-"""Handlers for tests/e2e/test_limits.py, run by `cronwheel worker tests.e2e.limits_jobs`: `noop`
-returns at once, `nap` sleeps payload["ms"] milliseconds. The starts and finishes the tests check
-are the executions' own started_at / finished_at."""
+"""Handlers for tests/e2e/test_limits.py and test_queues.py, run by `cronwheel worker
+tests.e2e.limits_jobs`: `noop` returns at once, `nap` sleeps payload["ms"] milliseconds, `whoami`
+too and returns its worker's id. The starts and finishes the tests check are the executions' own
+started_at / finished_at."""
 
 from __future__ import annotations
 
@@ -21,3 +22,10 @@ async def noop(ctx: JobContext) -> None:
 @worker.job("nap")
 async def nap(ctx: JobContext) -> None:
     await asyncio.sleep(float(ctx.payload["ms"]) / 1000)
+
+
+@worker.job("whoami")
+async def whoami(ctx: JobContext) -> dict[str, str]:
+    """The worker that ran it (its --worker-id), as the result: tests/e2e/test_queues.py."""
+    await asyncio.sleep(float(ctx.payload.get("ms", 0)) / 1000)
+    return {"worker": worker.worker_id}

@@ -15,7 +15,7 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from chaos.harness import ProcessCluster
+from cronwheel.devtools.harness import ProcessCluster
 from cronwheel.dispatch_limits import MAX_POLLS_PER_TENANT
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 

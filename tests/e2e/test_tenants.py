@@ -134,7 +134,7 @@ def test_cli_tenant_create_update_get_list(node: tuple[ProcessCluster, str]) -> 
     assert made.returncode == 0, made.stderr
     assert json.loads(made.stdout) | {"created_at": None} == {
         "id": "t-cli", "max_concurrency": 1000, "rate_per_s": 50.0, "burst": None, "weight": 1,
-        "max_schedules": 5, "max_executions_per_day": None, "created_at": None, "egress_rules": []}
+        "max_schedules": 5, "max_executions_per_day": None, "created_at": None, "egress_rules": [], "queues": []}
     upd = _cli(node, "tenant", "update", "t-cli", "--rate-per-s", "none", "--weight", "4")
     assert upd.returncode == 0 and "rate_per_s=-" in upd.stdout and "weight=4" in upd.stdout, upd.stderr
     got = _cli(node, "tenant", "get", "t-cli", "--json")

@@ -19,7 +19,7 @@ from cronwheel.clock import FakeClock
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher
 from cronwheel.errors import Internal
 from cronwheel.storage import PgStore, StoreConfig
-from cronwheel.storage.dispatch import ClaimParams
+from cronwheel.storage.dispatch import ClaimParams, claim_args
 from cronwheel.storage.notifications import QUEUED_CHANNEL
 from cronwheel.storage.queries import q
 from tests.integration.execution_rows import execution_row, insert_execution
@@ -253,9 +253,7 @@ async def test_a_claim_leases_its_picked_runs_by_id_when_the_table_is_mostly_que
         await conn.execute("ANALYZE executions")
         async with conn.transaction():
             await store.dispatch.lock_claim_tenants(conn, None)
-            cur = await conn.execute("EXPLAIN (FORMAT JSON) " + q("claim"), {
-                "priorities": ["default"], "types": None, "limit": 250, "tenant": None, "worker": "w1",
-                "lease_s": 30.0, "now": T0, "fair_tau_s": 1.0, "max_bytes": None})
+            cur = await conn.execute("EXPLAIN (FORMAT JSON) " + q("claim"), claim_args(claim_params(250)))
             plan = (await cur.fetchone())[0][0]["Plan"]  # type: ignore[index]
     below = below_executions_update(plan)
     assert not any(n["Node Type"] == "Seq Scan" for n in below), below

@@ -33,7 +33,7 @@ async def make_schedule(store: PgStore, partition: int) -> uuid.UUID:
                 "overlap_policy": "allow", "jitter_s": 0, "paused": False,
                 "partition": partition, "next_run_at": T0, "alert_if_no_success_within_s": None,
             "keep_last": None, "keep_succeeded_for_s": None, "keep_failed_for_s": None,
-                "now": T0, "target": None,
+                "now": T0, "target": None, "queue": "default", "required_capabilities": "",
             },
         )
     return sid

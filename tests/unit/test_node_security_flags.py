@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cronwheel.cli import main
+from cronwheel.cli.main import main
 from cronwheel.cluster.api.auth import auth_mode, is_loopback
 from cronwheel.cluster.coordination.etcd import EtcdSecurity
 

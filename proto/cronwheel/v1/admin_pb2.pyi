@@ -279,8 +279,32 @@ class ListDeliveriesResponse(_message.Message):
     next_page_token: str
     def __init__(self, deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
+class TenantQueue(_message.Message):
+    __slots__ = ("name", "max_concurrency", "weight")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_concurrency: int
+    weight: int
+    def __init__(self, name: _Optional[str] = ..., max_concurrency: _Optional[int] = ..., weight: _Optional[int] = ...) -> None: ...
+
+class SetTenantQueueRequest(_message.Message):
+    __slots__ = ("tenant_id", "queue")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    queue: TenantQueue
+    def __init__(self, tenant_id: _Optional[str] = ..., queue: _Optional[_Union[TenantQueue, _Mapping]] = ...) -> None: ...
+
+class SetTenantQueueResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[TenantQueue]
+    def __init__(self, queues: _Optional[_Iterable[_Union[TenantQueue, _Mapping]]] = ...) -> None: ...
+
 class Tenant(_message.Message):
-    __slots__ = ("id", "max_concurrency", "rate_per_s", "burst", "weight", "max_schedules", "max_executions_per_day", "created_at", "egress_rules")
+    __slots__ = ("id", "max_concurrency", "rate_per_s", "burst", "weight", "max_schedules", "max_executions_per_day", "created_at", "egress_rules", "queues")
     ID_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
     RATE_PER_S_FIELD_NUMBER: _ClassVar[int]
@@ -290,6 +314,7 @@ class Tenant(_message.Message):
     MAX_EXECUTIONS_PER_DAY_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     EGRESS_RULES_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
     id: str
     max_concurrency: int
     rate_per_s: float
@@ -299,7 +324,8 @@ class Tenant(_message.Message):
     max_executions_per_day: int
     created_at: _timestamp_pb2.Timestamp
     egress_rules: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[str] = ..., max_concurrency: _Optional[int] = ..., rate_per_s: _Optional[float] = ..., burst: _Optional[float] = ..., weight: _Optional[int] = ..., max_schedules: _Optional[int] = ..., max_executions_per_day: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., egress_rules: _Optional[_Iterable[str]] = ...) -> None: ...
+    queues: _containers.RepeatedCompositeFieldContainer[TenantQueue]
+    def __init__(self, id: _Optional[str] = ..., max_concurrency: _Optional[int] = ..., rate_per_s: _Optional[float] = ..., burst: _Optional[float] = ..., weight: _Optional[int] = ..., max_schedules: _Optional[int] = ..., max_executions_per_day: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., egress_rules: _Optional[_Iterable[str]] = ..., queues: _Optional[_Iterable[_Union[TenantQueue, _Mapping]]] = ...) -> None: ...
 
 class CreateTenantRequest(_message.Message):
     __slots__ = ("tenant",)

@@ -442,6 +442,11 @@ class TenantServiceStub:
                 request_serializer=cronwheel_dot_v1_dot_admin__pb2.RevokeTokenRequest.SerializeToString,
                 response_deserializer=cronwheel_dot_v1_dot_admin__pb2.RevokeTokenResponse.FromString,
                 _registered_method=True)
+        self.SetTenantQueue = channel.unary_unary(
+                '/cronwheel.v1.TenantService/SetTenantQueue',
+                request_serializer=cronwheel_dot_v1_dot_admin__pb2.SetTenantQueueRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_admin__pb2.SetTenantQueueResponse.FromString,
+                _registered_method=True)
 
 
 class TenantServiceServicer:
@@ -519,6 +524,17 @@ class TenantServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetTenantQueue(self, request, context):
+        """Sets a queue's limits for a tenant (replacing what was set): at most max_concurrency of the
+        tenant's executions of the queue RUNNING at once, exactly across the cluster, and its weight
+        among the tenant's queues. Applies to the next claims, queued runs included. Appends a
+        tenant_updated event (data.changed: {"queues.<name>": [old, new]}).
+        Errors: INVALID_ARGUMENT (tenant_id, queue.name, queue.max_concurrency, queue.weight).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TenantServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -556,6 +572,11 @@ def add_TenantServiceServicer_to_server(servicer, server):
                     servicer.RevokeToken,
                     request_deserializer=cronwheel_dot_v1_dot_admin__pb2.RevokeTokenRequest.FromString,
                     response_serializer=cronwheel_dot_v1_dot_admin__pb2.RevokeTokenResponse.SerializeToString,
+            ),
+            'SetTenantQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTenantQueue,
+                    request_deserializer=cronwheel_dot_v1_dot_admin__pb2.SetTenantQueueRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_admin__pb2.SetTenantQueueResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -758,6 +779,33 @@ class TenantService:
             '/cronwheel.v1.TenantService/RevokeToken',
             cronwheel_dot_v1_dot_admin__pb2.RevokeTokenRequest.SerializeToString,
             cronwheel_dot_v1_dot_admin__pb2.RevokeTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTenantQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.TenantService/SetTenantQueue',
+            cronwheel_dot_v1_dot_admin__pb2.SetTenantQueueRequest.SerializeToString,
+            cronwheel_dot_v1_dot_admin__pb2.SetTenantQueueResponse.FromString,
             options,
             channel_credentials,
             insecure,

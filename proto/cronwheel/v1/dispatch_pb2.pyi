@@ -13,18 +13,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class LeaseExecutionsRequest(_message.Message):
-    __slots__ = ("worker_id", "job_types", "max_count", "lease_duration", "wait_timeout")
+    __slots__ = ("worker_id", "job_types", "max_count", "lease_duration", "wait_timeout", "queues", "queue_slots", "capabilities")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_TYPES_FIELD_NUMBER: _ClassVar[int]
     MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
     LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
     WAIT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     job_types: _containers.RepeatedScalarFieldContainer[str]
     max_count: int
     lease_duration: _duration_pb2.Duration
     wait_timeout: _duration_pb2.Duration
-    def __init__(self, worker_id: _Optional[str] = ..., job_types: _Optional[_Iterable[str]] = ..., max_count: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    queues: _containers.RepeatedScalarFieldContainer[str]
+    queue_slots: _containers.RepeatedCompositeFieldContainer[QueueSlots]
+    capabilities: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, worker_id: _Optional[str] = ..., job_types: _Optional[_Iterable[str]] = ..., max_count: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., queues: _Optional[_Iterable[str]] = ..., queue_slots: _Optional[_Iterable[_Union[QueueSlots, _Mapping]]] = ..., capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class QueueSlots(_message.Message):
+    __slots__ = ("queue", "slots")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    slots: int
+    def __init__(self, queue: _Optional[str] = ..., slots: _Optional[int] = ...) -> None: ...
 
 class LeasedExecution(_message.Message):
     __slots__ = ("execution_id", "schedule_id", "tenant", "type", "payload_json", "scheduled_for", "run_at", "attempt", "max_attempts", "fencing_token", "checkpoint_json", "lease_expires_at", "deadline", "timeout", "priority", "trigger", "trace_context", "started_at", "target_json")

@@ -96,8 +96,11 @@ class DispatchServiceServicer:
         (wait_timeout > 0) per tenant (admin callers count as one more tenant) and 64 per
         worker_id. A waiting call re-checks its token: revoked or expired, the call ends
         UNAUTHENTICATED within about a second and leases nothing after.
+        Only executions of the worker's queues (empty: "default"), within its queue_slots, whose
+        required capabilities it advertises are leased (docs/semantics.md, Queues and capabilities).
         Errors: INVALID_ARGUMENT naming the field (worker_id, job_types, max_count,
-        lease_duration, wait_timeout out of range); RESOURCE_EXHAUSTED past the waiting calls'
+        lease_duration, wait_timeout out of range; queues, queue_slots, capabilities malformed);
+        RESOURCE_EXHAUSTED past the waiting calls'
         caps, its message starting with the limit's name (max_polls_per_tenant,
         max_polls_per_worker); UNAUTHENTICATED (the token was revoked while the call waited).
         """

@@ -299,7 +299,7 @@ class ExplainScheduleResponse(_message.Message):
     def __init__(self, ticks: _Optional[_Iterable[_Union[ExplainedTick, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("tenant", "type", "payload_json", "run_at", "priority", "retry_policy", "timeout", "idempotency_key", "unique", "concurrency_key", "concurrency_limit", "depends_on", "dependency_policy", "target")
+    __slots__ = ("tenant", "type", "payload_json", "run_at", "priority", "retry_policy", "timeout", "idempotency_key", "unique", "concurrency_key", "concurrency_limit", "depends_on", "dependency_policy", "target", "queue", "required_capabilities")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -314,6 +314,8 @@ class SubmitJobRequest(_message.Message):
     DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCY_POLICY_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     type: str
     payload_json: str
@@ -328,7 +330,9 @@ class SubmitJobRequest(_message.Message):
     depends_on: _containers.RepeatedScalarFieldContainer[str]
     dependency_policy: _common_pb2.DependencyPolicy
     target: _common_pb2.HttpTarget
-    def __init__(self, tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., unique: _Optional[_Union[UniqueOptions, _Mapping]] = ..., concurrency_key: _Optional[str] = ..., concurrency_limit: _Optional[int] = ..., depends_on: _Optional[_Iterable[str]] = ..., dependency_policy: _Optional[_Union[_common_pb2.DependencyPolicy, str]] = ..., target: _Optional[_Union[_common_pb2.HttpTarget, _Mapping]] = ...) -> None: ...
+    queue: str
+    required_capabilities: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant: _Optional[str] = ..., type: _Optional[str] = ..., payload_json: _Optional[str] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., unique: _Optional[_Union[UniqueOptions, _Mapping]] = ..., concurrency_key: _Optional[str] = ..., concurrency_limit: _Optional[int] = ..., depends_on: _Optional[_Iterable[str]] = ..., dependency_policy: _Optional[_Union[_common_pb2.DependencyPolicy, str]] = ..., target: _Optional[_Union[_common_pb2.HttpTarget, _Mapping]] = ..., queue: _Optional[str] = ..., required_capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("execution", "deduplicated", "deduplicated_by")

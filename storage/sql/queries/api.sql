@@ -41,7 +41,8 @@ WITH s AS (
            overlap_policy = %(overlap_policy)s, jitter_s = %(jitter_s)s,
            alert_if_no_success_within_s = %(alert_if_no_success_within_s)s, paused = %(paused)s,
            keep_last = %(keep_last)s, keep_succeeded_for_s = %(keep_succeeded_for_s)s,
-           keep_failed_for_s = %(keep_failed_for_s)s, target = %(target)s,
+           keep_failed_for_s = %(keep_failed_for_s)s, target = %(target)s, queue = %(queue)s,
+           required_capabilities = %(required_capabilities)s,
            deleted_at = CASE WHEN %(deleted)s::boolean THEN %(now)s::timestamptz ELSE deleted_at END,
            version = version + 1, updated_at = %(now)s
      WHERE id = %(id)s AND deleted_at IS NULL
@@ -109,13 +110,13 @@ SELECT s.*, d.next_run_at, d.last_scheduled_for
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, state_reason, trigger, max_attempts, retry_initial_s,
                         retry_multiplier, retry_max_s, timeout_s, idempotency_key, fired_at,
-                        queued_at, finished_at, created_at)
+                        queued_at, finished_at, created_at, queue, required_capabilities)
 SELECT %(id)s, s.id, s.tenant, s.job_type, coalesce(%(payload)s::jsonb, s.payload), s.partition,
        %(scheduled_for)s, %(scheduled_for)s, s.priority, %(state)s, %(state_reason)s, %(trigger)s,
        s.max_attempts, s.retry_initial_s, s.retry_multiplier, s.retry_max_s, s.timeout_s,
        %(idempotency_key)s, %(scheduled_for)s,
        CASE WHEN %(state)s = 'queued' THEN %(scheduled_for)s END,
-       CASE WHEN %(state)s = 'skipped' THEN %(scheduled_for)s END, %(now)s
+       CASE WHEN %(state)s = 'skipped' THEN %(scheduled_for)s END, %(now)s, s.queue, s.required_capabilities
   FROM schedules AS s
  WHERE s.id = %(schedule_id)s
 ON CONFLICT DO NOTHING
@@ -126,10 +127,10 @@ RETURNING *;
 -- execution are left alone.
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, trigger, max_attempts, retry_initial_s, retry_multiplier,
-                        retry_max_s, timeout_s, fired_at, queued_at, created_at)
+                        retry_max_s, timeout_s, fired_at, queued_at, created_at, queue, required_capabilities)
 SELECT v.id, s.id, s.tenant, s.job_type, s.payload, s.partition, v.scheduled_for, v.run_at,
        s.priority, 'queued', 'backfill', s.max_attempts, s.retry_initial_s, s.retry_multiplier,
-       s.retry_max_s, s.timeout_s, %(now)s, %(now)s, %(now)s
+       s.retry_max_s, s.timeout_s, %(now)s, %(now)s, %(now)s, s.queue, s.required_capabilities
   FROM unnest(%(ids)s::uuid[], %(scheduled_fors)s::timestamptz[], %(run_ats)s::timestamptz[])
        AS v(id, scheduled_for, run_at)
   JOIN schedules AS s ON s.id = %(schedule_id)s

@@ -16,10 +16,18 @@
 -- CLAIM_SESSION_SETTINGS): a plan kept by the connection was made for the table as it was then,
 -- and made on an empty table with sequential scans allowed it read the whole queue once per
 -- leased run (stop 29: 650 ms for 250 runs out of 20,000 queued).
+-- A worker with queue slots (`slot_worker`, else NULL) is locked first, the same way: its
+-- claims, on any node and for any tenant, then run one after another, so the claim's count of
+-- the runs it holds per queue is exact (a lock per transaction, always before the tenants': no
+-- deadlock).
+WITH w AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock(hashtext('cronwheel.worker'), hashtext(%(slot_worker)s::text))
+     WHERE %(slot_worker)s::text IS NOT NULL
+)
 SELECT set_config('cronwheel.claim_tenants', coalesce(array_agg(l.tenant), '{}')::text, true)
   FROM (SELECT t.tenant, pg_advisory_xact_lock(hashtext('cronwheel.claim'), hashtext(t.tenant))::text
           FROM (SELECT tenant FROM queued_tenants
-                 WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s
+                 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s) AND (SELECT count(*) FROM w) >= 0
                  ORDER BY tenant) t) l;
 
 -- name: queued_tenant_names
@@ -55,8 +63,31 @@ SELECT tenant FROM queued_tenants;
 -- them, with statistics saying the table is mostly queue, PostgreSQL hashed every queued run
 -- (4.7 ms of a 9.1 ms claim of 250 out of 20,000 queued). Ids, payloads and checkpoints come
 -- back as text and times as epoch seconds: the caller only forwards them.
+-- Queues and capabilities (0025): runs are read per lane (cronwheel_claim_lanes: the worker's
+-- `queues` times the capability sets its `capabilities` cover), one probe of
+-- executions_queued_by_lane per (tenant, lane, priority), so runs no worker of this call can
+-- take are never read. A tenant's queue with a limit (tenant_queues.max_concurrency) takes at
+-- most its free slots, and a queue the worker holds slots for (`slot_queues`, `slot_counts`)
+-- at most the worker's free ones (its runs of the queue counted under its lock, see
+-- claim_lock_tenants); within a tenant and priority, queues go by weighted fair queueing
+-- (tenant_queues.weight), the k-th run of a queue tagged (k - 1) / weight.
 WITH locked AS MATERIALIZED (
     SELECT coalesce(nullif(current_setting('cronwheel.claim_tenants', true), ''), '{}')::text[] AS tenants
+), lanes AS MATERIALIZED (
+    SELECT queue, caps FROM cronwheel_claim_lanes(%(queues)s::text[], %(capabilities)s::text[])
+), qroom AS MATERIALIZED (  -- per locked tenant and queue of the worker: free slots (NULL: no limit), weight
+    SELECT tq.tenant, q.queue, coalesce(x.weight, 1)::float8 AS qweight,
+           CASE WHEN x.max_concurrency IS NOT NULL THEN x.max_concurrency
+                - (SELECT count(*) FROM executions r
+                    WHERE r.tenant = tq.tenant AND r.queue = q.queue AND r.state = 'running') END AS free
+      FROM unnest((SELECT tenants FROM locked)) AS tq(tenant)
+     CROSS JOIN unnest(%(queues)s::text[]) AS q(queue)
+      LEFT JOIN tenant_queues x ON x.tenant = tq.tenant AND x.queue = q.queue
+), wslots AS MATERIALIZED (  -- the worker's free slots per queue it caps (any tenant's runs count)
+    SELECT s.queue, s.n - (SELECT count(*) FROM executions r
+                            WHERE r.queue = s.queue AND r.state = 'running' AND r.lease_owner = %(worker)s
+                              AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)) AS free
+      FROM unnest(%(slot_queues)s::text[], %(slot_counts)s::int[]) AS s(queue, n)
 ), room AS MATERIALIZED (  -- counted once per tenant (inlined, the count ran once per candidate)
     SELECT tq.tenant,
            coalesce(t.max_concurrency, 1000)
@@ -96,9 +127,12 @@ WITH locked AS MATERIALIZED (
      WHERE elig.cap > 0
 ), cand AS (
     SELECT c.id, c.run_at, c.ckey, c.klimit, c.krate, c.kburst, c.ktokens, c.bytes, p.rank, elig.tenant, elig.cap,
-           elig.weight, elig.served
+           elig.weight, elig.served, l.queue, qr.free AS qfree, qr.qweight, ws.free AS wfree
       FROM quota elig
      CROSS JOIN unnest(%(priorities)s::text[]) WITH ORDINALITY AS p(priority, rank)
+     CROSS JOIN lanes l
+      JOIN qroom qr ON qr.tenant = elig.tenant AND qr.queue = l.queue
+      LEFT JOIN wslots ws ON ws.queue = l.queue
      CROSS JOIN LATERAL (
           SELECT e.id, e.run_at, e.concurrency_key AS ckey, e.concurrency_limit AS klimit,
                  e.key_rate_per_s AS krate, e.key_burst AS kburst, kb.tokens AS ktokens,
@@ -111,7 +145,8 @@ WITH locked AS MATERIALIZED (
                                     FROM key_dispatch kd WHERE kd.tenant = e.tenant AND kd.ckey = e.concurrency_key),
                                  cronwheel_bucket_tokens(e.key_rate_per_s, e.key_burst, NULL, NULL, %(now)s)) AS tokens
                   WHERE e.key_rate_per_s IS NOT NULL) kb ON true
-           WHERE e.tenant = elig.tenant AND e.state = 'queued' AND e.priority = p.priority
+           WHERE e.tenant = elig.tenant AND e.state = 'queued' AND e.queue = l.queue
+             AND e.required_capabilities = l.caps AND e.priority = p.priority
              AND e.run_at <= %(now)s  -- this node's clock: off PostgreSQL's by at most --max-clock-skew,
                                       -- or the node claims nothing (cluster/coordination/clock_skew.py)
              AND (%(types)s::text[] IS NULL OR e.type = ANY(%(types)s::text[]))
@@ -121,20 +156,24 @@ WITH locked AS MATERIALIZED (
                      < e.concurrency_limit)
              AND (e.key_rate_per_s IS NULL OR kb.tokens >= 1 - 1e-9)  -- an empty bucket's runs are passed over
            ORDER BY e.run_at
-           LIMIT CASE WHEN p.rank = 1 THEN LEAST(elig.cap, %(limit)s) ELSE elig.q END
+           LIMIT CASE WHEN qr.free <= 0 OR ws.free <= 0 THEN 0
+                      WHEN p.rank = 1 THEN LEAST(elig.cap, %(limit)s) ELSE elig.q END
       ) c
-), keyed AS (  -- a key takes at most its free slots within this claim too
+), keyed AS (  -- a key, a tenant's queue and the worker's queue slots take at most their free
+    -- slots within this claim too
     SELECT cand.*,
-           ckey IS NULL OR row_number() OVER (PARTITION BY tenant, ckey ORDER BY rank, run_at)
+           (ckey IS NULL OR row_number() OVER (PARTITION BY tenant, ckey ORDER BY rank, run_at)
              + coalesce((SELECT kr.n FROM key_running kr WHERE kr.tenant = cand.tenant AND kr.ckey = cand.ckey), 0)
              <= klimit
            AND (krate IS NULL  -- and at most its bucket's whole tokens
-                OR row_number() OVER (PARTITION BY tenant, ckey ORDER BY rank, run_at) <= floor(ktokens + 1e-9))
-           AS fits
+                OR row_number() OVER (PARTITION BY tenant, ckey ORDER BY rank, run_at) <= floor(ktokens + 1e-9)))
+           AND (qfree IS NULL OR row_number() OVER (PARTITION BY tenant, queue ORDER BY rank, run_at) <= qfree)
+           AND (wfree IS NULL OR row_number() OVER (PARTITION BY queue ORDER BY rank, run_at, tenant) <= wfree) AS fits,
+           row_number() OVER (PARTITION BY tenant, rank, queue ORDER BY run_at) AS qn
       FROM cand
 ), fitting AS (
     SELECT id, tenant, rank, cap, weight, served, bytes, ckey, krate, kburst, ktokens,
-           row_number() OVER (PARTITION BY tenant ORDER BY rank, run_at) AS rt
+           row_number() OVER (PARTITION BY tenant ORDER BY rank, (qn - 1) / qweight, run_at) AS rt
       FROM keyed WHERE fits
 ), picked AS MATERIALIZED (  -- in pick order, and past the first only while the payloads and
     -- checkpoints add up to at most max_bytes (dispatch_limits.ANSWER_ROWS_BYTES): the answer fits
@@ -183,10 +222,12 @@ SELECT * FROM leased;
 -- FiringConfig.oneoff_ahead_s early; the claim takes a run only from its run_at); NULL when
 -- neither. A claim that came back empty waits at most this long before it tries again (instead
 -- of the fallback poll). The queued tenants are read once (a loose index scan); the run_at is
--- found per tenant and priority, one probe each of executions_queued_by_tenant (`priorities`:
--- every priority), not by reading the queue.
+-- found per tenant, lane of the worker (as in `claim`) and priority, one probe each of
+-- executions_queued_by_lane (`priorities`: every priority), not by reading the queue.
 WITH tq AS MATERIALIZED (
     SELECT tenant FROM queued_tenants WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s
+), lanes AS MATERIALIZED (  -- what the worker may take (as in `claim`)
+    SELECT queue, caps FROM cronwheel_claim_lanes(%(queues)s::text[], %(capabilities)s::text[])
 )
 SELECT LEAST(
     (SELECT min((1 - cronwheel_bucket_tokens(kd.rate_per_s, kd.burst, kd.tokens, kd.refilled_at, %(now)s))
@@ -204,9 +245,11 @@ SELECT LEAST(
     (SELECT extract(epoch FROM min(x.run_at) - %(now)s)::float8
        FROM tq
       CROSS JOIN unnest(%(priorities)s::text[]) AS p(priority)
+      CROSS JOIN lanes l
       CROSS JOIN LATERAL (
            SELECT e.run_at FROM executions e
-            WHERE e.tenant = tq.tenant AND e.state = 'queued' AND e.priority = p.priority
+            WHERE e.tenant = tq.tenant AND e.state = 'queued' AND e.queue = l.queue
+              AND e.required_capabilities = l.caps AND e.priority = p.priority
               AND e.run_at > %(now)s
             ORDER BY e.run_at LIMIT 1) x));
 

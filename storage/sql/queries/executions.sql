@@ -78,7 +78,7 @@ RETURNING state, type;
 -- same rule as fire_ticks_fenced).
 WITH g AS (  -- the schedule row share-locked, as in fire_ticks_fenced (`live`): its payload is inserted
     SELECT v.*, s.tenant, s.job_type, s.payload, s.partition, s.priority, s.max_attempts, s.retry_initial_s,
-           s.retry_multiplier, s.retry_max_s, s.timeout_s
+           s.retry_multiplier, s.retry_max_s, s.timeout_s, s.queue, s.required_capabilities
       FROM unnest(%(ids)s::uuid[], %(schedule_ids)s::uuid[], %(scheduled_fors)s::timestamptz[],
                   %(run_ats)s::timestamptz[], %(states)s::text[], %(state_reasons)s::text[],
                   %(triggers)s::text[], %(versions)s::bigint[], %(cursors)s::timestamptz[])
@@ -102,14 +102,16 @@ WITH g AS (  -- the schedule row share-locked, as in fire_ticks_fenced (`live`):
 )
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, state_reason, trigger, max_attempts, retry_initial_s,
-                        retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
+                        retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at,
+                        queue, required_capabilities)
 SELECT g.id, g.schedule_id, g.tenant, g.job_type, g.payload, g.partition, g.scheduled_for, g.run_at,
        g.priority, CASE WHEN o.id IS NULL THEN g.state ELSE 'skipped' END,
        CASE WHEN o.id IS NULL THEN g.state_reason
             ELSE 'quota: max_executions_per_day ' || o.quota || ' used up (UTC day)' END,
        g.trigger, g.max_attempts, g.retry_initial_s,
        g.retry_multiplier, g.retry_max_s, g.timeout_s, %(epoch)s, clock_timestamp(),
-       CASE WHEN g.state = 'queued' AND o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END
+       CASE WHEN g.state = 'queued' AND o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END,
+       g.queue, g.required_capabilities
   FROM g
   LEFT JOIN over AS o ON o.id = g.id
 ON CONFLICT (schedule_id, scheduled_for) WHERE schedule_id IS NOT NULL DO NOTHING
@@ -143,7 +145,7 @@ WITH fence AS (
     -- latest version after the wait), one that locks later waits for this commit and then takes
     -- back the tick queued here (api_unfire_ahead); the payload inserted is the version locked.
     SELECT s.id, s.tenant, s.job_type, s.payload, s.priority, s.max_attempts, s.retry_initial_s,
-           s.retry_multiplier, s.retry_max_s, s.timeout_s, v.tick, v.run_at, v.next_ts, v.partition, fence.epoch
+           s.retry_multiplier, s.retry_max_s, s.timeout_s, s.queue, s.required_capabilities, v.tick, v.run_at, v.next_ts, v.partition, fence.epoch
       FROM v JOIN fence ON fence.id = v.partition JOIN schedules AS s ON s.id = v.schedule_id
       JOIN schedule_due AS d ON d.schedule_id = v.schedule_id AND d.partition = v.partition
      WHERE s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = to_timestamp(v.tick)
@@ -169,13 +171,15 @@ WITH fence AS (
 ), ins AS (
     INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                             priority, state, state_reason, trigger, max_attempts, retry_initial_s,
-                            retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
+                            retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at,
+                            queue, required_capabilities)
     SELECT cronwheel_uuid7(), adv.id, adv.tenant, adv.job_type, adv.payload, adv.partition,
            to_timestamp(adv.tick), to_timestamp(adv.run_at), adv.priority,
            CASE WHEN o.id IS NULL THEN 'queued' ELSE 'skipped' END,
            CASE WHEN o.id IS NOT NULL THEN 'quota: max_executions_per_day ' || o.quota || ' used up (UTC day)' END,
            'cron', adv.max_attempts, adv.retry_initial_s, adv.retry_multiplier, adv.retry_max_s, adv.timeout_s,
-           adv.epoch, clock_timestamp(), CASE WHEN o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END
+           adv.epoch, clock_timestamp(), CASE WHEN o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END,
+           adv.queue, adv.required_capabilities
       FROM adv LEFT JOIN over AS o ON o.id = adv.id
     ON CONFLICT (schedule_id, scheduled_for) WHERE schedule_id IS NOT NULL DO NOTHING
     RETURNING partition, state, type
@@ -220,8 +224,10 @@ UPDATE executions e
 -- array with one array per job: [id, tenant, type, payload (JSON text), partition, run_at (Unix
 -- microseconds), priority, state, max_attempts, retry_initial_s, retry_multiplier, retry_max_s,
 -- timeout_s, idempotency_key, trace_context, concurrency_key, concurrency_limit, unique_key (hex),
--- unique_states, target (an HTTP target's JSON text)] (the last three only for a unique job or a
--- target's: absent, they read as NULL) (one text
+-- unique_states, target (an HTTP target's JSON text), queue, required_capabilities]
+-- (unique_key and unique_states only for a unique job, or as nulls before a target or a queue;
+-- target only for a target's job, or as null before a queue; queue and required_capabilities
+-- only when not the defaults: absent, they read as NULL, NULL, 'default' and '') (one text
 -- parameter: psycopg adapts fourteen Python lists of a thousand items four times slower than
 -- json.dumps writes this). A (tenant, idempotency_key)
 -- already taken, by a committed row or by an earlier job of the array, inserts nothing for that
@@ -243,11 +249,13 @@ UPDATE executions e
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, trigger, max_attempts, retry_initial_s,
                         retry_multiplier, retry_max_s, timeout_s, idempotency_key, queued_at, created_at,
-                        trace_context, concurrency_key, concurrency_limit, unique_key, unique_states, target)
+                        trace_context, concurrency_key, concurrency_limit, unique_key, unique_states, target,
+                        queue, required_capabilities)
 SELECT v.id, NULL, v.tenant, v.type, v.payload, v.partition, v.run_at, v.run_at, v.priority, v.state,
        'submit', v.max_attempts, v.retry_initial_s, v.retry_multiplier, v.retry_max_s, v.timeout_s,
        v.idempotency_key, CASE WHEN v.state = 'queued' THEN %(now)s::timestamptz END, %(now)s, v.trace_context,
-       v.concurrency_key, v.concurrency_limit, v.unique_key, v.unique_states, v.target
+       v.concurrency_key, v.concurrency_limit, v.unique_key, v.unique_states, v.target, v.queue,
+       v.required_capabilities
   FROM (SELECT (j->>0)::uuid AS id, j->>1 AS tenant, j->>2 AS type, (j->>3)::jsonb AS payload,
                (j->>4)::int AS partition,
                timestamptz 'epoch' + (j->>5)::bigint * interval '1 microsecond' AS run_at,
@@ -257,6 +265,7 @@ SELECT v.id, NULL, v.tenant, v.type, v.payload, v.partition, v.run_at, v.run_at,
                j->>14 AS trace_context, j->>15 AS concurrency_key, (j->>16)::int AS concurrency_limit,
                decode(j->>17, 'hex') AS unique_key, (j->>18)::smallint AS unique_states,
                (j->>19)::jsonb AS target,
+               coalesce(j->>20, 'default') AS queue, coalesce(j->>21, '') AS required_capabilities,
                ord
           FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)) AS v
  WHERE NOT (%(unless_quota)s::boolean AND EXISTS (
@@ -304,3 +313,11 @@ SELECT pg_notify('cronwheel_due', p) FROM unnest(%(payloads)s::text[]) AS p;
 -- name: notify_queued_many
 -- Wake dispatchers once per priority that was queued (delivered at commit).
 SELECT pg_notify('cronwheel_queued', p) FROM unnest(%(payloads)s::text[]) AS p;
+
+-- name: register_capability_sets
+-- The capability sets runs about to be written require (`sets`: canonical texts, `items`: each
+-- one's capabilities as a text[] literal), known to the claim from now on (capability_sets,
+-- migration 0025). Committed before the runs are: a claim that sees a run sees its set.
+INSERT INTO capability_sets (capabilities, caps)
+SELECT s.c, s.i::text[] FROM unnest(%(sets)s::text[], %(items)s::text[]) AS s(c, i)
+ON CONFLICT (capabilities) DO NOTHING;

@@ -6,13 +6,13 @@ WITH s AS (
                            priority, retry_initial_s, retry_multiplier, retry_max_s, max_attempts,
                            timeout_s, misfire_policy, max_catch_up, overlap_policy, jitter_s, paused,
                            partition, alert_if_no_success_within_s, keep_last, keep_succeeded_for_s,
-                           keep_failed_for_s, created_at, updated_at, target)
+                           keep_failed_for_s, target, queue, required_capabilities, created_at, updated_at)
     VALUES (%(id)s, %(tenant)s, %(name)s, %(cron)s, %(timezone)s, %(dst_gap)s, %(dst_repeated)s,
             %(job_type)s, %(payload)s, %(priority)s, %(retry_initial_s)s, %(retry_multiplier)s,
             %(retry_max_s)s, %(max_attempts)s, %(timeout_s)s, %(misfire_policy)s, %(max_catch_up)s,
             %(overlap_policy)s, %(jitter_s)s, %(paused)s, %(partition)s,
             %(alert_if_no_success_within_s)s, %(keep_last)s, %(keep_succeeded_for_s)s,
-            %(keep_failed_for_s)s, %(now)s, %(now)s, %(target)s)
+            %(keep_failed_for_s)s, %(target)s, %(queue)s, %(required_capabilities)s, %(now)s, %(now)s)
     RETURNING *
 ), d AS (
     INSERT INTO schedule_due (schedule_id, partition, next_run_at)

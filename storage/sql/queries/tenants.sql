@@ -34,3 +34,19 @@ SELECT id, max_concurrency, rate_per_s, burst, weight, max_schedules, max_execut
   FROM tenants
  WHERE (%(after)s::text IS NULL OR id > %(after)s)
  ORDER BY id LIMIT %(limit)s;
+
+-- name: tenant_queue_set
+-- Set a queue's limits for a tenant (migration 0025, tenant_queues): at most max_concurrency of
+-- its runs of the queue at once (NULL: none but the tenant's), `weight` among its queues. Answers
+-- the values before (`old`: NULL when the queue had none set), for the audit event.
+WITH old AS (
+    SELECT max_concurrency, weight FROM tenant_queues WHERE tenant = %(tenant)s AND queue = %(queue)s FOR UPDATE
+)
+INSERT INTO tenant_queues AS x (tenant, queue, max_concurrency, weight)
+VALUES (%(tenant)s, %(queue)s, %(max_concurrency)s, %(weight)s)
+ON CONFLICT (tenant, queue) DO UPDATE SET max_concurrency = EXCLUDED.max_concurrency, weight = EXCLUDED.weight
+RETURNING x.queue, x.max_concurrency, x.weight, (SELECT to_jsonb(old) FROM old) AS old;
+
+-- name: tenant_queues
+-- A tenant's queues with limits set, by name.
+SELECT queue, max_concurrency, weight FROM tenant_queues WHERE tenant = %(tenant)s ORDER BY queue;
