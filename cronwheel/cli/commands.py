@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cronwheel.cli.main import webhook as cli_webhook
+from cronwheel.cli import webhook as cli_webhook
 
 if TYPE_CHECKING:
     from cronwheel.cluster.retention.policy import RetentionConfig
