@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from chaos.history import TERMINAL_STATES, ExecutionRec, History, InjectionRecord, RunRec
+from chaos.history import TERMINAL_STATES, ExecutionRec, History, InjectionRecord, LogEventRec, RunRec
 
 MAX_LISTED = 50
 # Slack on the same host clock between PostgreSQL's now() and the node's decision.
@@ -42,6 +42,11 @@ WORKER_PATH_FAULTS = frozenset({
     "kill-worker", "pause-worker", "kill-node", "pause-node", "deploy-node", "partition-node",
     "partition-node-long", "skew-node-clock",
 })  # and any fault whose target is "postgres"
+# What a worker logs when it could not keep a run's lease (no injected fault needed: a starved
+# worker or node, on an overloaded host, misses its heartbeats the same way): a heartbeat of the run
+# that failed (not refused as stale: that one follows a requeue), a completion it gave up
+# reporting, or a leased run it found older than its lease, unheartbeaten, before it could start it.
+LEASE_LAPSE_EVENTS = frozenset({"heartbeat_failed", "report_given_up", "lease_lapsed_before_start"})
 # Faults that hold rows every node's writes may need (a node stopped mid-transaction with runs and
 # schedules row-locked): any worker's completions can wait on them, as on a database fault.
 SHARED_ROW_FAULTS = frozenset({"stall-completion"})
@@ -182,6 +187,20 @@ def explain(a: RunRec, b: RunRec, injections: Sequence[InjectionRecord], worker_
     return None
 
 
+def lease_lapse_seen(a: RunRec, b: RunRec, h: History) -> LogEventRec | None:
+    """The worker of run `a` logged that it could not keep a's lease before `b` started: a failed
+    heartbeat or a given-up report of a's execution, or (the worker itself stalled a whole lease:
+    it could heartbeat none of its runs) a leased run it found lapsed, between a's start and b's.
+    Under overload this is how a lease expires with no fault injected, and it is visible, so it
+    explains the rerun; a rerun with none of these is still unexplained."""
+    for ev in h.log_events:
+        if ev.source != a.worker or ev.event not in LEASE_LAPSE_EVENTS or not a.t <= ev.ts <= b.t:
+            continue
+        if ev.event == "lease_lapsed_before_start" or ev.execution_id == a.execution_id:
+            return ev
+    return None
+
+
 def check_duplicate_runs_explained(h: History) -> InvariantResult:
     c = _Collector("duplicate_runs_explained")
     by_id = {e.id: e for e in h.executions}
@@ -221,6 +240,10 @@ def check_duplicate_runs_explained(h: History) -> InvariantResult:
                 c.counts["reruns.retry_after_failure"] += 1
                 continue
             f = explain(a, b, h.injections, h.meta.worker_nodes, linger)
+            if f is None and (lapse := lease_lapse_seen(a, b, h)) is not None:
+                c.counts[f"reruns.after_{lapse.event}"] += 1
+                c.counts["duplicates_explained"] += 1
+                continue
             if f is None:
                 c.bad("unexplained", f"execution {eid}: run with token {a.token} on {a.worker} at {iso(a.t)} "
                                      f"(outcome {outcome or 'none'}) ran again with token {b.token} on {b.worker} "
