@@ -291,7 +291,10 @@ def _judge_absent(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick, ctl: 
     # Pruned rows that no worker started: skipped records (forbid, buffer_one, quota, misfire) and
     # runs cancelled before they started, by a newer tick (replace) or by a CancelExecution whose
     # run has no row left (cancelled runs are pruned like succeeded ones).
-    cancelled = ctx.cancelled_gone.get(s.id, float("-inf")) >= t.run_at
+    # The cancelled row existed when the cancel was answered, and a run is queued (its row written)
+    # up to queue_ahead_s before its run_at: a cancel answered that early may be of this tick.
+    ahead = ctx.h.meta.queue_ahead_s or 0.0
+    cancelled = ctx.cancelled_gone.get(s.id, float("-inf")) >= t.run_at - ahead
     if retains and (ran or cancelled or s.overlap_policy in ("forbid", "buffer_one", "replace")
                     or s.tenant in ctx.h.meta.quotas
                     or model.may_have_missed(t, ctx.outages.get(s.partition, ()), ctx.grace, 1.0)):

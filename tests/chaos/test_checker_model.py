@@ -279,3 +279,18 @@ def test_a_buffered_run_behind_runs_retention_pruned_waited_behind_them() -> Non
     waited = tick_row(T0 + 4, fired_at=T0 + 4.01, started_at=T0 + 6.1, finished_at=T0 + 6.2)
     h = dataclasses.replace(replace_rows(h, waited), runs=h.runs + ran)
     assert check_buffered_runs_released(h).ok
+
+
+def test_a_run_queued_ahead_cancelled_before_its_run_at_and_pruned_is_not_lost() -> None:
+    # Seed 45318: g14 (allow/skip, keep_last 3) tick 15:54:20 had no row and no start: its run was
+    # queued ahead at 54:19.0 and a CancelExecution of it (01a25136-8cee..., the id between those of
+    # ticks :19 and :21) was answered at 54:19.402, 0.6 s before its run_at; keep_last then pruned
+    # the cancelled row. Reported "lost" before: the check allowed only cancels answered after it.
+    h = policies(clean(), keep_last=3)
+    gone = without(h, "e-4")
+    assert result(with_ops(gone, OpRec("cancel", SID, T0 + 3.32, T0 + 3.40, execution_id="e-4")),
+                  "ticks_exactly_once").ok
+    # A cancel answered before the run could be queued (queue_ahead_s before run_at) cannot be of it.
+    too_early = T0 + 4 - h.meta.queue_ahead_s - 0.2  # type: ignore[operator]
+    assert_fails(with_ops(gone, OpRec("cancel", SID, too_early - 0.1, too_early, execution_id="e-4")),
+                 "ticks_exactly_once", "lost")
