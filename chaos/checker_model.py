@@ -57,7 +57,10 @@ def _ts(text: str | None) -> float | None:
 def outage_windows(h: History) -> dict[int, list[tuple[float, float]]]:
     """partition -> intervals during which no owner may have been firing it: every fault's window
     (on a node: the partitions it owned then; otherwise all) until the partition was acquired again,
-    and every gap in the ownership history between losing or releasing it and the next acquisition."""
+    and every gap in the ownership history between losing or releasing it and the next acquisition.
+    A lost lease is out from one TTL before the loss was recorded: it lapsed because it was not
+    renewed for a TTL, and an owner too starved to renew it (an overloaded host, no fault injected)
+    may have fired nothing in that time; the lapse in the history is what makes that visible."""
     ttl = h.meta.lease_ttl_s
     recover = ttl + h.meta.misfire_grace_s + RECOVERY_EXTRA_S
     by_p: dict[int, list[tuple[float, str, str]]] = defaultdict(list)
@@ -72,7 +75,8 @@ def outage_windows(h: History) -> dict[int, list[tuple[float, float]]]:
         gap_from: float | None = None
         for at, kind, _owner in recs:
             if kind in ("lost", "released"):
-                gap_from = at if gap_from is None else gap_from
+                start = at - ttl if kind == "lost" else at
+                gap_from = start if gap_from is None else gap_from
             elif kind == "acquired" and gap_from is not None:
                 out[p].append((gap_from, at + recover - ttl))
                 gap_from = None

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from chaos.checker_explain import check_explain_agrees
 from chaos.checker_model import check_buffered_runs_released, check_quota_counts_created, check_ticks_exactly_once
-from chaos.history import ExplainRec, History, OpRec, PreviewRec
+from chaos.history import ExplainRec, History, OpRec, OwnershipRec, PreviewRec
 from tests.chaos.test_checker import SID, T0, assert_fails, clean, replace_rows, result, run, tick_row
 
 
@@ -294,3 +294,19 @@ def test_a_run_queued_ahead_cancelled_before_its_run_at_and_pruned_is_not_lost()
     too_early = T0 + 4 - h.meta.queue_ahead_s - 0.2  # type: ignore[operator]
     assert_fails(with_ops(gone, OpRec("cancel", SID, too_early - 0.1, too_early, execution_id="e-4")),
                  "ticks_exactly_once", "lost")
+
+
+def test_a_tick_due_while_its_owner_held_a_lease_that_then_lapsed_may_have_been_missed() -> None:
+    # Seed 45318: g1 (buffer_all/run_once, keep_last 0) tick 15:55:12, run_at 12.289: partition 12 was
+    # held by n3 (acquired 15:55:10.69) whose etcd keepalives had timed out, which fired one batch at
+    # 12.76 and nothing more until its lease trust window closed (partition_lost, 15:55:15.95). The
+    # next owner's load recorded 15:55:12 as missed (misfire_skipped, run_once) and keep_last 0 pruned
+    # the skipped row. Reported "lost" before: an outage began only when the lapse was seen.
+    h = policies(clean(), keep_last=0)
+    lapsed = (dataclasses.replace(h.ownership[0]),
+              OwnershipRec(3, 0, 5, "n1", "lost", T0 + 6.5, T0 + 6.5),
+              OwnershipRec(4, 0, 9, "n2", "acquired", T0 + 9.5, T0 + 9.5))
+    gone = without(h, "e-4")
+    assert result(dataclasses.replace(gone, ownership=lapsed), "ticks_exactly_once").ok
+    # Held by an owner whose lease did not lapse, the tick had no outage to be missed in.
+    assert_fails(gone, "ticks_exactly_once", "lost")
