@@ -23,13 +23,14 @@ chaos.model import nothing of the product.
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
 from chaos import model
 from chaos.checker import CLOCK_SLACK_S, InvariantResult, _Collector, iso, owners_by_epoch, skew_of
-from chaos.history import ExecutionRec, History, ScheduleRec
+from chaos.history import ExecutionRec, History, RunRec, ScheduleRec
 
 # How near an earlier run's creation or end may be to a decision for the count to go either way
 # (the fire statement's snapshot is taken before its row's clock_timestamp()).
@@ -52,6 +53,33 @@ def _ts(text: str | None) -> float | None:
         return datetime.fromisoformat(text).timestamp()
     except ValueError:
         return None
+
+
+def id_created_at(execution_id: str) -> float | None:
+    """When an execution id was made: ids are UUIDv7 (storage/ids.py), the Unix time in ms in
+    their first 48 bits, on the clock of whoever made it (a node, or PostgreSQL's)."""
+    try:
+        u = uuid.UUID(execution_id)
+    except ValueError:
+        return None
+    return (u.int >> 80) / 1000 if u.version == 7 else None
+
+
+def backfill_runs(h: History, gone: Iterable[RunRec]) -> set[str]:
+    """Of runs whose rows are gone (retention), those a BackfillSchedule made: the tick lies in the
+    op's range and the id was made while the op was in flight (up to the largest node skew)."""
+    slack = max((abs(v) for v in h.meta.skews.values()), default=0.0) + CLOCK_SLACK_S
+    fills = [o for o in h.ops if o.kind == "backfill" and o.ok and o.range_start is not None
+             and o.range_end is not None]
+    out: set[str] = set()
+    for r in gone:
+        t, made = _ts(r.scheduled_for), id_created_at(r.execution_id)
+        if t is None or made is None:
+            continue
+        if any(o.schedule_id == r.schedule_id and o.range_start <= t <= o.range_end  # type: ignore[operator]
+               and o.sent - slack <= made <= o.answered + slack for o in fills):
+            out.add(r.execution_id)
+    return out
 
 
 def outage_windows(h: History) -> dict[int, list[tuple[float, float]]]:
@@ -134,8 +162,11 @@ class _Ctx:
             if o.schedule_id:
                 self.ops[o.schedule_id].append(model.Op(o.kind, o.sent, o.answered, o.ok, o.version))
         self.started: set[tuple[str, float]] = set()  # ticks a worker started as cron or catch_up runs
+        ids_all = {e.id for e in h.executions}
         out_of_band = {e.id for e in h.executions if e.trigger not in ("cron", "catch_up")}
         out_of_band |= {o.execution_id for o in h.ops if o.execution_id}
+        # A backfill's row retention pruned is a run of the tick too, but not the tick's cron run.
+        out_of_band |= backfill_runs(h, (r for r in h.runs if r.execution_id not in ids_all))
         for run in h.runs:
             t = _ts(run.scheduled_for)
             if run.event == "start" and run.schedule_id and t is not None and run.execution_id not in out_of_band:

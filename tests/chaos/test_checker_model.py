@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from chaos.checker_explain import check_explain_agrees
 from chaos.checker_model import check_buffered_runs_released, check_quota_counts_created, check_ticks_exactly_once
 from chaos.history import ExplainRec, History, OpRec, OwnershipRec, PreviewRec
+from storage.ids import uuid7
 from tests.chaos.test_checker import SID, T0, assert_fails, clean, replace_rows, result, run, tick_row
 
 
@@ -310,3 +311,23 @@ def test_a_tick_due_while_its_owner_held_a_lease_that_then_lapsed_may_have_been_
     assert result(dataclasses.replace(gone, ownership=lapsed), "ticks_exactly_once").ok
     # Held by an owner whose lease did not lapse, the tick had no outage to be missed in.
     assert_fails(gone, "ticks_exactly_once", "lost")
+
+
+def test_a_backfill_run_of_a_paused_tick_whose_row_was_pruned_is_not_the_tick_run_after_the_pause() -> None:
+    # Seed 45318: g15 (forbid/run_once, keep_last 3) was paused 15:54:02.59-:12.65; a BackfillSchedule
+    # of that range (sent 15:54:36.44, answered :38.20, created 2) made runs of ticks 15:54:05 and :10
+    # (ids 01a25136-d621..., made at :37.985), which started at :38.25 and whose rows keep_last pruned.
+    # Reported "not_taken_back" before: a started run of the tick was taken for its cron run.
+    h = policies(clean(), keep_last=3)
+    h = with_ops(h, OpRec("pause", SID, T0 + 1.1, T0 + 1.2),
+                 OpRec("backfill", SID, T0 + 14.0, T0 + 14.8, range_start=T0 + 1.2, range_end=T0 + 9.0, created=1))
+    h = without(h, *(f"e-{i}" for i in range(2, 11)))
+    tick = datetime.fromtimestamp(T0 + 4, UTC).isoformat()
+
+    def run_made_at(made: float) -> History:
+        eid = str(uuid7(int(made * 1000), bytes(10)))
+        return dataclasses.replace(h, runs=(*h.runs, *run(eid, 1, T0 + 15.0, sched=tick)))
+
+    assert check_ticks_exactly_once(run_made_at(T0 + 14.5)).ok
+    # The same start with an id made when the tick was queued ahead is the cron run the pause took back.
+    assert_fails(run_made_at(T0 + 3.2), "ticks_exactly_once", "not_taken_back")
