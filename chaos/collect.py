@@ -32,7 +32,7 @@ from chaos.history import (
 
 # Log events worth keeping: refusals the checker counts, and context for a failing run's report.
 KEPT_EVENTS = frozenset({"stale_epoch", "report_refused", "partition_lost", "epoch_refused", "node_crashed",
-                         "reap_row_failed", "reap_failed"}) | LEASE_LAPSE_EVENTS
+                         "reap_row_failed", "reap_failed", "listen_reconnect"}) | LEASE_LAPSE_EVENTS
 
 
 def _f(v: Any) -> float | None:

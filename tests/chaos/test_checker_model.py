@@ -331,3 +331,24 @@ def test_a_backfill_run_of_a_paused_tick_whose_row_was_pruned_is_not_the_tick_ru
     assert check_ticks_exactly_once(run_made_at(T0 + 14.5)).ok
     # The same start with an id made when the tick was queued ahead is the cron run the pause took back.
     assert_fails(run_made_at(T0 + 3.2), "ticks_exactly_once", "not_taken_back")
+
+
+def test_a_tick_fired_late_from_the_wheel_is_live_and_overlap_applies_to_it() -> None:
+    # Seed 79873: g11 (buffer_one/catch_up) on partition 0, epoch 72 acquired by n3 at 15:51:02.63;
+    # its load wrote the catch_up replays of ticks :58-:61 at 03.809. Tick 15:51:04 came due later,
+    # from the wheel, which the starved n3 (its lease trust window closed at 09.2) fired at 06.73,
+    # 2.73 s late: buffer_one was full (1 running, 1 buffered), so skipped for overlap. A tick in
+    # the wheel is fired however late it is, as a live tick (docs/semantics.md, Misfires); only a
+    # load after run time + grace makes it missed. Reported "overlap_on_missed" before.
+    h = policies(clean("catch_up"), overlap_policy="forbid")
+    loaded = tick_row(T0, created_at=T0 - 0.9)
+    running = tick_row(T0 + 2, created_at=T0 + 1.9, finished_at=T0 + 12)
+    late = tick_row(T0 + 5, state="skipped", state_reason="overlap: overlap forbidden: 1 running, 0 buffered",
+                    created_at=T0 + 7.7, fired_at=T0 + 7.73, started_at=None, finished_at=None)
+    wheel = replace_rows(h, loaded, running, late)
+    assert "violations.overlap_on_missed" not in result(wheel, "ticks_exactly_once").counts
+    # Fired by a load that ran once the tick was overdue: the epoch's first write, or a reload on an edit.
+    by_load = check_ticks_exactly_once(replace_rows(h, running, dataclasses.replace(late, fired_epoch=9)))
+    assert by_load.counts.get("violations.overlap_on_missed") == 1, by_load
+    assert_fails(with_ops(wheel, OpRec("update", SID, T0 + 7.2, T0 + 7.3, version=0)), "ticks_exactly_once",
+                 "overlap_on_missed")
