@@ -213,6 +213,25 @@ def test_a_fired_cron_run_left_queued_is_reported() -> None:
     assert_fails(replace_rows(clean(), tick_row(T0 + 4, state="queued")), "fired_runs_completed", "not_terminal")
 
 
+def test_runs_waiting_in_a_buffer_still_draining_at_collection_are_not_stuck() -> None:
+    # Seed 45318: g8 (buffer_all/skip, every second, a long job of 2-25 s under load) had 42 rows of
+    # the window buffered or queued at collection (15:56:18.49), behind runs that had ended one after
+    # another up to 15:56:17.5: a backlog that grows by a tick a second and drains by a run every 2+ s.
+    # Reported "not_terminal" before; a buffer whose runs stopped ending is still reported.
+    buffer_all = dataclasses.replace(clean().schedules[0], overlap_policy="buffer_all")
+    h = dataclasses.replace(clean(), schedules=(buffer_all,))
+    end = h.meta.collected_at
+    waiting = [tick_row(T0 + i, state="scheduled", state_reason="buffered", started_at=None, finished_at=None,
+                        result_token=None) for i in (8, 9, 10)]
+    moving = replace_rows(h, tick_row(T0 + 7, finished_at=end - 1.0), *waiting)
+    r = result(moving, "fired_runs_completed")
+    assert r.ok and r.counts["waiting_in_a_draining_buffer"] == 2, r  # tick 10 fired after the window
+    assert_fails(replace_rows(h, tick_row(T0 + 7, finished_at=end - 30.0), *waiting),
+                 "fired_runs_completed", "not_terminal")
+    allow = dataclasses.replace(moving, schedules=clean().schedules)  # no buffer: nothing to drain
+    assert_fails(allow, "fired_runs_completed", "not_terminal")
+
+
 # ---------------------------------------------------------------------------------- fencing
 
 
