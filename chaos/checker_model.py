@@ -164,9 +164,9 @@ class _Ctx:
                 key = (e.partition, e.fired_epoch)
                 self.first_write[key] = min(self.first_write.get(key, e.created_at), e.created_at)
         self.reconnects: dict[str, list[float]] = defaultdict(list)  # node -> its LISTEN reconnects (full reloads)
-        for ev in h.log_events:
-            if ev.event == "listen_reconnect":
-                self.reconnects[ev.source].append(ev.ts)
+        for le in h.log_events:
+            if le.event == "listen_reconnect":
+                self.reconnects[le.source].append(le.ts)
         self.ops: dict[str, list[model.Op]] = defaultdict(list)
         for o in h.ops:
             if o.schedule_id:
