@@ -90,10 +90,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(run_dir: Path) -> int:
+    from dataclasses import replace
+
     from chaos.checker import check, passed
+    from chaos.collect import process_names, read_log_events
     from chaos.history import load_history
 
     h = load_history(run_dir / "history.json")
+    if (logs := run_dir / "cluster").is_dir():  # the logs are kept: read their events as a new run would
+        h = replace(h, log_events=read_log_events(logs, process_names(logs)))
     results = check(h)
     for r in results:
         counts = {k: v for k, v in r.counts.items() if k != "takeovers"}

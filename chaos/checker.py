@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from chaos.history import TERMINAL_STATES, ExecutionRec, History, InjectionRecord, RunRec
+from chaos.history import TERMINAL_STATES, ExecutionRec, History, InjectionRecord, LogEventRec, RunRec
 
 MAX_LISTED = 50
 # Slack on the same host clock between PostgreSQL's now() and the node's decision.
@@ -42,6 +42,11 @@ WORKER_PATH_FAULTS = frozenset({
     "kill-worker", "pause-worker", "kill-node", "pause-node", "deploy-node", "partition-node",
     "partition-node-long", "skew-node-clock", "kill-mid-upstream-completion",
 })  # and any fault whose target is "postgres"
+# What a worker logs when it could not keep a run's lease (no injected fault needed: a starved
+# worker or node, on an overloaded host, misses its heartbeats the same way): a heartbeat of the run
+# that failed (not refused as stale: that one follows a requeue), a completion it gave up
+# reporting, or a leased run it found older than its lease, unheartbeaten, before it could start it.
+LEASE_LAPSE_EVENTS = frozenset({"heartbeat_failed", "report_given_up", "lease_lapsed_before_start"})
 # Faults that hold rows every node's writes may need (a node stopped mid-transaction with runs and
 # schedules row-locked): any worker's completions can wait on them, as on a database fault.
 SHARED_ROW_FAULTS = frozenset({"stall-completion", "kill-mid-upstream-completion"})
@@ -149,8 +154,27 @@ def check_oneoffs_completed(h: History) -> InvariantResult:
     return c.result()
 
 
+# A buffer releases its next run when the one ahead ends; the node and a worker take up to this
+# long after that end to start it (a worker lease, plus the release).
+DRAIN_STEP_S = 2.0
+
+
+def draining(h: History) -> set[str]:
+    """Schedules whose buffer was still draining when the history was collected: buffer_all or
+    buffer_one, with a run that ended within a worker lease (+ DRAIN_STEP_S) of the collection. A
+    buffer drains one run at a time, so a schedule whose runs last longer than its period (g8 of
+    seed 45318: every second, a 2-25 s job, buffer_all) piles up a backlog no settle can drain;
+    its waiting rows are not stuck while the run ahead of them keeps ending."""
+    recent = h.meta.collected_at - h.meta.worker_lease_s - DRAIN_STEP_S
+    buffered = {s.id for s in h.schedules if s.overlap_policy in ("buffer_all", "buffer_one")}
+    ended = {e.schedule_id for e in h.executions if e.finished_at is not None and e.finished_at >= recent}
+    ended |= {r.schedule_id for r in h.runs if r.event == "end" and r.t >= recent}
+    return buffered & {sid for sid in ended if sid}
+
+
 def check_fired_runs_completed(h: History) -> InvariantResult:
     c = _Collector("fired_runs_completed")
+    moving = draining(h)
     for e in h.executions:
         if e.schedule_id is None or e.state == "skipped" or e.fired_at is None:
             continue
@@ -159,6 +183,8 @@ def check_fired_runs_completed(h: History) -> InvariantResult:
         c.counts["fired"] += 1
         if e.state in TERMINAL_STATES:
             c.counts[f"state.{e.state}"] += 1
+        elif e.state in ("scheduled", "queued") and e.schedule_id in moving:
+            c.counts["waiting_in_a_draining_buffer"] += 1
         else:
             c.bad("not_terminal", f"execution {e.id} (tick {iso(e.scheduled_for)}) is {e.state}")
     return c.result()
@@ -179,6 +205,20 @@ def explain(a: RunRec, b: RunRec, injections: Sequence[InjectionRecord], worker_
                    or f.name in SHARED_ROW_FAULTS)
         if on_path and f.start <= b.t and f.end + linger_s >= a.t:
             return f
+    return None
+
+
+def lease_lapse_seen(a: RunRec, b: RunRec, h: History) -> LogEventRec | None:
+    """The worker of run `a` logged that it could not keep a's lease before `b` started: a failed
+    heartbeat or a given-up report of a's execution, or (the worker itself stalled a whole lease:
+    it could heartbeat none of its runs) a leased run it found lapsed, between a's start and b's.
+    Under overload this is how a lease expires with no fault injected, and it is visible, so it
+    explains the rerun; a rerun with none of these is still unexplained."""
+    for ev in h.log_events:
+        if ev.source != a.worker or ev.event not in LEASE_LAPSE_EVENTS or not a.t <= ev.ts <= b.t:
+            continue
+        if ev.event == "lease_lapsed_before_start" or ev.execution_id == a.execution_id:
+            return ev
     return None
 
 
@@ -221,6 +261,10 @@ def check_duplicate_runs_explained(h: History) -> InvariantResult:
                 c.counts["reruns.retry_after_failure"] += 1
                 continue
             f = explain(a, b, h.injections, h.meta.worker_nodes, linger)
+            if f is None and (lapse := lease_lapse_seen(a, b, h)) is not None:
+                c.counts[f"reruns.after_{lapse.event}"] += 1
+                c.counts["duplicates_explained"] += 1
+                continue
             if f is None:
                 c.bad("unexplained", f"execution {eid}: run with token {a.token} on {a.worker} at {iso(a.t)} "
                                      f"(outcome {outcome or 'none'}) ran again with token {b.token} on {b.worker} "

@@ -23,13 +23,14 @@ chaos.model import nothing of the product.
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
 from chaos import model
 from chaos.checker import CLOCK_SLACK_S, InvariantResult, _Collector, iso, owners_by_epoch, skew_of
-from chaos.history import ExecutionRec, History, ScheduleRec
+from chaos.history import ExecutionRec, History, RunRec, ScheduleRec
 
 # How near an earlier run's creation or end may be to a decision for the count to go either way
 # (the fire statement's snapshot is taken before its row's clock_timestamp()).
@@ -55,10 +56,40 @@ def _ts(text: str | None) -> float | None:
         return None
 
 
+def id_created_at(execution_id: str) -> float | None:
+    """When an execution id was made: ids are UUIDv7 (storage/ids.py), the Unix time in ms in
+    their first 48 bits, on the clock of whoever made it (a node, or PostgreSQL's)."""
+    try:
+        u = uuid.UUID(execution_id)
+    except ValueError:
+        return None
+    return (u.int >> 80) / 1000 if u.version == 7 else None
+
+
+def backfill_runs(h: History, gone: Iterable[RunRec]) -> set[str]:
+    """Of runs whose rows are gone (retention), those a BackfillSchedule made: the tick lies in the
+    op's range and the id was made while the op was in flight (up to the largest node skew)."""
+    slack = max((abs(v) for v in h.meta.skews.values()), default=0.0) + CLOCK_SLACK_S
+    fills = [o for o in h.ops if o.kind == "backfill" and o.ok and o.range_start is not None
+             and o.range_end is not None]
+    out: set[str] = set()
+    for r in gone:
+        t, made = _ts(r.scheduled_for), id_created_at(r.execution_id)
+        if t is None or made is None:
+            continue
+        if any(o.schedule_id == r.schedule_id and o.range_start <= t <= o.range_end  # type: ignore[operator]
+               and o.sent - slack <= made <= o.answered + slack for o in fills):
+            out.add(r.execution_id)
+    return out
+
+
 def outage_windows(h: History) -> dict[int, list[tuple[float, float]]]:
     """partition -> intervals during which no owner may have been firing it: every fault's window
     (on a node: the partitions it owned then; otherwise all) until the partition was acquired again,
-    and every gap in the ownership history between losing or releasing it and the next acquisition."""
+    and every gap in the ownership history between losing or releasing it and the next acquisition.
+    A lost lease is out from one TTL before the loss was recorded: it lapsed because it was not
+    renewed for a TTL, and an owner too starved to renew it (an overloaded host, no fault injected)
+    may have fired nothing in that time; the lapse in the history is what makes that visible."""
     ttl = h.meta.lease_ttl_s
     recover = ttl + h.meta.misfire_grace_s + RECOVERY_EXTRA_S
     by_p: dict[int, list[tuple[float, str, str]]] = defaultdict(list)
@@ -73,7 +104,8 @@ def outage_windows(h: History) -> dict[int, list[tuple[float, float]]]:
         gap_from: float | None = None
         for at, kind, _owner in recs:
             if kind in ("lost", "released"):
-                gap_from = at if gap_from is None else gap_from
+                start = at - ttl if kind == "lost" else at
+                gap_from = start if gap_from is None else gap_from
             elif kind == "acquired" and gap_from is not None:
                 out[p].append((gap_from, at + recover - ttl))
                 gap_from = None
@@ -126,13 +158,26 @@ class _Ctx:
             self.all_rows[e.schedule_id].append(e)
             if e.trigger in ("cron", "catch_up"):  # a tick's row (its skipped records are trigger cron)
                 self.rows[e.schedule_id][e.scheduled_for].append(e)
+        # (partition, epoch) -> its owner's first write: its load on gaining the partition had run by then
+        self.first_write: dict[tuple[int, int], float] = {}
+        for e in h.executions:
+            if e.fired_epoch is not None and e.created_at is not None:
+                key = (e.partition, e.fired_epoch)
+                self.first_write[key] = min(self.first_write.get(key, e.created_at), e.created_at)
+        self.reconnects: dict[str, list[float]] = defaultdict(list)  # node -> its LISTEN reconnects (full reloads)
+        for le in h.log_events:
+            if le.event == "listen_reconnect":
+                self.reconnects[le.source].append(le.ts)
         self.ops: dict[str, list[model.Op]] = defaultdict(list)
         for o in h.ops:
             if o.schedule_id:
                 self.ops[o.schedule_id].append(model.Op(o.kind, o.sent, o.answered, o.ok, o.version))
         self.started: set[tuple[str, float]] = set()  # ticks a worker started as cron or catch_up runs
+        ids_all = {e.id for e in h.executions}
         out_of_band = {e.id for e in h.executions if e.trigger not in ("cron", "catch_up")}
         out_of_band |= {o.execution_id for o in h.ops if o.execution_id}
+        # A backfill's row retention pruned is a run of the tick too, but not the tick's cron run.
+        out_of_band |= backfill_runs(h, (r for r in h.runs if r.execution_id not in ids_all))
         for run in h.runs:
             t = _ts(run.scheduled_for)
             if run.event == "start" and run.schedule_id and t is not None and run.execution_id not in out_of_band:
@@ -292,7 +337,10 @@ def _judge_absent(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick, ctl: 
     # Pruned rows that no worker started: skipped records (forbid, buffer_one, quota, misfire) and
     # runs cancelled before they started, by a newer tick (replace) or by a CancelExecution whose
     # run has no row left (cancelled runs are pruned like succeeded ones).
-    cancelled = ctx.cancelled_gone.get(s.id, float("-inf")) >= t.run_at
+    # The cancelled row existed when the cancel was answered, and a run is queued (its row written)
+    # up to queue_ahead_s before its run_at: a cancel answered that early may be of this tick.
+    ahead = ctx.h.meta.queue_ahead_s or 0.0
+    cancelled = ctx.cancelled_gone.get(s.id, float("-inf")) >= t.run_at - ahead
     if retains and (ran or cancelled or s.overlap_policy in ("forbid", "buffer_one", "replace")
                     or s.tenant in ctx.h.meta.quotas
                     or model.may_have_missed(t, ctx.outages.get(s.partition, ()), ctx.grace, 1.0)):
@@ -332,9 +380,29 @@ def _fired_latest_with(skip: ExecutionRec, rows: Iterable[ExecutionRec]) -> bool
         and e.fired_at is not None and abs(e.fired_at - at) <= 1.0 for e in rows)
 
 
+def _a_load_could_miss(ctx: _Ctx, s: ScheduleRec, t: model.Tick, r: ExecutionRec, slack: float) -> bool:
+    """Could a load have found the tick missed, one that ran once its run time was more than the
+    grace past? A tick already in the wheel is fired however late it is, as a live tick
+    (docs/semantics.md, Misfires). The owner loads a partition on gaining it (done by its first
+    write in that epoch: the load writes its misfire records in one transaction), all of it after
+    its notification connection reconnected, and one schedule on a change to it."""
+    if r.fired_epoch is None:
+        return True
+    overdue = t.run_at + ctx.grace - slack - OVERLAP_SLACK_S
+    first = ctx.first_write.get((r.partition, r.fired_epoch))
+    if first is None or first >= overdue:
+        return True
+    until = r.fired_at if r.fired_at is not None else (r.created_at or t.run_at)
+    owner = ctx.epochs.get((r.partition, r.fired_epoch), "")
+    if any(overdue <= at <= until for at in ctx.reconnects.get(owner, ())):
+        return True
+    return any(o.answered >= overdue and o.sent <= until for o in ctx.ops.get(s.id, ()))
+
+
 def _judge_live(c: _Collector, ctx: _Ctx, s: ScheduleRec, t: model.Tick, r: ExecutionRec, outcome: str,
                 lateness: float, slack: float, where: str) -> None:
-    if outcome == model.SKIPPED_OVERLAP and lateness > ctx.grace + slack + OVERLAP_SLACK_S:
+    if (outcome == model.SKIPPED_OVERLAP and lateness > ctx.grace + slack + OVERLAP_SLACK_S
+            and _a_load_could_miss(ctx, s, t, r, slack)):
         c.bad("overlap_on_missed", f"{where}: skipped for overlap {lateness:.2f}s past its run time: a missed "
                                    f"tick goes to the misfire policy, which overlap does not apply to")
         return

@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from chaos.checker import LEASE_LAPSE_EVENTS
 from chaos.history import (
     EventRec,
     ExecutionRec,
@@ -31,7 +32,7 @@ from chaos.history import (
 
 # Log events worth keeping: refusals the checker counts, and context for a failing run's report.
 KEPT_EVENTS = frozenset({"stale_epoch", "report_refused", "partition_lost", "epoch_refused", "node_crashed",
-                         "reap_row_failed", "reap_failed"})
+                         "reap_row_failed", "reap_failed", "listen_reconnect"}) | LEASE_LAPSE_EVENTS
 
 
 def _f(v: Any) -> float | None:
@@ -94,6 +95,12 @@ def log_files(workdir: Path, name: str) -> list[Path]:
     """`name.log` and the rotated `name.N.log` of earlier starts."""
     pat = re.compile(rf"{re.escape(name)}(\.\d+)?\.log")
     return sorted(p for p in workdir.iterdir() if pat.fullmatch(p.name))
+
+
+def process_names(workdir: Path) -> list[str]:
+    """The processes that left logs in a kept run's workdir (n1, n1.1 and n1.2 are all n1)."""
+    pat = re.compile(r"([nw]\d+)(\.\d+)?\.log")
+    return sorted({m.group(1) for p in workdir.iterdir() if (m := pat.fullmatch(p.name))})
 
 
 def read_log_events(workdir: Path, names: Iterable[str]) -> tuple[LogEventRec, ...]:

@@ -572,7 +572,9 @@ class Worker:
                 checkpoint_json=json.dumps(value)), timeout=10, metadata=self.metadata)
         except grpc.aio.AioRpcError as exc:
             if classify(exc.code()) is CodeClass.STALE:
-                if (run := self.running.get(ctx.execution_id)) is not None:
+                # Only this attempt: a later lease of the same execution on this worker (this one's
+                # lease lapsed, the node requeued it to us) is under the same id and is not stale.
+                if (run := self.running.get(ctx.execution_id)) is not None and run.ctx is ctx:
                     self._tell(run, StopReason.STALE, self.timeout_grace_s)  # its result is dropped
                 ctx.cancelled.set()
                 ctx.stop_reason = StopReason.STALE.value

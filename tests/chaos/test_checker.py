@@ -213,6 +213,25 @@ def test_a_fired_cron_run_left_queued_is_reported() -> None:
     assert_fails(replace_rows(clean(), tick_row(T0 + 4, state="queued")), "fired_runs_completed", "not_terminal")
 
 
+def test_runs_waiting_in_a_buffer_still_draining_at_collection_are_not_stuck() -> None:
+    # Seed 45318: g8 (buffer_all/skip, every second, a long job of 2-25 s under load) had 42 rows of
+    # the window buffered or queued at collection (15:56:18.49), behind runs that had ended one after
+    # another up to 15:56:17.5: a backlog that grows by a tick a second and drains by a run every 2+ s.
+    # Reported "not_terminal" before; a buffer whose runs stopped ending is still reported.
+    buffer_all = dataclasses.replace(clean().schedules[0], overlap_policy="buffer_all")
+    h = dataclasses.replace(clean(), schedules=(buffer_all,))
+    end = h.meta.collected_at
+    waiting = [tick_row(T0 + i, state="scheduled", state_reason="buffered", started_at=None, finished_at=None,
+                        result_token=None) for i in (8, 9, 10)]
+    moving = replace_rows(h, tick_row(T0 + 7, finished_at=end - 1.0), *waiting)
+    r = result(moving, "fired_runs_completed")
+    assert r.ok and r.counts["waiting_in_a_draining_buffer"] == 2, r  # tick 10 fired after the window
+    assert_fails(replace_rows(h, tick_row(T0 + 7, finished_at=end - 30.0), *waiting),
+                 "fired_runs_completed", "not_terminal")
+    allow = dataclasses.replace(moving, schedules=clean().schedules)  # no buffer: nothing to drain
+    assert_fails(allow, "fired_runs_completed", "not_terminal")
+
+
 # ---------------------------------------------------------------------------------- fencing
 
 
@@ -275,6 +294,38 @@ def test_a_job_run_again_after_its_worker_was_killed_is_explained() -> None:
     assert r.ok and r.counts["reruns.after_kill-worker"] == 1
     elsewhere = InjectionRecord("kill-worker", "w9", T0 + 3.5, T0 + 5)  # another worker's fault explains nothing
     assert_fails(dataclasses.replace(h, injections=(elsewhere,)), "duplicate_runs_explained", "unexplained")
+
+
+def lapse(event: str, t: float, worker: str = "w1", eid: str | None = JOB) -> LogEventRec:
+    return LogEventRec(source=worker, event=event, ts=t, execution_id=eid)
+
+
+def test_a_rerun_after_its_worker_could_not_heartbeat_is_explained_with_no_fault_injected() -> None:
+    # Recorded (seed 79873, load average 20+, no fault on w2, n2 or PostgreSQL then): execution
+    # 01a25133-444f... ran with token 1 on w2 at 15:51:29.759 (outcome stale), w2 logged
+    # heartbeat_failed DEADLINE_EXCEEDED for it 3.2, 5.2 and 7.2 s later, and token 2 ran at +7.5 s.
+    # Judged "unexplained" before: a lease lapse the worker logged is a fault the checker can see.
+    h = second_run(clean(), 2, T0 + 3.05 + 7.5, worker="w1", first_outcome="stale")
+    seen = dataclasses.replace(h, log_events=tuple(lapse("heartbeat_failed", T0 + 3.05 + d) for d in (3.2, 5.2, 7.2)))
+    r = result(seen, "duplicate_runs_explained")
+    assert r.ok and r.counts["reruns.after_heartbeat_failed"] == 1, r
+    for unrelated in (lapse("heartbeat_failed", T0 + 6, eid="another-run"),   # another run's heartbeat
+                      lapse("heartbeat_failed", T0 + 6, worker="w2"),         # another worker
+                      lapse("heartbeat_failed", T0 + 11),                     # after the rerun started
+                      lapse("report_refused", T0 + 6)):                       # a refusal follows a requeue
+        assert_fails(dataclasses.replace(h, log_events=(unrelated,)), "duplicate_runs_explained", "unexplained")
+
+
+def test_a_rerun_after_its_worker_stalled_past_a_lease_is_explained() -> None:
+    # Recorded (seed 45318): w1 started five tick runs at 15:55:52.460 and logged nothing until
+    # 15:55:56.953, when it found 20 leased runs 4.1-5.2 s old (lease_lapsed_before_start); their
+    # reports were refused as stale and the five ran again from 15:55:57.130.
+    h = second_run(clean(), 2, T0 + 3.05 + 4.7, worker="w2")
+    stalled = lapse("lease_lapsed_before_start", T0 + 3.05 + 4.5, eid="a-run-leased-while-stalled")
+    r = result(dataclasses.replace(h, log_events=(stalled,)), "duplicate_runs_explained")
+    assert r.ok and r.counts["reruns.after_lease_lapsed_before_start"] == 1, r
+    on_w2 = dataclasses.replace(stalled, source="w2")  # the rerun's worker stalling says nothing of w1's lease
+    assert_fails(dataclasses.replace(h, log_events=(on_w2,)), "duplicate_runs_explained", "unexplained")
 
 
 def test_a_retry_after_a_reported_failure_is_not_a_duplicate() -> None:

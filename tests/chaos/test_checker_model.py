@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 
 from chaos.checker_explain import check_explain_agrees
 from chaos.checker_model import check_buffered_runs_released, check_quota_counts_created, check_ticks_exactly_once
-from chaos.history import ExplainRec, History, OpRec, PreviewRec
+from chaos.history import ExplainRec, History, OpRec, OwnershipRec, PreviewRec
+from storage.ids import uuid7
 from tests.chaos.test_checker import SID, T0, assert_fails, clean, replace_rows, result, run, tick_row
 
 
@@ -319,3 +320,74 @@ def test_a_dependent_of_a_dead_upstream_must_be_cancelled_naming_it_unless_it_ru
     assert check_dependencies(family("succeeded", None, ("succeeded", "dead"), T0 + 5, policy="always")).ok
     r = check_dependencies(family("waiting", None, ("succeeded", "running"), None))
     assert not r.ok and r.counts["violations.upstream_unfinished"] == 1
+
+def test_a_run_queued_ahead_cancelled_before_its_run_at_and_pruned_is_not_lost() -> None:
+    # Seed 45318: g14 (allow/skip, keep_last 3) tick 15:54:20 had no row and no start: its run was
+    # queued ahead at 54:19.0 and a CancelExecution of it (01a25136-8cee..., the id between those of
+    # ticks :19 and :21) was answered at 54:19.402, 0.6 s before its run_at; keep_last then pruned
+    # the cancelled row. Reported "lost" before: the check allowed only cancels answered after it.
+    h = policies(clean(), keep_last=3)
+    gone = without(h, "e-4")
+    assert result(with_ops(gone, OpRec("cancel", SID, T0 + 3.32, T0 + 3.40, execution_id="e-4")),
+                  "ticks_exactly_once").ok
+    # A cancel answered before the run could be queued (queue_ahead_s before run_at) cannot be of it.
+    too_early = T0 + 4 - h.meta.queue_ahead_s - 0.2  # type: ignore[operator]
+    assert_fails(with_ops(gone, OpRec("cancel", SID, too_early - 0.1, too_early, execution_id="e-4")),
+                 "ticks_exactly_once", "lost")
+
+
+def test_a_tick_due_while_its_owner_held_a_lease_that_then_lapsed_may_have_been_missed() -> None:
+    # Seed 45318: g1 (buffer_all/run_once, keep_last 0) tick 15:55:12, run_at 12.289: partition 12 was
+    # held by n3 (acquired 15:55:10.69) whose etcd keepalives had timed out, which fired one batch at
+    # 12.76 and nothing more until its lease trust window closed (partition_lost, 15:55:15.95). The
+    # next owner's load recorded 15:55:12 as missed (misfire_skipped, run_once) and keep_last 0 pruned
+    # the skipped row. Reported "lost" before: an outage began only when the lapse was seen.
+    h = policies(clean(), keep_last=0)
+    lapsed = (dataclasses.replace(h.ownership[0]),
+              OwnershipRec(3, 0, 5, "n1", "lost", T0 + 6.5, T0 + 6.5),
+              OwnershipRec(4, 0, 9, "n2", "acquired", T0 + 9.5, T0 + 9.5))
+    gone = without(h, "e-4")
+    assert result(dataclasses.replace(gone, ownership=lapsed), "ticks_exactly_once").ok
+    # Held by an owner whose lease did not lapse, the tick had no outage to be missed in.
+    assert_fails(gone, "ticks_exactly_once", "lost")
+
+
+def test_a_backfill_run_of_a_paused_tick_whose_row_was_pruned_is_not_the_tick_run_after_the_pause() -> None:
+    # Seed 45318: g15 (forbid/run_once, keep_last 3) was paused 15:54:02.59-:12.65; a BackfillSchedule
+    # of that range (sent 15:54:36.44, answered :38.20, created 2) made runs of ticks 15:54:05 and :10
+    # (ids 01a25136-d621..., made at :37.985), which started at :38.25 and whose rows keep_last pruned.
+    # Reported "not_taken_back" before: a started run of the tick was taken for its cron run.
+    h = policies(clean(), keep_last=3)
+    h = with_ops(h, OpRec("pause", SID, T0 + 1.1, T0 + 1.2),
+                 OpRec("backfill", SID, T0 + 14.0, T0 + 14.8, range_start=T0 + 1.2, range_end=T0 + 9.0, created=1))
+    h = without(h, *(f"e-{i}" for i in range(2, 11)))
+    tick = datetime.fromtimestamp(T0 + 4, UTC).isoformat()
+
+    def run_made_at(made: float) -> History:
+        eid = str(uuid7(int(made * 1000), bytes(10)))
+        return dataclasses.replace(h, runs=(*h.runs, *run(eid, 1, T0 + 15.0, sched=tick)))
+
+    assert check_ticks_exactly_once(run_made_at(T0 + 14.5)).ok
+    # The same start with an id made when the tick was queued ahead is the cron run the pause took back.
+    assert_fails(run_made_at(T0 + 3.2), "ticks_exactly_once", "not_taken_back")
+
+
+def test_a_tick_fired_late_from_the_wheel_is_live_and_overlap_applies_to_it() -> None:
+    # Seed 79873: g11 (buffer_one/catch_up) on partition 0, epoch 72 acquired by n3 at 15:51:02.63;
+    # its load wrote the catch_up replays of ticks :58-:61 at 03.809. Tick 15:51:04 came due later,
+    # from the wheel, which the starved n3 (its lease trust window closed at 09.2) fired at 06.73,
+    # 2.73 s late: buffer_one was full (1 running, 1 buffered), so skipped for overlap. A tick in
+    # the wheel is fired however late it is, as a live tick (docs/semantics.md, Misfires); only a
+    # load after run time + grace makes it missed. Reported "overlap_on_missed" before.
+    h = policies(clean("catch_up"), overlap_policy="forbid")
+    loaded = tick_row(T0, created_at=T0 - 0.9)
+    running = tick_row(T0 + 2, created_at=T0 + 1.9, finished_at=T0 + 12)
+    late = tick_row(T0 + 5, state="skipped", state_reason="overlap: overlap forbidden: 1 running, 0 buffered",
+                    created_at=T0 + 7.7, fired_at=T0 + 7.73, started_at=None, finished_at=None)
+    wheel = replace_rows(h, loaded, running, late)
+    assert "violations.overlap_on_missed" not in result(wheel, "ticks_exactly_once").counts
+    # Fired by a load that ran once the tick was overdue: the epoch's first write, or a reload on an edit.
+    by_load = check_ticks_exactly_once(replace_rows(h, running, dataclasses.replace(late, fired_epoch=9)))
+    assert by_load.counts.get("violations.overlap_on_missed") == 1, by_load
+    assert_fails(with_ops(wheel, OpRec("update", SID, T0 + 7.2, T0 + 7.3, version=0)), "ticks_exactly_once",
+                 "overlap_on_missed")

@@ -8,6 +8,7 @@ import gc
 from datetime import timedelta
 from typing import Any
 
+import grpc
 from google.protobuf.duration_pb2 import Duration
 
 from cronwheel.client import JobContext, Worker
@@ -498,3 +499,57 @@ def test_worker_run_serves_with_the_heap_frozen(monkeypatch: Any) -> None:
     monkeypatch.setattr(Worker, "serve", serve)
     Worker("fake:1").run()
     assert seen == {"install_signals": True, "freeze_heap": True}
+
+
+class StaleCheckpoints(FakeDispatch):
+    """Refuses every checkpoint of a token older than the newest it handed out, as the node does
+    once it has requeued a run, and records the tokens whose completions it was sent."""
+
+    def __init__(self, queue: list[dispatch_pb2.LeasedExecution]) -> None:
+        super().__init__(queue)
+        self.completed_tokens: list[int] = []
+
+    async def Checkpoint(self, req: Any, **_: Any) -> Any:  # noqa: N802
+        raise grpc.aio.AioRpcError(grpc.StatusCode.FAILED_PRECONDITION, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                   details=f"fencing token {req.fencing_token} is stale")
+
+    async def CompleteExecutions(self, req: Any, **kw: Any) -> Any:  # noqa: N802
+        self.completed_tokens += [i.fencing_token for i in req.items]
+        return await super().CompleteExecutions(req, **kw)
+
+
+async def test_an_old_attempts_stale_checkpoint_does_not_stop_the_next_attempt_on_the_same_worker() -> None:
+    """Chaos seed 45318: w1 ran token 1 of a long job, its lease lapsed, and w1 leased token 2 of the
+    same execution while token 1 still ran; token 1's next checkpoint was refused as stale and
+    stopped token 2 (it looked the run up by execution id), so token 2 ended `stopped` at once,
+    reported nothing, and the execution ran a third time 6 s later with no cause. Fails without
+    the fix: token 2 is told to stop and its completion is never sent."""
+    clock = FakeClock()
+    w = Worker("fake:1", concurrency=2, clock=clock, lease_s=4.0, prefetch=0)
+    second_started = asyncio.Event()
+    told: dict[int, bool] = {}
+
+    @w.job("job")
+    async def handler(ctx: JobContext) -> dict[str, int] | None:
+        if ctx.fencing_token == 1:
+            await second_started.wait()
+            try:
+                await ctx.checkpoint({"step": 1})
+            finally:
+                told[1] = ctx.cancelled.is_set()
+            return None
+        second_started.set()
+        await clock.sleep(1.0)  # token 1 checkpoints meanwhile
+        told[2] = ctx.cancelled.is_set()
+        return {"token": ctx.fencing_token}
+
+    old, new = leased("a"), leased("a")
+    old.fencing_token, new.fencing_token = 1, 2
+    stub = StaleCheckpoints([old, new])
+    serving = asyncio.create_task(w.serve_on(stub))
+    await run_until(clock, lambda: 2 in told)
+    await run_until(clock, lambda: stub.completed_tokens or stub.fails)
+    w.stop()
+    await serving
+    assert told == {1: True, 2: False}
+    assert stub.completed_tokens == [2] and not stub.fails
