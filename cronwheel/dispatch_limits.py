@@ -26,3 +26,18 @@ MAX_POLLS_PER_WORKER = 64
 # MAX_ANSWER_BYTES: the node's gRPC send limit, and gRPC's default receive limit of clients.
 ANSWER_ROWS_BYTES = 3 * 1024 * 1024
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
+
+# Execution logs (AppendLogs, issue 53). The SDK keeps each attempt's log within ATTEMPT_LOG_BYTES
+# of message text: its first ATTEMPT_LOG_HEAD_BYTES as written, then the last bytes up to the
+# bound, with a truncation mark between them (client/worker_logs.py). A line is at most
+# MAX_LOG_LINE_BYTES (the SDK cuts longer ones). One AppendLogs call holds at most
+# MAX_LOG_ITEMS runs, MAX_LOG_LINES lines and MAX_LOG_CALL_BYTES of text (under MAX_ANSWER_BYTES,
+# gRPC's default receive limit of the node).
+ATTEMPT_LOG_BYTES = 1024 * 1024
+ATTEMPT_LOG_HEAD_BYTES = 512 * 1024
+MAX_LOG_LINE_BYTES = 16 * 1024
+MAX_LOG_ITEMS = 1000
+MAX_LOG_LINES = 10_000
+MAX_LOG_CALL_BYTES = 2 * 1024 * 1024
+MAX_LOG_LEVEL_CHARS = 16
+MAX_LOG_LOGGER_CHARS = 200

@@ -26,6 +26,7 @@ from cronwheel.storage.db import Database, StoreConfig
 from cronwheel.storage.dispatch import DispatchPort
 from cronwheel.storage.executions import ExecutionsPort
 from cronwheel.storage.firing import FiringPort
+from cronwheel.storage.logs import LogsPort
 from cronwheel.storage.partitions import PartitionsPort
 from cronwheel.storage.retention import RetentionPort
 from cronwheel.storage.schedules import SchedulesPort
@@ -55,6 +56,7 @@ class PgStore(Database):
         self.retention = RetentionPort(self)
         self.tenants = TenantsPort(self)  # storage/tenants.py
         self.tokens = TokensPort(self)  # storage/tokens.py
+        self.logs = LogsPort(self)  # storage/logs.py: execution logs, scaling signals
 
     async def seal_at_rest(self) -> dict[str, SealReport]:
         """Every stored secret, of every table that keeps some (storage/secrets.py `seal_rows`):

@@ -361,7 +361,7 @@ $$;
 
 -- Delete the finished executions `ids` of partition p, if still finished and p is still at epoch
 -- e, and record per schedule what went (explain's "pruned by retention"): the one write of
--- retention. Answers how many rows went.
+-- retention (with their logs, 0026). Answers how many rows went.
 CREATE FUNCTION cronwheel_prune_delete(p integer, e bigint, now timestamptz, ids uuid[]) RETURNS bigint
 LANGUAGE sql VOLATILE AS $$
     WITH gone AS (
@@ -369,7 +369,10 @@ LANGUAGE sql VOLATILE AS $$
          WHERE x.id = ANY(ids) AND x.partition = p
            AND x.state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped')
            AND EXISTS (SELECT 1 FROM partitions WHERE id = p AND epoch = e)
-        RETURNING x.schedule_id, x.scheduled_for
+        RETURNING x.id, x.schedule_id, x.scheduled_for
+    ), logs AS (
+        DELETE FROM execution_logs l WHERE l.execution_id IN (SELECT id FROM gone)
+        RETURNING 1
     ), marked AS (
         INSERT INTO execution_pruned AS m (schedule_id, partition, pruned_through, pruned, at)
         SELECT schedule_id, p, max(scheduled_for), count(*), now FROM gone
@@ -492,3 +495,18 @@ END $$;
 CREATE TRIGGER tenants_seed_daily_count AFTER INSERT OR UPDATE OF max_executions_per_day ON tenants
     FOR EACH ROW EXECUTE FUNCTION cronwheel_seed_daily_count();
 
+-- What handlers logged, per attempt (0026): apart from the executions row, appended by the
+-- worker SDK (AppendLogs, fenced by the attempt's token), deleted with their execution by
+-- cronwheel_prune_delete. No foreign key: its check would lock the execution's row on every
+-- append. `seq` is the line's number in its attempt (the SDK's); cut lines leave a gap that the
+-- truncation mark starts.
+CREATE TABLE execution_logs (
+    execution_id uuid NOT NULL,
+    attempt      integer NOT NULL,
+    seq          integer NOT NULL,
+    at           timestamptz NOT NULL,
+    level        text NOT NULL,
+    logger       text NOT NULL DEFAULT '',
+    message      text NOT NULL,
+    PRIMARY KEY (execution_id, attempt, seq)
+);
