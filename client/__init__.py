@@ -49,6 +49,8 @@ from cronwheel.client.types import (
     ExplainedTick,
     Explanation,
     JobSpec,
+    LogLine,
+    LogPage,
     MisfirePolicy,
     OverlapPolicy,
     PreviewedTick,
@@ -77,6 +79,7 @@ __all__ = [
     "Worker",
     "Webhook", "WorkerStopped", "load_worker", "verify_webhook_signature",
 ]
+__all__ += ["LogLine", "LogPage"]  # execution logs
 __all__ += ["CreatedToken", "PlannedTenant", "Tenant", "TenantPlan", "TenantSpecError", "Token"]  # tenants
 __all__ += ["ApplyAction", "ApplyPlan", "FieldChange", "PlannedSchedule", "SpecError"]  # apply
 

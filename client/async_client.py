@@ -190,6 +190,21 @@ class AsyncClient:
     cancel = _call(calls.cancel)
     retry = _call(calls.retry)
 
+    async def logs(self, execution_id: str, *, attempt: int | None = None, follow: bool = False,
+                   poll_s: float = 0.25) -> AsyncIterator[t.LogLine]:
+        """As Client.logs."""
+        after = (0, 0)
+        while True:
+            page = await self._run(calls.logs_page(self._ctx, execution_id, attempt=attempt, after=after))
+            for line in page.lines:
+                after = (line.attempt, line.seq)
+                yield line
+            step = calls.logs_step(page, follow)
+            if step == "end":
+                return
+            if step == "wait":
+                await self.clock.sleep(poll_s)
+
     async def wait(self, execution_id: str, timeout: float | None = None, *, poll_s: float = 0.05,
                    poll_max_s: float = 1.0) -> t.Execution:
         """As Client.wait: the final execution, or TimeoutError after `timeout` seconds."""

@@ -99,6 +99,8 @@ from cronwheel import tracing
 from cronwheel.client.convert import instant
 from cronwheel.client.worker_connection import Connection, WorkerStopped, permanent, unreachable
 from cronwheel.client.worker_context import JobContext, NonRetryable, Run, Stale
+from cronwheel.client.worker_logs import LogShipper, install_capture, uninstall_capture
+from cronwheel.client.worker_logs import current as current_log
 from cronwheel.client.worker_policy import (
     PREFETCH_WINDOW_S,
     CodeClass,
@@ -186,6 +188,7 @@ class Worker:
         self._connected = False
         self._pool: ThreadPoolExecutor | None = None
         self.reporter: Reporter | None = None
+        self.logs: LogShipper  # set by serve_on (client/worker_logs.py)
         self.completed = 0
         self.failed = 0
         self._starts: deque[float] = deque()  # monotonic start times within PREFETCH_WINDOW_S (pace)
@@ -284,10 +287,13 @@ class Worker:
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"cronwheel-{self.worker_id}")
         self.reporter = Reporter(stub, self.worker_id, self.metadata, self.clock, self._stop_fatal,
                                  intaking=lambda: self._intaking)
+        self.logs = LogShipper(stub, self.worker_id, self.metadata, self.clock, self._stop_fatal)
         reports = asyncio.create_task(self.reporter.run(), name="worker-reports")
         hb = asyncio.create_task(self._heartbeats(), name="worker-heartbeats")
-        for side in (reports, hb):
+        ship = asyncio.create_task(self.logs.run(), name="worker-logs")
+        for side in (reports, hb, ship):
             side.add_done_callback(self._side_task_ended)
+        install_capture()
         if freeze_heap:
             freeze_startup_heap()
         try:
@@ -295,8 +301,12 @@ class Worker:
         finally:
             await self._shutdown()
             hb.cancel()
-            await self.reporter.flush(self.report_flush_s if self._fatal is None else 1.0)
+            flush_s = self.report_flush_s if self._fatal is None else 1.0
+            await self.logs.flush(min(flush_s, self.logs.close_wait_s))  # then the reports they held
+            await self.reporter.flush(flush_s)
+            ship.cancel()
             reports.cancel()
+            uninstall_capture()
             self._pool.shutdown(wait=False, cancel_futures=True)
         if self._fatal is not None:
             raise self._fatal
@@ -407,6 +417,7 @@ class Worker:
             deadline=instant(ex.deadline) if ex.HasField("deadline") else None,
             trace=ex.trace_context or None, _worker=self,
             started_at=instant(ex.started_at) if ex.HasField("started_at") else None,
+            _log=self.logs.attempt(ex.execution_id, ex.fencing_token),
         )
         timeout_s: float | None = None
         if ex.HasField("timeout"):
@@ -449,6 +460,7 @@ class Worker:
         self._watch(run)
 
     async def _call(self, ctx: JobContext) -> Any:
+        current_log.set(ctx._log)  # the handler's task (and its thread's copied context): its records
         handler = self.handlers[ctx.type]
         if inspect.iscoroutinefunction(handler):
             return await handler(ctx)
@@ -525,7 +537,10 @@ class Worker:
         v = verdict(reason=run.reason, returned=returned, result_json=result_json, error=error,
                     error_type=error_type, retryable=retryable, timeout_s=run.timeout_s)
         trace_context = tracing.finish_run(run.span, v.kind, error_type) if run.span is not None else ""
+        attempt_log = run.ctx._log
         if v.kind == "drop":
+            if attempt_log is not None:
+                attempt_log.discard()
             return
         if v.kind == "complete":
             self.completed += 1
@@ -533,8 +548,12 @@ class Worker:
             self.failed += 1
         assert self.reporter is not None
         # Given up only once the lease has lapsed a full lease ago: the reaper has requeued it.
-        self.reporter.submit(Report(run.ctx.execution_id, run.ctx.fencing_token, v,
-                                    give_up_at=run.lease_until + self.lease_s, trace_context=trace_context))
+        report = Report(run.ctx.execution_id, run.ctx.fencing_token, v,
+                        give_up_at=run.lease_until + self.lease_s, trace_context=trace_context)
+        if attempt_log is None or not attempt_log.written:
+            self.reporter.submit(report)
+        else:  # its last lines first: a reader that sees the run final has all of them
+            self.logs.close(attempt_log, lambda: self.reporter.submit(report))
 
     # ------------------------------------------------------------------ heartbeats, checkpoints
 
