@@ -247,6 +247,10 @@ class LogShipper:
         self._urgent = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
+        try:  # made on the worker's loop (serve_on): lines written before run() starts still wake it
+            self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
+        except RuntimeError:
+            pass
         self.sent = 0  # lines stored
         self.refused = 0  # lines the node refused (their run was no longer ours)
         self.dropped = 0  # lines given up after max_tries
