@@ -185,6 +185,7 @@ class AsyncClient:
     submit = _call(calls.submit)
     submit_many = _many(calls.submit_many)
     get_execution = _call(calls.get_execution)
+    logs_page = _call(calls.logs_page)
     list_executions = _pages(calls.list_executions)
     executions_page = _call(calls.executions_page)
     cancel = _call(calls.cancel)

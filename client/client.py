@@ -202,6 +202,7 @@ class Client:
     submit = _call(calls.submit)
     submit_many = _many(calls.submit_many)
     get_execution = _call(calls.get_execution)
+    logs_page = _call(calls.logs_page)
     list_executions = _pages(calls.list_executions)
     executions_page = _call(calls.executions_page)
     cancel = _call(calls.cancel)
