@@ -181,9 +181,22 @@ class AttemptLog:
 
 class CaptureHandler(logging.Handler):
     """Routes a record to the attempt whose handler emitted it (the context variable); others
-    are ignored. Thread-safe: formatting happens in the emitting thread."""
+    are ignored. Thread-safe: formatting happens in the emitting thread. A process with no
+    logging configuration still prints warnings to stderr (logging's lastResort, which Python
+    uses only when no handler at all is found): this handler does it in that case."""
+
+    def _others(self, name: str) -> bool:
+        """Whether a handler other than this one sees records of logger `name`."""
+        lg: logging.Logger | None = logging.getLogger(name)
+        while lg is not None:
+            if any(h is not self for h in lg.handlers):
+                return True
+            lg = lg.parent if lg.propagate else None
+        return False
 
     def emit(self, record: logging.LogRecord) -> None:
+        if logging.lastResort is not None and not self._others(record.name):
+            logging.lastResort.handle(record)  # as if this handler were not there (no config: stderr)
         target = current.get()
         if target is None:
             return

@@ -196,3 +196,17 @@ def test_ctx_log_writes_to_the_attempt_whatever_the_logging_configuration(level:
     ctx = JobContext("e", None, "t", "default", None, clock.now(), 1, 1, 1, None, None, _log=a)
     ctx.log("hello", level)
     assert [(ln[2], ln[4]) for ln in a.take(10, 10**6)] == [(level.upper(), "hello")]
+
+
+def test_the_capture_leaves_logging_s_last_resort_to_an_unconfigured_process(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers[:] = []
+    install_capture()
+    try:
+        logging.getLogger("tests.unconfigured").warning("still printed")
+    finally:
+        uninstall_capture()
+        root.handlers[:] = saved
+    assert "still printed" in capsys.readouterr().err
