@@ -4,6 +4,7 @@
 
     @worker.job("send_reminder")
     async def send_reminder(ctx: JobContext) -> dict:
+        ctx.log("sending")                   # or logging.getLogger(__name__).info(...): the attempt's log
         ...                                  # ctx.payload, ctx.execution_id, ctx.scheduled_for,
         await ctx.checkpoint({"sent": 10})   # ctx.attempt, ctx.fencing_token, ctx.checkpoint_value,
         if ctx.cancelled.is_set(): ...       # ctx.deadline, ctx.stop_reason
@@ -63,6 +64,10 @@ is dropped); a handler still running timeout_grace_s after that is reported and 
 - SIGTERM / stop(): stop leasing, grace `grace_s` for handlers to checkpoint and return; runs
   left are handed back (FailExecution error_type=worker_shutdown, so another worker resumes
   them from their checkpoint at once); reports are flushed (at most `report_flush_s`); exit.
+
+Logs: what a handler logs (Python `logging` in its task or thread, and `ctx.log(...)`) is kept per
+attempt and shipped by its own task, within about 0.1 s, a run's last lines before its report
+(cronwheel.client.worker_logs: the 1 MiB bound per attempt, head and tail with a mark).
 
 Errors no retry can fix (UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT on lease, no node
 reachable within `connect_timeout_s` of start-up) stop the worker: serve() raises WorkerStopped,
