@@ -589,10 +589,10 @@ def logs_page(ctx: Context, execution_id: str, *, attempt: int | None = None, af
     return Call(SCHEDULER, "GetExecutionLogs", req, c.log_page, safe=True)
 
 
-def logs_step(page: t.LogPage, follow: bool, page_size: int = LOG_PAGE) -> str:
-    """What a logs() iteration does after `page`: "next" (a full page: ask again at once),
-    "wait" (following a running execution and caught up: ask again after a pause), "end"."""
-    if len(page.lines) >= page_size:
+def logs_step(page: t.LogPage, follow: bool) -> str:
+    """What a logs() iteration does after `page`: "next" (more lines are stored: ask again at
+    once), "wait" (following a running execution and caught up: ask again after a pause), "end"."""
+    if page.more:
         return "next"
     return "wait" if follow and not page.final else "end"
 

@@ -348,7 +348,7 @@ def cluster_status(msg: admin_pb2.ClusterStatusResponse) -> t.ClusterStatus:
 def log_page(msg: scheduler_pb2.GetExecutionLogsResponse) -> t.LogPage:
     lines = tuple(t.LogLine(attempt=ln.attempt, seq=ln.seq, at=_ts(ln, "time"), level=ln.level, logger=ln.logger,
                             message=ln.message) for ln in msg.lines)
-    return t.LogPage(lines, _enum(t.ExecutionState, msg.state, enums.STATE), msg.final)
+    return t.LogPage(lines, _enum(t.ExecutionState, msg.state, enums.STATE), msg.final, msg.more)
 
 
 def event(msg: admin_pb2.Event) -> t.Event:

@@ -210,11 +210,13 @@ class LogLine:
 @dataclass(frozen=True, slots=True)
 class LogPage:
     """A page of an execution's log after a cursor, and its state read before the lines:
-    `final` means no line will come after these and the ones after them."""
+    `final` means no line will come after these and the ones after them; `more` that some are
+    stored already (the page was cut by its size or its bytes)."""
 
     lines: tuple[LogLine, ...]
     state: ExecutionState  # type: ignore[valid-type]
     final: bool
+    more: bool = False  # more lines are stored already: ask again at once
 
 
 @dataclass(frozen=True, slots=True)

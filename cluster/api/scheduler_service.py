@@ -316,7 +316,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         page = await read_logs(self.store, eid, current_caller().scope(), attempt=request.attempt,
                                after_attempt=request.after_attempt, after_seq=request.after_seq,
                                page_size=request.page_size)
-        resp = scheduler_pb2.GetExecutionLogsResponse(state=enums.by_name(cv.STATE)[page.state], final=page.final)
+        resp = scheduler_pb2.GetExecutionLogsResponse(state=enums.by_name(cv.STATE)[page.state], final=page.final,
+                                                       more=page.more)
         add = resp.lines.add
         for ln in page.lines:
             add(attempt=ln.attempt, seq=ln.seq, time=cv.ts(ln.at), level=ln.level, logger=ln.logger,

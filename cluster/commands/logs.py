@@ -2,7 +2,9 @@
 
 The execution's state is read first, then the lines: once that state is final, every line of it
 is stored (the SDK ships a run's last lines before reporting it), so a follower that sees
-`final` and a page shorter than it asked for is done. Another tenant's execution is NotFound.
+`final` and no `more` is done. A page is cut at its size or at ANSWER_ROWS_BYTES of text (past its
+first line), so an answer stays under the node's 4 MiB send limit. Another tenant's execution is
+NotFound.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 
 from cronwheel.cluster.commands.runs import get_execution
 from cronwheel.cluster.dispatch.policy import TERMINAL_STATES
+from cronwheel.dispatch_limits import ANSWER_ROWS_BYTES
 from cronwheel.errors import InvalidArgument
 from cronwheel.storage import PgStore
 from cronwheel.storage.logs import LogLine, LogPageParams
@@ -26,6 +29,7 @@ class LogPage:
     lines: list[LogLine]
     state: str
     final: bool
+    more: bool  # lines after these are stored already
 
 
 async def read_logs(store: PgStore, execution_id: uuid.UUID, tenant: str | None, *, attempt: int,
@@ -38,6 +42,12 @@ async def read_logs(store: PgStore, execution_id: uuid.UUID, tenant: str | None,
     if not 0 <= page_size <= MAX_LOG_PAGE:
         raise InvalidArgument("page_size", f"must be 0..{MAX_LOG_PAGE}, got {page_size}")
     row = await get_execution(store, execution_id, tenant)  # NotFound for another tenant's: first
-    lines = await store.logs.page(LogPageParams(execution_id, attempt or None, after_attempt, after_seq,
-                                                  page_size or DEFAULT_LOG_PAGE))
-    return LogPage(lines, row["state"], row["state"] in FINAL_STATES)
+    size = page_size or DEFAULT_LOG_PAGE
+    got = await store.logs.page(LogPageParams(execution_id, attempt or None, after_attempt, after_seq, size + 1))
+    kept, total = 0, 0
+    for ln in got[:size]:
+        total += len(ln.message.encode())
+        if kept and total > ANSWER_ROWS_BYTES:
+            break
+        kept += 1
+    return LogPage(got[:kept], row["state"], row["state"] in FINAL_STATES, kept < len(got))

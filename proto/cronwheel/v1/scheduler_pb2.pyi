@@ -388,14 +388,16 @@ class GetExecutionLogsRequest(_message.Message):
     def __init__(self, execution_id: _Optional[str] = ..., attempt: _Optional[int] = ..., after_attempt: _Optional[int] = ..., after_seq: _Optional[int] = ..., page_size: _Optional[int] = ...) -> None: ...
 
 class GetExecutionLogsResponse(_message.Message):
-    __slots__ = ("lines", "state", "final")
+    __slots__ = ("lines", "state", "final", "more")
     LINES_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     lines: _containers.RepeatedCompositeFieldContainer[_common_pb2.LogLine]
     state: _common_pb2.ExecutionState
     final: bool
-    def __init__(self, lines: _Optional[_Iterable[_Union[_common_pb2.LogLine, _Mapping]]] = ..., state: _Optional[_Union[_common_pb2.ExecutionState, str]] = ..., final: _Optional[bool] = ...) -> None: ...
+    more: bool
+    def __init__(self, lines: _Optional[_Iterable[_Union[_common_pb2.LogLine, _Mapping]]] = ..., state: _Optional[_Union[_common_pb2.ExecutionState, str]] = ..., final: _Optional[bool] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class ListExecutionsRequest(_message.Message):
     __slots__ = ("tenant", "schedule_id", "states", "scheduled_for", "type", "page_size", "page_token")
