@@ -264,6 +264,9 @@ class LogShipper:
             self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
         except RuntimeError:
             pass
+        # A node without AppendLogs (an older version: UNIMPLEMENTED; a test's stub without it):
+        # lines are dropped, reports not held; said once.
+        self.enabled = hasattr(stub, "AppendLogs")
         self.sent = 0  # lines stored
         self.refused = 0  # lines the node refused (their run was no longer ours)
         self.dropped = 0  # lines given up after max_tries
@@ -288,7 +291,7 @@ class LogShipper:
 
     def close(self, attempt: AttemptLog, then: Callable[[], None]) -> None:
         """The attempt ended: ship its last lines now, then call `then` (at most close_wait_s on)."""
-        if not attempt.written or attempt.dead:
+        if not attempt.written or attempt.dead or not self.enabled:
             then()
             return
         attempt.close()
@@ -331,6 +334,12 @@ class LogShipper:
         lines = size = 0
         with self._lock:
             order = list(self._dirty)
+            if not self.enabled:
+                self._dirty.clear()
+        if not self.enabled:
+            for a in order:
+                a.discard()
+            return batch
         for a in order:
             if len(batch) >= MAX_LOG_ITEMS or lines >= MAX_LOG_LINES or size >= MAX_LOG_CALL_BYTES:
                 break
@@ -363,6 +372,8 @@ class LogShipper:
                                                   metadata=self.metadata)
             except grpc.aio.AioRpcError as exc:
                 kind = classify(exc.code())
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    self._disable()
                 if kind is CodeClass.FATAL:
                     self.on_fatal(permanent(self.worker_id, exc, "AppendLogs"))
                 if kind is not CodeClass.RETRY or tries >= self.max_tries:
@@ -389,6 +400,12 @@ class LogShipper:
             self._settle()
             if batch:
                 await self.clock.sleep(backoff_s(tries, self.rng.random(), 0.1, 5.0))
+
+    def _disable(self) -> None:
+        if self.enabled:
+            self.enabled = False
+            log.warning("the node does not take execution logs (an older version): they are not shipped",
+                        extra={"event": "logs_unsupported", "worker": self.worker_id})
 
     def _give_up(self, batch: list[tuple[AttemptLog, list[Line]]], code: str, detail: str) -> None:
         n = 0

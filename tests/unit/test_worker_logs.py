@@ -210,3 +210,32 @@ def test_the_capture_leaves_logging_s_last_resort_to_an_unconfigured_process(
         uninstall_capture()
         root.handlers[:] = saved
     assert "still printed" in capsys.readouterr().err
+
+
+async def test_a_node_without_append_logs_makes_the_shipper_drop_lines_and_hold_no_report() -> None:
+    class Old(Stub):
+        async def AppendLogs(self, req: dispatch_pb2.AppendLogsRequest, **_: Any) -> Any:  # noqa: N802
+            self.called.set()
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNIMPLEMENTED, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       "Method not found!")
+
+    clock = FakeClock()
+    stub = Old()
+    ship = shipper(stub, clock)
+    task = asyncio.create_task(ship.run())
+    try:
+        a = ship.attempt("e1", 1)
+        a.write("INFO", "", "x")
+        await clock.until_asleep()
+        clock.advance(0.1)
+        await asyncio.wait_for(stub.called.wait(), 2)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not ship.enabled
+        b = ship.attempt("e2", 1)
+        b.write("INFO", "", "y")
+        reported: list[str] = []
+        ship.close(b, lambda: reported.append("report"))
+        assert reported == ["report"]  # at once: nothing to wait for
+    finally:
+        task.cancel()
