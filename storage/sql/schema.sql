@@ -359,6 +359,22 @@ RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE AS $$
                   AND (keep_last IS NOT NULL OR keep_succeeded_for_s IS NOT NULL OR keep_failed_for_s IS NOT NULL))))
 $$;
 
+-- What handlers logged, per attempt (0026): apart from the executions row, appended by the
+-- worker SDK (AppendLogs, fenced by the attempt's token), deleted with their execution by
+-- cronwheel_prune_delete. No foreign key: its check would lock the execution's row on every
+-- append. `seq` is the line's number in its attempt (the SDK's); cut lines leave a gap that the
+-- truncation mark starts.
+CREATE TABLE execution_logs (
+    execution_id uuid NOT NULL,
+    attempt      integer NOT NULL,
+    seq          integer NOT NULL,
+    at           timestamptz NOT NULL,
+    level        text NOT NULL,
+    logger       text NOT NULL DEFAULT '',
+    message      text NOT NULL,
+    PRIMARY KEY (execution_id, attempt, seq)
+);
+
 -- Delete the finished executions `ids` of partition p, if still finished and p is still at epoch
 -- e, and record per schedule what went (explain's "pruned by retention"): the one write of
 -- retention (with their logs, 0026). Answers how many rows went.
@@ -494,19 +510,3 @@ END $$;
 
 CREATE TRIGGER tenants_seed_daily_count AFTER INSERT OR UPDATE OF max_executions_per_day ON tenants
     FOR EACH ROW EXECUTE FUNCTION cronwheel_seed_daily_count();
-
--- What handlers logged, per attempt (0026): apart from the executions row, appended by the
--- worker SDK (AppendLogs, fenced by the attempt's token), deleted with their execution by
--- cronwheel_prune_delete. No foreign key: its check would lock the execution's row on every
--- append. `seq` is the line's number in its attempt (the SDK's); cut lines leave a gap that the
--- truncation mark starts.
-CREATE TABLE execution_logs (
-    execution_id uuid NOT NULL,
-    attempt      integer NOT NULL,
-    seq          integer NOT NULL,
-    at           timestamptz NOT NULL,
-    level        text NOT NULL,
-    logger       text NOT NULL DEFAULT '',
-    message      text NOT NULL,
-    PRIMARY KEY (execution_id, attempt, seq)
-);
