@@ -91,7 +91,7 @@ async def log_more(console: Console, request: Request, session: Session) -> Resp
         after = (max(int(q.get("after_attempt", "0")), 0), max(int(q.get("after_seq", "0")), 0))
     except ValueError:
         after = (0, 0)
-    return console.render(request, "_log_lines.html", session, ex_id=request.path_params["id"],
+    return console.render(request, "_log_lines.html", session,
                           **await _log_lines(session, request.path_params["id"], after))
 
 
