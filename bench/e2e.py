@@ -627,7 +627,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes, one repeat: a smoke run")
     ap.add_argument("--repeat", type=int, default=3, help="fresh clusters to take the median of (default 3)")
     ap.add_argument("--only", default=",".join(WORKLOADS), help=f"comma-separated subset of {','.join(WORKLOADS)}")
+    ap.add_argument("--log-lines", type=int, default=0, metavar="N",
+                    help="each handler writes N lines to its attempt's log first (ctx.log; default 0)")
     a = ap.parse_args()
+    os.environ["CRONWHEEL_E2E_LOG_LINES"] = str(max(0, a.log_lines))  # the worker processes inherit it
     z = QUICK if a.quick else Sizes()
     repeat = 1 if a.quick else max(1, a.repeat)
     only = [w.strip() for w in a.only.split(",") if w.strip()]
@@ -656,6 +659,8 @@ def main() -> None:
         "S": ("S single SubmitJob, closed loop", fmt_s),
         "W3": (f"W3 {z.w3_schedules:,} '* * * * *' schedules, one boundary per repeat", fmt_w3)}
     print("machine: 2 cores, shared with other work; every process of the run on it", flush=True)
+    if a.log_lines:
+        print(f"each handler writes {a.log_lines} lines to its attempt's log (ctx.log)", flush=True)
     for w in only:
         label, fmt = labels[w]
         show(label, results[w], fmt)

@@ -50,6 +50,8 @@ from cronwheel.client.types import (
     ExplainedTick,
     Explanation,
     JobSpec,
+    LogLine,
+    LogPage,
     MisfirePolicy,
     OverlapPolicy,
     PreviewedTick,
@@ -81,6 +83,7 @@ __all__ = [
     "Webhook", "WorkerStopped", "load_worker", "verify_webhook_signature",
 ]
 __all__ += ["DependencyPolicy", "Upstream"]  # job B after job A
+__all__ += ["LogLine", "LogPage"]  # execution logs
 __all__ += ["CreatedToken", "PlannedTenant", "Tenant", "TenantPlan", "TenantSpecError", "Token"]  # tenants
 __all__ += ["ApplyAction", "ApplyPlan", "FieldChange", "PlannedSchedule", "SpecError"]  # apply
 

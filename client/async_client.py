@@ -185,10 +185,26 @@ class AsyncClient:
     submit = _call(calls.submit)
     submit_many = _many(calls.submit_many)
     get_execution = _call(calls.get_execution)
+    logs_page = _call(calls.logs_page)
     list_executions = _pages(calls.list_executions)
     executions_page = _call(calls.executions_page)
     cancel = _call(calls.cancel)
     retry = _call(calls.retry)
+
+    async def logs(self, execution_id: str, *, attempt: int | None = None, follow: bool = False,
+                   poll_s: float = 0.25) -> AsyncIterator[t.LogLine]:
+        """As Client.logs."""
+        after = (0, 0)
+        while True:
+            page = await self._run(calls.logs_page(self._ctx, execution_id, attempt=attempt, after=after))
+            for line in page.lines:
+                after = (line.attempt, line.seq)
+                yield line
+            step = calls.logs_step(page, follow)
+            if step == "end":
+                return
+            if step == "wait":
+                await self.clock.sleep(poll_s)
 
     async def wait(self, execution_id: str, timeout: float | None = None, *, poll_s: float = 0.05,
                    poll_max_s: float = 1.0) -> t.Execution:

@@ -627,6 +627,30 @@ def get_execution(ctx: Context, execution_id: str) -> Call[t.Execution]:
                 lambda r: c.execution(r.execution), safe=True)
 
 
+LOG_PAGE = 1000
+
+
+def logs_page(ctx: Context, execution_id: str, *, attempt: int | None = None, after: tuple[int, int] = (0, 0),
+              page_size: int = LOG_PAGE) -> Call[t.LogPage]:
+    """A page of an execution's log lines after `after` (attempt, seq), in order; `attempt`: only
+    that attempt's. The page's `final` says the execution is final (read before the lines)."""
+    if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1):
+        raise c.BadValue("attempt", f"expected an int >= 1, got {attempt!r}")
+    if not 1 <= page_size <= 5000:
+        raise c.BadValue("page_size", f"expected 1..5000, got {page_size}")
+    req = S.GetExecutionLogsRequest(execution_id=execution_id, attempt=attempt or 0, after_attempt=after[0],
+                                    after_seq=after[1], page_size=page_size)
+    return Call(SCHEDULER, "GetExecutionLogs", req, c.log_page, safe=True)
+
+
+def logs_step(page: t.LogPage, follow: bool) -> str:
+    """What a logs() iteration does after `page`: "next" (more lines are stored: ask again at
+    once), "wait" (following a running execution and caught up: ask again after a pause), "end"."""
+    if page.more:
+        return "next"
+    return "wait" if follow and not page.final else "end"
+
+
 def _executions_request(tenant: str | None, schedule_id: str | None, states: Iterable[Any],
                         scheduled_from: datetime | None, scheduled_until: datetime | None, type: str | None,
                         page_size: int) -> Any:

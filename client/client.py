@@ -202,10 +202,30 @@ class Client:
     submit = _call(calls.submit)
     submit_many = _many(calls.submit_many)
     get_execution = _call(calls.get_execution)
+    logs_page = _call(calls.logs_page)
     list_executions = _pages(calls.list_executions)
     executions_page = _call(calls.executions_page)
     cancel = _call(calls.cancel)
     retry = _call(calls.retry)
+
+    def logs(self, execution_id: str, *, attempt: int | None = None, follow: bool = False,
+             poll_s: float = 0.25) -> Iterator[t.LogLine]:
+        """The execution's log lines, in order (attempt, then line number): what its handler
+        logged (Python logging inside the handler, ctx.log), each attempt kept within 1 MiB (its
+        head and tail, with a truncation mark). `attempt`: only that one. With `follow`, waits for
+        new lines of a running execution (asking every `poll_s`) and ends once it is final and
+        every line is read; otherwise ends when caught up."""
+        after = (0, 0)
+        while True:
+            page = self._run(calls.logs_page(self._ctx, execution_id, attempt=attempt, after=after))
+            for line in page.lines:
+                after = (line.attempt, line.seq)
+                yield line
+            step = calls.logs_step(page, follow)
+            if step == "end":
+                return
+            if step == "wait":
+                time.sleep(poll_s)
 
     def wait(self, execution_id: str, timeout: float | None = None, *, poll_s: float = 0.05,
              poll_max_s: float = 1.0) -> t.Execution:

@@ -406,6 +406,12 @@ def cluster_status(msg: admin_pb2.ClusterStatusResponse) -> t.ClusterStatus:
                                         oldest_run_at=_ts(q, "oldest_run_at")) for q in msg.queue_depths))
 
 
+def log_page(msg: scheduler_pb2.GetExecutionLogsResponse) -> t.LogPage:
+    lines = tuple(t.LogLine(attempt=ln.attempt, seq=ln.seq, at=_ts(ln, "time"), level=ln.level, logger=ln.logger,
+                            message=ln.message) for ln in msg.lines)
+    return t.LogPage(lines, _enum(t.ExecutionState, msg.state, enums.STATE), msg.final, msg.more)
+
+
 def event(msg: admin_pb2.Event) -> t.Event:
     return t.Event(id=msg.id, at=_ts(msg, "at"), tenant=msg.tenant or None, kind=msg.kind,
                    schedule_id=msg.schedule_id or None, execution_id=msg.execution_id or None,

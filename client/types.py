@@ -231,6 +231,31 @@ class Page(Generic[T]):
 
 
 @dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line of an execution's log: what its handler logged in attempt `attempt` (Python
+    logging inside the handler, or ctx.log), its number `seq` within the attempt."""
+
+    attempt: int
+    seq: int
+    at: datetime | None
+    level: str
+    logger: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogPage:
+    """A page of an execution's log after a cursor, and its state read before the lines:
+    `final` means no line will come after these and the ones after them; `more` that some are
+    stored already (the page was cut by its size or its bytes)."""
+
+    lines: tuple[LogLine, ...]
+    state: ExecutionState  # type: ignore[valid-type]
+    final: bool
+    more: bool = False  # more lines are stored already: ask again at once
+
+
+@dataclass(frozen=True, slots=True)
 class Backfill:
     created_count: int
     existing_count: int

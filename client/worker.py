@@ -4,6 +4,7 @@
 
     @worker.job("send_reminder")
     async def send_reminder(ctx: JobContext) -> dict:
+        ctx.log("sending")                   # or logging.getLogger(__name__).info(...): the attempt's log
         ...                                  # ctx.payload, ctx.execution_id, ctx.scheduled_for,
         await ctx.checkpoint({"sent": 10})   # ctx.attempt, ctx.fencing_token, ctx.checkpoint_value,
         if ctx.cancelled.is_set(): ...       # ctx.deadline, ctx.stop_reason
@@ -64,6 +65,10 @@ is dropped); a handler still running timeout_grace_s after that is reported and 
   left are handed back (FailExecution error_type=worker_shutdown, so another worker resumes
   them from their checkpoint at once); reports are flushed (at most `report_flush_s`); exit.
 
+Logs: what a handler logs (Python `logging` in its task or thread, and `ctx.log(...)`) is kept per
+attempt and shipped by its own task, within about 0.1 s, a run's last lines before its report
+(cronwheel.client.worker_logs: the 1 MiB bound per attempt, head and tail with a mark).
+
 Errors no retry can fix (UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT on lease, no node
 reachable within `connect_timeout_s` of start-up) stop the worker: serve() raises WorkerStopped,
 run() prints it as one line and exits non-zero. UNAVAILABLE after the first success is retried
@@ -99,6 +104,8 @@ from cronwheel import tracing
 from cronwheel.client.convert import instant
 from cronwheel.client.worker_connection import Connection, WorkerStopped, permanent, unreachable
 from cronwheel.client.worker_context import JobContext, JobFailed, NonRetryable, Run, Stale
+from cronwheel.client.worker_logs import LogShipper, install_capture, uninstall_capture
+from cronwheel.client.worker_logs import current as current_log
 from cronwheel.client.worker_policy import (
     PREFETCH_WINDOW_S,
     CodeClass,
@@ -207,6 +214,7 @@ class Worker:
         self._connected = False
         self._pool: ThreadPoolExecutor | None = None
         self.reporter: Reporter | None = None
+        self.logs: LogShipper  # set by serve_on (client/worker_logs.py)
         self.completed = 0
         self.failed = 0
         self._starts: deque[float] = deque()  # monotonic start times within PREFETCH_WINDOW_S (pace)
@@ -305,10 +313,13 @@ class Worker:
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"cronwheel-{self.worker_id}")
         self.reporter = Reporter(stub, self.worker_id, self.metadata, self.clock, self._stop_fatal,
                                  intaking=lambda: self._intaking)
+        self.logs = LogShipper(stub, self.worker_id, self.metadata, self.clock, self._stop_fatal)
         reports = asyncio.create_task(self.reporter.run(), name="worker-reports")
         hb = asyncio.create_task(self._heartbeats(), name="worker-heartbeats")
-        for side in (reports, hb):
+        ship = asyncio.create_task(self.logs.run(), name="worker-logs")
+        for side in (reports, hb, ship):
             side.add_done_callback(self._side_task_ended)
+        install_capture()
         if freeze_heap:
             freeze_startup_heap()
         try:
@@ -316,8 +327,12 @@ class Worker:
         finally:
             await self._shutdown()
             hb.cancel()
-            await self.reporter.flush(self.report_flush_s if self._fatal is None else 1.0)
+            flush_s = self.report_flush_s if self._fatal is None else 1.0
+            await self.logs.flush(min(flush_s, self.logs.close_wait_s))  # then the reports they held
+            await self.reporter.flush(flush_s)
+            ship.cancel()
             reports.cancel()
+            uninstall_capture()
             self._pool.shutdown(wait=False, cancel_futures=True)
         if self._fatal is not None:
             raise self._fatal
@@ -431,6 +446,7 @@ class Worker:
             trace=ex.trace_context or None, _worker=self,
             started_at=instant(ex.started_at) if ex.HasField("started_at") else None,
             target=ex.target_json or None,
+            _log=self.logs.attempt(ex.execution_id, ex.fencing_token),
         )
         timeout_s: float | None = None
         if ex.HasField("timeout"):
@@ -473,6 +489,7 @@ class Worker:
         self._watch(run)
 
     async def _call(self, ctx: JobContext) -> Any:
+        current_log.set(ctx._log)  # the handler's task (and its thread's copied context): its records
         handler = self.handlers[ctx.type]
         if inspect.iscoroutinefunction(handler):
             return await handler(ctx)
@@ -552,7 +569,10 @@ class Worker:
         v = verdict(reason=run.reason, returned=returned, result_json=result_json, error=error,
                     error_type=error_type, retryable=retryable, timeout_s=run.timeout_s, retry_after_s=retry_after_s)
         trace_context = tracing.finish_run(run.span, v.kind, error_type) if run.span is not None else ""
+        attempt_log = run.ctx._log
         if v.kind == "drop":
+            if attempt_log is not None:
+                attempt_log.discard()
             return
         if v.kind == "complete":
             self.completed += 1
@@ -560,8 +580,12 @@ class Worker:
             self.failed += 1
         assert self.reporter is not None
         # Given up only once the lease has lapsed a full lease ago: the reaper has requeued it.
-        self.reporter.submit(Report(run.ctx.execution_id, run.ctx.fencing_token, v,
-                                    give_up_at=run.lease_until + self.lease_s, trace_context=trace_context))
+        report = Report(run.ctx.execution_id, run.ctx.fencing_token, v,
+                        give_up_at=run.lease_until + self.lease_s, trace_context=trace_context)
+        if attempt_log is None or not attempt_log.written:
+            self.reporter.submit(report)
+        else:  # its last lines first: a reader that sees the run final has all of them
+            self.logs.close(attempt_log, lambda: self.reporter.submit(report))
 
     # ------------------------------------------------------------------ heartbeats, checkpoints
 

@@ -10,6 +10,14 @@ depth, executions by state, stuck runs, raised dead man's switches) are refreshe
     cronwheel_fired_total                 counter    executions fired
     cronwheel_stale_epoch_total           counter    fenced writes the database refused
     cronwheel_queue_depth{priority}       gauge      queued executions
+    cronwheel_queue_ready{queue,priority} gauge      runs a worker could take now (queued, run_at
+                                                     come): the scaling signals (issue 53,
+                                                     docs/operating.md "Scaling workers"); queue
+                                                     bounded by MAX_QUEUE_LABELS, priority is 3
+    cronwheel_queue_oldest_ready_age_seconds{queue,priority}
+                                          gauge      now - run_at of the oldest ready run (0: none)
+    cronwheel_queue_running{queue,priority}
+                                          gauge      runs running
     cronwheel_executions{state}           gauge      live executions by state (queued, running,
                                                      scheduled, retry_scheduled)
     cronwheel_failures_total{type}        counter    failed attempts by error type (a worker's word:
@@ -62,6 +70,7 @@ from cronwheel.cluster.dispatch.policy import PRIORITIES
 from cronwheel.errors import Unavailable
 from cronwheel.storage import PgStore
 from cronwheel.storage.dispatch import DispatchPort
+from cronwheel.storage.logs import LogsPort, ScalingSignal
 
 log = logging.getLogger("cronwheel.cluster.metrics")
 
@@ -71,6 +80,11 @@ STUCK_GRACE_S = 30.0
 # are counted as OTHER_JOB_TYPE (a series per label pair lives for the process's lifetime).
 MAX_JOB_TYPE_LABELS = 50
 OTHER_JOB_TYPE = "other"
+# The scaling signals' labels (scaling.sql groups by the same pair): at most MAX_QUEUE_LABELS queues
+# get their own `queue` value per node, later ones are summed into OTHER_JOB_TYPE.
+SCALING_LABELS = ("queue", "priority")
+MAX_QUEUE_LABELS = 50
+DEFAULT_QUEUE = "default"
 # A worker chooses its error_type (up to 200 characters of anything): only identifier-like words
 # (an exception's class name) become a label value, so no message or payload reaches /metrics.
 _ERROR_TYPE_LABEL = re.compile(r"[A-Za-z_][\w.:-]{0,63}")
@@ -117,6 +131,21 @@ class JobTypeLabels:
         return OTHER_JOB_TYPE
 
 
+def scaling_values(signals: Iterable[ScalingSignal], now: datetime, queue_label: Callable[[str], str],
+                   shown: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, float, int]]:
+    """The scaling gauges' values per (queue, priority) label pair: ready, age of the oldest ready
+    run in seconds, running. Queues past the label cap are summed into one pair (their oldest
+    run the oldest of all); every pair in `shown` (shown before, or always shown) is there, 0
+    when nothing is left, so a scaler sees its series fall to 0 instead of vanish."""
+    out: dict[tuple[str, str], tuple[int, float, int]] = dict.fromkeys(shown, (0, 0.0, 0))
+    for sig in signals:
+        key = (queue_label(sig.queue), sig.priority)
+        ready, age, running = out.get(key, (0, 0.0, 0))
+        oldest = max(0.0, (now - sig.oldest_ready_at).total_seconds()) if sig.oldest_ready_at is not None else 0.0
+        out[key] = (ready + sig.ready, max(age, oldest), running + sig.running)
+    return out
+
+
 class Metrics:
     def __init__(self, *, job_type_cap: int = MAX_JOB_TYPE_LABELS) -> None:
         r = self.registry = CollectorRegistry()
@@ -137,6 +166,14 @@ class Metrics:
         self.stale_epoch = Counter("cronwheel_stale_epoch", "Fenced writes refused (stale epoch)", registry=r)
         self.queue_depth = Gauge("cronwheel_queue_depth", "Queued executions", ["priority"], registry=r)
         self.by_state = Gauge("cronwheel_executions", "Live executions by state", ["state"], registry=r)
+        self.queue_label = JobTypeLabels(MAX_QUEUE_LABELS)
+        self.queue_ready = Gauge("cronwheel_queue_ready", "Runs a worker could take now (queued, run_at come)",
+                                 SCALING_LABELS, registry=r)
+        self.queue_oldest_age = Gauge("cronwheel_queue_oldest_ready_age_seconds",
+                                      "Now minus the run_at of the oldest ready run (0: none)", SCALING_LABELS,
+                                      registry=r)
+        self.queue_running = Gauge("cronwheel_queue_running", "Runs running", SCALING_LABELS, registry=r)
+        self._scaling_shown: set[tuple[str, str]] = {(DEFAULT_QUEUE, p) for p in PRIORITIES}
         self.failures = Counter("cronwheel_failures", "Failed attempts by error type", ["type"], registry=r)
         self.retries = Counter("cronwheel_retries", "Attempts scheduled for retry", registry=r)
         self.dead_letters = Counter("cronwheel_dead_letters", "Executions out of attempts", registry=r)
@@ -228,13 +265,22 @@ class Metrics:
             self.wheel_size.set(wheel_size())
             self.lease_trust.set(max(-1.0, trust_left()))
             try:
-                await self.refresh_db(store.dispatch, clock.now())
+                await self.refresh_db(store.dispatch, clock.now(), store.logs)
             except Unavailable as exc:
                 log.info("metrics refresh skipped", extra={"event": "metrics_skipped", "error": str(exc)})
             await clock.sleep(refresh_s)
 
-    async def refresh_db(self, port: DispatchPort, now: datetime) -> None:
-        """The gauges read from the database, as of `now` (node time)."""
+    def refresh_scaling(self, signals: Iterable[ScalingSignal], now: datetime) -> None:
+        values = scaling_values(signals, now, self.queue_label, self._scaling_shown)
+        for key, (ready, age, running) in values.items():
+            self.queue_ready.labels(*key).set(ready)
+            self.queue_oldest_age.labels(*key).set(age)
+            self.queue_running.labels(*key).set(running)
+        self._scaling_shown.update(values)
+
+    async def refresh_db(self, port: DispatchPort, now: datetime, scaling: LogsPort | None = None) -> None:
+        """The gauges read from the database, as of `now` (node time); `scaling`: the scaling
+        signals' port (storage/logs.py) too."""
         depth = dict.fromkeys(PRIORITIES, 0)
         for d in await port.queue_depths():
             depth[d.priority] = d.queued
@@ -244,6 +290,8 @@ class Metrics:
             self.by_state.labels(state).set(n)
         self.by_state.labels("queued").set(sum(depth.values()))  # counted once, by queue_depths
         self.stuck.set(await port.stuck_executions(STUCK_GRACE_S, now))
+        if scaling is not None:
+            self.refresh_scaling(await scaling.scaling_signals(now), now)
         self.success_alerts.set(await port.overdue_success_alerts())
 
 

@@ -34,3 +34,18 @@ MAX_ANSWER_BYTES = 4 * 1024 * 1024
 # instead of the node's RESOURCE_EXHAUSTED naming its cap (issue 48). Below this, every call
 # reaches the node; past it gRPC still sheds them (a waiting call holds a few kB).
 MAX_PENDING_CALLS = 10_000
+
+# Execution logs (AppendLogs, issue 53). The SDK keeps each attempt's log within ATTEMPT_LOG_BYTES
+# of message text: its first ATTEMPT_LOG_HEAD_BYTES as written, then the last bytes up to the
+# bound, with a truncation mark between them (client/worker_logs.py). A line is at most
+# MAX_LOG_LINE_BYTES (the SDK cuts longer ones). One AppendLogs call holds at most
+# MAX_LOG_ITEMS runs, MAX_LOG_LINES lines and MAX_LOG_CALL_BYTES of text (under MAX_ANSWER_BYTES,
+# gRPC's default receive limit of the node).
+ATTEMPT_LOG_BYTES = 1024 * 1024
+ATTEMPT_LOG_HEAD_BYTES = 512 * 1024
+MAX_LOG_LINE_BYTES = 16 * 1024
+MAX_LOG_ITEMS = 1000
+MAX_LOG_LINES = 10_000
+MAX_LOG_CALL_BYTES = 2 * 1024 * 1024
+MAX_LOG_LEVEL_CHARS = 16
+MAX_LOG_LOGGER_CHARS = 200

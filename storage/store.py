@@ -27,6 +27,7 @@ from cronwheel.storage.dependencies import DependenciesPort
 from cronwheel.storage.dispatch import DispatchPort
 from cronwheel.storage.executions import ExecutionsPort
 from cronwheel.storage.firing import FiringPort
+from cronwheel.storage.logs import LogsPort
 from cronwheel.storage.partitions import PartitionsPort
 from cronwheel.storage.retention import RetentionPort
 from cronwheel.storage.schedules import SchedulesPort
@@ -57,6 +58,7 @@ class PgStore(Database):
         self.tenants = TenantsPort(self)  # storage/tenants.py
         self.tokens = TokensPort(self)  # storage/tokens.py
         self.dependencies = DependenciesPort(self)  # storage/dependencies.py: job B after job A
+        self.logs = LogsPort(self)  # storage/logs.py: execution logs, scaling signals
 
     async def seal_at_rest(self) -> dict[str, SealReport]:
         """Every stored secret, of every table that keeps some (storage/secrets.py `seal_rows`):

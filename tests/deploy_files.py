@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "deploy" / "grafana" / "cronwheel.json"
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
 ALERTS_TEST = ROOT / "deploy" / "prometheus" / "alerts_test.yml"
+OPERATING = ROOT / "docs" / "operating.md"
 # A metric name in PromQL: an identifier of ours, not inside a label matcher's quotes.
 _METRIC = re.compile(r"\b((?:cronwheel|process)_[a-zA-Z0-9_]+)\b")
 
@@ -35,6 +36,20 @@ def alert_exprs() -> list[tuple[str, str]]:
             name = s.split(":", 1)[1].strip()
         elif s.startswith("expr:"):
             out.append((name, s.split(":", 1)[1].strip()))
+    return out
+
+
+def scaling_example_exprs() -> list[tuple[str, str]]:
+    """(kind, PromQL) of every query in docs/operating.md's autoscaling examples: the `yaml`
+    blocks holding a KEDA ScaledObject (`query:`) or an HPA with its prometheus-adapter rule
+    (`seriesQuery:`, `metricsQuery:`)."""
+    out = []
+    for block in re.findall(r"```yaml\n(.*?)```", OPERATING.read_text(), re.S):
+        kind = next((k for k in ("ScaledObject", "HorizontalPodAutoscaler") if f"kind: {k}" in block), None)
+        if kind is None:
+            continue
+        for m in re.finditer(r"^\s*(?:query|seriesQuery|metricsQuery):\s*(.+)$", block, re.M):
+            out.append((kind, m.group(1).strip().strip("'")))
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import UTC
 from typing import Any
 
 import grpc
@@ -22,6 +23,7 @@ from cronwheel.cluster.api.convert import Converted, epoch_ts, ts
 from cronwheel.cluster.api.grpc_errors import status_of
 from cronwheel.cluster.commands.lanes import DEFAULT_LANES, worker_lanes
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher, Leased
+from cronwheel.cluster.dispatch.logs import LogItem, append_logs
 from cronwheel.errors import InvalidArgument, PermissionDenied
 from cronwheel.http_target import HTTP_TYPE
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc, enums
@@ -204,3 +206,19 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
             result_json=request.result_json if kind == "result_json" else None,
             error=request.error if kind == "error" else None, retryable=request.retryable)
         return dispatch_pb2.ReportTargetRunResponse(state=STATE[state])
+
+    async def AppendLogs(self, request: dispatch_pb2.AppendLogsRequest,  # noqa: N802
+                         context: Ctx) -> dispatch_pb2.AppendLogsResponse:
+        items = [LogItem(parse_id(f"items[{k}].execution_id", i.execution_id), i.fencing_token,
+                         [(ln.seq, ln.time.ToDatetime(tzinfo=UTC) if ln.HasField("time") else None,
+                           ln.level, ln.logger, ln.message) for ln in i.lines])
+                 for k, i in enumerate(request.items)]
+        outcomes = await append_logs(self.d, request.worker_id, items, scope())
+        resp = dispatch_pb2.AppendLogsResponse()
+        for item, out in zip(request.items, outcomes, strict=True):
+            o = resp.outcomes.add(execution_id=item.execution_id)
+            if out is not None:
+                code = status_of(out)
+                o.code = (code or grpc.StatusCode.INTERNAL).value[0]
+                o.message = str(out)
+        return resp

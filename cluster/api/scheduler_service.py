@@ -31,6 +31,7 @@ from cronwheel.cluster.api.auth import current_caller
 from cronwheel.cluster.api.explain_service import DEFAULT_RETENTION, explain_schedule
 from cronwheel.cluster.commands import runs
 from cronwheel.cluster.commands import schedules as sch
+from cronwheel.cluster.commands.logs import read_logs
 from cronwheel.cluster.commands.submit_batcher import SubmitBatcher
 from cronwheel.cluster.commands.values import parse_json, text
 from cronwheel.cron import jitter_offset_s
@@ -327,6 +328,20 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServiceServicer):
         if row.get("dependency_policy"):  # it named upstreams: what it waits (or waited) for
             cv.upstreams_out(e, await self.store.dependencies.upstreams_of(eid))
         return scheduler_pb2.GetExecutionResponse(execution=e)
+
+    async def GetExecutionLogs(self, request: scheduler_pb2.GetExecutionLogsRequest,  # noqa: N802
+                               context: Ctx) -> scheduler_pb2.GetExecutionLogsResponse:
+        eid = cv.req_uuid(request.execution_id, "execution_id")
+        page = await read_logs(self.store, eid, current_caller().scope(), attempt=request.attempt,
+                               after_attempt=request.after_attempt, after_seq=request.after_seq,
+                               page_size=request.page_size)
+        resp = scheduler_pb2.GetExecutionLogsResponse(state=enums.by_name(cv.STATE)[page.state], final=page.final,
+                                                       more=page.more)
+        add = resp.lines.add
+        for ln in page.lines:
+            add(attempt=ln.attempt, seq=ln.seq, time=cv.ts(ln.at), level=ln.level, logger=ln.logger,
+                message=ln.message)
+        return resp
 
     async def ListExecutions(self, request: scheduler_pb2.ListExecutionsRequest,  # noqa: N802
                              context: Ctx) -> scheduler_pb2.ListExecutionsResponse:

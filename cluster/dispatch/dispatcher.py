@@ -395,6 +395,11 @@ class Dispatcher:
             self.metrics.executions_entered(("running", r.type) for r in out)
         return out, wait
 
+    async def refusal(self, call: TokenCall) -> Exception:
+        """Why a token-checked call matched nothing (its own read: AppendLogs)."""
+        async with self.store.connection() as conn:
+            return await self._explain_mismatch(conn, call)
+
     async def _explain_mismatch(self, conn: Conn, call: TokenCall) -> Exception:
         st = await self.port.execution_token_state(conn, call.id, call.tenant)
         if st is None:

@@ -3,7 +3,7 @@
 
     cronwheel status
     cronwheel job submit
-    cronwheel exec list|get|retry|cancel
+    cronwheel exec list|get|logs|retry|cancel
     cronwheel events [--follow] [--alerts-only]
     cronwheel token new|list|revoke (bearer tokens through the API; `new --offline`: an auth-file entry)
 
@@ -39,6 +39,7 @@ from cronwheel.cli.flags import (
 from cronwheel.cli.format import (
     details,
     event_line,
+    log_line,
     plain,
     print_executions,
     print_status,
@@ -117,6 +118,13 @@ def _exec_cancel(args: argparse.Namespace) -> int:
     return show(args, ex, lambda: details(ex))
 
 
+def _exec_logs(args: argparse.Namespace) -> int:
+    with client_for(args) as cw:
+        for line in cw.logs(args.execution_id, attempt=args.attempt, follow=args.follow, poll_s=args.poll):
+            print(json.dumps(plain(line)) if args.json else log_line(line), flush=args.follow)
+    return 0
+
+
 def _job_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("job", help="one-off jobs: submit")
     sub = subcommands(p, "action")
@@ -163,7 +171,7 @@ def _job_parser(subparsers: Any) -> None:
 
 
 def _exec_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("exec", help="executions: list, get, retry, cancel")
+    p = subparsers.add_parser("exec", help="executions: list, get, logs, retry, cancel")
     sub = subcommands(p, "action")
     ls = leaf(sub, "list", "list executions, newest first", _exec_list)
     ls.add_argument("--schedule", default="", help="only this schedule's (id or name)")
@@ -178,6 +186,14 @@ def _exec_parser(subparsers: Any) -> None:
     r.add_argument("--attempts", type=positive_arg, default=1, help="more attempts to allow (default 1)")
     r.add_argument("--run-at", type=instant_arg, help="when (default now)")
     r.add_argument("--reason", default="")
+    lg = leaf(sub, "logs", "what an execution's handler logged, per attempt, in order (--follow: until it ends)",
+              _exec_logs)
+    lg.add_argument("execution_id", metavar="EXECUTION_ID")
+    lg.add_argument("--attempt", type=positive_arg, default=None, metavar="N", help="only attempt N's lines")
+    lg.add_argument("--follow", "-f", action="store_true",
+                    help="keep printing new lines of a running execution until it is final")
+    lg.add_argument("--poll", type=lambda s: duration_arg(s).total_seconds(), default=0.25, metavar="DURATION",
+                    help="with --follow: how often to ask (default 250ms)")
     c = leaf(sub, "cancel", "cancel an execution (a running one is asked to stop)", _exec_cancel)
     c.add_argument("execution_id", metavar="EXECUTION_ID")
     c.add_argument("--reason", default="")

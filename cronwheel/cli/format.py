@@ -134,6 +134,13 @@ def egress_line(members: Sequence[Any]) -> None:
         print(f"egress allowed on every member: {', '.join(allowed)}")
 
 
+def log_line(line: Any) -> str:
+    """`#attempt  time  LEVEL  [logger]  message`; a message's later lines indented under it."""
+    who = f"{line.logger}: " if line.logger else ""
+    text = line.message.replace("\n", "\n    ")
+    return f"#{line.attempt}  {ts(line.at)}  {line.level:<7} {who}{text}"
+
+
 def event_line(ev: Any) -> str:
     what = " ".join(f"{k}={v}" for k, v in (("schedule", ev.schedule_id), ("execution", ev.execution_id),
                                             ("tenant", ev.tenant), ("actor", ev.actor)) if v)

@@ -65,6 +65,8 @@ def build(settings: Settings, clock: Clock | None = None) -> Starlette:
         r("/executions", executions.list_page),
         r("/executions/bulk-retry", executions.bulk_retry, ("POST",)),
         r("/executions/{id}", executions.detail),
+        r("/executions/{id}/log", executions.log_tab),
+        r("/executions/{id}/log/more", executions.log_more),
         r("/executions/{id}/{action:str}", executions.act, ("POST",)),
         r("/overview", overview.overview_page, admin=True),
         r("/overview/live", overview.live_part, admin=True),

@@ -1,6 +1,9 @@
 """The Executions pages: the list (filters: state, job type, schedule, scheduled_for range;
 pages by page token), one execution (attempts, error, checkpoint, result, fencing token, lease
-owner), cancel and retry, and the bulk retry of the dead-lettered runs matching the filter.
+owner), its Log tab (every attempt's lines, followed while it runs: the page asks for the lines
+after its last one every LOG_POLL_S, HTMX replacing the poller with them and a new poller, until
+the execution is final and every line is shown), cancel and retry, and the bulk retry of the
+dead-lettered runs matching the filter.
 
 Bulk retry walks ListExecutions page by page with the page's filters and state DEAD only, and
 retries each run (RetryExecution, one more attempt), at most `MAX_BULK_RETRY` per click; it says
@@ -15,7 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from cronwheel.client import ApiError, ExecutionState, InvalidArgument
+from cronwheel.client import ApiError, ExecutionState, InvalidArgument, calls
 from cronwheel.errors import InvalidArgument as LocalInvalidArgument
 
 from . import forms
@@ -25,6 +28,7 @@ from .web import Console
 STATES = [s.value for s in ExecutionState]
 MAX_BULK_RETRY = 10_000
 CONCURRENCY = 16
+LOG_POLL_S = 0.5
 FILTER_FIELDS = ("state", "type", "schedule", "from", "until", "tenant")
 LOOKS = {"succeeded": ("ok", "✔"), "running": ("warn", "▶"), "queued": ("muted", "…"), "scheduled": ("muted", "○"),
          "retry_scheduled": ("warn", "↻"), "failed": ("bad", "✖"), "dead": ("bad", "☠"),
@@ -72,6 +76,31 @@ async def detail(console: Console, request: Request, session: Session) -> Respon
     ex = await session.client.get_execution(request.path_params["id"])
     events = [e async for e in session.client.events(execution_id=ex.id)][-50:]
     return console.render(request, "execution.html", session, ex=ex, look=look, events=events)
+
+
+async def log_tab(console: Console, request: Request, session: Session) -> Response:
+    ex = await session.client.get_execution(request.path_params["id"])
+    return console.render(request, "execution_log.html", session, ex=ex, look=look,
+                          **await _log_lines(session, ex.id, (0, 0)))
+
+
+async def log_more(console: Console, request: Request, session: Session) -> Response:
+    """The lines after the cursor, and the next poller (or the end): the Log tab's follow."""
+    q = request.query_params
+    try:
+        after = (max(int(q.get("after_attempt", "0")), 0), max(int(q.get("after_seq", "0")), 0))
+    except ValueError:
+        after = (0, 0)
+    return console.render(request, "_log_lines.html", session,
+                          **await _log_lines(session, request.path_params["id"], after))
+
+
+async def _log_lines(session: Session, execution_id: str, after: tuple[int, int]) -> dict[str, Any]:
+    page = await session.client.logs_page(execution_id, after=after)
+    last = (page.lines[-1].attempt, page.lines[-1].seq) if page.lines else after
+    step = calls.logs_step(page, follow=True)
+    return {"lines": page.lines, "after": last, "step": step, "state": page.state, "first": after == (0, 0),
+            "poll_s": LOG_POLL_S, "ex_id": execution_id}
 
 
 async def act(console: Console, request: Request, session: Session) -> Response:

@@ -478,9 +478,25 @@ RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE AS $$
                   AND (keep_last IS NOT NULL OR keep_succeeded_for_s IS NOT NULL OR keep_failed_for_s IS NOT NULL))))
 $$;
 
+-- What handlers logged, per attempt (0026): apart from the executions row, appended by the
+-- worker SDK (AppendLogs, fenced by the attempt's token), deleted with their execution by
+-- cronwheel_prune_delete. No foreign key: its check would lock the execution's row on every
+-- append. `seq` is the line's number in its attempt (the SDK's); cut lines leave a gap that the
+-- truncation mark starts.
+CREATE TABLE execution_logs (
+    execution_id uuid NOT NULL,
+    attempt      integer NOT NULL,
+    seq          integer NOT NULL,
+    at           timestamptz NOT NULL,
+    level        text NOT NULL,
+    logger       text NOT NULL DEFAULT '',
+    message      text NOT NULL,
+    PRIMARY KEY (execution_id, attempt, seq)
+);
+
 -- Delete the finished executions `ids` of partition p, if still finished and p is still at epoch
 -- e, and record per schedule what went (explain's "pruned by retention"): the one write of
--- retention. Answers how many rows went.
+-- retention (with their logs, 0026). Answers how many rows went.
 CREATE FUNCTION cronwheel_prune_delete(p integer, e bigint, now timestamptz, ids uuid[]) RETURNS bigint
 LANGUAGE sql VOLATILE AS $$
     WITH gone AS (
@@ -494,6 +510,9 @@ LANGUAGE sql VOLATILE AS $$
         RETURNING x.id, x.schedule_id, x.scheduled_for
     ), edges AS (
         DELETE FROM execution_deps d USING gone WHERE d.execution_id = gone.id
+        RETURNING 1
+    ), logs AS (
+        DELETE FROM execution_logs l WHERE l.execution_id IN (SELECT id FROM gone)
         RETURNING 1
     ), marked AS (
         INSERT INTO execution_pruned AS m (schedule_id, partition, pruned_through, pruned, at)

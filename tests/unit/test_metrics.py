@@ -47,3 +47,22 @@ def test_failure_labels_carry_no_free_text_and_are_capped() -> None:
         assert not any("hunter2" in label for label in labels)
     finally:
         m.close()
+
+
+def test_scaling_values_sum_queues_past_the_label_cap_and_keep_series_that_emptied() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from cronwheel.cluster.metrics import JobTypeLabels, scaling_values
+    from cronwheel.storage.logs import ScalingSignal
+
+    now = datetime(2026, 12, 7, tzinfo=UTC)
+    labels = JobTypeLabels(1)
+    got = scaling_values([
+        ScalingSignal("default", "critical", 3, now - timedelta(seconds=5), 2),
+        ScalingSignal("q2", "critical", 4, now - timedelta(seconds=9), 1),  # past the cap: other
+        ScalingSignal("q3", "critical", 1, None, 7),
+        ScalingSignal("default", "bulk", 0, None, 1),
+    ], now, labels, {("default", "default"), ("gone", "bulk")})
+    assert got == {("default", "critical"): (3, 5.0, 2), ("other", "critical"): (5, 9.0, 8),
+                   ("default", "bulk"): (0, 0.0, 1), ("default", "default"): (0, 0.0, 0),
+                   ("gone", "bulk"): (0, 0.0, 0)}

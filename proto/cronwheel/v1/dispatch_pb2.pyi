@@ -225,3 +225,27 @@ class FailExecutionResponse(_message.Message):
     attempt: int
     max_attempts: int
     def __init__(self, state: _Optional[_Union[_common_pb2.ExecutionState, str]] = ..., next_run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ...) -> None: ...
+
+class AppendLogsRequest(_message.Message):
+    __slots__ = ("worker_id", "items")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    items: _containers.RepeatedCompositeFieldContainer[LogLines]
+    def __init__(self, worker_id: _Optional[str] = ..., items: _Optional[_Iterable[_Union[LogLines, _Mapping]]] = ...) -> None: ...
+
+class LogLines(_message.Message):
+    __slots__ = ("execution_id", "fencing_token", "lines")
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    fencing_token: int
+    lines: _containers.RepeatedCompositeFieldContainer[_common_pb2.LogLine]
+    def __init__(self, execution_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lines: _Optional[_Iterable[_Union[_common_pb2.LogLine, _Mapping]]] = ...) -> None: ...
+
+class AppendLogsResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[CompleteExecutionOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[CompleteExecutionOutcome, _Mapping]]] = ...) -> None: ...

@@ -70,6 +70,11 @@ class DispatchServiceStub:
                 request_serializer=cronwheel_dot_v1_dot_dispatch__pb2.ReportTargetRunRequest.SerializeToString,
                 response_deserializer=cronwheel_dot_v1_dot_dispatch__pb2.ReportTargetRunResponse.FromString,
                 _registered_method=True)
+        self.AppendLogs = channel.unary_unary(
+                '/cronwheel.v1.DispatchService/AppendLogs',
+                request_serializer=cronwheel_dot_v1_dot_dispatch__pb2.AppendLogsRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_dispatch__pb2.AppendLogsResponse.FromString,
+                _registered_method=True)
 
 
 class DispatchServiceServicer:
@@ -185,6 +190,23 @@ class DispatchServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendLogs(self, request, context):
+        """Appends log lines of running executions, each item to the attempt its fencing_token
+        leased, checked as Heartbeat checks (current token, lease owner, RUNNING): the Worker SDK
+        ships what handlers log while they run, batched, and a run's last lines before its
+        CompleteExecution or FailExecution. A line already stored (same attempt and seq) is skipped,
+        so a retried call is harmless. Each item is judged on its own; the response lists an outcome
+        per item, in request order. The SDK keeps each attempt within 1 MiB (the head and the tail,
+        with a truncation mark between them); the node bounds each call.
+        Errors: INVALID_ARGUMENT for the whole call (worker_id; no items or more than 1,000; more
+        than 10,000 lines or 4 MiB of text; a line's level, logger or message too long, its seq < 1
+        or its time unset), naming the field. Per item, in its outcome: NOT_FOUND,
+        FAILED_PRECONDITION as Heartbeat (the lines were not stored: stop shipping them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DispatchServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -222,6 +244,11 @@ def add_DispatchServiceServicer_to_server(servicer, server):
                     servicer.ReportTargetRun,
                     request_deserializer=cronwheel_dot_v1_dot_dispatch__pb2.ReportTargetRunRequest.FromString,
                     response_serializer=cronwheel_dot_v1_dot_dispatch__pb2.ReportTargetRunResponse.SerializeToString,
+            ),
+            'AppendLogs': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendLogs,
+                    request_deserializer=cronwheel_dot_v1_dot_dispatch__pb2.AppendLogsRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_dispatch__pb2.AppendLogsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -414,6 +441,33 @@ class DispatchService:
             '/cronwheel.v1.DispatchService/ReportTargetRun',
             cronwheel_dot_v1_dot_dispatch__pb2.ReportTargetRunRequest.SerializeToString,
             cronwheel_dot_v1_dot_dispatch__pb2.ReportTargetRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.DispatchService/AppendLogs',
+            cronwheel_dot_v1_dot_dispatch__pb2.AppendLogsRequest.SerializeToString,
+            cronwheel_dot_v1_dot_dispatch__pb2.AppendLogsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -384,6 +384,32 @@ class GetExecutionResponse(_message.Message):
     execution: _common_pb2.Execution
     def __init__(self, execution: _Optional[_Union[_common_pb2.Execution, _Mapping]] = ...) -> None: ...
 
+class GetExecutionLogsRequest(_message.Message):
+    __slots__ = ("execution_id", "attempt", "after_attempt", "after_seq", "page_size")
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    AFTER_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    attempt: int
+    after_attempt: int
+    after_seq: int
+    page_size: int
+    def __init__(self, execution_id: _Optional[str] = ..., attempt: _Optional[int] = ..., after_attempt: _Optional[int] = ..., after_seq: _Optional[int] = ..., page_size: _Optional[int] = ...) -> None: ...
+
+class GetExecutionLogsResponse(_message.Message):
+    __slots__ = ("lines", "state", "final", "more")
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    lines: _containers.RepeatedCompositeFieldContainer[_common_pb2.LogLine]
+    state: _common_pb2.ExecutionState
+    final: bool
+    more: bool
+    def __init__(self, lines: _Optional[_Iterable[_Union[_common_pb2.LogLine, _Mapping]]] = ..., state: _Optional[_Union[_common_pb2.ExecutionState, str]] = ..., final: _Optional[bool] = ..., more: _Optional[bool] = ...) -> None: ...
+
 class ListExecutionsRequest(_message.Message):
     __slots__ = ("tenant", "schedule_id", "states", "scheduled_for", "type", "page_size", "page_token")
     TENANT_FIELD_NUMBER: _ClassVar[int]

@@ -105,6 +105,11 @@ class SchedulerServiceStub:
                 request_serializer=cronwheel_dot_v1_dot_scheduler__pb2.GetExecutionRequest.SerializeToString,
                 response_deserializer=cronwheel_dot_v1_dot_scheduler__pb2.GetExecutionResponse.FromString,
                 _registered_method=True)
+        self.GetExecutionLogs = channel.unary_unary(
+                '/cronwheel.v1.SchedulerService/GetExecutionLogs',
+                request_serializer=cronwheel_dot_v1_dot_scheduler__pb2.GetExecutionLogsRequest.SerializeToString,
+                response_deserializer=cronwheel_dot_v1_dot_scheduler__pb2.GetExecutionLogsResponse.FromString,
+                _registered_method=True)
         self.ListExecutions = channel.unary_unary(
                 '/cronwheel.v1.SchedulerService/ListExecutions',
                 request_serializer=cronwheel_dot_v1_dot_scheduler__pb2.ListExecutionsRequest.SerializeToString,
@@ -319,6 +324,20 @@ class SchedulerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetExecutionLogs(self, request, context):
+        """Returns an execution's log lines after a cursor, in order (attempt, then seq): what its
+        handler logged, per attempt, as the worker shipped it (within about 250 ms of a line while
+        the handler runs). To follow a running execution, call again with the last line's
+        (attempt, seq) as the cursor until `final` is true and a call returns fewer than page_size
+        lines: a final execution's lines are all stored (the SDK ships an attempt's last lines before
+        reporting it). Lines are pruned with their execution by retention.
+        Errors: INVALID_ARGUMENT (execution_id not a UUID, attempt < 0, page_size out of
+        0..5000, a negative cursor); NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListExecutions(self, request, context):
         """Lists executions matching every given filter, newest first: ordered by scheduled_for
         descending, then id descending. Paginated.
@@ -432,6 +451,11 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
                     servicer.GetExecution,
                     request_deserializer=cronwheel_dot_v1_dot_scheduler__pb2.GetExecutionRequest.FromString,
                     response_serializer=cronwheel_dot_v1_dot_scheduler__pb2.GetExecutionResponse.SerializeToString,
+            ),
+            'GetExecutionLogs': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetExecutionLogs,
+                    request_deserializer=cronwheel_dot_v1_dot_scheduler__pb2.GetExecutionLogsRequest.FromString,
+                    response_serializer=cronwheel_dot_v1_dot_scheduler__pb2.GetExecutionLogsResponse.SerializeToString,
             ),
             'ListExecutions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListExecutions,
@@ -828,6 +852,33 @@ class SchedulerService:
             '/cronwheel.v1.SchedulerService/GetExecution',
             cronwheel_dot_v1_dot_scheduler__pb2.GetExecutionRequest.SerializeToString,
             cronwheel_dot_v1_dot_scheduler__pb2.GetExecutionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetExecutionLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronwheel.v1.SchedulerService/GetExecutionLogs',
+            cronwheel_dot_v1_dot_scheduler__pb2.GetExecutionLogsRequest.SerializeToString,
+            cronwheel_dot_v1_dot_scheduler__pb2.GetExecutionLogsResponse.FromString,
             options,
             channel_credentials,
             insecure,
