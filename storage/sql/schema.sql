@@ -359,6 +359,16 @@ RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE AS $$
                   AND (keep_last IS NOT NULL OR keep_succeeded_for_s IS NOT NULL OR keep_failed_for_s IS NOT NULL))))
 $$;
 
+-- The partition fence (0027), the one check of every write on behalf of a partition owner: the
+-- partition's row while it still carries epoch `e`, share-locked until the transaction ends (an
+-- acquisition waits for the fenced write); no row: stale, write nothing. VOLATILE because it locks,
+-- so never inlined: an uncorrelated `EXISTS (SELECT 1 FROM cronwheel_fence(p, e))` runs once per
+-- statement. In a transaction that already holds the lock (`fenced()`) it takes nothing more.
+CREATE FUNCTION cronwheel_fence(p integer, e bigint) RETURNS TABLE (id integer, epoch bigint)
+LANGUAGE sql VOLATILE ROWS 1 AS $$
+    SELECT f.id, f.epoch FROM partitions AS f WHERE f.id = p AND f.epoch = e FOR SHARE OF f
+$$;
+
 -- Delete the finished executions `ids` of partition p, if still finished and p is still at epoch
 -- e, and record per schedule what went (explain's "pruned by retention"): the one write of
 -- retention. Answers how many rows went.
@@ -368,7 +378,7 @@ LANGUAGE sql VOLATILE AS $$
         DELETE FROM executions x
          WHERE x.id = ANY(ids) AND x.partition = p
            AND x.state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped')
-           AND EXISTS (SELECT 1 FROM partitions WHERE id = p AND epoch = e)
+           AND EXISTS (SELECT 1 FROM cronwheel_fence(p, e))
         RETURNING x.schedule_id, x.scheduled_for
     ), marked AS (
         INSERT INTO execution_pruned AS m (schedule_id, partition, pruned_through, pruned, at)

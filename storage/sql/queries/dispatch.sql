@@ -284,7 +284,7 @@ SELECT e.id, CASE WHEN e.lease_expires < %(now)s THEN 'expired' ELSE 'timed_out'
   FROM executions e
  WHERE e.partition = %(partition)s AND e.state = 'running'
    AND cronwheel_run_overdue(e.state, e.lease_expires, e.timeout_s, e.started_at, %(now)s)
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+   AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
  ORDER BY e.lease_expires
  LIMIT %(limit)s
    FOR UPDATE OF e SKIP LOCKED;
@@ -300,7 +300,7 @@ UPDATE executions
        queued_at = coalesce(%(queued_at)s, queued_at),
        finished_at = %(finished_at)s
  WHERE id = %(id)s AND partition = %(partition)s AND state = 'running'
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+   AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
 RETURNING id, state, schedule_id, tenant, priority, type;
 
 -- name: requeue_retries
@@ -309,7 +309,7 @@ UPDATE executions
    SET state = 'queued', queued_at = %(now)s
  WHERE partition = %(partition)s AND state = 'retry_scheduled'
    AND cronwheel_retry_due(state, run_at, %(now)s)
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+   AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
 RETURNING id, priority, type;
 
 -- name: finished_outcome
@@ -325,7 +325,7 @@ UPDATE schedules
  WHERE partition = %(partition)s AND alert_if_no_success_within_s IS NOT NULL
    AND cronwheel_success_overdue(alert_if_no_success_within_s, success_alert_at, deleted_at, paused,
                                  last_success_at, created_at, %(now)s)
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+   AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
 RETURNING id, tenant, last_success_at, alert_if_no_success_within_s;
 
 -- name: overdue_success_alerts

@@ -48,7 +48,7 @@ SELECT schedule_id,
   FROM executions
  WHERE partition = %(partition)s AND schedule_id = ANY(%(ids)s::uuid[])
    AND state IN ('queued', 'running', 'retry_scheduled', 'scheduled')
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+   AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
  GROUP BY schedule_id;
 
 -- name: replace_active
@@ -62,7 +62,7 @@ UPDATE executions
        cancel_requested = true
  WHERE partition = %(partition)s AND schedule_id = ANY(%(ids)s::uuid[])
    AND state IN ('queued', 'running', 'retry_scheduled')
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+   AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
 RETURNING state, type;
 
 -- name: fire_executions
@@ -86,7 +86,7 @@ WITH g AS (  -- the schedule row share-locked, as in fire_ticks_fenced (`live`):
       JOIN schedules AS s ON s.id = v.schedule_id AND s.partition = %(partition)s
       JOIN schedule_due AS d ON d.schedule_id = v.schedule_id
      WHERE s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = v.cursor
-       AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+       AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
        FOR KEY SHARE OF s
 ), quota_tenants AS MATERIALIZED (  -- the few tenants with a quota that have ticks here; NULL: none
     SELECT array_agg(t.id) AS ids FROM tenants t
@@ -124,16 +124,14 @@ SELECT pg_notify('cronwheel_queued', %(payload)s);
 -- partitions (storage/firing.py fire_plain_many). A tick advances its schedule if the fire guard
 -- passes (version as loaded, not paused or deleted, cursor AT this tick) and gets its execution;
 -- a one-off still `scheduled` is queued (the one statement that does so). Each row joins ITS
--- partition's `fence` row, share-locked while it carries the caller's epoch: a stale partition
--- writes nothing. Answer per fenced partition: advanced, entered [state, type, count]..., queued
+-- partition's `fence` row (cronwheel_fence: share-locked while it carries the caller's epoch): a
+-- stale partition writes nothing. Answer per fenced partition: advanced, entered [state, type, count]..., queued
 -- one-offs [id, schedule_id, scheduled_for, run_at (Unix us), state, priority, type, tenant]....
 -- Quota-skipped ticks: see fire_executions. Keep this under 1 KB: pg_stat_activity cuts there.
 WITH fence AS (
     SELECT p.id, p.epoch
-      FROM partitions AS p
-      JOIN unnest(%(partitions)s::integer[], %(epochs)s::bigint[]) AS f(id, epoch)
-        ON p.id = f.id AND p.epoch = f.epoch
-       FOR SHARE OF p
+      FROM unnest(%(partitions)s::integer[], %(epochs)s::bigint[]) AS f(id, epoch)
+     CROSS JOIN LATERAL cronwheel_fence(f.id, f.epoch) AS p
 ), v AS (
     SELECT * FROM unnest(%(tick_partitions)s::integer[], %(schedule_ids)s::uuid[], %(ticks)s::float8[],
                          %(run_ats)s::float8[], %(nexts)s::float8[], %(versions)s::bigint[])

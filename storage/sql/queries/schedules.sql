@@ -53,7 +53,7 @@ UPDATE schedule_due AS d
   JOIN schedules AS s ON s.id = v.id
  WHERE d.schedule_id = v.id AND d.partition = %(partition)s
    AND s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = v.cursor
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+   AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
 RETURNING d.schedule_id;
 
 -- name: notify_due

@@ -1,0 +1,79 @@
+"""One rule, one place, in SQL (issue 49): each rule that several statements apply is one SQL
+function in schema.sql (migration 0027), and no statement spells it out itself. These read the
+text of storage/sql (code, not comments); tests/integration/test_sql_rules.py shows the functions
+at work against PostgreSQL."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from cronwheel.storage.migrate import schema_sql
+from cronwheel.storage.queries import all_queries
+
+_FUNCTION = re.compile(r"CREATE (?:OR REPLACE )?FUNCTION (\w+)\((.*?)\$\$(.*?)\$\$", re.DOTALL)
+_PARTITIONS_TABLE = re.compile(r"\b(?:FROM|JOIN|UPDATE|INTO)\s+partitions\b", re.IGNORECASE)
+
+
+def code(sql: str) -> str:
+    """`sql` without its comments, whitespace collapsed."""
+    body = "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
+    return re.sub(r"\s+", " ", body)
+
+
+def schema_functions() -> dict[str, str]:
+    """Each function of schema.sql: name -> its body (code only)."""
+    return {m.group(1): code(m.group(3)) for m in _FUNCTION.finditer(schema_sql())}
+
+
+def queries() -> dict[str, str]:
+    return {name: code(body) for name, body in all_queries().items()}
+
+
+# The statements that touch the partitions table without checking a fence, and why.
+NOT_FENCE_CHECKS = {
+    "ensure_partitions": "creates the rows",
+    "record_epoch": "moves the epoch (the acquisition the fence's share lock holds off)",
+    "current_epoch": "reads the epoch for diagnostics and StaleEpoch messages",
+    "list_partitions": "reads every partition's epoch and owner (ClusterStatus)",
+    "api_partition_epoch": "share-locks the CURRENT epoch, whatever it is (at_current_epoch): no compare",
+    "insert_unowned_event": "names the last epoch in the partition_unowned alert",
+}
+
+
+def test_the_fence_is_one_function_that_share_locks_the_partition_row_at_the_epoch() -> None:
+    fns = schema_functions()
+    fence = fns["cronwheel_fence"]
+    assert "FOR SHARE" in fence and "f.id = p AND f.epoch = e" in fence, fence
+    readers = sorted(n for n, body in fns.items() if _PARTITIONS_TABLE.search(body))
+    assert readers == ["cronwheel_fence"], f"functions reading partitions besides the fence: {readers}"
+
+
+def test_no_statement_checks_the_fence_but_through_cronwheel_fence() -> None:
+    qs = queries()
+    assert set(NOT_FENCE_CHECKS) <= set(qs), "a statement named here no longer exists"
+    spelled = sorted(n for n, body in qs.items() if _PARTITIONS_TABLE.search(body) and n not in NOT_FENCE_CHECKS)
+    assert spelled == [], f"statements reading partitions themselves instead of calling cronwheel_fence: {spelled}"
+    locks = sorted(n for n, body in qs.items() if re.search(r"\bFOR SHARE\b", body) and n not in NOT_FENCE_CHECKS)
+    assert locks == [], f"statements taking a share lock themselves: {locks}"
+
+
+def test_every_fenced_statement_calls_the_fence() -> None:
+    """A statement that names the caller's epoch writes (or reads) for a partition owner: it calls
+    the fence, or moves or records the epoch itself."""
+    moves = {"record_epoch", "record_partition_history"}
+    missing = sorted(n for n, body in queries().items()
+                     if ("%(epoch)s" in body or "%(epochs)s" in body) and n not in moves
+                     and "cronwheel_fence(" not in body)
+    assert missing == [], f"fenced statements that do not call cronwheel_fence: {missing}"
+    assert "cronwheel_fence(" in schema_functions()["cronwheel_prune_delete"]
+
+
+@pytest.mark.parametrize("planted", [
+    "UPDATE x SET a = 1 WHERE EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)",
+    "WITH fence AS (SELECT p.id FROM partitions AS p JOIN unnest(%(epochs)s) f ON true FOR SHARE OF p) SELECT 1",
+    "SELECT id FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s FOR SHARE",
+])
+def test_the_fence_rule_catches_a_spelled_out_fence(planted: str) -> None:
+    assert _PARTITIONS_TABLE.search(code(planted))
