@@ -398,6 +398,17 @@ LANGUAGE sql VOLATILE AS $$
     SELECT count(*) FROM gone
 $$;
 
+-- The fire guard (0027; storage/firing.py), applied by every statement that records a cron tick or moves a
+-- schedule's cursor (fire_ticks_fenced, fire_executions, advance_schedules): the schedule is still
+-- at the version the decision was loaded with, not paused or deleted, and its cursor
+-- (schedule_due.next_run_at) is still the tick the decision started from. One expression, IMMUTABLE:
+-- the planner inlines it, so the statements' plans are those of the spelled-out predicate.
+CREATE FUNCTION cronwheel_fire_guard(version bigint, loaded_version bigint, paused boolean, deleted_at timestamptz,
+                                     next_run_at timestamptz, from_tick timestamptz) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT version = loaded_version AND NOT paused AND deleted_at IS NULL AND next_run_at = from_tick
+$$;
+
 -- The preload window: a due time in (after, horizon] (after NULL: everything up to horizon). The
 -- firer's loads (due_schedules, due_oneoffs) and their cross-partition pre-check share it, so
 -- the pre-check can never say "nothing" where a load would find something.

@@ -77,3 +77,35 @@ def test_every_fenced_statement_calls_the_fence() -> None:
 ])
 def test_the_fence_rule_catches_a_spelled_out_fence(planted: str) -> None:
     assert _PARTITIONS_TABLE.search(code(planted))
+
+
+# The fire guard (storage/firing.py): every statement that records a cron tick or moves a
+# schedule's cursor refuses a schedule that is paused, deleted, edited since it was loaded, or
+# whose cursor is no longer the tick the batch was decided from.
+FIRE_STATEMENTS = ("fire_ticks_fenced", "fire_executions", "advance_schedules")
+_GUARD_PARTS = ("NOT s.paused", "s.deleted_at IS NULL", "s.version = v.version")
+
+
+def test_the_fire_guard_is_one_function() -> None:
+    guard = schema_functions()["cronwheel_fire_guard"]
+    assert "version = loaded_version AND NOT paused AND deleted_at IS NULL AND next_run_at = from_tick" in guard
+
+
+@pytest.mark.parametrize("name", FIRE_STATEMENTS)
+def test_every_fire_statement_calls_the_fire_guard_and_spells_none_of_it(name: str) -> None:
+    sql = queries()[name]
+    assert "cronwheel_fire_guard(s.version, v.version, s.paused, s.deleted_at, d.next_run_at, " in sql, name
+    assert not any(part in sql for part in _GUARD_PARTS), f"{name} spells out (part of) the fire guard"
+
+
+@pytest.mark.parametrize("name", FIRE_STATEMENTS)
+def test_every_fire_statement_takes_queued_at_from_the_caller_not_the_database(name: str) -> None:
+    sql = queries()[name]
+    assert "now()" not in sql.replace("coalesce(%(now)s::timestamptz, now())", "")
+
+
+@pytest.mark.parametrize("name", ("fire_ticks_fenced", "fire_executions"))
+def test_every_statement_that_records_a_tick_locks_the_schedule_row_it_guards(name: str) -> None:
+    """A pause, edit or delete (lock_schedule: FOR UPDATE) and the fire serialise on the schedule
+    row, so a change that commits while a tick is being queued ahead still takes it back."""
+    assert "FOR KEY SHARE OF s" in queries()[name]

@@ -67,7 +67,7 @@ RETURNING state, type;
 
 -- name: fire_executions
 -- Fenced: insert the executions (or skip records) of fired cron ticks, each only while its
--- schedule passes the fire guard (the same three predicates as `advance_schedules` and
+-- schedule passes the fire guard (cronwheel_fire_guard, as `advance_schedules` and
 -- `fire_ticks_fenced`: still at the version it was loaded with, not paused or deleted, and its
 -- cursor `next_run_at` still at the tick this decision was made from); a tick already fired is
 -- left alone. `fired_at` is the database's commit-time evidence (clock_timestamp(), not the
@@ -85,7 +85,7 @@ WITH g AS (  -- the schedule row share-locked, as in fire_ticks_fenced (`live`):
            AS v(id, schedule_id, scheduled_for, run_at, state, state_reason, trigger, version, cursor)
       JOIN schedules AS s ON s.id = v.schedule_id AND s.partition = %(partition)s
       JOIN schedule_due AS d ON d.schedule_id = v.schedule_id
-     WHERE s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = v.cursor
+     WHERE cronwheel_fire_guard(s.version, v.version, s.paused, s.deleted_at, d.next_run_at, v.cursor)
        AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
        FOR KEY SHARE OF s
 ), quota_tenants AS MATERIALIZED (  -- the few tenants with a quota that have ticks here; NULL: none
@@ -144,7 +144,7 @@ WITH fence AS (
            s.retry_multiplier, s.retry_max_s, s.timeout_s, v.tick, v.run_at, v.next_ts, v.partition, fence.epoch
       FROM v JOIN fence ON fence.id = v.partition JOIN schedules AS s ON s.id = v.schedule_id
       JOIN schedule_due AS d ON d.schedule_id = v.schedule_id AND d.partition = v.partition
-     WHERE s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = to_timestamp(v.tick)
+     WHERE cronwheel_fire_guard(s.version, v.version, s.paused, s.deleted_at, d.next_run_at, to_timestamp(v.tick))
        FOR KEY SHARE OF s
 ), adv AS (  -- the cursor's compare-and-set, rechecked on the due row's latest version
     UPDATE schedule_due AS d
