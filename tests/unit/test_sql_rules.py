@@ -6,11 +6,12 @@ at work against PostgreSQL."""
 from __future__ import annotations
 
 import re
+from importlib import resources
 
 import pytest
 
 from cronwheel.storage.migrate import schema_sql
-from cronwheel.storage.queries import all_queries
+from cronwheel.storage.queries import all_queries, parse
 
 _FUNCTION = re.compile(r"CREATE (?:OR REPLACE )?FUNCTION (\w+)\((.*?)\$\$(.*?)\$\$", re.DOTALL)
 _PARTITIONS_TABLE = re.compile(r"\b(?:FROM|JOIN|UPDATE|INTO)\s+partitions\b", re.IGNORECASE)
@@ -109,3 +110,42 @@ def test_every_statement_that_records_a_tick_locks_the_schedule_row_it_guards(na
     """A pause, edit or delete (lock_schedule: FOR UPDATE) and the fire serialise on the schedule
     row, so a change that commits while a tick is being queued ahead still takes it back."""
     assert "FOR KEY SHARE OF s" in queries()[name]
+
+
+QUOTA_MESSAGE = "'quota: max_executions_per_day ' ||"
+
+
+def sql_files() -> dict[str, str]:
+    """Every .sql of storage/sql/queries and schema.sql, code only, by file name."""
+    folder = resources.files("cronwheel.storage").joinpath("sql", "queries")
+    out = {e.name: code(e.read_text()) for e in folder.iterdir() if e.name.endswith(".sql")}
+    return out | {"schema.sql": code(schema_sql())}
+
+
+def raw_query(name: str) -> str:
+    """A query as its .sql file writes it (includes not expanded)."""
+    folder = resources.files("cronwheel.storage").joinpath("sql", "queries")
+    for entry in folder.iterdir():
+        if entry.name.endswith(".sql") and f"-- name: {name}\n" in (text := entry.read_text()):
+            return text.split(f"-- name: {name}\n", 1)[1].split("\n-- name: ", 1)[0]
+    raise KeyError(name)
+
+
+def test_the_daily_quota_of_the_fire_statements_is_one_fragment_and_its_message_is_written_once() -> None:
+    files = sql_files()
+    written = {f: body.count(QUOTA_MESSAGE) for f, body in files.items() if QUOTA_MESSAGE in body}
+    assert written == {"executions.sql": 1}, written
+    rooms = {f: body.count("cronwheel_daily_room(") for f, body in files.items() if "cronwheel_daily_room(" in body}
+    # the fragment, api_used_today (the submit path's count), and its definition
+    assert rooms == {"executions.sql": 2, "schema.sql": 1}, rooms
+    for name in ("fire_ticks_fenced", "fire_executions"):
+        assert "-- include: daily_quota_over" in raw_query(name), name
+        assert QUOTA_MESSAGE in queries()[name], f"{name}: the fragment was not expanded"
+
+
+def test_a_fragment_is_included_where_a_query_names_it_and_an_unknown_one_is_refused() -> None:
+    text = ("-- fragment: live\n-- a live row\nx.deleted_at IS NULL\n\n"
+            "-- name: one\n-- one\nSELECT 1 FROM x WHERE\n    -- include: live\n  AND true;\n")
+    assert parse(text) == {"one": "-- one\nSELECT 1 FROM x WHERE\n-- a live row\nx.deleted_at IS NULL\n  AND true"}
+    with pytest.raises(ValueError, match="unknown fragment 'dead'"):
+        parse("-- name: two\nSELECT 1 WHERE\n-- include: dead\n")

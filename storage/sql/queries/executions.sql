@@ -65,6 +65,26 @@ UPDATE executions
    AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
 RETURNING state, type;
 
+-- fragment: daily_quota_over
+-- The daily quota of the fire statements (fire_executions, fire_ticks_fenced), written once: of the
+-- statement's `quota_in (id, tenant, tick)` (the rows that would run), those past their tenant's
+-- max_executions_per_day (cronwheel_daily_room at the statement's `now`; a tenant's rows counted in
+-- tick order) as `over (id, reason)`, recorded skipped with `reason`. Empty without quotas: the
+-- room is never computed then (it cost 40 ms a statement). A fragment, not a function: a function
+-- would take the rows as arrays built for every statement, quotas or not.
+quota_tenants AS MATERIALIZED (  -- the few tenants with a quota that have ticks here; NULL: none
+    SELECT array_agg(t.id) AS ids FROM tenants t
+     WHERE t.max_executions_per_day IS NOT NULL AND EXISTS (SELECT 1 FROM quota_in a WHERE a.tenant = t.id)
+), over AS MATERIALIZED (
+    SELECT r.id, 'quota: max_executions_per_day ' || r.quota || ' used up (UTC day)' AS reason FROM (
+        SELECT c.id, q.quota, q.room, row_number() OVER (PARTITION BY c.tenant ORDER BY c.tick, c.id) AS k
+          FROM quota_tenants qt  -- no quota tenant: the room is never computed
+         CROSS JOIN LATERAL cronwheel_daily_room(qt.ids, coalesce(%(now)s::timestamptz, now())) AS q
+          JOIN quota_in AS c ON c.tenant = q.tenant
+         WHERE qt.ids IS NOT NULL) AS r
+     WHERE r.k > r.room
+)
+
 -- name: fire_executions
 -- Fenced: insert the executions (or skip records) of fired cron ticks, each only while its
 -- schedule passes the fire guard (cronwheel_fire_guard, as `advance_schedules` and
@@ -75,7 +95,7 @@ RETURNING state, type;
 -- Daily quota: a tick that would run (queued, or scheduled: buffered / replacing) of a tenant
 -- whose max_executions_per_day is used up (cronwheel_daily_room, ticks of one tenant counted in
 -- tick order) is recorded as skipped with state_reason 'quota: max_executions_per_day ...' (the
--- same rule as fire_ticks_fenced).
+-- fragment daily_quota_over, fire_ticks_fenced's too).
 WITH g AS (  -- the schedule row share-locked, as in fire_ticks_fenced (`live`): its payload is inserted
     SELECT v.*, s.tenant, s.job_type, s.payload, s.partition, s.priority, s.max_attempts, s.retry_initial_s,
            s.retry_multiplier, s.retry_max_s, s.timeout_s
@@ -88,25 +108,17 @@ WITH g AS (  -- the schedule row share-locked, as in fire_ticks_fenced (`live`):
      WHERE cronwheel_fire_guard(s.version, v.version, s.paused, s.deleted_at, d.next_run_at, v.cursor)
        AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
        FOR KEY SHARE OF s
-), quota_tenants AS MATERIALIZED (  -- the few tenants with a quota that have ticks here; NULL: none
-    SELECT array_agg(t.id) AS ids FROM tenants t
-     WHERE t.max_executions_per_day IS NOT NULL AND EXISTS (SELECT 1 FROM g a WHERE a.tenant = t.id)
-), over AS MATERIALIZED (
-    SELECT r.id, r.quota FROM (
-        SELECT g.id, q.quota, q.room, row_number() OVER (PARTITION BY g.tenant ORDER BY g.scheduled_for, g.id) AS k
-          FROM quota_tenants qt  -- no quota tenant: the room is never computed
-         CROSS JOIN LATERAL cronwheel_daily_room(qt.ids, coalesce(%(now)s::timestamptz, now())) AS q
-          JOIN g ON g.tenant = q.tenant
-         WHERE qt.ids IS NOT NULL AND g.state <> 'skipped') AS r
-     WHERE r.k > r.room
-)
+), quota_in AS NOT MATERIALIZED (  -- what the daily quota counts: the ticks that would run
+    SELECT g.id, g.tenant, g.scheduled_for AS tick FROM g WHERE g.state <> 'skipped'
+),
+-- include: daily_quota_over
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, state_reason, trigger, max_attempts, retry_initial_s,
                         retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
 SELECT g.id, g.schedule_id, g.tenant, g.job_type, g.payload, g.partition, g.scheduled_for, g.run_at,
        g.priority, CASE WHEN o.id IS NULL THEN g.state ELSE 'skipped' END,
        CASE WHEN o.id IS NULL THEN g.state_reason
-            ELSE 'quota: max_executions_per_day ' || o.quota || ' used up (UTC day)' END,
+            ELSE o.reason END,
        g.trigger, g.max_attempts, g.retry_initial_s,
        g.retry_multiplier, g.retry_max_s, g.timeout_s, %(epoch)s, clock_timestamp(),
        CASE WHEN g.state = 'queued' AND o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END
@@ -152,26 +164,18 @@ WITH fence AS (
       FROM live
      WHERE d.schedule_id = live.id AND d.partition = live.partition AND d.next_run_at = to_timestamp(live.tick)
     RETURNING live.*
-), quota_tenants AS MATERIALIZED (  -- the few tenants with a quota that have ticks here; NULL: none
-    SELECT array_agg(t.id) AS ids FROM tenants t
-     WHERE t.max_executions_per_day IS NOT NULL AND EXISTS (SELECT 1 FROM adv a WHERE a.tenant = t.id)
-), over AS MATERIALIZED (  -- past a daily quota: recorded skipped (fire_executions's rule; empty without quotas)
-    SELECT r.id, r.quota FROM (
-        SELECT adv.id, q.quota, q.room, row_number() OVER (PARTITION BY adv.tenant ORDER BY adv.tick, adv.id) AS k
-          FROM quota_tenants qt  -- no quota tenant: the room is never computed (it cost 40 ms a statement)
-         CROSS JOIN LATERAL cronwheel_daily_room(qt.ids, coalesce(%(now)s::timestamptz, now())) AS q
-          JOIN adv ON adv.tenant = q.tenant
-         WHERE qt.ids IS NOT NULL
-    ) AS r
-     WHERE r.k > r.room
-), ins AS (
+), quota_in AS NOT MATERIALIZED (  -- what the daily quota counts (daily_quota_over): every advanced tick
+    SELECT adv.id, adv.tenant, adv.tick FROM adv
+),
+-- include: daily_quota_over
+, ins AS (
     INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                             priority, state, state_reason, trigger, max_attempts, retry_initial_s,
                             retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at)
     SELECT cronwheel_uuid7(), adv.id, adv.tenant, adv.job_type, adv.payload, adv.partition,
            to_timestamp(adv.tick), to_timestamp(adv.run_at), adv.priority,
            CASE WHEN o.id IS NULL THEN 'queued' ELSE 'skipped' END,
-           CASE WHEN o.id IS NOT NULL THEN 'quota: max_executions_per_day ' || o.quota || ' used up (UTC day)' END,
+           o.reason,
            'cron', adv.max_attempts, adv.retry_initial_s, adv.retry_multiplier, adv.retry_max_s, adv.timeout_s,
            adv.epoch, clock_timestamp(), CASE WHEN o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END
       FROM adv LEFT JOIN over AS o ON o.id = adv.id
