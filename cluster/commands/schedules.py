@@ -28,7 +28,6 @@ from datetime import datetime
 from typing import Any
 
 from cronwheel.cluster.commands.values import (
-    MAX_NAME,
     OVERLAP_POLICIES,
     JsonText,
     QuotaExceeded,
@@ -52,6 +51,7 @@ from cronwheel.cron import (
     validate_schedule_spec,
 )
 from cronwheel.errors import InvalidArgument, VersionConflict
+from cronwheel.limits import MAX_NAME
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Conn, Event, Row
 from cronwheel.storage.schedules import ScheduleFields

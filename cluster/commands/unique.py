@@ -34,8 +34,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from cronwheel.cluster.commands.values import MAX_NAME, MAX_RUN_AT_AHEAD
+from cronwheel.cluster.commands.values import MAX_RUN_AT_AHEAD
 from cronwheel.errors import InvalidArgument
+from cronwheel.limits import MAX_NAME
 from cronwheel.storage.executions import UNIQUE_STATE_BITS, unique_states_mask
 
 REQUIRED_STATES = ("scheduled", "queued", "running", "retry_scheduled")
