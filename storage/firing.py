@@ -40,9 +40,9 @@ from psycopg.types.json import Jsonb
 from cronwheel.errors import StaleEpoch
 from cronwheel.storage.api import replace_active
 from cronwheel.storage.db import Database, stale_epoch
-from cronwheel.storage.executions import from_micros
 from cronwheel.storage.ids import new_execution_id
 from cronwheel.storage.queries import q
+from cronwheel.times import from_micros
 
 
 class DueSchedule(NamedTuple):
