@@ -169,9 +169,14 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
                    help="seconds this node's clock may differ from PostgreSQL's; beyond it the node releases its "
                         "partitions and claims nothing until it is back within (default 2)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    p.add_argument("--misfire-grace", type=float, default=10.0,
-                   help="seconds a tick may be late and still fire normally; older ones get the misfire policy")
-    p.add_argument("--horizon", type=float, default=120.0, help="seconds of due work preloaded into the wheel")
+    from cronwheel.cluster.firing.config import FiringConfig
+
+    f = FiringConfig()  # the defaults are the config's own: one place
+    p.add_argument("--misfire-grace", type=float, default=f.misfire_grace_s,
+                   help="seconds a tick may be late and still fire normally; older ones get the misfire policy "
+                        f"(default {f.misfire_grace_s:g})")
+    p.add_argument("--horizon", type=float, default=f.horizon_s,
+                   help=f"seconds of due work preloaded into the wheel (default {f.horizon_s:g})")
     p.add_argument("--metrics-listen", default="127.0.0.1:0",
                    help="host:port of the Prometheus metrics endpoint (default 127.0.0.1:0, a free port; '' disables)")
     p.add_argument("--auth-file", default=os.environ.get("CRONWHEEL_AUTH_FILE", ""),
@@ -240,7 +245,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     from cronwheel.cluster.coordination.clock_skew import ClockSkewConfig
     from cronwheel.cluster.coordination.etcd import EtcdSecurity
     from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
-    from cronwheel.cluster.firing.firer import FiringConfig
+    from cronwheel.cluster.firing.config import FiringConfig
     from cronwheel.cluster.node import NodeConfig, serve
     from cronwheel.secret_store import load_keys
 
@@ -251,7 +256,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     node_id = args.node_id or f"{socket.gethostname()}-{os.getpid()}"
     etcd_security = EtcdSecurity(cacert=args.etcd_cacert, cert=args.etcd_cert, key=args.etcd_key,
                                  user=args.etcd_user, password=args.etcd_password).validate()
-    extend_every_s = min(30.0, args.horizon / 4)
+    extend_every_s = min(FiringConfig().extend_every_s, args.horizon / 4)
     try:
         lease = PartitionLeaseConfig.for_ttl(args.lease_ttl, cluster=args.cluster,
                                              unowned_alert_after_s=args.unowned_alert_after)

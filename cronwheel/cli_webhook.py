@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from cronwheel.cli_api_flags import client_for, connection_flags
 
 if TYPE_CHECKING:
-    from cronwheel.cluster.webhooks.sender import WebhookConfig
+    from cronwheel.cluster.webhooks.config import WebhookConfig
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -123,25 +123,33 @@ HELP = "push alerts: webhook subscriptions and their deliveries"
 
 def add_node_options(p: argparse.ArgumentParser) -> None:
     """The `cronwheel node` flags that tune the webhook sender (cluster/webhooks/sender.py)."""
+    from cronwheel.cluster.webhooks.config import WebhookConfig
+
+    d = WebhookConfig()  # the defaults are the config's own: one place
     g = p.add_argument_group("webhooks")
-    g.add_argument("--webhook-timeout", type=float, default=10.0,
-                   help="seconds per delivery in all: connect, send and the whole answer (default 10)")
-    g.add_argument("--webhook-lease", type=float, default=60.0,
-                   help="seconds a claimed delivery is held before another node may send it (default 60)")
-    g.add_argument("--webhook-max-attempts", type=int, default=12, help="attempts before giving up (default 12)")
-    g.add_argument("--webhook-backoff", type=float, default=10.0,
-                   help="initial retry backoff in seconds, doubling up to --webhook-backoff-max (default 10)")
-    g.add_argument("--webhook-backoff-max", type=float, default=3600.0, help="backoff cap in seconds (default 3600)")
-    g.add_argument("--webhook-poll", type=float, default=1.0, help="seconds between polls when idle (default 1)")
-    g.add_argument("--webhook-per-tenant", type=int, default=4,
-                   help="deliveries of one tenant in flight on this node at most, of 16 (default 4)")
+    g.add_argument("--webhook-timeout", type=float, default=d.timeout_s,
+                   help=f"seconds per delivery in all: connect, send and the whole answer (default {d.timeout_s:g})")
+    g.add_argument("--webhook-lease", type=float, default=d.lease_s,
+                   help=f"seconds a claimed delivery is held before another node may send it (default {d.lease_s:g})")
+    g.add_argument("--webhook-max-attempts", type=int, default=d.max_attempts,
+                   help=f"attempts before giving up (default {d.max_attempts})")
+    g.add_argument("--webhook-backoff", type=float, default=d.backoff_initial_s,
+                   help=f"initial retry backoff in seconds, multiplied by {d.backoff_multiplier:g} up to "
+                        f"--webhook-backoff-max (default {d.backoff_initial_s:g})")
+    g.add_argument("--webhook-backoff-max", type=float, default=d.backoff_max_s,
+                   help=f"backoff cap in seconds (default {d.backoff_max_s:g})")
+    g.add_argument("--webhook-poll", type=float, default=d.poll_s,
+                   help=f"seconds between polls when idle (default {d.poll_s:g})")
+    g.add_argument("--webhook-per-tenant", type=int, default=d.per_tenant,
+                   help=f"deliveries of one tenant in flight on this node at most, of {d.batch} "
+                        f"(default {d.per_tenant})")
     g.add_argument("--egress-allow", action="append", default=[], metavar="HOST_OR_CIDR",
                    help="let outbound requests (webhooks) reach this host name, address or network although "
                         "it is loopback, link-local, private or otherwise not global (repeatable; default: none)")
 
 
 def node_config(args: argparse.Namespace) -> WebhookConfig:
-    from cronwheel.cluster.webhooks.sender import WebhookConfig
+    from cronwheel.cluster.webhooks.config import WebhookConfig
     from cronwheel.egress import EgressPolicy
 
     return WebhookConfig(poll_s=args.webhook_poll, lease_s=args.webhook_lease, timeout_s=args.webhook_timeout,
