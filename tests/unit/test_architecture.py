@@ -59,7 +59,8 @@ ONLY: dict[str, set[str]] = {"cronwheel.client": {"cronwheel.v1"}}
 # Shared leaves: any layer, the console and chaos may import them; they import only each other.
 LEAVES = {"cronwheel", "cronwheel.clock", "cronwheel.dispatch_limits", "cronwheel.egress", "cronwheel.entropy",
           "cronwheel.errors", "cronwheel.failpoints", "cronwheel.heap", "cronwheel.jitter", "cronwheel.limits",
-          "cronwheel.logs", "cronwheel.secret_store", "cronwheel.times", "cronwheel.tracing"}
+          "cronwheel.logs", "cronwheel.secret_store", "cronwheel.times", "cronwheel.token_format",
+          "cronwheel.tracing"}
 # Dev tools: real servers on loopback for `cronwheel dev`, the tests, bench and chaos. A leaf for
 # them; no layer and not the console imports it.
 TOOLS = {"cronwheel.localservers"}
