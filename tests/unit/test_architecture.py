@@ -57,9 +57,9 @@ LAYERS: dict[str, int] = {"cronwheel.wheel": 0, "cronwheel.cron": 0, "cronwheel.
 # client talks to the cluster through the gRPC contract only (users install it to call a node).
 ONLY: dict[str, set[str]] = {"cronwheel.client": {"cronwheel.v1"}}
 # Shared leaves: any layer, the console and chaos may import them; they import only each other.
-LEAVES = {"cronwheel", "cronwheel.clock", "cronwheel.dispatch_limits", "cronwheel.egress", "cronwheel.entropy",
-          "cronwheel.errors", "cronwheel.failpoints", "cronwheel.heap", "cronwheel.jitter", "cronwheel.limits",
-          "cronwheel.logs", "cronwheel.secret_store", "cronwheel.times", "cronwheel.token_format",
+LEAVES = {"cronwheel", "cronwheel.backoff", "cronwheel.clock", "cronwheel.dispatch_limits", "cronwheel.egress",
+          "cronwheel.entropy", "cronwheel.errors", "cronwheel.failpoints", "cronwheel.heap", "cronwheel.jitter",
+          "cronwheel.limits", "cronwheel.logs", "cronwheel.secret_store", "cronwheel.times", "cronwheel.token_format",
           "cronwheel.tracing"}
 # Dev tools: real servers on loopback for `cronwheel dev`, the tests, bench and chaos. A leaf for
 # them; no layer and not the console imports it.
