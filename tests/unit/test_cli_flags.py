@@ -96,9 +96,8 @@ def test_the_node_flags_defaults_are_read_from_the_configs(monkeypatch: pytest.M
     from cronwheel.cluster.firing import config as firing_config
     from cronwheel.cluster.webhooks import config as webhook_config
 
-    firing = dataclasses.make_dataclass("Firing", [("horizon_s", float, 240.0), ("misfire_grace_s", float, 7.5),
-                                                   ("extend_every_s", float, 45.0)], bases=(firing_config.FiringConfig,),
-                                        frozen=True)
+    fields = [("horizon_s", float, 240.0), ("misfire_grace_s", float, 7.5), ("extend_every_s", float, 45.0)]
+    firing = dataclasses.make_dataclass("Firing", fields, bases=(firing_config.FiringConfig,), frozen=True)
     hooks = {"timeout_s": 11.5, "lease_s": 61.5, "max_attempts": 13, "backoff_initial_s": 9.5,
              "backoff_max_s": 3601.5, "poll_s": 1.5, "per_tenant": 5}
     webhooks = dataclasses.make_dataclass("Webhooks", [(k, type(v), v) for k, v in hooks.items()],
