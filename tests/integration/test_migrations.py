@@ -97,7 +97,7 @@ def test_0022_owes_nothing_twice_and_scrubs_the_errors_tenants_saw(empty_dsn: st
                   " SELECT gen_random_uuid(), '00000000-0000-0000-0000-000000000001', id, now(), now(), e FROM events,"
                   " unnest(ARRAY['URLError: [Errno 111] Connection refused', 'HTTP 500 db-7 is down',"
                   " 'the event is no longer in the log (retention): nothing to send']) AS e")
-    assert migrate(empty_dsn, partitions=16).applied == ("0022_webhook_outbox",)
+    assert migrate(empty_dsn, partitions=16).applied[0] == "0022_webhook_outbox"  # and any later ones
     with psycopg.connect(empty_dsn, autocommit=True) as c:
         assert c.execute("SELECT count(*) FROM events WHERE webhooks_pending").fetchone() == (0,)
         c.execute("INSERT INTO events (kind, tenant) VALUES ('dead_letter', 'acme')")
