@@ -149,3 +149,11 @@ def test_a_fragment_is_included_where_a_query_names_it_and_an_unknown_one_is_ref
     assert parse(text) == {"one": "-- one\nSELECT 1 FROM x WHERE\n-- a live row\nx.deleted_at IS NULL\n  AND true"}
     with pytest.raises(ValueError, match="unknown fragment 'dead'"):
         parse("-- name: two\nSELECT 1 WHERE\n-- include: dead\n")
+
+
+def test_one_statement_releases_a_buffered_run() -> None:
+    """The single release (storage/api.py release_buffered) and the completion batch's ran twin
+    statements that drifted apart (only one skipped a locked run): now both run one statement."""
+    releasing = sorted(n for n, body in queries().items()
+                       if "SET state = 'queued'" in body and "state_reason = 'buffered'" in body)
+    assert releasing == ["release_buffered_many"], releasing

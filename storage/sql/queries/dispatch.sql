@@ -224,23 +224,6 @@ SELECT fencing_token, lease_owner, state, result, error FROM executions
 -- A schedule's dead man's switch is fed by its runs' successes.
 UPDATE schedules SET last_success_at = %(now)s, success_alert_at = NULL WHERE id = %(schedule_id)s;
 
--- name: release_buffered
--- Overlap buffer_*: the run ahead finished, queue the oldest buffered run of the schedule and,
--- if there was one, wake the dispatchers (payload 'buffered', delivered at commit), as
--- `release_buffered_many` does. Its job type comes back for the state counters
--- (storage/api.py release_buffered).
-WITH released AS (
-    UPDATE executions
-       SET state = 'queued', state_reason = NULL, queued_at = %(now)s
-     WHERE id = (SELECT id FROM executions
-                  WHERE schedule_id = %(schedule_id)s AND state = 'scheduled' AND state_reason = 'buffered'
-                  ORDER BY scheduled_for LIMIT 1 FOR UPDATE SKIP LOCKED)
-    RETURNING type
-), woke AS MATERIALIZED (
-    SELECT pg_notify('cronwheel_queued', 'buffered') FROM released
-)
-SELECT type, (SELECT count(*) FROM woke) AS woke FROM released;
-
 -- name: queue_depths
 -- Queued executions due now per priority and the oldest run_at among them (metrics and
 -- ClusterStatus): what waits for a worker, not the runs queued ahead of their run_at (a delayed
@@ -380,14 +363,19 @@ SELECT id, schedule_id, (SELECT count(*) FROM fed) AS fed, type, tenant FROM don
 -- buffered run, and wake the dispatchers (as `notify_queued` with payload 'buffered',
 -- delivered at commit; one notification however many runs) if there was one: in the statement,
 -- so the caller need not read its result before it commits. Answers the job type of each run
--- released (the state counters), which the caller reads once committed.
+-- released (the state counters), which the caller reads once committed. The one release
+-- statement: storage/api.py `release_buffered` runs it for one schedule. Each schedule's oldest
+-- buffered run is locked FOR UPDATE SKIP LOCKED: one a cancel is changing right now is passed
+-- over. Waiting for it instead, the UPDATE (which rechecks only `id IN (...)` on the row's latest
+-- version) queued the run the cancel had just cancelled.
 WITH released AS (
     UPDATE executions
        SET state = 'queued', state_reason = NULL, queued_at = %(now)s
-     WHERE id IN (SELECT DISTINCT ON (schedule_id) id FROM executions
-                   WHERE schedule_id = ANY(%(schedule_ids)s::uuid[]) AND state = 'scheduled'
-                     AND state_reason = 'buffered'
-                   ORDER BY schedule_id, scheduled_for)
+     WHERE id IN (SELECT b.id FROM unnest(%(schedule_ids)s::uuid[]) AS s(schedule_id)
+                   CROSS JOIN LATERAL (
+                        SELECT e.id FROM executions e
+                         WHERE e.schedule_id = s.schedule_id AND e.state = 'scheduled' AND e.state_reason = 'buffered'
+                         ORDER BY e.scheduled_for LIMIT 1 FOR UPDATE SKIP LOCKED) AS b)
     RETURNING type
 ), woke AS MATERIALIZED (
     SELECT pg_notify('cronwheel_queued', 'buffered') FROM (SELECT 1 FROM released LIMIT 1) r

@@ -32,7 +32,7 @@ SELECT id, run_at FROM executions
 -- Transaction-scoped advisory locks, one per schedule (by hash, in hash order so two transactions
 -- never wait on each other in a cycle): serialise a buffer_* fire's count of the schedule's
 -- unfinished runs (`active_counts`) with the end of a run and its release of the buffered one
--- (`release_buffered`, `release_buffered_many`). Run in its own statement before the count or the
+-- (`release_buffered_many`, storage/api.py `release_buffered`). Run in its own statement before the count or the
 -- release, so that their snapshot is taken after the lock (READ COMMITTED): either the end commits
 -- first and the fire counts the run as ended, or the fire's buffered row commits first and the
 -- release queues it. Unserialised, a buffered row could commit just after the only release that
