@@ -363,10 +363,13 @@ $$;
 -- partition's row while it still carries epoch `e`, share-locked until the transaction ends (an
 -- acquisition waits for the fenced write); no row: stale, write nothing. VOLATILE because it locks,
 -- so never inlined: an uncorrelated `EXISTS (SELECT 1 FROM cronwheel_fence(p, e))` runs once per
--- statement. In a transaction that already holds the lock (`fenced()`) it takes nothing more.
+-- statement (PL/pgSQL: its plan is kept for the session). In a transaction that already holds the
+-- lock (`fenced()`) it takes nothing more.
 CREATE FUNCTION cronwheel_fence(p integer, e bigint) RETURNS TABLE (id integer, epoch bigint)
-LANGUAGE sql VOLATILE ROWS 1 AS $$
-    SELECT f.id, f.epoch FROM partitions AS f WHERE f.id = p AND f.epoch = e FOR SHARE OF f
+LANGUAGE plpgsql VOLATILE ROWS 1 AS $$
+BEGIN
+    RETURN QUERY SELECT f.id, f.epoch FROM partitions AS f WHERE f.id = p AND f.epoch = e FOR SHARE OF f;
+END
 $$;
 
 -- Delete the finished executions `ids` of partition p, if still finished and p is still at epoch
