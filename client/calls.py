@@ -28,6 +28,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 
 from cronwheel.clock import Clock
 from cronwheel.entropy import random_bytes
+from cronwheel.limits import MAX_NAME, MAX_PAYLOAD_BYTES, MAX_SUBMIT_BATCH
 from cronwheel.v1 import admin_pb2, scheduler_pb2
 
 from . import convert as c
@@ -305,17 +306,14 @@ def submit(ctx: Context, type: str, payload: Any = None, *, run_at: datetime | N
                 lambda r: c.execution(r.execution, r.deduplicated, r.deduplicated_by), safe=True)
 
 
-# The most jobs one SubmitJobs call takes: the server's MAX_SUBMIT_BATCH (cluster/commands/runs.py),
-# which the client may not import; tests/unit/test_client_values.py pins the two together.
-SUBMIT_MANY_JOBS = 10_000
+# The most jobs one SubmitJobs call takes: the server's (cronwheel/limits.py).
+SUBMIT_MANY_JOBS = MAX_SUBMIT_BATCH
 # The most bytes of one SubmitJobs request: the node's gRPC receive limit (gRPC's default, 4 MiB)
 # less room for framing. A list is split at whichever limit comes first.
 SUBMIT_MANY_BYTES = 4 * 1024 * 1024 - 64 * 1024
-# What the client checks before sending (the server's limits, cluster/commands/values.py, pinned
-# by the same test): a job type and an idempotency key of at most MAX_NAME characters, a payload
-# of at most MAX_PAYLOAD_BYTES as JSON.
-MAX_NAME = 200
-MAX_PAYLOAD_BYTES = 256 * 1024
+# What the client checks before sending are the server's limits (cronwheel/limits.py): a job type
+# and an idempotency key of at most MAX_NAME characters, a payload of at most MAX_PAYLOAD_BYTES as
+# JSON.
 
 
 def submit_many(ctx: Context, jobs: Iterable[t.JobSpec | dict[str, Any]]) -> Many[t.SubmittedJob]:

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import grpc
 
 from cronwheel import errors
+from cronwheel.backoff import backoff_s
 from cronwheel.v1 import admin_pb2, admin_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
 from .errors import InvalidArgument
@@ -75,13 +76,8 @@ class Settings:
     def pauses(self) -> Iterator[float]:
         """The pause before each retry: none while untried addresses remain, then backoff."""
         n = len(self.addresses)
-        delay = self.backoff_s
         for attempt in range(1, self.retries + 1):
-            if attempt % n:
-                yield 0.0
-            else:
-                yield delay
-                delay = min(self.backoff_max_s, delay * 2)
+            yield backoff_s(attempt // n, self.backoff_s, self.backoff_max_s) if attempt % n == 0 else 0.0
 
 
 def never_sent(exc: grpc.RpcError) -> bool:

@@ -10,6 +10,8 @@ from enum import StrEnum
 
 import grpc
 
+from cronwheel import backoff
+
 # The node's per-call limit on LeaseExecutions, from the one module both sides read.
 from cronwheel.dispatch_limits import MAX_LEASE_COUNT
 
@@ -165,13 +167,9 @@ def max_lease_calls(concurrency: int) -> int:
 
 
 def backoff_s(attempt: int, rand: float, initial_s: float = 0.05, max_s: float = 2.0) -> float:
-    """Retry delay of a report or lease call: full jitter over an exponential ceiling."""
-    if attempt < 1:
-        raise ValueError(f"attempt must be >= 1, got {attempt}")
-    if not 0.0 <= rand < 1.0:
-        raise ValueError(f"rand must be in [0, 1), got {rand}")
-    ceiling = min(max_s, initial_s * 2 ** min(attempt - 1, 30))
-    return ceiling / 2 + ceiling / 2 * rand
+    """Retry delay of a report or lease call: the infrastructure backoff (cronwheel/backoff.py,
+    equal jitter) with the worker's first pause and cap."""
+    return backoff.backoff_s(attempt, initial_s, max_s, rand)
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,8 @@ from cronwheel.cluster.metrics import Metrics
 from cronwheel.cluster.notifications import ChangeListener
 from cronwheel.cluster.retention.policy import RetentionConfig
 from cronwheel.cluster.retention.pruner import Pruner, RetentionMetrics
-from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookMetrics, WebhookSender
+from cronwheel.cluster.webhooks.config import WebhookConfig
+from cronwheel.cluster.webhooks.sender import WebhookMetrics, WebhookSender
 from cronwheel.dispatch_limits import MAX_ANSWER_BYTES, MAX_PENDING_CALLS
 from cronwheel.errors import CronwheelError, InvalidArgument, Unavailable
 from cronwheel.heap import freeze_startup_heap

@@ -48,11 +48,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from cronwheel import jitter
 from cronwheel.errors import InvalidArgument
+from cronwheel.times import from_unix_s
 
 from .schedule import CronSchedule, to_unix_floor
 
@@ -194,7 +195,7 @@ def _latest_at_or_before(schedule: CronSchedule, floor: int, now: int) -> dateti
 
 
 def _utc(ts: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=ts)
+    return from_unix_s(ts)
 
 
 def decide_misfire(schedule: CronSchedule, last_scheduled_for: datetime | None, now: datetime,

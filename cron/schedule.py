@@ -44,13 +44,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import StrEnum
 from functools import lru_cache
 from typing import overload
 from zoneinfo import ZoneInfo
 
 from cronwheel.errors import InvalidArgument
+from cronwheel.times import to_unix_s
 
 from .expr import CronSpec, compile_spec, next_wall
 from .zones import (
@@ -73,8 +74,6 @@ __all__ = [
     "PREVIEW_MAX",
 ]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_SECOND = timedelta(seconds=1)
 PREVIEW_MAX = 1000
 MEMO_SIZE = 1 << 16
 
@@ -229,7 +228,7 @@ def to_unix_floor(instant: datetime, field_name: str = "instant") -> int:
     """Floor of an aware datetime in Unix seconds (exact, no float rounding)."""
     if not isinstance(instant, datetime) or instant.utcoffset() is None:
         raise InvalidArgument(field_name, "must be a timezone-aware datetime")
-    return (instant - _EPOCH) // _SECOND
+    return to_unix_s(instant)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
+
+from cronwheel.times import to_micros
 
 
 def offset_s(schedule_id: str, tick: datetime, window_s: float) -> float:
@@ -17,7 +19,7 @@ def offset_s(schedule_id: str, tick: datetime, window_s: float) -> float:
     0.0 when window_s is 0. The caller validates: cron.jitter_offset_s is the checked door."""
     if window_s == 0:
         return 0.0
-    micros = (tick - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    micros = to_micros(tick)
     digest = hashlib.blake2b(f"{schedule_id}\x1f{micros}".encode(), digest_size=8).digest()
     unit = (int.from_bytes(digest, "big") >> 11) / float(1 << 53)  # uniform in [0, 1)
     return min(unit * window_s, math.nextafter(window_s, 0.0))

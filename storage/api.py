@@ -75,10 +75,11 @@ async def notify_queued(conn: Conn, payload: str) -> None:
 
 async def release_buffered(conn: Conn, schedule_id: uuid.UUID, now: datetime) -> str | None:
     """Overlap buffer_*: queue the schedule's oldest buffered run (the run ahead of it ended),
-    waking the dispatchers at commit if there was one. The released run's job type (the state
+    waking the dispatchers at commit if there was one (`release_buffered_many` for this one
+    schedule: the one release statement). The released run's job type (the state
     counters count it `queued` once committed), or None when none was buffered."""
     await conn.execute(q("lock_buffers"), {"schedule_ids": [schedule_id]})  # before the release's snapshot
-    cur = await conn.execute(q("release_buffered"), {"schedule_id": schedule_id, "now": now})
+    cur = await conn.execute(q("release_buffered_many"), {"schedule_ids": [schedule_id], "now": now})
     got = await cur.fetchone()
     return None if got is None else str(got[0])
 

@@ -12,7 +12,7 @@ import json
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, LiteralString
 
 from cronwheel.storage.api import (
@@ -30,10 +30,7 @@ from cronwheel.storage.api import (
 from cronwheel.storage.db import Database
 from cronwheel.storage.notifications import oneoff_batch_payloads, queued_at_payload
 from cronwheel.storage.queries import q
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-
+from cronwheel.times import to_micros
 
 # The columns of a brief insert's rows: decoding all 31 columns of 1,000 returned rows cost a
 # SubmitJobs call more than its answer needs. The node builds them from its own jobs (`_brief_rows`):
@@ -155,23 +152,12 @@ def _any_unique(jobs: Sequence[SubmittedJob]) -> bool:
 def _brief_rows(jobs: Sequence[SubmittedJob], answer: Sequence[Row]) -> list[Row]:
     """The rows of a brief insert (BRIEF_COLUMNS, the types psycopg would decode) from the jobs
     sent and the statement's answer (_BRIEF_ANSWER): every job when it is empty, else those whose
-    id it names. run_at is the job's own: the statement stores exactly its `_micros`."""
+    id it names. run_at is the job's own: the statement stores exactly its `to_micros`."""
     if answer:
         ids = set(answer[0]["inserted"])
         jobs = [j for j in jobs if j.id in ids]
     return [{"id": j.id, "tenant": j.tenant, "idempotency_key": j.idempotency_key, "state": j.state,
              "partition": j.partition, "run_at": j.run_at, "priority": j.priority} for j in jobs]
-
-
-def _micros(at: datetime) -> int:
-    """An aware instant as exact integer microseconds since the Unix epoch."""
-    return (at - _EPOCH) // _MICROSECOND
-
-
-def from_micros(us: int) -> datetime:
-    """`_micros` back: exact integer microseconds since the Unix epoch as an aware UTC instant
-    (how statements that answer in JSON send times: the fire statement's queued one-offs)."""
-    return _EPOCH + us * _MICROSECOND
 
 
 @dataclass(slots=True)
@@ -298,7 +284,7 @@ class ExecutionsPort:
         and `sent`, their number (the brief statement's, `_insert_query`)."""
         items: list[list[object]] = []
         for j in jobs:
-            item: list[object] = [str(j.id), j.tenant, j.type, j.payload, j.partition, _micros(j.run_at), j.priority,
+            item: list[object] = [str(j.id), j.tenant, j.type, j.payload, j.partition, to_micros(j.run_at), j.priority,
                                   j.state, j.max_attempts, j.retry_initial_s, j.retry_multiplier, j.retry_max_s,
                                   j.timeout_s, j.idempotency_key, j.trace_context, j.concurrency_key,
                                   j.concurrency_limit]

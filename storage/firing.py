@@ -19,8 +19,8 @@ compare-and-set: no code path moves a schedule past a tick it did not record (Te
 `fire_executions`) take the guard on the schedule row locked `FOR KEY SHARE`, and insert that
 version's payload: the API's `lock_schedule` (FOR UPDATE) of a pause, edit or delete waits for the
 fire to commit and then sees (and takes back, `api_unfire_ahead`) the tick queued ahead, or the
-fire waits for the change and sees it (issue 47, item 3). `tests/unit/test_fire_guard.py` keeps
-the three statements' guards the same.
+fire waits for the change and sees it (issue 47, item 3). The guard is one SQL function,
+`cronwheel_fire_guard` (migration 0027), that the three statements call.
 
 Concurrency contract: a FiringPort holds no state beyond its `Database`; task-safe.
 """
@@ -40,9 +40,9 @@ from psycopg.types.json import Jsonb
 from cronwheel.errors import StaleEpoch
 from cronwheel.storage.api import replace_active
 from cronwheel.storage.db import Database, stale_epoch
-from cronwheel.storage.executions import from_micros
 from cronwheel.storage.ids import new_execution_id
 from cronwheel.storage.queries import q
+from cronwheel.times import from_micros
 
 
 class DueSchedule(NamedTuple):

@@ -45,7 +45,6 @@ Concurrency: AuthConfig is immutable; the caller lives in a ContextVar set per c
 from __future__ import annotations
 
 import contextvars
-import hashlib
 import ipaddress
 import json
 import logging
@@ -68,6 +67,7 @@ from cronwheel.cluster.api.handlers import responses, rewrap, wrapped_once
 from cronwheel.cluster.api.tokens import TokenCache
 from cronwheel.cluster.commands.values import text
 from cronwheel.errors import InvalidArgument
+from cronwheel.token_format import hash_token as hash_token  # the API's users name it here
 
 log = logging.getLogger("cronwheel.cluster.api.auth")
 
@@ -155,10 +155,6 @@ def authorization_check() -> Callable[[], None]:
 
 def _no_check() -> None:
     return None
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
@@ -29,9 +29,9 @@ from cronwheel.cluster.commands.unique import UniqueSpec
 from cronwheel.cluster.commands.values import JsonText, RetryPolicy, parse_json
 from cronwheel.egress import EgressPolicy
 from cronwheel.errors import InvalidArgument
+from cronwheel.times import from_micros, to_micros
 from cronwheel.v1 import admin_pb2, common_pb2, enums, scheduler_pb2
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MIN_TS = -62135596800  # 0001-01-01T00:00:00Z
 MAX_TS = 253402300799  # 9999-12-31T23:59:59Z
 MAX_DURATION_S = 315_576_000_000
@@ -97,7 +97,7 @@ def to_dt(ts: Timestamp, field: str) -> datetime:
 @functools.lru_cache(maxsize=4096)
 def _instant(seconds: int, micros: int) -> datetime:
     """Cached: the jobs of one SubmitJobs call often share a run_at, and datetimes are immutable."""
-    return EPOCH + timedelta(seconds=seconds, microseconds=micros)
+    return from_micros(seconds * 1_000_000 + micros)
 
 
 def opt_dt(msg: Message, name: str, field: str) -> datetime | None:
@@ -122,7 +122,7 @@ def _stamp(micros: int) -> Timestamp:
 
 def ts(dt: datetime) -> Timestamp:
     """An aware datetime as a Timestamp, exactly."""
-    return _stamp((dt - EPOCH) // timedelta(microseconds=1))
+    return _stamp(to_micros(dt))
 
 
 def epoch_ts(seconds: float) -> Timestamp:

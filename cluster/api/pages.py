@@ -14,24 +14,20 @@ import binascii
 import hashlib
 import json
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from cronwheel.cron import CronSchedule
 from cronwheel.cron.expr import next_wall
 from cronwheel.cron.zones import wall_offsets
 from cronwheel.errors import InvalidArgument
+from cronwheel.times import from_micros, to_micros
 
 MAX_TOKEN = 1000
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _digest(filters: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(filters, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def micros(dt: datetime) -> int:
-    return (dt - _EPOCH) // timedelta(microseconds=1)
 
 
 def encode(kind: str, filters: dict[str, Any], cursor: list[Any]) -> str:
@@ -48,7 +44,7 @@ def time_id_page(rows: list[dict[str, Any]], size: int, kind: str, filters: dict
         return rows, ""
     n = min(size, len(rows))
     last = rows[n - 1]
-    return rows[:n], encode(kind, filters, [micros(last[time_key]), str(last["id"])])
+    return rows[:n], encode(kind, filters, [to_micros(last[time_key]), str(last["id"])])
 
 
 def decode(token: str, kind: str, filters: dict[str, Any]) -> list[Any] | None:
@@ -77,7 +73,7 @@ def time_id_cursor(cursor: list[Any] | None) -> tuple[datetime | None, uuid.UUID
         us, ident = cursor
         if not isinstance(us, int) or isinstance(us, bool):
             raise ValueError
-        return _EPOCH + timedelta(microseconds=us), uuid.UUID(ident)
+        return from_micros(us), uuid.UUID(ident)
     except (ValueError, TypeError, OverflowError, AttributeError):
         raise InvalidArgument("page_token", "malformed; pass the next_page_token of the previous response") from None
 

@@ -4,14 +4,13 @@ Admin only: the auth interceptor refuses tenant tokens on every RPC here (`auth.
 before the servicer runs. Validation is cluster/commands/tenants.py (nothing stored when it
 fails); the storage ports are storage/tenants.py and storage/tokens.py.
 
-Tokens: the secret is made here ("cw_" + 32 random bytes, URL-safe), returned once and stored
+Tokens: the secret is made here (cronwheel/token_format.py), returned once and stored
 only as its SHA-256. After a create or a revoke this node re-reads the token table at once
 (`TokenCache.refresh`); the other nodes do within their refresh interval.
 """
 
 from __future__ import annotations
 
-import secrets
 import uuid
 from typing import Any
 
@@ -20,7 +19,7 @@ import grpc
 from cronwheel.clock import Clock
 from cronwheel.cluster.api import convert as cv
 from cronwheel.cluster.api import pages
-from cronwheel.cluster.api.auth import current_caller, hash_token
+from cronwheel.cluster.api.auth import current_caller
 from cronwheel.cluster.api.tokens import TokenCache
 from cronwheel.cluster.commands import tenants as cmd
 from cronwheel.cluster.commands.values import text
@@ -28,6 +27,7 @@ from cronwheel.errors import NotFound
 from cronwheel.storage import PgStore
 from cronwheel.storage.tenants import TenantFields
 from cronwheel.storage.tokens import NewToken
+from cronwheel.token_format import hash_token, new_secret
 from cronwheel.v1 import admin_pb2
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -125,7 +125,7 @@ class TenantService:
         tenant = text("tenant", request.tenant, required=not request.admin) or None
         now = self.clock.now()
         expires_at = cmd.token_expiry(cv.opt_dt(request, "expires_at", "expires_at"), now)
-        secret = "cw_" + secrets.token_urlsafe(32)
+        secret = new_secret()
         row = await self.store.tokens.create(NewToken(
             id=uuid.uuid4(), name=name, tenant=tenant, admin=request.admin, sha256=hash_token(secret),
             expires_at=expires_at, actor=current_caller().name, now=now))

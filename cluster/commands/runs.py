@@ -60,6 +60,7 @@ from cronwheel.cluster.commands.values import (
 )
 from cronwheel.cron import CronSchedule, OverlapAction, decide_overlap, parse_overlap_policy
 from cronwheel.errors import AlreadyExists, CronwheelError, FailedPrecondition, InvalidArgument, Unavailable
+from cronwheel.limits import MAX_SUBMIT_BATCH
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Conn, Event, Row
 from cronwheel.storage.executions import Backfill, ManualRun, Retry, SubmittedJob, announced
@@ -216,7 +217,6 @@ class JobSpec:
     required_capabilities: tuple[str, ...] = ()  # key=value each (cluster/commands/lanes.py)
 
 
-MAX_SUBMIT_BATCH = 10_000  # jobs in one SubmitJobs call
 # Jobs per chunk when SubmitJobs streams a large call (`submit_jobs`): validating 1,000 jobs took
 # 10 ms and writing them 14, so four chunks of 250 hide most of one behind the other (measured in
 # `insert_chunks_unless_quota`); a call of 10,000 sends 40 inserts, each a few ms.

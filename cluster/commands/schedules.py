@@ -36,7 +36,6 @@ from cronwheel.cluster.commands.lanes import (
     queue_name,
 )
 from cronwheel.cluster.commands.values import (
-    MAX_NAME,
     OVERLAP_POLICIES,
     JsonText,
     QuotaExceeded,
@@ -60,6 +59,7 @@ from cronwheel.cron import (
     validate_schedule_spec,
 )
 from cronwheel.errors import InvalidArgument, VersionConflict
+from cronwheel.limits import MAX_NAME
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Conn, Event, Row
 from cronwheel.storage.schedules import ScheduleFields, TenantQuota

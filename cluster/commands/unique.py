@@ -30,20 +30,20 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from cronwheel.cluster.commands.values import MAX_NAME, MAX_RUN_AT_AHEAD
+from cronwheel.cluster.commands.values import MAX_RUN_AT_AHEAD
 from cronwheel.errors import InvalidArgument
+from cronwheel.limits import MAX_NAME
 from cronwheel.storage.executions import UNIQUE_STATE_BITS, unique_states_mask
+from cronwheel.times import to_micros
 
 REQUIRED_STATES = ("scheduled", "queued", "running", "retry_scheduled")
 DEFAULT_STATES = REQUIRED_STATES  # "no second one while one is waiting, queued, running or retrying"
 MAX_ARGS_KEYS = 100
 MAX_PERIOD = MAX_RUN_AT_AHEAD
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICRO = timedelta(microseconds=1)
 _VERSION = "cronwheel.unique.v1"  # in every key: a change of the key's recipe changes this
 
 
@@ -136,7 +136,7 @@ def unique_key(rule: UniqueRule, tenant: str, job_type: str, payload: str, run_a
     bucket = "null"
     if rule.period_s:
         period_us = rule.period_s * 1_000_000
-        bucket = str((run_at - _EPOCH) // _MICRO // period_us * period_us)
+        bucket = str(to_micros(run_at) // period_us * period_us)
     doc = f"{_prefix(tenant, job_type)}{args},{rule.period_s},{bucket}]"
     return hashlib.sha256(doc.encode("utf-8", "surrogatepass")).digest()
 

@@ -23,10 +23,9 @@ from typing import Any
 
 from cronwheel.cron import OverlapPolicy, Priority
 from cronwheel.errors import InvalidArgument, NotFound, ResourceExhausted
+from cronwheel.limits import MAX_NAME, MAX_PAYLOAD_BYTES
 
-MAX_NAME = 200
 MAX_REASON = 1000
-MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_JSON_DEPTH = 100
 MAX_RUN_AT_AHEAD = timedelta(days=3653)
 # A one-off job due within this of its submission is stored `queued` at once and claimed from its

@@ -52,6 +52,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from cronwheel.backoff import backoff_s
 from cronwheel.clock import Clock
 from cronwheel.cluster.coordination.assignment import assign
 from cronwheel.cluster.coordination.etcd import KV, Etcd
@@ -243,7 +244,7 @@ class Coordinator:
     # ------------------------------------------------------------------ lease & trust
 
     async def _lease_loop(self) -> None:
-        backoff = self.config.retry_backoff_s
+        failures = 0
         while not self._stopping:
             try:
                 if not self._lease_id:
@@ -258,15 +259,16 @@ class Coordinator:
                         self._lease_id = 0
                         continue
                     self.trust.renewed(started, ttl_left)
-                backoff = self.config.retry_backoff_s
+                failures = 0
                 # Renew before the window runs out: after a slow reply (anchored at the attempt's
                 # start) less than renew_every_s may be left. Normally half the window is longer.
                 left = self.trust.remaining(self.clock.monotonic())
                 await self.clock.sleep(min(self.config.renew_every_s, max(left / 2, MIN_RENEW_PAUSE_S)))
             except Unavailable as exc:
                 log.warning("etcd unavailable", extra={"event": "etcd_unavailable", "error": str(exc)})
-                await self.clock.sleep(backoff)
-                backoff = min(backoff * 2, self.config.retry_backoff_max_s)
+                failures += 1
+                await self.clock.sleep(backoff_s(failures, self.config.retry_backoff_s,
+                                                 self.config.retry_backoff_max_s))
 
     async def _register(self) -> None:
         started = self.clock.monotonic()
@@ -372,7 +374,7 @@ class Coordinator:
                     "event": "partition_unowned", "partition": gap.partition, "unowned_for_s": gap.unowned_for_s})
 
     async def _watch_loop(self) -> None:
-        backoff = self.config.retry_backoff_s
+        failures = 0
         while not self._stopping:
             try:
                 kvs, rev = await self.etcd.get_prefix(self.prefix)
@@ -381,11 +383,12 @@ class Coordinator:
                     for ev in batch:
                         self._apply(ev.kind, ev.kv)
                     self._changed()
-                backoff = self.config.retry_backoff_s
+                failures = 0
             except Unavailable as exc:
                 log.info("watch restarting", extra={"event": "watch_restart", "error": str(exc)})
-                await self.clock.sleep(backoff)
-                backoff = min(backoff * 2, self.config.retry_backoff_max_s)
+                failures += 1
+                await self.clock.sleep(backoff_s(failures, self.config.retry_backoff_s,
+                                                 self.config.retry_backoff_max_s))
 
     def _rebuild_view(self, kvs: list[KV], rev: int) -> None:
         self.view = ClusterView(revision=rev)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from cronwheel.backoff import backoff_s
 from cronwheel.cluster.firing.planning import plan_misfires, utc
 from cronwheel.cluster.firing.schedule_cache import SchedInfo
 from cronwheel.cluster.firing.state import PartitionState, log
@@ -25,12 +26,14 @@ from cronwheel.cluster.firing.writing import WriteOutcome, Writing
 from cronwheel.errors import Unavailable
 from cronwheel.storage import DueSchedule
 
+RETRY_MAX_S = 5.0  # the longest pause between a load's or a misfire write's tries (cronwheel/backoff.py)
+
 
 class Loading(Writing):
     """The firer's loading layer. Not thread-safe: the node's event loop only."""
 
     async def _initial_load(self, p: int, st: PartitionState) -> None:
-        delay = self.config.retry_after_s
+        failures = 0
         while self.parts.get(p) is st:
             try:
                 async with st.lock:
@@ -41,8 +44,8 @@ class Loading(Writing):
             except Unavailable as exc:
                 log.warning("preload deferred", extra={"event": "preload_deferred", "partition": p,
                                                        "error": str(exc)})
-                await self.clock.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                failures += 1
+                await self.clock.sleep(backoff_s(failures, self.config.retry_after_s, RETRY_MAX_S))
 
     async def _load(self, p: int, st: PartitionState, horizon: float, full: bool) -> None:
         after = None if full else utc(st.loaded_until)
@@ -80,14 +83,14 @@ class Loading(Writing):
         before the next tick is armed."""
         params, nexts = plan_misfires(p, st.epoch, misfired, utc(now - self.config.misfire_grace_s),
                                       self.clock.now())
-        delay = self.config.retry_after_s
+        failures = 0
         # The misfire records must land before the next tick is armed (and the database refuses
         # to advance the cursor from anything but `first`, so the next tick could not skip them).
         while (outcome := await self._write(p, st, params)) is WriteOutcome.RETRY:
             if self.parts.get(p) is not st:
                 return
-            await self.clock.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            failures += 1
+            await self.clock.sleep(backoff_s(failures, self.config.retry_after_s, RETRY_MAX_S))
         if outcome is WriteOutcome.WRITTEN and self.parts.get(p) is st:
             for info, nxt in nexts:
                 if nxt <= st.loaded_until:

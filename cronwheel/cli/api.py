@@ -242,10 +242,8 @@ def _token_offline(args: argparse.Namespace) -> int:
     """`token new --offline`: a random token and its auth-file entry (the bootstrap; no server).
     With --token-file and --auth-file (docker-compose's `auth-init`): the token is written to the
     one (mode 0600) and its entry added to the other, once: an existing token file is kept."""
-    import hashlib
-    import secrets
-
     from cronwheel.cli.main import UsageError
+    from cronwheel.token_format import hash_token, new_secret
 
     if args.expires_in is not None:
         raise UsageError("--expires-in needs a token made through the API (auth-file tokens never expire)",
@@ -254,9 +252,8 @@ def _token_offline(args: argparse.Namespace) -> int:
         raise UsageError("--token-file and --auth-file go together (with --offline)", "cronwheel token new")
     if args.token_file and _kept(args.token_file, args.auth_file):
         return 0
-    token = "cw_" + secrets.token_urlsafe(32)
-    entry: dict[str, Any] = {"name": args.name or (args.tenant or "admin"),
-                             "sha256": hashlib.sha256(token.encode()).hexdigest()}
+    token = new_secret()
+    entry: dict[str, Any] = {"name": args.name or (args.tenant or "admin"), "sha256": hash_token(token)}
     if args.tenant:
         entry["tenant"] = args.tenant
     if args.admin:

@@ -11,11 +11,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cronwheel.cli import webhook as cli_webhook
-
 if TYPE_CHECKING:
     from cronwheel.cluster.retention.policy import RetentionConfig
-    from cronwheel.cluster.webhooks.sender import WebhookConfig
+    from cronwheel.cluster.webhooks.config import WebhookConfig
 from cronwheel.errors import InvalidArgument
 
 
@@ -206,9 +204,14 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
                    help="seconds this node's clock may differ from PostgreSQL's; beyond it the node releases its "
                         "partitions and claims nothing until it is back within (default 2)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    p.add_argument("--misfire-grace", type=float, default=10.0,
-                   help="seconds a tick may be late and still fire normally; older ones get the misfire policy")
-    p.add_argument("--horizon", type=float, default=120.0, help="seconds of due work preloaded into the wheel")
+    from cronwheel.cluster.firing.config import FiringConfig
+
+    f = FiringConfig()  # the defaults are the config's own: one place
+    p.add_argument("--misfire-grace", type=float, default=f.misfire_grace_s,
+                   help="seconds a tick may be late and still fire normally; older ones get the misfire policy "
+                        f"(default {f.misfire_grace_s:g})")
+    p.add_argument("--horizon", type=float, default=f.horizon_s,
+                   help=f"seconds of due work preloaded into the wheel (default {f.horizon_s:g})")
     p.add_argument("--metrics-listen", default="127.0.0.1:0",
                    help="host:port of the Prometheus metrics endpoint (default 127.0.0.1:0, a free port; '' disables)")
     p.add_argument("--auth-file", default=os.environ.get("CRONWHEEL_AUTH_FILE", ""),
@@ -226,12 +229,39 @@ def _configure_node(p: argparse.ArgumentParser) -> None:
                    help="days events and ownership history are kept (and explain can look back); default 30")
     _configure_retention(p)
     p.add_argument("--unsafe-ignore-local-trust", action="store_true", help=argparse.SUPPRESS)
-    cli_webhook.add_node_options(p)
+    _add_webhook_options(p)
+
+
+def _add_webhook_options(p: argparse.ArgumentParser) -> None:
+    """The `cronwheel node` flags that tune the webhook sender (cluster/webhooks/sender.py)."""
+    from cronwheel.cluster.webhooks.config import WebhookConfig
+
+    d = WebhookConfig()  # the defaults are the config's own: one place
+    g = p.add_argument_group("webhooks")
+    g.add_argument("--webhook-timeout", type=float, default=d.timeout_s,
+                   help=f"seconds per delivery in all: connect, send and the whole answer (default {d.timeout_s:g})")
+    g.add_argument("--webhook-lease", type=float, default=d.lease_s,
+                   help=f"seconds a claimed delivery is held before another node may send it (default {d.lease_s:g})")
+    g.add_argument("--webhook-max-attempts", type=int, default=d.max_attempts,
+                   help=f"attempts before giving up (default {d.max_attempts})")
+    g.add_argument("--webhook-backoff", type=float, default=d.backoff_initial_s,
+                   help=f"initial retry backoff in seconds, multiplied by {d.backoff_multiplier:g} up to "
+                        f"--webhook-backoff-max (default {d.backoff_initial_s:g})")
+    g.add_argument("--webhook-backoff-max", type=float, default=d.backoff_max_s,
+                   help=f"backoff cap in seconds (default {d.backoff_max_s:g})")
+    g.add_argument("--webhook-poll", type=float, default=d.poll_s,
+                   help=f"seconds between polls when idle (default {d.poll_s:g})")
+    g.add_argument("--webhook-per-tenant", type=int, default=d.per_tenant,
+                   help=f"deliveries of one tenant in flight on this node at most, of {d.batch} "
+                        f"(default {d.per_tenant})")
+    g.add_argument("--egress-allow", action="append", default=[], metavar="HOST_OR_CIDR",
+                   help="let outbound requests (webhooks) reach this host name, address or network although "
+                        "it is loopback, link-local, private or otherwise not global (repeatable; default: none)")
 
 
 def _webhook_config(args: argparse.Namespace) -> WebhookConfig:
     """The webhook sender's config from the node's `--webhook-*` flags (cli/webhook.py adds them)."""
-    from cronwheel.cluster.webhooks.sender import WebhookConfig
+    from cronwheel.cluster.webhooks.config import WebhookConfig
     from cronwheel.egress import EgressPolicy
 
     return WebhookConfig(poll_s=args.webhook_poll, lease_s=args.webhook_lease, timeout_s=args.webhook_timeout,
@@ -316,7 +346,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     from cronwheel.cluster.coordination.clock_skew import ClockSkewConfig
     from cronwheel.cluster.coordination.etcd import EtcdSecurity
     from cronwheel.cluster.coordination.partition_lease import PartitionLeaseConfig
-    from cronwheel.cluster.firing.firer import FiringConfig
+    from cronwheel.cluster.firing.config import FiringConfig
     from cronwheel.cluster.node import NodeConfig, serve
     from cronwheel.secret_store import load_keys
 
@@ -327,7 +357,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     node_id = args.node_id or f"{socket.gethostname()}-{os.getpid()}"
     etcd_security = EtcdSecurity(cacert=args.etcd_cacert, cert=args.etcd_cert, key=args.etcd_key,
                                  user=args.etcd_user, password=args.etcd_password).validate()
-    extend_every_s = min(30.0, args.horizon / 4)
+    extend_every_s = min(FiringConfig().extend_every_s, args.horizon / 4)
     try:
         lease = PartitionLeaseConfig.for_ttl(args.lease_ttl, cluster=args.cluster,
                                              unowned_alert_after_s=args.unowned_alert_after)

@@ -113,25 +113,3 @@ def _print_json(doc: Any) -> None:
 
 
 HELP = "push alerts: webhook subscriptions and their deliveries"
-
-
-# ------------------------------------------------------------------------------------ node flags
-
-
-def add_node_options(p: argparse.ArgumentParser) -> None:
-    """The `cronwheel node` flags that tune the webhook sender (cluster/webhooks/sender.py)."""
-    g = p.add_argument_group("webhooks")
-    g.add_argument("--webhook-timeout", type=float, default=10.0,
-                   help="seconds per delivery in all: connect, send and the whole answer (default 10)")
-    g.add_argument("--webhook-lease", type=float, default=60.0,
-                   help="seconds a claimed delivery is held before another node may send it (default 60)")
-    g.add_argument("--webhook-max-attempts", type=int, default=12, help="attempts before giving up (default 12)")
-    g.add_argument("--webhook-backoff", type=float, default=10.0,
-                   help="initial retry backoff in seconds, doubling up to --webhook-backoff-max (default 10)")
-    g.add_argument("--webhook-backoff-max", type=float, default=3600.0, help="backoff cap in seconds (default 3600)")
-    g.add_argument("--webhook-poll", type=float, default=1.0, help="seconds between polls when idle (default 1)")
-    g.add_argument("--webhook-per-tenant", type=int, default=4,
-                   help="deliveries of one tenant in flight on this node at most, of 16 (default 4)")
-    g.add_argument("--egress-allow", action="append", default=[], metavar="HOST_OR_CIDR",
-                   help="let outbound requests (webhooks) reach this host name, address or network although "
-                        "it is loopback, link-local, private or otherwise not global (repeatable; default: none)")

@@ -494,6 +494,19 @@ CREATE TABLE execution_logs (
     PRIMARY KEY (execution_id, attempt, seq)
 );
 
+-- The partition fence (0027), the one check of every write on behalf of a partition owner: the
+-- partition's row while it still carries epoch `e`, share-locked until the transaction ends (an
+-- acquisition waits for the fenced write); no row: stale, write nothing. VOLATILE because it locks,
+-- so never inlined: an uncorrelated `EXISTS (SELECT 1 FROM cronwheel_fence(p, e))` runs once per
+-- statement (PL/pgSQL: its plan is kept for the session). In a transaction that already holds the
+-- lock (`fenced()`) it takes nothing more.
+CREATE FUNCTION cronwheel_fence(p integer, e bigint) RETURNS TABLE (id integer, epoch bigint)
+LANGUAGE plpgsql VOLATILE ROWS 1 AS $$
+BEGIN
+    RETURN QUERY SELECT f.id, f.epoch FROM partitions AS f WHERE f.id = p AND f.epoch = e FOR SHARE OF f;
+END
+$$;
+
 -- Delete the finished executions `ids` of partition p, if still finished and p is still at epoch
 -- e, and record per schedule what went (explain's "pruned by retention"): the one write of
 -- retention (with their logs, 0026). Answers how many rows went.
@@ -503,7 +516,7 @@ LANGUAGE sql VOLATILE AS $$
         DELETE FROM executions x
          WHERE x.id = ANY(ids) AND x.partition = p
            AND x.state IN ('succeeded', 'failed', 'dead', 'cancelled', 'skipped')
-           AND EXISTS (SELECT 1 FROM partitions WHERE id = p AND epoch = e)
+           AND EXISTS (SELECT 1 FROM cronwheel_fence(p, e))
            AND NOT (x.has_dependents AND EXISTS (
                    SELECT 1 FROM execution_deps d JOIN executions w ON w.id = d.execution_id
                     WHERE d.upstream_id = x.id AND w.state = 'waiting'))
@@ -530,6 +543,17 @@ LANGUAGE sql VOLATILE AS $$
         RETURNING 1
     )
     SELECT count(*) FROM gone
+$$;
+
+-- The fire guard (0027; storage/firing.py), applied by every statement that records a cron tick or moves a
+-- schedule's cursor (fire_ticks_fenced, fire_executions, advance_schedules): the schedule is still
+-- at the version the decision was loaded with, not paused or deleted, and its cursor
+-- (schedule_due.next_run_at) is still the tick the decision started from. One expression, IMMUTABLE:
+-- the planner inlines it, so the statements' plans are those of the spelled-out predicate.
+CREATE FUNCTION cronwheel_fire_guard(version bigint, loaded_version bigint, paused boolean, deleted_at timestamptz,
+                                     next_run_at timestamptz, from_tick timestamptz) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT version = loaded_version AND NOT paused AND deleted_at IS NULL AND next_run_at = from_tick
 $$;
 
 -- The preload window: a due time in (after, horizon] (after NULL: everything up to horizon). The

@@ -13,6 +13,7 @@ order.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import UTC, datetime
 
 import psycopg
@@ -29,9 +30,9 @@ pytestmark = pytest.mark.integration
 DEADLINE_S = 10.0
 
 
-async def waiting_on_a_lock(dsn: str) -> bool:
+async def waiting_on_a_lock(dsn: str, locktype: str = "advisory") -> bool:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
-        cur = await c.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'advisory'")
+        cur = await c.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = %s", (locktype,))
         row = await cur.fetchone()
     return bool(row and row[0])
 
@@ -65,3 +66,39 @@ async def test_a_tick_fired_while_the_run_ahead_completes_is_not_left_buffered(s
     assert (row["state"], row["state_reason"]) != ("scheduled", "buffered"), \
         "buffered behind a run that had ended, and nothing left to release it"
     assert row["state"] == "queued"
+
+
+@pytest.mark.parametrize("many", [True, False], ids=["completion batch", "one release"])
+async def test_a_release_passes_over_a_buffered_run_a_cancel_is_changing(store: PgStore, dsn: str,
+                                                                        many: bool) -> None:
+    """Both release paths (a completion batch's, and the one of a single completion, cancel or
+    reap) queue a schedule's oldest buffered run by one statement (issue 49: they had drifted, and
+    only the single one skipped a locked run). A cancel in flight holds the oldest buffered run:
+    the release neither waits for it nor, once the cancel commits, queues the cancelled run; it
+    releases the next one."""
+    sid = uuid.uuid4()
+    first = await insert_execution(store, partition=1, schedule_id=sid, scheduled_for=T0, run_at=T0,
+                                   state="scheduled", state_reason="buffered", trigger="cron")
+    second = await insert_execution(store, partition=1, schedule_id=sid, scheduled_for=T0 + MINUTE,
+                                    run_at=T0 + MINUTE, state="scheduled", state_reason="buffered", trigger="cron")
+    now = datetime.now(UTC)
+
+    async def release() -> list[str]:
+        async with store.transaction() as conn:
+            if many:
+                return await (await store.dispatch.release_buffered_many(conn, [sid], now)).result()
+            one = await release_buffered(conn, sid, now)
+            return [] if one is None else [one]
+
+    async with await psycopg.AsyncConnection.connect(dsn) as cancel:
+        await cancel.execute("UPDATE executions SET state = 'cancelled', state_reason = 'cancelled by test',"
+                             " finished_at = %s WHERE id = %s", (now, first))
+        released = asyncio.create_task(release())
+        deadline = asyncio.get_running_loop().time() + DEADLINE_S
+        while not released.done() and not await waiting_on_a_lock(dsn, "transactionid"):
+            assert asyncio.get_running_loop().time() < deadline, "the release neither ended nor waited"
+            await asyncio.sleep(0.01)
+        await cancel.commit()
+    assert await asyncio.wait_for(released, DEADLINE_S) == ["job"]
+    assert (await execution_row(store, first))["state"] == "cancelled", "the release queued a cancelled run"
+    assert (await execution_row(store, second))["state"] == "queued"

@@ -15,7 +15,8 @@ import pytest
 
 from cronwheel.clock import FakeClock
 from cronwheel.cluster.webhooks import payload
-from cronwheel.cluster.webhooks.sender import WebhookConfig, WebhookSender
+from cronwheel.cluster.webhooks.config import WebhookConfig
+from cronwheel.cluster.webhooks.sender import WebhookSender
 from cronwheel.egress import Answer
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Event

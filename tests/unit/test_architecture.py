@@ -62,10 +62,10 @@ LAYERS: dict[str, int] = {"cronwheel.wheel": 0, "cronwheel.cron": 0, "cronwheel.
 # client talks to the cluster through the gRPC contract only (users install it to call a node).
 ONLY: dict[str, set[str]] = {"cronwheel.client": {"cronwheel.v1"}}
 # Shared leaves: any layer, the console and chaos may import them; they import only each other.
-LEAVES = {"cronwheel", "cronwheel.clock", "cronwheel.dispatch_limits", "cronwheel.egress", "cronwheel.entropy",
-          "cronwheel.errors", "cronwheel.failpoints", "cronwheel.heap", "cronwheel.http_target", "cronwheel.jitter",
-          "cronwheel.logs",
-          "cronwheel.secret_store", "cronwheel.tracing"}
+LEAVES = {"cronwheel", "cronwheel.backoff", "cronwheel.clock", "cronwheel.dispatch_limits", "cronwheel.egress",
+          "cronwheel.entropy", "cronwheel.errors", "cronwheel.failpoints", "cronwheel.heap", "cronwheel.http_target",
+          "cronwheel.jitter", "cronwheel.limits", "cronwheel.logs", "cronwheel.secret_store", "cronwheel.times",
+          "cronwheel.token_format", "cronwheel.tracing"}
 # The dev tools (cronwheel/devtools/): real servers on loopback, `cronwheel dev`, the demo worker
 # and the process harness of the tests, bench and chaos. They may import anything; no product room
 # imports them but the CLI's server commands (`cronwheel dev`).
@@ -150,7 +150,7 @@ def raw_imports(text: str, path: str) -> tuple[tuple[int, str, tuple[str, ...]],
 
 def imports(path: str, text: str, known: frozenset[str]) -> list[tuple[int, str]]:
     """(line, module) of each import of a file; `from p import m` counts as `p.m` when that is a
-    module (so `from cronwheel.cli import api` is not `cronwheel.cli`), and as `p` otherwise."""
+    module (so `from cronwheel.cli.main import api` is not `cronwheel.cli`), and as `p` otherwise."""
     out: list[tuple[int, str]] = []
     for line, base, names in raw_imports(text, path):
         subs = [f"{base}.{n}" for n in names if f"{base}.{n}" in known]
@@ -403,10 +403,10 @@ PLANTED: list[Plant] = [
     ("layers", "client/planted.py", "from cronwheel.storage.store import PgStore"),
     ("layers", "client/planted.py", "from ..cluster.node import Node"),
     ("layers", "client/planted.py", "from .. import storage"),
-    ("layers", "client/planted.py", "from cronwheel.cli import api"),
+    ("layers", "client/planted.py", "from cronwheel.cli.main import api"),
     ("layers", "storage/planted.py", "from cronwheel.devtools.localservers import LocalPostgres"),
     ("layers", "storage/planted.py", "from cronwheel.console import app"),
-    ("layers", "cluster/planted.py", "from cronwheel.cli import main"),
+    ("layers", "cluster/planted.py", "from cronwheel.cli.main import main"),
     ("layers", "cronwheel/errors.py", "\nfrom cronwheel.storage import PgStore\n"),
     ("console", "cronwheel/console/planted.py", "from cronwheel.cluster.api import auth"),
     ("console", "cronwheel/console/planted.py", "from cronwheel.v1 import scheduler_pb2"),
@@ -424,7 +424,7 @@ PLANTED: list[Plant] = [
     ("chaos", "chaos/planted.py", "from cronwheel.v1 import scheduler_pb2"),
     ("chaos", "chaos/cluster.py", "\nfrom cronwheel.cluster.coordination.etcd import Etcd\n"),
     ("chaos", "chaos/checker_planted.py", "from cronwheel.client import Client"),
-    ("chaos", "chaos/model.py", "\nfrom cronwheel.cli import main\n"),
+    ("chaos", "chaos/model.py", "\nfrom cronwheel.cli.main import main\n"),
     ("chaos", "chaos/history.py", "\nfrom cronwheel.devtools.localservers import free_port\n"),
     ("devtools", "cluster/planted.py", "from cronwheel.devtools.localservers import LocalEtcd"),
     ("devtools", "storage/planted.py", "import cronwheel.devtools"),
@@ -484,7 +484,7 @@ ALLOWED: list[Plant] = [
     ("cli", "cronwheel/cli/planted.py", "from cronwheel.client import Client\nfrom cronwheel.cli.commands import "
                                         "exposure_refusal\nfrom cronwheel.errors import InvalidArgument"),
     ("cli", "cronwheel/cli/commands.py", "\nfrom cronwheel.storage import PgStore\n"),
-    ("chaos", "chaos/planted.py", "from cronwheel.client import Client\nfrom cronwheel.cli import main\n"
+    ("chaos", "chaos/planted.py", "from cronwheel.client import Client\nfrom cronwheel.cli.main import main\n"
                                   "from cronwheel.devtools.localservers import LocalEtcd\nimport psycopg\n"
                                   "from cronwheel.devtools.harness import ProcessCluster"),
     ("chaos", "chaos/checker_planted.py", "from chaos.history import History\nfrom cronwheel import jitter"),

@@ -86,3 +86,26 @@ def test_every_tenant_field_maps_to_a_flag_tenant_create_and_update_have() -> No
             flag = flag_for(path, "tenant")
             assert flag in create and flag in update, (path, flag)
     assert flag_for("tenant.id", "tenant") == "TENANT"
+
+
+def test_the_node_flags_defaults_are_read_from_the_configs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cronwheel node`'s firing and webhook flags take their defaults from FiringConfig and
+    WebhookConfig (one place): configs with other defaults move the flags' defaults with them."""
+    import dataclasses
+
+    from cronwheel.cli import commands
+    from cronwheel.cluster.firing import config as firing_config
+    from cronwheel.cluster.webhooks import config as webhook_config
+
+    fields = [("horizon_s", float, 240.0), ("misfire_grace_s", float, 7.5), ("extend_every_s", float, 45.0)]
+    firing = dataclasses.make_dataclass("Firing", fields, bases=(firing_config.FiringConfig,), frozen=True)
+    hooks = {"timeout_s": 11.5, "lease_s": 61.5, "max_attempts": 13, "backoff_initial_s": 9.5,
+             "backoff_max_s": 3601.5, "poll_s": 1.5, "per_tenant": 5}
+    webhooks = dataclasses.make_dataclass("Webhooks", [(k, type(v), v) for k, v in hooks.items()],
+                                          bases=(webhook_config.WebhookConfig,), frozen=True)
+    monkeypatch.setattr(firing_config, "FiringConfig", firing)
+    monkeypatch.setattr(webhook_config, "WebhookConfig", webhooks)
+    args = build_parser().parse_args(["node", "--etcd", "127.0.0.1:2379"])
+    assert (args.horizon, args.misfire_grace) == (240.0, 7.5)
+    got = commands._webhook_config(args)
+    assert {k: getattr(got, k) for k in hooks} == hooks

@@ -5,15 +5,17 @@ server's."""
 
 from __future__ import annotations
 
+import ast
 import os
 import threading
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from cluster.commands import runs, values
-from cronwheel import entropy
+from cronwheel import entropy, limits
 from cronwheel.client import InvalidArgument, JobSpec, ResourceExhausted
 from cronwheel.client import calls as k
 from cronwheel.client.calls import Context, submit_many
@@ -22,9 +24,20 @@ from cronwheel.clock import FakeClock
 CTX = Context(FakeClock(start_ts=1_800_000_000.0))
 
 
-def test_the_clients_limits_are_the_servers() -> None:
-    assert k.SUBMIT_MANY_JOBS == runs.MAX_SUBMIT_BATCH
-    assert (k.MAX_NAME, k.MAX_PAYLOAD_BYTES) == (values.MAX_NAME, values.MAX_PAYLOAD_BYTES)
+def test_the_clients_limits_are_the_servers_from_one_module() -> None:
+    """The client checks what the node checks, both reading cronwheel/limits.py: each limit is
+    assigned there and nowhere else in the product."""
+    assert (k.SUBMIT_MANY_JOBS, runs.MAX_SUBMIT_BATCH) == (limits.MAX_SUBMIT_BATCH, limits.MAX_SUBMIT_BATCH)
+    assert (k.MAX_NAME, k.MAX_PAYLOAD_BYTES) == (values.MAX_NAME, values.MAX_PAYLOAD_BYTES) \
+        == (limits.MAX_NAME, limits.MAX_PAYLOAD_BYTES)
+    names = {"MAX_NAME", "MAX_PAYLOAD_BYTES", "MAX_SUBMIT_BATCH"}
+    root = Path(__file__).resolve().parents[2]
+    assigned = sorted(
+        f"{path.relative_to(root)}: {node.targets[0].id}"  # type: ignore[attr-defined]
+        for folder in ("client", "cluster", "storage", "cronwheel") for path in (root / folder).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id in names)
+    assert assigned == [f"cronwheel/limits.py: {n}" for n in sorted(names)], assigned
 
 
 def test_a_long_list_is_split_at_10000_jobs_per_call_in_order() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from cronwheel.cluster.webhooks import payload, subscriptions
-from cronwheel.cluster.webhooks.sender import WebhookConfig
+from cronwheel.cluster.webhooks.config import WebhookConfig
 from cronwheel.egress import EgressPolicy
 from cronwheel.errors import InvalidArgument
 from cronwheel.v1.webhook_signature import signature_header, verify

@@ -303,23 +303,6 @@ SELECT fencing_token, lease_owner, state, result, error, type FROM executions
 -- A schedule's dead man's switch is fed by its runs' successes.
 UPDATE schedules SET last_success_at = %(now)s, success_alert_at = NULL WHERE id = %(schedule_id)s;
 
--- name: release_buffered
--- Overlap buffer_*: the run ahead finished, queue the oldest buffered run of the schedule and,
--- if there was one, wake the dispatchers (payload 'buffered', delivered at commit), as
--- `release_buffered_many` does. Its job type comes back for the state counters
--- (storage/api.py release_buffered).
-WITH released AS (
-    UPDATE executions
-       SET state = 'queued', state_reason = NULL, queued_at = %(now)s
-     WHERE id = (SELECT id FROM executions
-                  WHERE schedule_id = %(schedule_id)s AND state = 'scheduled' AND state_reason = 'buffered'
-                  ORDER BY scheduled_for LIMIT 1 FOR UPDATE SKIP LOCKED)
-    RETURNING type
-), woke AS MATERIALIZED (
-    SELECT pg_notify('cronwheel_queued', 'buffered') FROM released
-)
-SELECT type, (SELECT count(*) FROM woke) AS woke FROM released;
-
 -- name: queue_depths
 -- Queued executions due now per priority and the oldest run_at among them (metrics and
 -- ClusterStatus): what waits for a worker, not the runs queued ahead of their run_at (a delayed
@@ -363,7 +346,7 @@ SELECT e.id, CASE WHEN e.lease_expires < %(now)s THEN 'expired' ELSE 'timed_out'
   FROM executions e
  WHERE e.partition = %(partition)s AND e.state = 'running'
    AND cronwheel_run_overdue(e.state, e.lease_expires, e.timeout_s, e.started_at, %(now)s)
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+   AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
  ORDER BY e.lease_expires
  LIMIT %(limit)s
    FOR UPDATE OF e SKIP LOCKED;
@@ -379,7 +362,7 @@ UPDATE executions
        queued_at = coalesce(%(queued_at)s, queued_at),
        finished_at = %(finished_at)s
  WHERE id = %(id)s AND partition = %(partition)s AND state = 'running'
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+   AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
 RETURNING id, state, schedule_id, tenant, priority, type;
 
 -- name: requeue_retries
@@ -388,7 +371,7 @@ UPDATE executions
    SET state = 'queued', queued_at = %(now)s
  WHERE partition = %(partition)s AND state = 'retry_scheduled'
    AND cronwheel_retry_due(state, run_at, %(now)s)
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+   AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
 RETURNING id, priority, type;
 
 -- name: finished_outcome
@@ -404,7 +387,7 @@ UPDATE schedules
  WHERE partition = %(partition)s AND alert_if_no_success_within_s IS NOT NULL
    AND cronwheel_success_overdue(alert_if_no_success_within_s, success_alert_at, deleted_at, paused,
                                  last_success_at, created_at, %(now)s)
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+   AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
 RETURNING id, tenant, last_success_at, alert_if_no_success_within_s;
 
 -- name: overdue_success_alerts
@@ -459,14 +442,19 @@ SELECT id, schedule_id, (SELECT count(*) FROM fed) AS fed, type, tenant FROM don
 -- buffered run, and wake the dispatchers (as `notify_queued` with payload 'buffered',
 -- delivered at commit; one notification however many runs) if there was one: in the statement,
 -- so the caller need not read its result before it commits. Answers the job type of each run
--- released (the state counters), which the caller reads once committed.
+-- released (the state counters), which the caller reads once committed. The one release
+-- statement: storage/api.py `release_buffered` runs it for one schedule. Each schedule's oldest
+-- buffered run is locked FOR UPDATE SKIP LOCKED: one a cancel is changing right now is passed
+-- over. Waiting for it instead, the UPDATE (which rechecks only `id IN (...)` on the row's latest
+-- version) queued the run the cancel had just cancelled.
 WITH released AS (
     UPDATE executions
        SET state = 'queued', state_reason = NULL, queued_at = %(now)s
-     WHERE id IN (SELECT DISTINCT ON (schedule_id) id FROM executions
-                   WHERE schedule_id = ANY(%(schedule_ids)s::uuid[]) AND state = 'scheduled'
-                     AND state_reason = 'buffered'
-                   ORDER BY schedule_id, scheduled_for)
+     WHERE id IN (SELECT b.id FROM unnest(%(schedule_ids)s::uuid[]) AS s(schedule_id)
+                   CROSS JOIN LATERAL (
+                        SELECT e.id FROM executions e
+                         WHERE e.schedule_id = s.schedule_id AND e.state = 'scheduled' AND e.state_reason = 'buffered'
+                         ORDER BY e.scheduled_for LIMIT 1 FOR UPDATE SKIP LOCKED) AS b)
     RETURNING type
 ), woke AS MATERIALIZED (
     SELECT pg_notify('cronwheel_queued', 'buffered') FROM (SELECT 1 FROM released LIMIT 1) r

@@ -10,5 +10,5 @@ RETURNING id, at;
 INSERT INTO events (tenant, kind, schedule_id, execution_id, partition, actor, alert, data)
 SELECT %(tenant)s, %(kind)s, %(schedule_id)s, %(execution_id)s, %(partition)s, %(actor)s,
        %(alert)s, %(data)s
- WHERE EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+ WHERE EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
 RETURNING id, at;

@@ -32,7 +32,7 @@ SELECT id, run_at FROM executions
 -- Transaction-scoped advisory locks, one per schedule (by hash, in hash order so two transactions
 -- never wait on each other in a cycle): serialise a buffer_* fire's count of the schedule's
 -- unfinished runs (`active_counts`) with the end of a run and its release of the buffered one
--- (`release_buffered`, `release_buffered_many`). Run in its own statement before the count or the
+-- (`release_buffered_many`, storage/api.py `release_buffered`). Run in its own statement before the count or the
 -- release, so that their snapshot is taken after the lock (READ COMMITTED): either the end commits
 -- first and the fire counts the run as ended, or the fire's buffered row commits first and the
 -- release queues it. Unserialised, a buffered row could commit just after the only release that
@@ -48,7 +48,7 @@ SELECT schedule_id,
   FROM executions
  WHERE partition = %(partition)s AND schedule_id = ANY(%(ids)s::uuid[])
    AND state IN ('queued', 'running', 'retry_scheduled', 'scheduled')
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+   AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
  GROUP BY schedule_id;
 
 -- name: replace_active
@@ -62,12 +62,32 @@ UPDATE executions
        cancel_requested = true
  WHERE partition = %(partition)s AND schedule_id = ANY(%(ids)s::uuid[])
    AND state IN ('queued', 'running', 'retry_scheduled')
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+   AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
 RETURNING state, type;
+
+-- fragment: daily_quota_over
+-- The daily quota of the fire statements (fire_executions, fire_ticks_fenced), written once: of the
+-- statement's `quota_in (id, tenant, tick)` (the rows that would run), those past their tenant's
+-- max_executions_per_day (cronwheel_daily_room at the statement's `now`; a tenant's rows counted in
+-- tick order) as `over (id, reason)`, recorded skipped with `reason`. Empty without quotas: the
+-- room is never computed then (it cost 40 ms a statement). A fragment, not a function: a function
+-- would take the rows as arrays built for every statement, quotas or not.
+quota_tenants AS MATERIALIZED (  -- the few tenants with a quota that have ticks here; NULL: none
+    SELECT array_agg(t.id) AS ids FROM tenants t
+     WHERE t.max_executions_per_day IS NOT NULL AND EXISTS (SELECT 1 FROM quota_in a WHERE a.tenant = t.id)
+), over AS MATERIALIZED (
+    SELECT r.id, 'quota: max_executions_per_day ' || r.quota || ' used up (UTC day)' AS reason FROM (
+        SELECT c.id, q.quota, q.room, row_number() OVER (PARTITION BY c.tenant ORDER BY c.tick, c.id) AS k
+          FROM quota_tenants qt  -- no quota tenant: the room is never computed
+         CROSS JOIN LATERAL cronwheel_daily_room(qt.ids, coalesce(%(now)s::timestamptz, now())) AS q
+          JOIN quota_in AS c ON c.tenant = q.tenant
+         WHERE qt.ids IS NOT NULL) AS r
+     WHERE r.k > r.room
+)
 
 -- name: fire_executions
 -- Fenced: insert the executions (or skip records) of fired cron ticks, each only while its
--- schedule passes the fire guard (the same three predicates as `advance_schedules` and
+-- schedule passes the fire guard (cronwheel_fire_guard, as `advance_schedules` and
 -- `fire_ticks_fenced`: still at the version it was loaded with, not paused or deleted, and its
 -- cursor `next_run_at` still at the tick this decision was made from); a tick already fired is
 -- left alone. `fired_at` is the database's commit-time evidence (clock_timestamp(), not the
@@ -75,7 +95,7 @@ RETURNING state, type;
 -- Daily quota: a tick that would run (queued, or scheduled: buffered / replacing) of a tenant
 -- whose max_executions_per_day is used up (cronwheel_daily_room, ticks of one tenant counted in
 -- tick order) is recorded as skipped with state_reason 'quota: max_executions_per_day ...' (the
--- same rule as fire_ticks_fenced).
+-- fragment daily_quota_over, fire_ticks_fenced's too).
 WITH g AS (  -- the schedule row share-locked, as in fire_ticks_fenced (`live`): its payload is inserted
     SELECT v.*, s.tenant, s.job_type, s.payload, s.partition, s.priority, s.max_attempts, s.retry_initial_s,
            s.retry_multiplier, s.retry_max_s, s.timeout_s, s.queue, s.required_capabilities
@@ -85,21 +105,13 @@ WITH g AS (  -- the schedule row share-locked, as in fire_ticks_fenced (`live`):
            AS v(id, schedule_id, scheduled_for, run_at, state, state_reason, trigger, version, cursor)
       JOIN schedules AS s ON s.id = v.schedule_id AND s.partition = %(partition)s
       JOIN schedule_due AS d ON d.schedule_id = v.schedule_id
-     WHERE s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = v.cursor
-       AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+     WHERE cronwheel_fire_guard(s.version, v.version, s.paused, s.deleted_at, d.next_run_at, v.cursor)
+       AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
        FOR KEY SHARE OF s
-), quota_tenants AS MATERIALIZED (  -- the few tenants with a quota that have ticks here; NULL: none
-    SELECT array_agg(t.id) AS ids FROM tenants t
-     WHERE t.max_executions_per_day IS NOT NULL AND EXISTS (SELECT 1 FROM g a WHERE a.tenant = t.id)
-), over AS MATERIALIZED (
-    SELECT r.id, r.quota FROM (
-        SELECT g.id, q.quota, q.room, row_number() OVER (PARTITION BY g.tenant ORDER BY g.scheduled_for, g.id) AS k
-          FROM quota_tenants qt  -- no quota tenant: the room is never computed
-         CROSS JOIN LATERAL cronwheel_daily_room(qt.ids, coalesce(%(now)s::timestamptz, now())) AS q
-          JOIN g ON g.tenant = q.tenant
-         WHERE qt.ids IS NOT NULL AND g.state <> 'skipped') AS r
-     WHERE r.k > r.room
-)
+), quota_in AS NOT MATERIALIZED (  -- what the daily quota counts: the ticks that would run
+    SELECT g.id, g.tenant, g.scheduled_for AS tick FROM g WHERE g.state <> 'skipped'
+),
+-- include: daily_quota_over
 INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                         priority, state, state_reason, trigger, max_attempts, retry_initial_s,
                         retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at,
@@ -107,7 +119,7 @@ INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, sched
 SELECT g.id, g.schedule_id, g.tenant, g.job_type, g.payload, g.partition, g.scheduled_for, g.run_at,
        g.priority, CASE WHEN o.id IS NULL THEN g.state ELSE 'skipped' END,
        CASE WHEN o.id IS NULL THEN g.state_reason
-            ELSE 'quota: max_executions_per_day ' || o.quota || ' used up (UTC day)' END,
+            ELSE o.reason END,
        g.trigger, g.max_attempts, g.retry_initial_s,
        g.retry_multiplier, g.retry_max_s, g.timeout_s, %(epoch)s, clock_timestamp(),
        CASE WHEN g.state = 'queued' AND o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END,
@@ -126,16 +138,14 @@ SELECT pg_notify('cronwheel_queued', %(payload)s);
 -- partitions (storage/firing.py fire_plain_many). A tick advances its schedule if the fire guard
 -- passes (version as loaded, not paused or deleted, cursor AT this tick) and gets its execution;
 -- a one-off still `scheduled` is queued (the one statement that does so). Each row joins ITS
--- partition's `fence` row, share-locked while it carries the caller's epoch: a stale partition
--- writes nothing. Answer per fenced partition: advanced, entered [state, type, count]..., queued
+-- partition's `fence` row (cronwheel_fence: share-locked while it carries the caller's epoch): a
+-- stale partition writes nothing. Answer per fenced partition: advanced, entered [state, type, count]..., queued
 -- one-offs [id, schedule_id, scheduled_for, run_at (Unix us), state, priority, type, tenant]....
 -- Quota-skipped ticks: see fire_executions. Keep this under 1 KB: pg_stat_activity cuts there.
 WITH fence AS (
     SELECT p.id, p.epoch
-      FROM partitions AS p
-      JOIN unnest(%(partitions)s::integer[], %(epochs)s::bigint[]) AS f(id, epoch)
-        ON p.id = f.id AND p.epoch = f.epoch
-       FOR SHARE OF p
+      FROM unnest(%(partitions)s::integer[], %(epochs)s::bigint[]) AS f(id, epoch)
+     CROSS JOIN LATERAL cronwheel_fence(f.id, f.epoch) AS p
 ), v AS (
     SELECT * FROM unnest(%(tick_partitions)s::integer[], %(schedule_ids)s::uuid[], %(ticks)s::float8[],
                          %(run_ats)s::float8[], %(nexts)s::float8[], %(versions)s::bigint[])
@@ -148,7 +158,7 @@ WITH fence AS (
            s.retry_multiplier, s.retry_max_s, s.timeout_s, s.queue, s.required_capabilities, v.tick, v.run_at, v.next_ts, v.partition, fence.epoch
       FROM v JOIN fence ON fence.id = v.partition JOIN schedules AS s ON s.id = v.schedule_id
       JOIN schedule_due AS d ON d.schedule_id = v.schedule_id AND d.partition = v.partition
-     WHERE s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = to_timestamp(v.tick)
+     WHERE cronwheel_fire_guard(s.version, v.version, s.paused, s.deleted_at, d.next_run_at, to_timestamp(v.tick))
        FOR KEY SHARE OF s
 ), adv AS (  -- the cursor's compare-and-set, rechecked on the due row's latest version
     UPDATE schedule_due AS d
@@ -156,19 +166,11 @@ WITH fence AS (
       FROM live
      WHERE d.schedule_id = live.id AND d.partition = live.partition AND d.next_run_at = to_timestamp(live.tick)
     RETURNING live.*
-), quota_tenants AS MATERIALIZED (  -- the few tenants with a quota that have ticks here; NULL: none
-    SELECT array_agg(t.id) AS ids FROM tenants t
-     WHERE t.max_executions_per_day IS NOT NULL AND EXISTS (SELECT 1 FROM adv a WHERE a.tenant = t.id)
-), over AS MATERIALIZED (  -- past a daily quota: recorded skipped (fire_executions's rule; empty without quotas)
-    SELECT r.id, r.quota FROM (
-        SELECT adv.id, q.quota, q.room, row_number() OVER (PARTITION BY adv.tenant ORDER BY adv.tick, adv.id) AS k
-          FROM quota_tenants qt  -- no quota tenant: the room is never computed (it cost 40 ms a statement)
-         CROSS JOIN LATERAL cronwheel_daily_room(qt.ids, coalesce(%(now)s::timestamptz, now())) AS q
-          JOIN adv ON adv.tenant = q.tenant
-         WHERE qt.ids IS NOT NULL
-    ) AS r
-     WHERE r.k > r.room
-), ins AS (
+), quota_in AS NOT MATERIALIZED (  -- what the daily quota counts (daily_quota_over): every advanced tick
+    SELECT adv.id, adv.tenant, adv.tick FROM adv
+),
+-- include: daily_quota_over
+, ins AS (
     INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at,
                             priority, state, state_reason, trigger, max_attempts, retry_initial_s,
                             retry_multiplier, retry_max_s, timeout_s, fired_epoch, fired_at, queued_at,
@@ -176,7 +178,7 @@ WITH fence AS (
     SELECT cronwheel_uuid7(), adv.id, adv.tenant, adv.job_type, adv.payload, adv.partition,
            to_timestamp(adv.tick), to_timestamp(adv.run_at), adv.priority,
            CASE WHEN o.id IS NULL THEN 'queued' ELSE 'skipped' END,
-           CASE WHEN o.id IS NOT NULL THEN 'quota: max_executions_per_day ' || o.quota || ' used up (UTC day)' END,
+           o.reason,
            'cron', adv.max_attempts, adv.retry_initial_s, adv.retry_multiplier, adv.retry_max_s, adv.timeout_s,
            adv.epoch, clock_timestamp(), CASE WHEN o.id IS NULL THEN coalesce(%(now)s::timestamptz, now()) END,
            adv.queue, adv.required_capabilities

@@ -6,7 +6,7 @@ ON CONFLICT (id) DO NOTHING;
 
 -- name: record_epoch
 -- Take the fencing record for a partition: succeeds only with a strictly greater epoch.
--- Conflicts with check_fence's FOR SHARE lock, so it waits for in-flight fenced writes.
+-- Conflicts with the fence's FOR SHARE lock (cronwheel_fence), so it waits for in-flight fenced writes.
 UPDATE partitions
    SET epoch = %(epoch)s, owner = %(owner)s, acquired_at = now()
  WHERE id = %(partition)s AND epoch < %(epoch)s
@@ -14,10 +14,8 @@ RETURNING id, epoch;
 
 -- name: check_fence
 -- First statement of every fenced transaction: lock the partition row in share mode and
--- return it only while it still carries our epoch. Held until commit.
-SELECT epoch FROM partitions
- WHERE id = %(partition)s AND epoch = %(epoch)s
-   FOR SHARE;
+-- return it only while it still carries our epoch (cronwheel_fence). Held until commit.
+SELECT epoch FROM cronwheel_fence(%(partition)s, %(epoch)s);
 
 -- name: current_epoch
 -- The epoch and owner recorded for a partition (diagnostics and StaleEpoch messages).

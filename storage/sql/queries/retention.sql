@@ -35,7 +35,7 @@ SELECT w.partition, k.keep_last, a.age
 -- delete the ones older than their own window: the schedule's keep_*_for_s, else the job type's,
 -- else the cluster default (NULL: kept forever by time): those are `doomed`.
 WITH fence AS MATERIALIZED (
-    SELECT id FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s FOR SHARE
+    SELECT id FROM cronwheel_fence(%(partition)s, %(epoch)s)
 ), horizon AS (
     SELECT cronwheel_prune_horizon(%(partition)s, %(now)s, %(shortest_s)s::float8) AS before
 ), scanned AS (
@@ -80,7 +80,7 @@ SELECT f.fenced, (SELECT count(*) FROM scanned) AS scanned,
 -- (by id, after a cursor), delete their finished executions beyond the newest keep_last (by
 -- tick), at most `limit` rows: `doomed`.
 WITH fence AS MATERIALIZED (
-    SELECT id FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s FOR SHARE
+    SELECT id FROM cronwheel_fence(%(partition)s, %(epoch)s)
 ), keeping AS (
     SELECT id, keep_last FROM schedules
      WHERE partition = %(partition)s AND keep_last IS NOT NULL

@@ -41,7 +41,7 @@ SELECT s.id, s.cron, s.timezone, s.dst_gap, s.dst_repeated, d.next_run_at, d.las
 
 -- name: advance_schedules
 -- Fenced: move fired cron schedules to their next tick, in the fire transaction, each only while
--- it passes the fire guard (same predicates as `fire_executions`): a schedule updated, paused or
+-- it passes the fire guard (cronwheel_fire_guard, as `fire_executions`): a schedule updated, paused or
 -- deleted since it was loaded is left to its new definition, and the cursor is a compare-and-set
 -- (`next_run_at` must still be the tick the decision was made from), so no advance skips a tick
 -- it did not record.
@@ -52,8 +52,8 @@ UPDATE schedule_due AS d
        AS v(id, next_run_at, last_scheduled_for, version, cursor)
   JOIN schedules AS s ON s.id = v.id
  WHERE d.schedule_id = v.id AND d.partition = %(partition)s
-   AND s.version = v.version AND NOT s.paused AND s.deleted_at IS NULL AND d.next_run_at = v.cursor
-   AND EXISTS (SELECT 1 FROM partitions WHERE id = %(partition)s AND epoch = %(epoch)s)
+   AND cronwheel_fire_guard(s.version, v.version, s.paused, s.deleted_at, d.next_run_at, v.cursor)
+   AND EXISTS (SELECT 1 FROM cronwheel_fence(%(partition)s, %(epoch)s))
 RETURNING d.schedule_id;
 
 -- name: notify_due
