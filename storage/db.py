@@ -23,7 +23,7 @@ from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
-from cronwheel.errors import StaleEpoch, Unavailable
+from cronwheel.errors import Internal, StaleEpoch, Unavailable
 from cronwheel.secret_store import SecretStore
 from cronwheel.storage.errors import commit_error, map_error
 from cronwheel.storage.queries import q
@@ -370,12 +370,24 @@ class Database:
 
     @asynccontextmanager
     async def fenced(self, partition: int, epoch: int) -> AsyncIterator[AsyncConnection[Any]]:
-        """A transaction that may write for `partition` only while it still has `epoch`."""
-        async with self.transaction() as conn:
-            cur = await conn.execute(q("check_fence"), {"partition": partition, "epoch": epoch})
-            if await cur.fetchone() is None:
-                raise await stale_epoch(conn, partition, epoch)
-            yield conn
+        """A transaction that may write for `partition` only while it still has `epoch`.
+
+        A COMMIT the server refuses once the body ran (an error raised at commit, e.g. by a
+        deferred trigger: the chaos failpoint refuse-commits) wrote nothing, so it is Unavailable:
+        the caller retries as when the database is away, and the fence keeps the retry safe. As
+        Internal, it ended the firer's task group and so the node (chaos seed 3, stop 48)."""
+        ran = False
+        try:
+            async with self.transaction() as conn:
+                cur = await conn.execute(q("check_fence"), {"partition": partition, "epoch": epoch})
+                if await cur.fetchone() is None:
+                    raise await stale_epoch(conn, partition, epoch)
+                yield conn
+                ran = True
+        except Internal as exc:
+            if not ran:
+                raise
+            raise Unavailable("postgres", f"COMMIT refused: {exc}") from exc
 
     async def at_current_epoch(self, conn: AsyncConnection[Any], partition: int) -> int:
         """See the module function `at_current_epoch`."""

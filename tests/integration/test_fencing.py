@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cronwheel.errors import StaleEpoch
+from cronwheel.errors import Internal, StaleEpoch, Unavailable
 from cronwheel.storage import FireBatchParams, PgStore, PlainTicks, StoreConfig, Tick
 from cronwheel.storage.queries import all_queries, q
 from tests.e2e.helpers import wait_until_async
@@ -363,3 +363,30 @@ async def test_a_due_oneoff_is_found_by_its_id_however_many_jobs_its_partition_h
         cur = await conn.execute("EXPLAIN (FORMAT JSON) " + query, params)  # type: ignore[arg-type]
         plan = str((await cur.fetchone())[0])  # type: ignore[index]
     assert "executions_due" not in plan and "executions_pkey" in plan
+
+
+async def test_a_fenced_write_whose_commit_is_refused_is_unavailable_not_internal(store: PgStore) -> None:
+    """A COMMIT refused after the body ran wrote nothing: Unavailable (the firer retries the
+    batch), not Internal (which ended the firer's task group, and the node: chaos seed 3, stop
+    48, under the refuse-commits failpoint). An error in the body stays what it was."""
+    sid = await make_schedule(store, 5)
+    assert await store.partitions.record_epoch(5, 10, "node-a")
+    async with store.connection() as conn:
+        await conn.execute("CREATE OR REPLACE FUNCTION test_refuse_commit() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                           "BEGIN RAISE EXCEPTION 'commit refused (test)'; END $$")
+        await conn.execute("CREATE CONSTRAINT TRIGGER test_refuse_commit AFTER UPDATE ON schedules "
+                           "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_refuse_commit()")
+    try:
+        with pytest.raises(Unavailable, match="COMMIT refused"):
+            async with store.fenced(5, 10) as conn:
+                await conn.execute("UPDATE schedules SET name = name || '-x' WHERE id = %s", (sid,))
+        async with store.connection() as conn:
+            cur = await conn.execute("SELECT name FROM schedules WHERE id = %s", (sid,))
+            assert await cur.fetchone() == (f"s-{sid}",), "the refused transaction wrote nothing"
+        with pytest.raises(Internal):  # an error of the body itself is not a refused COMMIT
+            async with store.fenced(5, 10) as conn:
+                await conn.execute("SELECT 1 / 0")
+    finally:
+        async with store.connection() as conn:
+            await conn.execute("DROP TRIGGER IF EXISTS test_refuse_commit ON schedules")
+            await conn.execute("DROP FUNCTION IF EXISTS test_refuse_commit()")
