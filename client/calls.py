@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 from google.protobuf.field_mask_pb2 import FieldMask
 
 from cronwheel.clock import Clock
+from cronwheel.dispatch_limits import DEFAULT_LOG_PAGE, MAX_LOG_PAGE
 from cronwheel.entropy import random_bytes
 from cronwheel.limits import MAX_NAME, MAX_PAYLOAD_BYTES, MAX_SUBMIT_BATCH
 from cronwheel.v1 import admin_pb2, scheduler_pb2
@@ -625,17 +626,14 @@ def get_execution(ctx: Context, execution_id: str) -> Call[t.Execution]:
                 lambda r: c.execution(r.execution), safe=True)
 
 
-LOG_PAGE = 1000
-
-
 def logs_page(ctx: Context, execution_id: str, *, attempt: int | None = None, after: tuple[int, int] = (0, 0),
-              page_size: int = LOG_PAGE) -> Call[t.LogPage]:
+              page_size: int = DEFAULT_LOG_PAGE) -> Call[t.LogPage]:
     """A page of an execution's log lines after `after` (attempt, seq), in order; `attempt`: only
     that attempt's. The page's `final` says the execution is final (read before the lines)."""
     if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1):
         raise c.BadValue("attempt", f"expected an int >= 1, got {attempt!r}")
-    if not 1 <= page_size <= 5000:
-        raise c.BadValue("page_size", f"expected 1..5000, got {page_size}")
+    if not 1 <= page_size <= MAX_LOG_PAGE:
+        raise c.BadValue("page_size", f"expected 1..{MAX_LOG_PAGE}, got {page_size}")
     req = S.GetExecutionLogsRequest(execution_id=execution_id, attempt=attempt or 0, after_attempt=after[0],
                                     after_seq=after[1], page_size=page_size)
     return Call(SCHEDULER, "GetExecutionLogs", req, c.log_page, safe=True)

@@ -49,3 +49,7 @@ MAX_LOG_LINES = 10_000
 MAX_LOG_CALL_BYTES = 2 * 1024 * 1024
 MAX_LOG_LEVEL_CHARS = 16
 MAX_LOG_LOGGER_CHARS = 200
+# GetExecutionLogs pages (the node's check, cluster/commands/logs.py, and the Client's, client/calls.py):
+# page_size 0 means DEFAULT_LOG_PAGE lines, at most MAX_LOG_PAGE.
+DEFAULT_LOG_PAGE = 1000
+MAX_LOG_PAGE = 5000

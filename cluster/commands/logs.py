@@ -14,14 +14,12 @@ from dataclasses import dataclass
 
 from cronwheel.cluster.commands.runs import get_execution
 from cronwheel.cluster.dispatch.policy import TERMINAL_STATES
-from cronwheel.dispatch_limits import ANSWER_ROWS_BYTES
+from cronwheel.dispatch_limits import ANSWER_ROWS_BYTES, DEFAULT_LOG_PAGE, MAX_LOG_PAGE
 from cronwheel.errors import InvalidArgument
 from cronwheel.storage import PgStore
 from cronwheel.storage.logs import LogLine, LogPageParams
 
 FINAL_STATES = TERMINAL_STATES | {"skipped"}  # a skipped record never ran: final too
-DEFAULT_LOG_PAGE = 1000
-MAX_LOG_PAGE = 5000
 
 
 @dataclass(frozen=True, slots=True)
