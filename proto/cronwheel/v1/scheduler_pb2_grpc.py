@@ -328,9 +328,10 @@ class SchedulerServiceServicer:
         """Returns an execution's log lines after a cursor, in order (attempt, then seq): what its
         handler logged, per attempt, as the worker shipped it (within about 250 ms of a line while
         the handler runs). To follow a running execution, call again with the last line's
-        (attempt, seq) as the cursor until `final` is true and a call returns fewer than page_size
-        lines: a final execution's lines are all stored (the SDK ships an attempt's last lines before
-        reporting it). Lines are pruned with their execution by retention.
+        (attempt, seq) as the cursor until `final` is true and `more` is false (a page cut at 3 MiB
+        of text holds fewer than page_size lines with more stored): a final execution's lines are all
+        stored (the SDK ships an attempt's last lines before reporting it). Lines are pruned with
+        their execution by retention.
         Errors: INVALID_ARGUMENT (execution_id not a UUID, attempt < 0, page_size out of
         0..5000, a negative cursor); NOT_FOUND.
         """
