@@ -270,30 +270,27 @@ class Metrics:
                 log.info("metrics refresh skipped", extra={"event": "metrics_skipped", "error": str(exc)})
             await clock.sleep(refresh_s)
 
-    def refresh_scaling(self, signals: Iterable[ScalingSignal], now: datetime) -> None:
+    async def refresh_db(self, port: DispatchPort, now: datetime, scaling: LogsPort) -> None:
+        """The gauges read from the database, as of `now` (node time). The ready runs per priority
+        (cronwheel_queue_depth, and the live `queued` count) are the scaling signals' sums: one
+        read of the queued runs per refresh, not one for each set of gauges."""
+        signals = await scaling.scaling_signals(now)
+        depth = dict.fromkeys(PRIORITIES, 0)
+        for sig in signals:
+            depth[sig.priority] = depth.get(sig.priority, 0) + sig.ready
+        for p, n in depth.items():
+            self.queue_depth.labels(p).set(n)
+        for state, n in (await port.executions_by_state()).items():
+            self.by_state.labels(state).set(n)
+        self.by_state.labels("queued").set(sum(depth.values()))  # counted once, by scaling_signals
+        self.stuck.set(await port.stuck_executions(STUCK_GRACE_S, now))
         values = scaling_values(signals, now, self.queue_label, self._scaling_shown)
         for key, (ready, age, running) in values.items():
             self.queue_ready.labels(*key).set(ready)
             self.queue_oldest_age.labels(*key).set(age)
             self.queue_running.labels(*key).set(running)
         self._scaling_shown.update(values)
-
-    async def refresh_db(self, port: DispatchPort, now: datetime, scaling: LogsPort | None = None) -> None:
-        """The gauges read from the database, as of `now` (node time); `scaling`: the scaling
-        signals' port (storage/logs.py) too."""
-        depth = dict.fromkeys(PRIORITIES, 0)
-        for d in await port.queue_depths():
-            depth[d.priority] = d.queued
-        for p, n in depth.items():
-            self.queue_depth.labels(p).set(n)
-        for state, n in (await port.executions_by_state()).items():
-            self.by_state.labels(state).set(n)
-        self.by_state.labels("queued").set(sum(depth.values()))  # counted once, by queue_depths
-        self.stuck.set(await port.stuck_executions(STUCK_GRACE_S, now))
-        if scaling is not None:
-            self.refresh_scaling(await scaling.scaling_signals(now), now)
         self.success_alerts.set(await port.overdue_success_alerts())
-
 
 def _split(method: str) -> tuple[str, str]:
     """'/pkg.Service/Method' -> ('pkg.Service', 'Method')."""

@@ -78,10 +78,11 @@ async def test_queue_depths_give_count_and_oldest_run_at_per_priority(store: PgS
     depths = {d.priority: (d.queued, d.oldest_run_at) for d in await store.dispatch.queue_depths()}
     assert depths == {"bulk": (2, T0), "critical": (1, T0 + timedelta(seconds=9))}
     m = Metrics()
-    await m.refresh_db(store.dispatch, T0)
+    await m.refresh_db(store.dispatch, T0 + timedelta(seconds=9), store.logs)  # every one's run_at come
     assert m.registry.get_sample_value("cronwheel_queue_depth", {"priority": "bulk"}) == 2
     assert m.registry.get_sample_value("cronwheel_queue_depth", {"priority": "default"}) == 0
     assert m.registry.get_sample_value("cronwheel_executions", {"state": "queued"}) == 3
+    assert m.registry.get_sample_value("cronwheel_queue_ready", {"queue": "default", "priority": "bulk"}) == 2
 
 
 async def test_history_retention_counts_days_back_from_the_node_clock(store: PgStore) -> None:
