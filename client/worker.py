@@ -582,9 +582,9 @@ class Worker:
         # Given up only once the lease has lapsed a full lease ago: the reaper has requeued it.
         report = Report(run.ctx.execution_id, run.ctx.fencing_token, v,
                         give_up_at=run.lease_until + self.lease_s, trace_context=trace_context)
-        if attempt_log is None or not attempt_log.written:
+        if attempt_log is None:
             self.reporter.submit(report)
-        else:  # its last lines first: a reader that sees the run final has all of them
+        else:  # its last lines first (at once if it wrote none): a reader that sees the run final has all
             self.logs.close(attempt_log, lambda: self.reporter.submit(report))
 
     # ------------------------------------------------------------------ heartbeats, checkpoints
