@@ -179,6 +179,29 @@ async def test_a_refused_attempt_is_dropped_and_its_report_released() -> None:
         task.cancel()
 
 
+async def test_an_attempt_refused_while_its_handler_runs_keeps_no_later_line() -> None:
+    # The refusal, not the close, stops it: the attempt is still open when the node refuses it.
+    clock = FakeClock()
+    stub = Stub(refuse=frozenset({"gone"}))
+    ship = shipper(stub, clock)
+    task = asyncio.create_task(ship.run())
+    try:
+        a = ship.attempt("gone", 3)
+        a.write("INFO", "", "x")
+        await clock.until_asleep()  # gathering for batch_s
+        clock.advance(0.1)
+        await asyncio.wait_for(stub.called.wait(), 2)
+        for _ in range(20):
+            if a.dead:
+                break
+            await asyncio.sleep(0)
+        assert a.dead and not a.closed and ship.refused == 1
+        a.write("INFO", "", "after")
+        assert not a.unsent and not a.tail
+    finally:
+        task.cancel()
+
+
 def test_an_attempt_that_wrote_nothing_releases_its_report_at_once() -> None:
     clock = FakeClock()
     ship = shipper(Stub(), clock)
