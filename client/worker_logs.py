@@ -109,12 +109,11 @@ class AttemptLog:
 
     def write(self, level: str, logger: str, message: str) -> None:
         text, size = cut_line(message)
-        line = (0, self._clock.now_ts(), level[:MAX_LOG_LEVEL_CHARS] or "INFO", logger[:MAX_LOG_LOGGER_CHARS],
-                text, size)
+        at, level, logger = self._clock.now_ts(), level[:MAX_LOG_LEVEL_CHARS] or "INFO", logger[:MAX_LOG_LOGGER_CHARS]
         with self._lock:
             if self.closed or self.dead:
                 return
-            line = (self.next_seq, *line[1:])
+            line = (self.next_seq, at, level, logger, text, size)  # numbered in the order written
             self.next_seq += 1
             if not self.tail and self.head_bytes + size <= ATTEMPT_LOG_HEAD_BYTES:
                 self.head_bytes += size
