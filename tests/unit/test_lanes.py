@@ -88,3 +88,12 @@ def test_the_worker_cli_reads_queue_flags_as_names_and_slots() -> None:
         with pytest.raises(InvalidArgument) as e:
             _worker_queues(bad)
         assert e.value.field == "--queue"
+
+
+def test_slots_name_their_queue_as_the_queues_do_and_each_queue_once() -> None:
+    """"" names DEFAULT_QUEUE in slots as in queues: the claim matches slots to queues by name,
+    so a slot kept under "" capped nothing; and one queue's slots given twice are refused."""
+    assert worker_lanes([], {"": 2}, []).slots == ((DEFAULT_QUEUE, 2),)
+    with pytest.raises(InvalidArgument) as e:
+        worker_lanes([], {"": 2, DEFAULT_QUEUE: 3}, [])
+    assert e.value.field == "queue_slots"
