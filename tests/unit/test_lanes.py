@@ -84,6 +84,9 @@ def test_the_worker_cli_reads_queue_flags_as_names_and_slots() -> None:
     from cronwheel.cli.commands import _worker_queues
 
     assert _worker_queues(["long:2", "default", "eu:batch"]) == {"long": 2, "default": None, "eu:batch": None}
+    from cronwheel.client.worker import split_queues  # what cmd_worker sets on the Worker
+
+    assert split_queues(_worker_queues(["long:2", "default"])) == (["default", "long"], {"long": 2})
     for bad in (["long:0"], [":2"], ["long", "long:2"]):
         with pytest.raises(InvalidArgument) as e:
             _worker_queues(bad)
