@@ -100,3 +100,18 @@ def test_slots_name_their_queue_as_the_queues_do_and_each_queue_once() -> None:
     with pytest.raises(InvalidArgument) as e:
         worker_lanes([], {"": 2, DEFAULT_QUEUE: 3}, [])
     assert e.value.field == "queue_slots"
+
+
+def test_a_tenants_queue_limits_are_checked_as_the_tenants_own_naming_the_field() -> None:
+    from cronwheel.cluster.commands.tenants import DEFAULT_WEIGHT, MAX_CONCURRENCY, MAX_WEIGHT, tenant_queue
+
+    assert tenant_queue("long", 0, 0) == ("long", None, DEFAULT_WEIGHT)  # 0: unset, as on CreateTenant
+    assert tenant_queue("long", MAX_CONCURRENCY, MAX_WEIGHT) == ("long", MAX_CONCURRENCY, MAX_WEIGHT)
+    for args, field in ((("", 1, 1), "queue.name"), (("a b", 1, 1), "queue.name"),
+                        (("long", -1, 1), "queue.max_concurrency"),
+                        (("long", MAX_CONCURRENCY + 1, 1), "queue.max_concurrency"),
+                        (("long", 1, -1), "queue.weight"), (("long", 1, MAX_WEIGHT + 1), "queue.weight"),
+                        (("long", True, 1), "queue.max_concurrency")):
+        with pytest.raises(InvalidArgument) as e:
+            tenant_queue(*args)  # type: ignore[arg-type]
+        assert e.value.field == field, args
