@@ -117,13 +117,15 @@ def _queues(i: int, name: str, queues: Any) -> dict[str, tuple[int | None, int]]
         where = f"queues.{q}"
         if not isinstance(q, str) or not q or not isinstance(limits, Mapping):
             raise TenantSpecError(i, name, where, f"expected a queue name and a mapping of {', '.join(QUEUE_KEYS)}")
-        for key, value in limits.items():
+        for key in limits:
             if key not in QUEUE_KEYS:
                 raise TenantSpecError(i, name, f"{where}.{key}",
                                       f"unknown key (expected one of {', '.join(QUEUE_KEYS)})")
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise TenantSpecError(i, name, f"{where}.{key}", f"expected an integer >= 1, got {value!r}")
         weight = limits.get("weight")
+        try:  # the client's own checks (types): the request set_tenant_queue would send
+            calls.tenant_queue_message(q, limits.get("max_concurrency"), weight)
+        except InvalidArgument as exc:
+            raise TenantSpecError(i, name, f"{where}.{exc.field}", str(exc).partition(": ")[2] or str(exc)) from None
         out[q] = (limits.get("max_concurrency"), 1 if weight is None else weight)
     return out
 

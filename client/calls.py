@@ -471,16 +471,21 @@ def get_tenant(ctx: Context, tenant_id: str) -> Call[t.Tenant]:
                 safe=True)
 
 
+def tenant_queue_message(queue: str, max_concurrency: int | None, weight: int | None) -> A.TenantQueue:
+    """A TenantQueue message from set_tenant_queue's values, checked for type (the server
+    checks ranges); unset (None) is sent as 0."""
+    for key, value in (("max_concurrency", max_concurrency), ("weight", weight)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31):
+            raise c.BadValue(key, f"expected an integer >= 1 or None, got {value!r}")
+    return A.TenantQueue(name=queue, max_concurrency=max_concurrency or 0, weight=weight or 0)
+
+
 def set_tenant_queue(ctx: Context, tenant_id: str, queue: str, *, max_concurrency: int | None = None,
                      weight: int | None = None) -> Call[list[t.TenantQueue]]:
     """Sets a queue's limits for a tenant (admin tokens only; replaces what was set): at most
     `max_concurrency` of its runs of the queue at once (None: no limit but the tenant's), and
     `weight` (default 1) among its queues. Returns the tenant's queues with limits set."""
-    for key, value in (("max_concurrency", max_concurrency), ("weight", weight)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31):
-            raise c.BadValue(key, f"expected an integer >= 1 or None, got {value!r}")
-    req = A.SetTenantQueueRequest(tenant_id=tenant_id, queue=A.TenantQueue(
-        name=queue, max_concurrency=max_concurrency or 0, weight=weight or 0))
+    req = A.SetTenantQueueRequest(tenant_id=tenant_id, queue=tenant_queue_message(queue, max_concurrency, weight))
     return Call(TENANTS, "SetTenantQueue", req, lambda r: [c.tenant_queue(x) for x in r.queues], safe=True)
 
 

@@ -151,8 +151,8 @@ def _dur(seconds: float) -> Duration:
     return d
 
 
-def _queues(queues: Sequence[str] | Mapping[str, int | None]) -> tuple[list[str], dict[str, int]]:
-    """A Worker's queues (sorted) and its slots per capped queue."""
+def split_queues(queues: Sequence[str] | Mapping[str, int | None]) -> tuple[list[str], dict[str, int]]:
+    """A Worker's queues (sorted) and its slots per capped queue (Worker.queues, .queue_slots)."""
     if isinstance(queues, str):
         raise ValueError(f"queues must be a list of names or a {{name: slots}} mapping, got {queues!r}")
     if not isinstance(queues, Mapping):
@@ -183,7 +183,7 @@ class Worker:
         # runs of a queue it holds at once (None: no cap), and the capabilities it advertises
         # ({"gpu": "a100"} or ["gpu=a100"]): the node leases it only runs of those queues, within
         # the slots, whose required capabilities are all advertised.
-        self.queues, self.queue_slots = _queues(queues)
+        self.queues, self.queue_slots = split_queues(queues)
         self.capabilities = sorted(f"{k}={v}" for k, v in capabilities.items()) \
             if isinstance(capabilities, Mapping) else sorted(capabilities)
         self.address = address

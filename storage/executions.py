@@ -238,11 +238,16 @@ class ExecutionFilter:
     max_bytes: int | None = None  # the page's payloads, checkpoints, results and errors (`list`)
 
 
+KNOWN_CAPABILITY_SETS = 10_000  # sets a port remembers as registered (ExecutionsPort.register_capability_sets)
+
+
 class ExecutionsPort:
-    """Executions as the API reads and writes them. Task-safe (stateless over the pool)."""
+    """Executions as the API reads and writes them. Task-safe: stateless over the pool but for
+    the capability sets it registered (only ever added to, on the event loop)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._known_sets: set[str] = set()
 
     async def get(self, execution_id: uuid.UUID) -> Row | None:
         """One execution of any tenant (the caller checks the tenant)."""
@@ -257,10 +262,19 @@ class ExecutionsPort:
 
     async def register_capability_sets(self, sets: Sequence[str]) -> None:
         """Make the capability sets (canonical, non-empty) known to the claim, committed before
-        the runs requiring them are written (`register_capability_sets`)."""
-        async with self.db.connection() as conn:
+        the runs requiring them are written (`register_capability_sets`). A set this port
+        registered is not sent again: a row of capability_sets is never deleted, and a submit
+        requiring a known set (most of them) then costs no round trip more than one requiring
+        none. Bounded: past KNOWN_CAPABILITY_SETS it starts over (a set is sent again, harmless)."""
+        new = [s for s in sets if s not in self._known_sets]
+        if not new:
+            return
+        async with self.db.connection() as conn:  # autocommit: committed when it returns
             await conn.execute(q("register_capability_sets"), {
-                "sets": list(sets), "items": ["{" + s + "}" for s in sets]})
+                "sets": new, "items": ["{" + s + "}" for s in new]})
+        if len(self._known_sets) + len(new) > KNOWN_CAPABILITY_SETS:
+            self._known_sets.clear()
+        self._known_sets.update(new)
 
     async def insert_submitted_many(self, conn: Conn, jobs: Sequence[SubmittedJob], now: datetime,
                                     brief: bool = False) -> list[Row]:

@@ -85,17 +85,21 @@ class WorkerLanes:
 def worker_lanes(queues: Iterable[str], slots: Mapping[str, int], caps: Iterable[str]) -> WorkerLanes:
     """Check a lease call's queues (none: DEFAULT_QUEUE only), slots (each of a named queue,
     1..MAX_QUEUE_SLOTS) and capabilities; InvalidArgument names the field."""
-    names = tuple(sorted({queue_name(f"queues[{k}]", q or "") for k, q in enumerate(queues)})) or (DEFAULT_QUEUE,)
+    names = tuple(sorted({queue_name(f"queues[{k}]", q) for k, q in enumerate(queues)})) or (DEFAULT_QUEUE,)
     if len(names) > MAX_QUEUES:
         raise InvalidArgument("queues", f"must name at most {MAX_QUEUES} queues, got {len(names)}")
-    caps_slots = []
-    for q, n in sorted(slots.items()):
-        if queue_name("queue_slots", q) not in names:
+    # Kept under the queue's name as `names` has it: the claim matches slots to queues by name.
+    queue_slots: dict[str, int] = {}
+    for q, n in slots.items():
+        name = queue_name("queue_slots", q)
+        if name not in names:
             raise InvalidArgument("queue_slots", f"names queue {q!r}, which is not among queues {list(names)}")
+        if name in queue_slots:
+            raise InvalidArgument("queue_slots", f"names queue {name!r} twice")
         if not 1 <= n <= MAX_QUEUE_SLOTS:
             raise InvalidArgument("queue_slots", f"must be 1..{MAX_QUEUE_SLOTS} for queue {q!r}, got {n}")
-        caps_slots.append((q, n))
-    return WorkerLanes(names, tuple(caps_slots), capabilities("capabilities", caps))
+        queue_slots[name] = n
+    return WorkerLanes(names, tuple(sorted(queue_slots.items())), capabilities("capabilities", caps))
 
 
 DEFAULT_LANES = WorkerLanes()  # a lease call naming no queue, slots or capabilities

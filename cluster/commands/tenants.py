@@ -37,9 +37,9 @@ MAX_EGRESS_RULES = 100
 PREFIX = "tenant"
 
 
-def _int(name: str, value: int, lo: int, hi: int) -> int:
+def _int(name: str, value: int, lo: int, hi: int, prefix: str = PREFIX) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise InvalidArgument(f"{PREFIX}.{name}", f"must be {lo}..{hi}, got {value!r}")
+        raise InvalidArgument(f"{prefix}.{name}", f"must be {lo}..{hi}, got {value!r}")
     return value
 
 
@@ -122,12 +122,8 @@ def tenant_queue(queue: str, max_concurrency: int, weight: int) -> tuple[str, in
     """A queue's limits for a tenant (SetTenantQueue, the same ranges as the tenant's own):
     (queue, max_concurrency or None: no limit but the tenant's, weight). 0 means unset for both,
     as on CreateTenant. InvalidArgument names `queue.<field>`."""
-    name = queue_name("queue.name", queue)
     if not queue:
         raise InvalidArgument("queue.name", "is required")
-    limit = None if max_concurrency == 0 else max_concurrency
-    if limit is not None and (isinstance(limit, bool) or not 1 <= limit <= MAX_CONCURRENCY):
-        raise InvalidArgument("queue.max_concurrency", f"must be 1..{MAX_CONCURRENCY} (or 0: no limit), got {limit!r}")
-    if isinstance(weight, bool) or not 0 <= weight <= MAX_WEIGHT:
-        raise InvalidArgument("queue.weight", f"must be 1..{MAX_WEIGHT} (or 0: {DEFAULT_WEIGHT}), got {weight!r}")
-    return name, limit, weight or DEFAULT_WEIGHT
+    limit = None if max_concurrency == 0 else _int("max_concurrency", max_concurrency, 1, MAX_CONCURRENCY, "queue")
+    return (queue_name("queue.name", queue), limit,
+            DEFAULT_WEIGHT if weight == 0 else _int("weight", weight, 1, MAX_WEIGHT, "queue"))

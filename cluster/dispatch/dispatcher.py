@@ -295,8 +295,8 @@ class Dispatcher:
             got, _ = await self._claim_once(worker, types or None, max_count, lease_s, tenant, lanes)
             return got, claimed - arrived
         deadline = arrived + wait_s
-        poll = self._polls.enter(tenant, worker, types, still_allowed,  # before the claim: no wake-up is lost
-                                 () if lanes == DEFAULT_LANES else lanes.key)
+        # Entered before the claim: no wake-up is lost.
+        poll = self._polls.enter(tenant, worker, types, still_allowed, lanes.key)
         rows: list[Leased] = []
         try:
             while True:

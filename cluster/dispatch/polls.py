@@ -35,11 +35,12 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
+from cronwheel.cluster.commands.lanes import DEFAULT_LANES
 from cronwheel.errors import CronwheelError, ResourceExhausted
 
 _UNCHECKED = CronwheelError("not checked yet")  # Polls.recheck's marker
 
-# (tenant or None: any, job types sorted, (): any; the lanes' key, () for the default lanes)
+# (tenant or None: any, job types sorted, (): any; the lanes' key, WorkerLanes.key)
 Scope = tuple[str | None, tuple[str, ...], tuple[object, ...]]
 
 
@@ -88,7 +89,7 @@ class Polls:
         return bool(self._scopes)
 
     def enter(self, tenant: str | None, worker: str, types: list[str],
-              check: Callable[[], object] | None = None, lanes: tuple[object, ...] = ()) -> Poll:
+              check: Callable[[], object] | None = None, lanes: tuple[object, ...] = DEFAULT_LANES.key) -> Poll:
         """Register a waiting call, or refuse it past its tenant's or its worker's cap."""
         if self._per_tenant[tenant] >= self.max_per_tenant:
             who = tenant if tenant is not None else "(admin: every tenant)"

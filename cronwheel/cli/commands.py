@@ -489,6 +489,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     from cronwheel import logs
     from cronwheel.client import load_worker
+    from cronwheel.client.worker import split_queues
 
     if args.http:
         if args.module:
@@ -535,8 +536,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             raise InvalidArgument("--connect-timeout", f"must be > 0, got {args.connect_timeout}")
         worker.connect_timeout_s = args.connect_timeout
     if args.queue:
-        worker.queues, worker.queue_slots = sorted(queues := _worker_queues(args.queue)), \
-            {q: n for q, n in queues.items() if n is not None}
+        worker.queues, worker.queue_slots = split_queues(_worker_queues(args.queue))
     for cap in args.capability:
         if "=" not in cap or cap.startswith("="):
             raise InvalidArgument("--capability", f"must be KEY=VALUE, got {cap!r}")

@@ -48,6 +48,7 @@ def test_apply_sets_only_the_queues_whose_limits_differ() -> None:
     ([], "queues"), ({"long": 2}, "queues.long"), ({"long": {"slots": 2}}, "queues.long.slots"),
     ({"long": {"max_concurrency": 0}}, "queues.long.max_concurrency"),
     ({"long": {"weight": "3"}}, "queues.long.weight"),
+    ({"long": {"weight": 2**31}}, "queues.long.weight"),  # as set_tenant_queue refuses it, before any change
 ])
 def test_a_bad_queue_spec_is_refused_naming_the_key(queues: Any, key: str) -> None:
     with pytest.raises(TenantSpecError) as e:

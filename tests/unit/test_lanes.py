@@ -84,7 +84,34 @@ def test_the_worker_cli_reads_queue_flags_as_names_and_slots() -> None:
     from cronwheel.cli.commands import _worker_queues
 
     assert _worker_queues(["long:2", "default", "eu:batch"]) == {"long": 2, "default": None, "eu:batch": None}
+    from cronwheel.client.worker import split_queues  # what cmd_worker sets on the Worker
+
+    assert split_queues(_worker_queues(["long:2", "default"])) == (["default", "long"], {"long": 2})
     for bad in (["long:0"], [":2"], ["long", "long:2"]):
         with pytest.raises(InvalidArgument) as e:
             _worker_queues(bad)
         assert e.value.field == "--queue"
+
+
+def test_slots_name_their_queue_as_the_queues_do_and_each_queue_once() -> None:
+    """"" names DEFAULT_QUEUE in slots as in queues: the claim matches slots to queues by name,
+    so a slot kept under "" capped nothing; and one queue's slots given twice are refused."""
+    assert worker_lanes([], {"": 2}, []).slots == ((DEFAULT_QUEUE, 2),)
+    with pytest.raises(InvalidArgument) as e:
+        worker_lanes([], {"": 2, DEFAULT_QUEUE: 3}, [])
+    assert e.value.field == "queue_slots"
+
+
+def test_a_tenants_queue_limits_are_checked_as_the_tenants_own_naming_the_field() -> None:
+    from cronwheel.cluster.commands.tenants import DEFAULT_WEIGHT, MAX_CONCURRENCY, MAX_WEIGHT, tenant_queue
+
+    assert tenant_queue("long", 0, 0) == ("long", None, DEFAULT_WEIGHT)  # 0: unset, as on CreateTenant
+    assert tenant_queue("long", MAX_CONCURRENCY, MAX_WEIGHT) == ("long", MAX_CONCURRENCY, MAX_WEIGHT)
+    for args, field in ((("", 1, 1), "queue.name"), (("a b", 1, 1), "queue.name"),
+                        (("long", -1, 1), "queue.max_concurrency"),
+                        (("long", MAX_CONCURRENCY + 1, 1), "queue.max_concurrency"),
+                        (("long", 1, -1), "queue.weight"), (("long", 1, MAX_WEIGHT + 1), "queue.weight"),
+                        (("long", True, 1), "queue.max_concurrency")):
+        with pytest.raises(InvalidArgument) as e:
+            tenant_queue(*args)  # type: ignore[arg-type]
+        assert e.value.field == field, args

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -17,6 +19,7 @@ from cronwheel.client import convert as c
 from cronwheel.client.calls import v4_text
 from cronwheel.cluster.commands.values import _DECODER, MAX_JSON_DEPTH, _check_json_value, parse_json, plain_json
 from cronwheel.errors import InvalidArgument
+from cronwheel.storage.executions import ExecutionsPort
 
 
 @given(st.binary(min_size=16, max_size=16))
@@ -86,3 +89,24 @@ def test_a_document_that_looks_plain_passes_the_walk(doc: object) -> None:
 
 def test_an_ordinary_payload_is_plain() -> None:
     assert plain_json(json.dumps({"i": 17, "user": "ana", "tags": ["a", "b"], "amount": 12.5}))
+
+
+async def test_a_capability_set_registered_once_is_not_sent_again() -> None:
+    """The submit path registers the capability sets its jobs require before writing them
+    (`register_capability_sets`); a set this port registered already costs no round trip."""
+    sent: list[list[str]] = []
+
+    class Conn:
+        async def execute(self, query: str, params: dict[str, Any]) -> None:
+            sent.append(params["sets"])
+
+    class Db:
+        @asynccontextmanager
+        async def connection(self) -> Any:
+            yield Conn()
+
+    port = ExecutionsPort(Db())  # type: ignore[arg-type]
+    await port.register_capability_sets(["gpu=a100"])
+    await port.register_capability_sets(["gpu=a100"])
+    await port.register_capability_sets(["gpu=a100", "region=eu"])
+    assert sent == [["gpu=a100"], ["region=eu"]]

@@ -83,7 +83,7 @@ WITH locked AS MATERIALIZED (
       FROM unnest((SELECT tenants FROM locked)) AS tq(tenant)
      CROSS JOIN unnest(%(queues)s::text[]) AS q(queue)
       LEFT JOIN tenant_queues x ON x.tenant = tq.tenant AND x.queue = q.queue
-), wslots AS MATERIALIZED (  -- the worker's free slots per queue it caps (any tenant's runs count)
+), wslots AS MATERIALIZED (  -- the worker's free slots per queue it caps (its runs of every tenant it may take from)
     SELECT s.queue, s.n - (SELECT count(*) FROM executions r
                             WHERE r.queue = s.queue AND r.state = 'running' AND r.lease_owner = %(worker)s
                               AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)) AS free
