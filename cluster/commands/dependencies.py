@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from cronwheel.cluster.dispatch.policy import TERMINAL_STATES
 from cronwheel.errors import InvalidArgument, Unavailable
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Conn
@@ -37,7 +38,7 @@ from cronwheel.storage.executions import SubmittedJob
 MAX_DEPENDENCY_DEPTH = 20  # a chain of at most 21 jobs (A -> ... -> U)
 MAX_UPSTREAMS = 100  # upstreams one job may name
 POLICIES = ("on_success", "always")
-FINISHED = frozenset({"succeeded", "failed", "dead", "cancelled", "skipped"})
+FINISHED = TERMINAL_STATES | {"skipped"}  # the trigger's list (executions_release_dependents)
 
 
 def check_depends_on(refs: Sequence[str], policy: str | None) -> tuple[tuple[str, ...], str | None]:
