@@ -188,6 +188,11 @@ async def test_upstreams_finished_before_the_submit_resolve_at_once(store: PgSto
     row = await execution_row(store, y)
     assert (row["state"], row["state_reason"]) == ("cancelled", f"upstream {bad} ended dead")
     assert ok != bad
+    # `ok` was named by its key: x's edge is to it, resolved by the submit with its outcome
+    [edge] = await store.dependencies.upstreams_of(x)
+    assert (edge["upstream_id"], edge["outcome"], edge["resolved_at"]) == (ok, "succeeded", T0)
+    assert sorted((e["upstream_id"], e["outcome"]) for e in await store.dependencies.upstreams_of(y)) == sorted(
+        [(ok, "succeeded"), (bad, "dead")])
 
 
 async def test_unknown_upstreams_cycles_and_deep_chains_are_refused_and_nothing_is_stored(store: PgStore) -> None:
