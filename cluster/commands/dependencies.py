@@ -17,8 +17,8 @@ MAX_DEPENDENCY_DEPTH (a job with no upstream has depth 0; a job, 1 + its deepest
 The plan (`plan_dependencies`) is pure: the resolution, the cycle and depth checks, and what the
 submit writes, from the upstreams read under their row locks. The shell (`DependencyLinker`) runs
 it inside the submit's one transaction (runs.write_jobs' counted path): lock the upstreams,
-plan, insert the jobs, write the edges, and resolve at once the edges of upstreams that had
-already finished.
+plan, insert the jobs, write the edges, resolve at once the edges of upstreams that had
+already finished, and read the dependents back as linked (the answer of SubmitJob and SubmitJobs).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from datetime import datetime
 from cronwheel.cluster.dispatch.policy import TERMINAL_STATES
 from cronwheel.errors import InvalidArgument, Unavailable
 from cronwheel.storage import PgStore
-from cronwheel.storage.api import Conn
+from cronwheel.storage.api import Conn, Row
 from cronwheel.storage.dependencies import DependentMark, LockedUpstream
 from cronwheel.storage.executions import SubmittedJob
 
@@ -201,7 +201,8 @@ class DependencyLinker:
         heights = await self.port.upstream_heights(conn, existing, MAX_DEPENDENCY_DEPTH)
         self.plan = plan_dependencies(jobs, found, heights, self.name)
 
-    async def after(self, conn: Conn, inserted: set[uuid.UUID], now: datetime) -> None:
+    async def after(self, conn: Conn, inserted: set[uuid.UUID], now: datetime) -> list[Row]:
+        """Link the inserted dependents; their rows as linked (what the submit answers)."""
         plan = self.plan
         assert plan is not None, "before() runs first"
         dependents = [d for d in plan.upstreams if d in inserted]  # deduplicated ones keep their own
@@ -216,3 +217,4 @@ class DependencyLinker:
                  for x in sorted(set(dependents) | ups_in_call)]
         finished = sorted({u for d in dependents for u in plan.upstreams[d] if u in plan.finished})
         await self.port.link(conn, plan.edges(inserted), marks, finished, now)
+        return await self.port.rows_of(conn, dependents)
