@@ -131,7 +131,10 @@ def plan_dependencies(jobs: Sequence[SubmittedJob], found: dict[str, Found], hei
     depth: dict[int, int] = {}
     on_path: set[int] = set()
 
-    def height(i: int) -> int:  # iterative enough: a chain deeper than the limit stops the walk
+    def too_deep(i: int, k: int) -> InvalidArgument:
+        return InvalidArgument(name(i, k), f"the chain of upstreams is deeper than the limit of {MAX_DEPENDENCY_DEPTH}")
+
+    def height(i: int) -> int:  # recursion bounded by the limit: on_path is the chain of dependents above i
         if i in depth:
             return depth[i]
         on_path.add(i)
@@ -144,10 +147,11 @@ def plan_dependencies(jobs: Sequence[SubmittedJob], found: dict[str, Found], hei
                 if batch in on_path:
                     raise InvalidArgument(name(i, k), f"cycle: jobs[{i}] and jobs[{batch}] wait for each other "
                                                       f"(through depends_on)")
+                if len(on_path) > MAX_DEPENDENCY_DEPTH:  # the top of the path is already too deep: stop here
+                    raise too_deep(i, k)
                 h = height(batch) + 1
             if h > MAX_DEPENDENCY_DEPTH:
-                raise InvalidArgument(name(i, k), f"the chain of upstreams is deeper than the limit of "
-                                                  f"{MAX_DEPENDENCY_DEPTH}")
+                raise too_deep(i, k)
             best = max(best, h)
         on_path.discard(i)
         depth[i] = best
