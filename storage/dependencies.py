@@ -72,6 +72,11 @@ class DependenciesPort:
         if finished_upstreams:
             await conn.execute(q("deps_resolve_finished"), {"ids": list(finished_upstreams), "now": now})
 
+    async def rows_of(self, conn: Conn, ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
+        """The executions `ids` as they are now in the caller's transaction (a submit's dependents
+        as linked: their count and policy, released or cancelled by upstreams already finished)."""
+        return await rows(conn, "api_executions_by_ids", {"ids": list(ids)}) if ids else []
+
     async def upstreams_of(self, execution_id: uuid.UUID, conn: Conn | None = None) -> list[dict[str, Any]]:
         """Each upstream of an execution: upstream_id, state (None: pruned), type, idempotency_key,
         outcome (None: not finished yet), resolved_at."""

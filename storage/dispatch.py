@@ -338,8 +338,12 @@ class DispatchPort:
         cur = await conn.execute(q("release_children"), {"ids": list(ids), "now": now})
         return Pending(cur, lambda got: [str(r[0]) for r in got])
 
-    async def mark_success(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> None:
-        await conn.execute(q("mark_success"), {"schedule_id": schedule_id, "now": now})
+    async def mark_success(self, conn: Conn, schedule_id: uuid.UUID, now: datetime) -> bool:
+        """Feed the schedule's dead man's switch (`mark_success`); whether it has live, unpaused
+        children (then `release_children` has runs to create)."""
+        cur = await conn.execute(q("mark_success"), {"schedule_id": schedule_id, "now": now})
+        row = await cur.fetchone()
+        return row is not None and bool(row[0])
 
     async def finished_outcome(self, conn: Conn, ident: uuid.UUID, tenant: str | None) -> RunOutcome | None:
         cur = await conn.execute(q("finished_outcome"), {"id": ident, "tenant": tenant})

@@ -17,8 +17,8 @@ MAX_DEPENDENCY_DEPTH (a job with no upstream has depth 0; a job, 1 + its deepest
 The plan (`plan_dependencies`) is pure: the resolution, the cycle and depth checks, and what the
 submit writes, from the upstreams read under their row locks. The shell (`DependencyLinker`) runs
 it inside the submit's one transaction (runs.write_jobs' counted path): lock the upstreams,
-plan, insert the jobs, write the edges, and resolve at once the edges of upstreams that had
-already finished.
+plan, insert the jobs, write the edges, resolve at once the edges of upstreams that had
+already finished, and read the dependents back as linked (the answer of SubmitJob and SubmitJobs).
 """
 
 from __future__ import annotations
@@ -28,16 +28,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from cronwheel.cluster.dispatch.policy import TERMINAL_STATES
 from cronwheel.errors import InvalidArgument, Unavailable
 from cronwheel.storage import PgStore
-from cronwheel.storage.api import Conn
+from cronwheel.storage.api import Conn, Row
 from cronwheel.storage.dependencies import DependentMark, LockedUpstream
 from cronwheel.storage.executions import SubmittedJob
 
 MAX_DEPENDENCY_DEPTH = 20  # a chain of at most 21 jobs (A -> ... -> U)
 MAX_UPSTREAMS = 100  # upstreams one job may name
 POLICIES = ("on_success", "always")
-FINISHED = frozenset({"succeeded", "failed", "dead", "cancelled", "skipped"})
+FINISHED = TERMINAL_STATES | {"skipped"}  # the trigger's list (executions_release_dependents)
 
 
 def check_depends_on(refs: Sequence[str], policy: str | None) -> tuple[tuple[str, ...], str | None]:
@@ -130,7 +131,10 @@ def plan_dependencies(jobs: Sequence[SubmittedJob], found: dict[str, Found], hei
     depth: dict[int, int] = {}
     on_path: set[int] = set()
 
-    def height(i: int) -> int:  # iterative enough: a chain deeper than the limit stops the walk
+    def too_deep(i: int, k: int) -> InvalidArgument:
+        return InvalidArgument(name(i, k), f"the chain of upstreams is deeper than the limit of {MAX_DEPENDENCY_DEPTH}")
+
+    def height(i: int) -> int:  # recursion bounded by the limit: on_path is the chain of dependents above i
         if i in depth:
             return depth[i]
         on_path.add(i)
@@ -143,10 +147,11 @@ def plan_dependencies(jobs: Sequence[SubmittedJob], found: dict[str, Found], hei
                 if batch in on_path:
                     raise InvalidArgument(name(i, k), f"cycle: jobs[{i}] and jobs[{batch}] wait for each other "
                                                       f"(through depends_on)")
+                if len(on_path) > MAX_DEPENDENCY_DEPTH:  # the top of the path is already too deep: stop here
+                    raise too_deep(i, k)
                 h = height(batch) + 1
             if h > MAX_DEPENDENCY_DEPTH:
-                raise InvalidArgument(name(i, k), f"the chain of upstreams is deeper than the limit of "
-                                                  f"{MAX_DEPENDENCY_DEPTH}")
+                raise too_deep(i, k)
             best = max(best, h)
         on_path.discard(i)
         depth[i] = best
@@ -200,7 +205,8 @@ class DependencyLinker:
         heights = await self.port.upstream_heights(conn, existing, MAX_DEPENDENCY_DEPTH)
         self.plan = plan_dependencies(jobs, found, heights, self.name)
 
-    async def after(self, conn: Conn, inserted: set[uuid.UUID], now: datetime) -> None:
+    async def after(self, conn: Conn, inserted: set[uuid.UUID], now: datetime) -> list[Row]:
+        """Link the inserted dependents; their rows as linked (what the submit answers)."""
         plan = self.plan
         assert plan is not None, "before() runs first"
         dependents = [d for d in plan.upstreams if d in inserted]  # deduplicated ones keep their own
@@ -215,3 +221,4 @@ class DependencyLinker:
                  for x in sorted(set(dependents) | ups_in_call)]
         finished = sorted({u for d in dependents for u in plan.upstreams[d] if u in plan.finished})
         await self.port.link(conn, plan.edges(inserted), marks, finished, now)
+        return await self.port.rows_of(conn, dependents)

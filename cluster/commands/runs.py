@@ -458,10 +458,10 @@ async def _write_once(store: PgStore, source: Sequence[SubmittedJob] | Iterator[
                     accepted.append(i)
             inserted = {r["id"]: r for r in await ex.insert_submitted_many(conn, [jobs[i] for i in accepted], now,
                                                                          brief)}
-            if linker is not None:
-                await linker.after(conn, set(inserted), now)
+            linked = await linker.after(conn, set(inserted), now) if linker is not None else []
             lost = [i for i in accepted if jobs[i].id not in inserted]
-            _settle(jobs, accepted, inserted, await _read_back(store, conn, jobs, lost), results)
+            _settle(jobs, accepted, inserted | {r["id"]: r for r in linked},  # dependents answered as linked
+                    await _read_back(store, conn, jobs, lost), results)
             await ex.notify_submitted(conn, *announced(
                 ((r["partition"], r["id"], r["run_at"], r["state"], r["priority"]) for r in inserted.values()), now))
     for i, f in aliases:
@@ -606,8 +606,6 @@ async def write_job(store: PgStore, job: SubmittedJob, now: datetime) -> tuple[R
     got = (await write_jobs(store, [job], now, all_or_nothing=False, linker=linker))[0]
     if isinstance(got, Exception):
         raise got
-    if linker is not None and not got[1]:  # as linked: its policy and count, released if its upstreams had ended
-        return (await store.executions.get(job.id)) or got[0], False
     return got
 
 

@@ -544,13 +544,14 @@ class Dispatcher:
                 error_type=error_type or None,
                 run_at=now + timedelta(seconds=delay) if state == "retry_scheduled" else None,
                 finished_at=now if terminal else None, now=now))
+            parent = False  # the schedule has children: only then is release_children sent (most have none)
             if state == "succeeded" and run.schedule_id is not None:
-                await self.port.mark_success(conn, run.schedule_id, now)
+                parent = await self.port.mark_success(conn, run.schedule_id, now)
             freed = None  # the buffered run released (overlap buffer_*), if any: its job type
             if terminal and run.schedule_id is not None:
                 freed = await self.port.release_buffered(conn, run.schedule_id, now)
             born: list[str] = []  # the runs of child schedules created (their job types)
-            if state == "succeeded" and run.schedule_id is not None:
+            if parent:
                 born = await (await self.port.release_children(conn, [call.id], now)).result()
             if state in ("dead", "failed"):  # a non-retryable failure ends the run too: execution_failed
                 await self.store.insert_event("dead_letter" if state == "dead" else "execution_failed",

@@ -15,11 +15,12 @@ from cronwheel.cluster.commands import runs
 from cronwheel.cluster.commands import schedules as sch
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher
 from cronwheel.errors import InvalidArgument
-from cronwheel.storage import PgStore
+from cronwheel.storage import PgStore, StoreConfig
 from cronwheel.storage.dispatch import Completion
 
 from .conftest import TEST_PARTITIONS as P
 from .execution_rows import insert_execution
+from .wire import WireCounter
 
 pytestmark = pytest.mark.integration
 
@@ -108,6 +109,28 @@ async def test_a_paused_child_does_not_run_and_a_grandchild_follows_its_child(st
     [lease] = await d.lease("w", ["load"], 1, 30.0, 0.0)
     await d.complete(uuid.UUID(lease.id), lease.fencing_token, "w", "{}")
     assert await child_runs(store, grand) == [(T0 + MINUTE, "queued", "parent", "report")]
+
+
+async def test_a_success_sends_release_children_only_for_a_schedule_with_children(dsn: str) -> None:
+    """The single Complete is the hot path: a cron run of a schedule without children (nearly
+    all of them) costs no release_children statement (one round trip: the transaction is not
+    pipelined); the schedule's dead man's switch statement says whether it has any. Read on the
+    wire. Fails without the change (the same number of statements either way)."""
+    async with WireCounter(dsn) as wire, PgStore(StoreConfig(dsn=wire.dsn, min_connections=1,
+                                                             max_connections=2)) as store:
+        parent, child = await family(store)
+        lone = (await sch.create_schedule(store, spec(name="lone"), T0, P))["id"]
+        d = Dispatcher(store, FakeClock(start_ts=T0.timestamp()))
+        sent = {}
+        for sid in (lone, parent):
+            run = await parent_run(store, sid, T0)
+            [lease] = await d.lease("w", ["extract"], 1, 30.0, 0.0)
+            wire.reset()
+            assert (await d.complete(run, lease.fencing_token, "w", "{}")).state == "succeeded"
+            sent[sid] = wire.marks.count("E")
+        assert sent[lone] == sent[parent] - 1, sent
+        assert await child_runs(store, child) == [(T0, "queued", "parent", "load")]
+        assert await child_runs(store, lone) == [(T0, "succeeded", "cron", "extract")]
 
 
 async def test_bad_child_schedules_are_refused_naming_the_field(store: PgStore) -> None:

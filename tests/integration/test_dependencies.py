@@ -188,6 +188,27 @@ async def test_upstreams_finished_before_the_submit_resolve_at_once(store: PgSto
     row = await execution_row(store, y)
     assert (row["state"], row["state_reason"]) == ("cancelled", f"upstream {bad} ended dead")
     assert ok != bad
+    # `ok` was named by its key: x's edge is to it, resolved by the submit with its outcome
+    [edge] = await store.dependencies.upstreams_of(x)
+    assert (edge["upstream_id"], edge["outcome"], edge["resolved_at"]) == (ok, "succeeded", T0)
+    assert sorted((e["upstream_id"], e["outcome"]) for e in await store.dependencies.upstreams_of(y)) == sorted(
+        [(ok, "succeeded"), (bad, "dead")])
+
+
+async def test_submit_jobs_answers_its_dependents_as_linked_like_submit_job(store: PgStore) -> None:
+    """SubmitJobs answers each dependent as its submit left it (its policy, its count, and queued
+    or cancelled if its upstreams had already ended), as SubmitJob does. Fails without the change:
+    the batch answered the insert's rows (waiting, no policy, no count)."""
+    await insert_execution(store, tenant="acme", type="step", partition=1, scheduled_for=T0, run_at=T0,
+                           state="succeeded", finished_at=T0, idempotency_key="ok")
+    got = await runs.submit_jobs(store, [runs.prepare_job(s, T0, TEST_PARTITIONS) for s in (
+        spec("x", ("ok",)), spec("y", ("ok", "z"), policy="always"), spec("z"))], T0)
+    answered = [(r["state"], r["dependency_policy"], r["waiting_for"]) for r, _dedup in got]
+    assert answered == [("queued", "on_success", 0), ("waiting", "always", 1), ("queued", None, None)]
+    stored = [await execution_row(store, r["id"]) for r, _dedup in got]
+    assert answered == [(r["state"], r["dependency_policy"], r["waiting_for"]) for r in stored]
+    row, dedup = await runs.submit_job(store, spec("w", ("ok",)), T0, TEST_PARTITIONS)
+    assert (row["state"], row["dependency_policy"], row["waiting_for"], dedup) == ("queued", "on_success", 0, False)
 
 
 async def test_unknown_upstreams_cycles_and_deep_chains_are_refused_and_nothing_is_stored(store: PgStore) -> None:

@@ -120,3 +120,18 @@ def test_bad_references_and_policies_are_refused_at_prepare() -> None:
         job("b", policy="always")
     assert ei.value.field == "dependency_policy"
     assert job("b", after=("a",), policy="always").dependency_policy == "always"
+
+
+def test_a_long_chain_named_before_its_upstreams_is_refused_as_too_deep_not_a_recursion_error() -> None:
+    """The walk stops at the depth limit whatever the jobs' order: a call of thousands listing each
+    dependent before its upstream made the depth walk recurse to the chain's end first (RecursionError,
+    an internal error) before it checked the limit. Fails without the change."""
+    def chain(n: int) -> list[SubmittedJob]:
+        return [job("j0")] + [job(f"j{i}", after=(f"j{i - 1}",)) for i in range(1, n + 1)]
+
+    plan(chain(MAX_DEPENDENCY_DEPTH)[::-1])  # the limit itself, dependents first: accepted
+    with pytest.raises(InvalidArgument, match="deeper than the limit") as ei:
+        plan(chain(MAX_DEPENDENCY_DEPTH + 1)[::-1])
+    assert ei.value.field.startswith("jobs[") and ei.value.field.endswith("].depends_on[0]")
+    with pytest.raises(InvalidArgument, match="deeper than the limit"):
+        plan(chain(5_000)[::-1])

@@ -300,8 +300,12 @@ SELECT fencing_token, lease_owner, state, result, error, type FROM executions
  WHERE id = %(id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- name: mark_success
--- A schedule's dead man's switch is fed by its runs' successes.
-UPDATE schedules SET last_success_at = %(now)s, success_alert_at = NULL WHERE id = %(schedule_id)s;
+-- A schedule's dead man's switch is fed by its runs' successes. Answers whether the schedule has
+-- live children (`release_children` has work), through the schedules_children index: a single
+-- completion sends release_children only then, not a round trip more on every success.
+UPDATE schedules SET last_success_at = %(now)s, success_alert_at = NULL WHERE id = %(schedule_id)s
+RETURNING EXISTS (SELECT 1 FROM schedules c
+                   WHERE c.parent_schedule_id = %(schedule_id)s AND c.deleted_at IS NULL AND NOT c.paused);
 
 -- name: queue_depths
 -- Queued executions due now per priority and the oldest run_at among them (metrics and
