@@ -42,7 +42,7 @@ from bench.cpu import cpu_s
 from bench.e2e import LEASE_TTL_S, PARTITIONS, WorkerProc, first_starts, pct, read_records, reset, wait_terminal
 from cronwheel.client import AsyncClient
 from cronwheel.devtools.harness import ProcessCluster
-from cronwheel.dispatch_limits import MAX_POLLS_PER_TENANT
+from cronwheel.limits import MAX_POLLS_PER_TENANT
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
 TOKENS = {"admin": "bench-admin-0123456789", "flood": "bench-flood-0123456789", "victim": "bench-victim-0123456789"}
