@@ -47,7 +47,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from cronwheel.clock import SystemClock
 from cronwheel.devtools.harness import ProcessCluster
-from cronwheel.dispatch_limits import ANSWER_ROWS_BYTES
+from cronwheel.limits import ANSWER_ROWS_BYTES
 from cronwheel.storage.queries import q
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 

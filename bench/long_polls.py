@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import multiprocessing as mp
 import random
@@ -42,7 +41,8 @@ from bench.cpu import cpu_s
 from bench.e2e import LEASE_TTL_S, PARTITIONS, WorkerProc, first_starts, pct, read_records, reset, wait_terminal
 from cronwheel.client import AsyncClient
 from cronwheel.devtools.harness import ProcessCluster
-from cronwheel.dispatch_limits import MAX_POLLS_PER_TENANT
+from cronwheel.limits import MAX_POLLS_PER_TENANT
+from cronwheel.token_format import hash_token
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
 TOKENS = {"admin": "bench-admin-0123456789", "flood": "bench-flood-0123456789", "victim": "bench-victim-0123456789"}
@@ -51,8 +51,8 @@ CHANNELS = 10  # the flood's connections (each carries polls / CHANNELS calls)
 
 
 def _auth_file(c: ProcessCluster) -> str:
-    entries = [{"name": "ops", "admin": True, "sha256": hashlib.sha256(TOKENS["admin"].encode()).hexdigest()}]
-    entries += [{"name": f"{t}-ci", "tenant": t, "sha256": hashlib.sha256(TOKENS[t].encode()).hexdigest()}
+    entries = [{"name": "ops", "admin": True, "sha256": hash_token(TOKENS["admin"])}]
+    entries += [{"name": f"{t}-ci", "tenant": t, "sha256": hash_token(TOKENS[t])}
                 for t in ("flood", "victim")]
     path = c.workdir / "auth.json"
     path.write_text(json.dumps({"tokens": entries}))

@@ -27,9 +27,8 @@ from typing import Any, Generic, TypeVar
 from google.protobuf.field_mask_pb2 import FieldMask
 
 from cronwheel.clock import Clock
-from cronwheel.dispatch_limits import DEFAULT_LOG_PAGE, MAX_LOG_PAGE
 from cronwheel.entropy import random_bytes
-from cronwheel.limits import MAX_NAME, MAX_PAYLOAD_BYTES, MAX_SUBMIT_BATCH
+from cronwheel.limits import DEFAULT_LOG_PAGE, MAX_LOG_PAGE, MAX_NAME, MAX_PAYLOAD_BYTES, MAX_SUBMIT_BATCH
 from cronwheel.v1 import admin_pb2, scheduler_pb2
 
 from . import convert as c

@@ -34,7 +34,7 @@ of their own work ahead. Runs leased ahead while handlers were fast wait for slo
 turn out slow (at most 1,000); a worker whose job types mix very fast and very slow handlers can set
 `prefetch` to fix the number. Lease calls are kept in flight while there is room, each asking for
 min(room, 250) (worker_policy.LEASE_CALL_RUNS; the node's limit is 1,000,
-cronwheel.dispatch_limits), so an idle worker always waits in a long poll and is handed work as soon
+cronwheel.limits), so an idle worker always waits in a long poll and is handed work as soon
 as a node queues it (the node wakes waiting polls on its NOTIFY of queued work and on its own fire
 batches). While the node has drained the queue for it (its last answer had fewer runs than asked)
 the worker holds one long poll, not several: each would wake on the same notification, and all but

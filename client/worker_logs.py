@@ -8,7 +8,7 @@ other is ignored. Records pass the logging configuration first (a logger left at
 INFO before any handler sees it). `ctx.log(message, level="INFO")` writes to the attempt
 directly, whatever the configuration.
 
-Bound (cronwheel.dispatch_limits). ATTEMPT_LOG_BYTES of text per attempt: the first
+Bound (cronwheel.limits). ATTEMPT_LOG_BYTES of text per attempt: the first
 ATTEMPT_LOG_HEAD_BYTES as written, shipped as they come; past them the last
 ATTEMPT_LOG_BYTES - ATTEMPT_LOG_HEAD_BYTES are kept in a ring and shipped when the attempt ends,
 after a truncation mark saying how many lines and bytes were cut (the mark takes the first cut
@@ -45,7 +45,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from cronwheel.client.worker_connection import WorkerStopped, permanent
 from cronwheel.client.worker_policy import CodeClass, backoff_s, classify, status_code
 from cronwheel.clock import Clock
-from cronwheel.dispatch_limits import (
+from cronwheel.limits import (
     ATTEMPT_LOG_BYTES,
     ATTEMPT_LOG_HEAD_BYTES,
     MAX_LOG_CALL_BYTES,

@@ -13,7 +13,7 @@ import grpc
 from cronwheel import backoff
 
 # The node's per-call limit on LeaseExecutions, from the one module both sides read.
-from cronwheel.dispatch_limits import MAX_LEASE_COUNT
+from cronwheel.limits import MAX_LEASE_COUNT
 
 
 class StopReason(StrEnum):

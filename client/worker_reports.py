@@ -36,7 +36,7 @@ import grpc
 from cronwheel.client.worker_connection import WorkerStopped, permanent
 from cronwheel.client.worker_policy import CodeClass, Verdict, backoff_s, classify, hold_completions, status_code
 from cronwheel.clock import Clock
-from cronwheel.dispatch_limits import MAX_COMPLETE_BATCH
+from cronwheel.limits import MAX_COMPLETE_BATCH
 from cronwheel.v1 import dispatch_pb2
 
 log = logging.getLogger("cronwheel.client.worker")

@@ -51,9 +51,9 @@ from cronwheel.cluster.retention.policy import RetentionConfig
 from cronwheel.cluster.retention.pruner import Pruner, RetentionMetrics
 from cronwheel.cluster.webhooks.config import WebhookConfig
 from cronwheel.cluster.webhooks.sender import WebhookMetrics, WebhookSender
-from cronwheel.dispatch_limits import MAX_ANSWER_BYTES, MAX_PENDING_CALLS
 from cronwheel.errors import CronwheelError, InvalidArgument, Unavailable
 from cronwheel.heap import freeze_startup_heap
+from cronwheel.limits import MAX_ANSWER_BYTES, MAX_PENDING_CALLS
 from cronwheel.secret_store import KeyRing, SecretStore
 from cronwheel.storage import PgStore, SessionLimits, StoreConfig
 from cronwheel.storage.db import Database, OverrunSweep
@@ -180,7 +180,7 @@ class Node:
         _refuse_busy_port(self.config.listen)
         self.server = grpc.aio.server(interceptors=services.interceptors(self), options=[
             ("grpc.so_reuseport", 0),
-            ("grpc.max_send_message_length", MAX_ANSWER_BYTES),  # answers are cut to fit (dispatch_limits)
+            ("grpc.max_send_message_length", MAX_ANSWER_BYTES),  # answers are cut to fit (cronwheel.limits)
             ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),  # a burst reaches the node's own refusals
             ("grpc.server.max_pending_requests_hard_limit", MAX_PENDING_CALLS)])
         creds = services.credentials(self)

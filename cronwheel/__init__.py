@@ -13,8 +13,9 @@ The package is laid out as the architecture (docs/design.md draws it room by roo
 Dependencies point one way (checked from the source by tests/unit/test_architecture.py, since
 import-linter cannot see packages mapped from top-level folders): cli -> cluster -> storage ->
 cron | wheel | v1; `client` is a peer of `cluster` that imports only `v1`, so an application never
-pulls in the server. `clock`, `dispatch_limits`, `entropy`, `errors`, `failpoints`, `heap`,
-`jitter`, `logs`, `secret_store` and `tracing` are leaves everyone may use.
+pulls in the server. `backoff`, `clock`, `egress`, `entropy`, `errors`, `failpoints`, `heap`,
+`http_target`, `jitter`, `limits`, `logs`, `secret_store`, `times`, `token_format` and `tracing` are
+leaves everyone may use (the list is tests/unit/test_architecture.py's LEAVES).
 """
 
 __version__ = "0.1.0"

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -650,13 +649,6 @@ def _clientdoc() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def iter_rpcs(files: list[ProtoFile]) -> Iterator[tuple[str, Rpc]]:
-    for f in files:
-        for svc in f.services:
-            for r in svc.rpcs:
-                yield svc.name, r
 
 
 def main(argv: list[str]) -> int:

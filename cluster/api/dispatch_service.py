@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from datetime import UTC
 from typing import Any
 
 import grpc
@@ -19,7 +18,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from cronwheel import tracing
 from cronwheel.cluster.api.auth import authorization_check, current_caller
-from cronwheel.cluster.api.convert import Converted, epoch_ts, ts
+from cronwheel.cluster.api.convert import Converted, epoch_ts, opt_dt, ts
 from cronwheel.cluster.api.grpc_errors import status_of
 from cronwheel.cluster.commands.lanes import DEFAULT_LANES, worker_lanes
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher, Leased
@@ -210,8 +209,8 @@ class DispatchService(dispatch_pb2_grpc.DispatchServiceServicer):
     async def AppendLogs(self, request: dispatch_pb2.AppendLogsRequest,  # noqa: N802
                          context: Ctx) -> dispatch_pb2.AppendLogsResponse:
         items = [LogItem(parse_id(f"items[{k}].execution_id", i.execution_id), i.fencing_token,
-                         [(ln.seq, ln.time.ToDatetime(tzinfo=UTC) if ln.HasField("time") else None,
-                           ln.level, ln.logger, ln.message) for ln in i.lines])
+                         [(ln.seq, opt_dt(ln, "time", f"items[{k}].lines[{j}].time"), ln.level, ln.logger,
+                           ln.message) for j, ln in enumerate(i.lines)])
                  for k, i in enumerate(request.items)]
         outcomes = await append_logs(self.d, request.worker_id, items, scope())
         resp = dispatch_pb2.AppendLogsResponse()

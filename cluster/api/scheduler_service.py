@@ -35,9 +35,9 @@ from cronwheel.cluster.commands.logs import read_logs
 from cronwheel.cluster.commands.submit_batcher import SubmitBatcher
 from cronwheel.cluster.commands.values import parse_json, text
 from cronwheel.cron import jitter_offset_s
-from cronwheel.dispatch_limits import ANSWER_ROWS_BYTES
 from cronwheel.egress import EgressPolicy
 from cronwheel.errors import InvalidArgument
+from cronwheel.limits import ANSWER_ROWS_BYTES
 from cronwheel.storage import PgStore
 from cronwheel.storage.api import Row
 from cronwheel.storage.executions import ExecutionFilter, SubmittedJob

@@ -53,6 +53,7 @@ from cronwheel.cron import (
 from cronwheel.errors import InvalidArgument, NotFound
 from cronwheel.storage import PgStore
 from cronwheel.storage.retention import PrunedMark
+from cronwheel.times import MICROSECOND
 
 MAX_TICKS = 100_000
 # A release followed this quickly by the next acquisition cannot lose a tick: the new owner
@@ -189,11 +190,11 @@ def explain(f: Facts, start: datetime, end: datetime, now: datetime) -> list[Exp
     for lo, hi, defn in _windows(f, start, end):
         cron, loose = _cron(defn, sid), _cron(defn, sid, permissive=True)
         # The window is [start, end): ticks_between(a, b) yields a < t <= b.
-        real = list(cron.ticks_between(lo - timedelta(microseconds=1), hi - timedelta(microseconds=1)))
+        real = list(cron.ticks_between(lo - MICROSECOND, hi - MICROSECOND))
         if len(out) + len(real) > MAX_TICKS:
             raise InvalidArgument("range", f"the window holds more than {MAX_TICKS} ticks; narrow it")
         real_set = set(real)
-        for t in loose.ticks_between(lo - timedelta(microseconds=1), hi - timedelta(microseconds=1)):
+        for t in loose.ticks_between(lo - MICROSECOND, hi - MICROSECOND):
             if t not in real_set:
                 out.append(_dst_dropped(t, defn))
         for t in real:
@@ -418,7 +419,7 @@ def page_end(f: Facts, start: datetime, end: datetime, limit: int) -> datetime:
     sid = str(f.schedule["id"])
     n = 0
     for lo, hi, defn in _windows(f, start, end):
-        for t in _cron(defn, sid).ticks_between(lo - timedelta(microseconds=1), hi - timedelta(microseconds=1)):
+        for t in _cron(defn, sid).ticks_between(lo - MICROSECOND, hi - MICROSECOND):
             n += 1
             if n > limit:
                 return t

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from cronwheel.cluster.commands.runs import get_execution
 from cronwheel.cluster.dispatch.policy import TERMINAL_STATES
-from cronwheel.dispatch_limits import ANSWER_ROWS_BYTES, DEFAULT_LOG_PAGE, MAX_LOG_PAGE
 from cronwheel.errors import InvalidArgument
+from cronwheel.limits import ANSWER_ROWS_BYTES, DEFAULT_LOG_PAGE, MAX_LOG_PAGE
 from cronwheel.storage import PgStore
 from cronwheel.storage.logs import LogLine, LogPageParams
 

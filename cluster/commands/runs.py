@@ -27,7 +27,7 @@ import dataclasses
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from cronwheel import tracing
@@ -65,11 +65,11 @@ from cronwheel.storage import PgStore
 from cronwheel.storage.api import Conn, Event, Row
 from cronwheel.storage.executions import Backfill, ManualRun, Retry, SubmittedJob, announced
 from cronwheel.storage.ids import new_execution_id
+from cronwheel.times import MICROSECOND
 
 MAX_BACKFILL_TICKS = 10_000
 CANCELLABLE = ("scheduled", "queued", "retry_scheduled", "failed", "waiting")
 RETRYABLE = ("dead", "cancelled", "skipped", "failed")
-_MICRO = timedelta(microseconds=1)
 
 
 def _key(value: str | None) -> str | None:
@@ -114,7 +114,7 @@ async def trigger_schedule(store: PgStore, schedule_id: uuid.UUID, now: datetime
         row = None
         for i in range(8):  # scheduled_for is unique per schedule: step a microsecond on a clash
             row = await ex.insert_run(conn, ManualRun(new_execution_id(), schedule_id, str(doc) if doc else None,
-                                                      now + i * _MICRO, state, why, key), now)
+                                                      now + i * MICROSECOND, state, why, key), now)
             if row is not None:
                 break
             if key is not None and (existing := await ex.by_idempotency_key(conn, sched["tenant"], key)) is not None:
@@ -143,11 +143,11 @@ def backfill_ticks(cron: CronSchedule, start: datetime, end: datetime,
     """Ticks t with start <= t < end; InvalidArgument("range") beyond `limit` of them."""
     out: list[datetime] = []
     try:
-        after = start - _MICRO
+        after = start - MICROSECOND
     except OverflowError:
         raise InvalidArgument("range.start_time", "before the supported calendar range") from None
     try:
-        for t in cron.ticks_between(after, end - _MICRO):
+        for t in cron.ticks_between(after, end - MICROSECOND):
             if len(out) == limit:
                 raise InvalidArgument("range", f"more than {limit} ticks in the range; split it")
             out.append(t)
@@ -184,7 +184,7 @@ async def backfill_schedule(store: PgStore, schedule_id: uuid.UUID, start: datet
         if ticks:
             created = await store.executions.backfill(conn, Backfill(
                 schedule_id, [new_execution_id() for _ in ticks], ticks,
-                [now - (n - 1 - i) * _MICRO for i in range(n)], now))
+                [now - (n - 1 - i) * MICROSECOND for i in range(n)], now))
         await store.events.insert(Event("schedule_backfilled", sched["tenant"], schedule_id, None,
                                         sched["partition"], actor, at=now,
                                         data={"reason": reason, "start": start.isoformat(), "end": end.isoformat(),

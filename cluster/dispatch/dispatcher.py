@@ -77,15 +77,15 @@ from cronwheel.cluster.dispatch.policy import (
 )
 from cronwheel.cluster.dispatch.polls import Poll, Polls
 from cronwheel.cluster.metrics import Metrics
-from cronwheel.dispatch_limits import (
+from cronwheel.errors import CronwheelError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken
+from cronwheel.http_target import HTTP_TYPE
+from cronwheel.limits import (
     ANSWER_ROWS_BYTES,
     MAX_COMPLETE_BATCH,
     MAX_LEASE_COUNT,
     MAX_POLLS_PER_TENANT,
     MAX_POLLS_PER_WORKER,
 )
-from cronwheel.errors import CronwheelError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken
-from cronwheel.http_target import HTTP_TYPE
 from cronwheel.storage import PgStore
 from cronwheel.storage.dispatch import (
     ClaimParams,

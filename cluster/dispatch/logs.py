@@ -5,7 +5,7 @@ append reads each run's fence (token, lease owner, running, tenant: the heartbea
 primary key and inserts, one statement, no row lock on executions. A run whose fence fails is
 explained as a heartbeat's would be (NotFound, StaleFencingToken, FailedPrecondition), per item.
 
-Bounds. The node bounds each call (cronwheel.dispatch_limits: items, lines, bytes of text, each
+Bounds. The node bounds each call (cronwheel.limits: items, lines, bytes of text, each
 line's fields) and refuses a call past them whole (InvalidArgument naming the field); the SDK
 keeps each attempt within ATTEMPT_LOG_BYTES (head and tail, a truncation mark between).
 
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher
-from cronwheel.dispatch_limits import (
+from cronwheel.errors import InvalidArgument
+from cronwheel.limits import (
     MAX_LOG_CALL_BYTES,
     MAX_LOG_ITEMS,
     MAX_LOG_LEVEL_CHARS,
@@ -28,7 +29,6 @@ from cronwheel.dispatch_limits import (
     MAX_LOG_LINES,
     MAX_LOG_LOGGER_CHARS,
 )
-from cronwheel.errors import InvalidArgument
 from cronwheel.storage.dispatch import TokenCall
 from cronwheel.storage.logs import LogAppend
 

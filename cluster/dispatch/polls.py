@@ -21,7 +21,7 @@ does not come then costs another tenant's runs no claim ahead of theirs.
 Caps: a node holds at most `max_per_tenant` waiting calls per tenant (admin calls, which take
 from every tenant, count as one more tenant) and `max_per_worker` per worker id of a tenant;
 `enter` refuses the next with ResourceExhausted naming the limit. Defaults:
-cronwheel.dispatch_limits.MAX_POLLS_PER_TENANT / MAX_POLLS_PER_WORKER.
+cronwheel.limits.MAX_POLLS_PER_TENANT / MAX_POLLS_PER_WORKER.
 
 Concurrency: not task-safe across event loops; every method is synchronous, so calls from
 tasks of one loop never interleave inside one.

@@ -260,7 +260,7 @@ def _add_webhook_options(p: argparse.ArgumentParser) -> None:
 
 
 def _webhook_config(args: argparse.Namespace) -> WebhookConfig:
-    """The webhook sender's config from the node's `--webhook-*` flags (cli/webhook.py adds them)."""
+    """The webhook sender's config from the node's `--webhook-*` flags (`_add_webhook_options` adds them)."""
     from cronwheel.cluster.webhooks.config import WebhookConfig
     from cronwheel.egress import EgressPolicy
 

@@ -1,5 +1,6 @@
 """`cronwheel webhook create|list|delete|deliveries`: push alerts from the shell, through the
-public Client (cronwheel.client), and the node's `--webhook-*` tuning flags.
+public Client (cronwheel.client). The node's `--webhook-*` tuning flags are a server command's
+(cli/commands.py `_add_webhook_options`).
 
     cronwheel webhook create --url https://hooks.slack.com/services/T/B/X     # the alerts, to Slack
     cronwheel webhook create --url https://ops.example/hook --kind dead_letter --schedule ID

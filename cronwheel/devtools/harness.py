@@ -10,7 +10,6 @@ its own JSON gateway.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import io
@@ -284,10 +283,6 @@ class ProcessCluster:
     def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
         with psycopg.connect(self.dsn) as c:
             return c.execute(query, params).fetchall()  # type: ignore[arg-type]
-
-
-def run_async(coro: Any) -> Any:
-    return asyncio.run(coro)
 
 
 def create_schedules(cluster: ProcessCluster, specs: list[dict[str, Any]], token: str | None = None) -> list[Schedule]:

@@ -45,7 +45,7 @@ import socket
 import subprocess
 import tempfile
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -496,17 +496,3 @@ class LocalEtcd:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def local_servers(etcd_size: int = 1, fsync: bool = False) -> Iterator[tuple[LocalPostgres, LocalEtcd]]:
-    """Start Postgres and etcd together; stop both on any exit."""
-    pg = LocalPostgres(fsync=fsync)
-    etcd = LocalEtcd(size=etcd_size)
-    try:
-        pg.start()
-        etcd.start()
-        yield pg, etcd
-    finally:
-        etcd.stop()
-        pg.stop()

@@ -13,7 +13,7 @@ import pytest
 
 from cronwheel.client import Client
 from cronwheel.devtools.harness import ProcessCluster
-from cronwheel.dispatch_limits import ANSWER_ROWS_BYTES
+from cronwheel.limits import ANSWER_ROWS_BYTES
 
 from .api_cluster import TOKENS, api_cluster
 

@@ -3,7 +3,7 @@ LeaseExecutions calls at once, over 10 connections as bench.long_polls' flood do
 MAX_POLLS_PER_TENANT of them held and every other one refused by the node with
 RESOURCE_EXHAUSTED naming the cap. Before, about half of the refusals came back CANCELLED: gRPC
 itself ended the calls its queue held past its defaults (1,000 to 3,000 waiting to be taken by
-the node's event loop), before the node saw them (dispatch_limits.MAX_PENDING_CALLS)."""
+the node's event loop), before the node saw them (limits.MAX_PENDING_CALLS)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from cronwheel.devtools.harness import ProcessCluster
-from cronwheel.dispatch_limits import MAX_POLLS_PER_TENANT
+from cronwheel.limits import MAX_POLLS_PER_TENANT
 from cronwheel.v1 import dispatch_pb2, dispatch_pb2_grpc
 
 from .api_cluster import TOKENS, api_cluster

@@ -12,8 +12,8 @@ import pytest
 from cronwheel.clock import FakeClock
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher
 from cronwheel.cluster.metrics import Metrics
-from cronwheel.dispatch_limits import MAX_LEASE_COUNT
 from cronwheel.errors import InvalidArgument
+from cronwheel.limits import MAX_LEASE_COUNT
 from cronwheel.storage import PgStore
 from tests.integration.execution_rows import execution_row, insert_execution
 

@@ -76,7 +76,7 @@ async def test_retention_prunes_an_executions_log_lines_with_it(store: PgStore, 
 
 async def test_a_page_is_cut_at_3_mib_of_text_and_says_more_lines_are_stored(store: PgStore) -> None:
     from cronwheel.cluster.commands.logs import read_logs
-    from cronwheel.dispatch_limits import ANSWER_ROWS_BYTES, MAX_LOG_LINE_BYTES
+    from cronwheel.limits import ANSWER_ROWS_BYTES, MAX_LOG_LINE_BYTES
 
     ident = await running(store)
     big = "x" * MAX_LOG_LINE_BYTES

@@ -11,8 +11,8 @@ import pytest
 
 from cronwheel.clock import FakeClock
 from cronwheel.cluster.dispatch.dispatcher import Dispatcher
-from cronwheel.dispatch_limits import ANSWER_ROWS_BYTES, MAX_POLLS_PER_TENANT, MAX_POLLS_PER_WORKER
 from cronwheel.errors import ResourceExhausted, Unauthenticated
+from cronwheel.limits import ANSWER_ROWS_BYTES, MAX_POLLS_PER_TENANT, MAX_POLLS_PER_WORKER
 from cronwheel.storage import PgStore
 
 from .test_claim_limits import T0, backlog, sql

@@ -62,7 +62,7 @@ LAYERS: dict[str, int] = {"cronwheel.wheel": 0, "cronwheel.cron": 0, "cronwheel.
 # client talks to the cluster through the gRPC contract only (users install it to call a node).
 ONLY: dict[str, set[str]] = {"cronwheel.client": {"cronwheel.v1"}}
 # Shared leaves: any layer, the console and chaos may import them; they import only each other.
-LEAVES = {"cronwheel", "cronwheel.backoff", "cronwheel.clock", "cronwheel.dispatch_limits", "cronwheel.egress",
+LEAVES = {"cronwheel", "cronwheel.backoff", "cronwheel.clock", "cronwheel.egress",
           "cronwheel.entropy", "cronwheel.errors", "cronwheel.failpoints", "cronwheel.heap", "cronwheel.http_target",
           "cronwheel.jitter", "cronwheel.limits", "cronwheel.logs", "cronwheel.secret_store", "cronwheel.times",
           "cronwheel.token_format", "cronwheel.tracing"}
@@ -477,7 +477,7 @@ PLANTED: list[Plant] = [
 ALLOWED: list[Plant] = [
     ("layers", "cluster/planted.py", "from cronwheel.storage import PgStore\nfrom cronwheel.jitter import offset_s"),
     ("layers", "client/planted.py", "from . import calls\nfrom cronwheel.v1 import dispatch_pb2\n"
-                                    "from cronwheel.errors import NotFound\nfrom cronwheel import dispatch_limits"),
+                                    "from cronwheel.errors import NotFound\nfrom cronwheel import limits"),
     ("layers", "cron/planted.py", "from cronwheel.errors import InvalidArgument\nfrom cronwheel import jitter"),
     ("console", "cronwheel/console/planted.py", "from cronwheel.client import Client\nfrom . import forms\n"
                                                 "from cronwheel.clock import Clock"),

@@ -14,7 +14,7 @@ from google.protobuf.duration_pb2 import Duration
 from cronwheel.client import JobContext, Worker
 from cronwheel.client.worker_policy import LEASE_CALL_RUNS, PREFETCH_WINDOW_S
 from cronwheel.clock import FakeClock
-from cronwheel.dispatch_limits import MAX_LEASE_COUNT
+from cronwheel.limits import MAX_LEASE_COUNT
 from cronwheel.v1 import dispatch_pb2
 
 

@@ -22,7 +22,7 @@ from cronwheel.client.worker_logs import (
     uninstall_capture,
 )
 from cronwheel.clock import FakeClock
-from cronwheel.dispatch_limits import ATTEMPT_LOG_BYTES, ATTEMPT_LOG_HEAD_BYTES, MAX_LOG_LINE_BYTES
+from cronwheel.limits import ATTEMPT_LOG_BYTES, ATTEMPT_LOG_HEAD_BYTES, MAX_LOG_LINE_BYTES
 from cronwheel.v1 import dispatch_pb2
 
 

@@ -13,7 +13,7 @@ from cronwheel.client.worker_connection import WorkerStopped
 from cronwheel.client.worker_policy import HOLD_COMPLETIONS_RUNS, HOLD_COMPLETIONS_S, Verdict
 from cronwheel.client.worker_reports import Report, Reporter
 from cronwheel.clock import FakeClock
-from cronwheel.dispatch_limits import MAX_COMPLETE_BATCH
+from cronwheel.limits import MAX_COMPLETE_BATCH
 from cronwheel.v1 import dispatch_pb2
 
 

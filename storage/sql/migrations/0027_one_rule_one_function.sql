@@ -26,7 +26,8 @@ BEGIN
 END
 $$;
 
--- The one write of retention (0020's), fenced through the function above; otherwise unchanged.
+-- The one write of retention (as 0026 left it: 0020's, with 0024's dependencies and 0026's logs),
+-- fenced through the function above; otherwise unchanged.
 CREATE OR REPLACE FUNCTION cronwheel_prune_delete(p integer, e bigint, now timestamptz, ids uuid[]) RETURNS bigint
 LANGUAGE sql VOLATILE AS $$
     WITH gone AS (

@@ -176,7 +176,7 @@ WITH locked AS MATERIALIZED (
            row_number() OVER (PARTITION BY tenant ORDER BY rank, (qn - 1) / qweight, run_at) AS rt
       FROM keyed WHERE fits
 ), picked AS MATERIALIZED (  -- in pick order, and past the first only while the payloads and
-    -- checkpoints add up to at most max_bytes (dispatch_limits.ANSWER_ROWS_BYTES): the answer fits
+    -- checkpoints add up to at most max_bytes (cronwheel.limits.ANSWER_ROWS_BYTES): the answer fits
     SELECT id, tenant, ckey, krate, kburst, ktokens FROM (
         SELECT id, tenant, ckey, krate, kburst, ktokens, row_number() OVER w AS n, sum(bytes) OVER w AS upto
           FROM (SELECT * FROM fitting WHERE rt <= cap
