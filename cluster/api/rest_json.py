@@ -87,11 +87,19 @@ def parse(doc: Any, msg: Any, path: str = "") -> None:
                 if f.message_type is not None and f.message_type.full_name not in _TEXT_WKT:
                     parse(item, target.add(), f"{where}[{i}].")
                 else:
-                    target.append(_scalar(f, item, f"{where}[{i}]"))
+                    scalar = _scalar(f, item, f"{where}[{i}]")
+                    try:
+                        target.append(scalar)
+                    except ValueError as exc:  # out of the field's range, as json_format says
+                        raise JsonError(f"{where}[{i}]", str(exc)) from None
         elif f.message_type is not None:
             _message(f, value, getattr(msg, f.name), where)
         else:
-            setattr(msg, f.name, _scalar(f, value, where))
+            scalar = _scalar(f, value, where)
+            try:
+                setattr(msg, f.name, scalar)
+            except ValueError as exc:  # out of the field's range (an int32 of 2**40), as json_format says
+                raise JsonError(where, str(exc)) from None
 
 
 def _message(f: FD, value: Any, sub: Any, where: str) -> None:
@@ -100,12 +108,12 @@ def _message(f: FD, value: Any, sub: Any, where: str) -> None:
         if not isinstance(value, str):
             raise JsonError(where, "expected a string")
         m = _RFC3339_UTC.match(value) if name == "google.protobuf.Timestamp" else None
-        if m is not None:  # the common form, without strptime (json_format's way, 10x slower)
-            sub.seconds = calendar.timegm(datetime.fromisoformat(m[1]).timetuple())
-            sub.nanos = int((m[2] or "0").ljust(9, "0"))
-            return
         try:
-            sub.FromJsonString(value)
+            if m is None:
+                sub.FromJsonString(value)
+            else:  # the common form, without strptime (json_format's way, 10x slower)
+                sub.seconds = calendar.timegm(datetime.fromisoformat(m[1]).timetuple())  # no such day: ValueError
+                sub.nanos = int((m[2] or "0").ljust(9, "0"))
         except ValueError as exc:
             raise JsonError(where, str(exc)) from None
     elif name == _MASK:

@@ -176,3 +176,16 @@ def test_timestamps_are_written_as_json_format_writes_them(seconds: int, nanos: 
     run = common_pb2.Execution()
     run.run_at.seconds, run.run_at.nanos = seconds, nanos
     assert rest_json.render(run)["run_at"] == run.run_at.ToJsonString()
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/v1/jobs", b'{"type": "t", "run_at": "2027-13-01T00:00:00Z"}', "run_at"),
+    ("/v1/jobs", b'{"type": "t", "run_at": "2027-02-30T00:00:00Z"}', "run_at"),
+    ("/v1/schedules", b'{"retry_policy": {"max_attempts": 99999999999}}', "schedule.retry_policy.max_attempts"),
+    ("/v1/schedules", b'{"version": "99999999999999999999999"}', "schedule.version"),
+])
+def test_a_value_the_field_cannot_hold_is_refused_naming_it(path: str, body: bytes, field: str) -> None:
+    """Not a ValueError out of the transcoder: `cronwheel rest` would drop the connection unanswered."""
+    with pytest.raises(rest.BadRequest) as info:
+        build("POST", path, body=body)
+    assert info.value.field == field
