@@ -43,8 +43,9 @@ class JsonError(ValueError):
 
 
 @cache
-def _fields(desc: descriptor.Descriptor) -> dict[str, FD]:
-    """Every field by its proto name and by its JSON (lowerCamelCase) name."""
+def fields_by_key(desc: descriptor.Descriptor) -> dict[str, FD]:
+    """Every field by its proto name and by its JSON (lowerCamelCase) name (the names a body's
+    key or a query parameter may use)."""
     out = {f.json_name: f for f in desc.fields}
     out.update(desc.fields_by_name)
     return out
@@ -61,7 +62,7 @@ def parse(doc: Any, msg: Any, path: str = "") -> None:
     """Fill `msg` from a JSON object (a dict); JsonError naming the field on anything wrong."""
     if not isinstance(doc, dict):
         raise JsonError(path.rstrip(".") or "body", "expected a JSON object")
-    fields = _fields(msg.DESCRIPTOR)
+    fields = fields_by_key(msg.DESCRIPTOR)
     oneofs: dict[str, str] = {}
     for key, value in doc.items():
         f = fields.get(key)
