@@ -34,7 +34,7 @@ from urllib.parse import parse_qsl, unquote
 
 import grpc
 from google.api import annotations_pb2, http_pb2
-from google.protobuf import descriptor, json_format, message_factory
+from google.protobuf import descriptor, message_factory
 from google.rpc import code_pb2, error_details_pb2, status_pb2  # noqa: F401  (registers BadRequest for Any)
 
 from cronwheel.cluster.api import rest_json
@@ -232,11 +232,7 @@ def answer_json(message: Any) -> bytes:
 def error_json(code: grpc.StatusCode, message: str, status: status_pb2.Status | None = None) -> bytes:
     """The JSON error body: the google.rpc.Status of the call (its details included), or one
     made of the code and message."""
-    if status is None:
-        status = status_pb2.Status(code=code.value[0], message=message)
-    body = json_format.MessageToDict(status, always_print_fields_with_no_presence=True,
-                                     preserving_proto_field_name=True)
-    return json.dumps(body).encode()
+    return answer_json(status_pb2.Status(code=code.value[0], message=message) if status is None else status)
 
 
 def bad_request_status(exc: BadRequest) -> status_pb2.Status:
