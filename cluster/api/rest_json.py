@@ -51,6 +51,7 @@ def fields_by_key(desc: descriptor.Descriptor) -> dict[str, FD]:
     return out
 
 
+@cache  # asked for every key of every object read: SubmitJobs reads thousands
 def _delegated(f: FD) -> bool:
     mt = f.message_type
     return mt is not None and (mt.GetOptions().map_entry or
