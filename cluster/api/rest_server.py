@@ -31,7 +31,7 @@ import grpc
 from google.protobuf import message_factory
 
 from cronwheel.cluster.api import rest
-from cronwheel.cluster.api.auth import LOCAL_ONLY, exposure_refusal
+from cronwheel.cluster.api.auth import LOCAL_ONLY, exposure_refusal, is_loopback
 from cronwheel.errors import InvalidArgument
 from cronwheel.v1 import admin_pb2, admin_pb2_grpc
 
@@ -168,8 +168,8 @@ class RestServer:
 
     async def _check_exposure(self, channel: grpc.aio.Channel) -> None:
         """Beyond loopback only when the nodes require tokens, or with --insecure."""
-        if self.config.insecure or exposure_refusal(self.config.listen, False, False, without="", remedy="") is None:
-            return
+        if self.config.insecure or is_loopback(self.config.listen):
+            return  # exposure_refusal would pass it whatever the nodes say: do not ask them
         try:
             status = await admin_pb2_grpc.AdminServiceStub(channel).ClusterStatus(
                 admin_pb2.ClusterStatusRequest(), timeout=10, metadata=((LOCAL_ONLY, "1"),))
