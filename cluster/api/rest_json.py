@@ -4,8 +4,9 @@
 Why not json_format alone: it is pure Python and rebuilds per-message lookup tables on every
 message; a SubmitJobs of 1,000 jobs took 135 ms to parse there, more than the node took to store
 it. This module walks the descriptors with cached tables and sets fields directly; what it does
-not read itself (maps, Any, Struct, wrappers) goes to json_format, field by field, so the result
-is the mapping's. tests/unit/test_rest_transcoding.py checks both directions against json_format.
+not read itself (maps, Any, Struct, wrappers, and bytes and 32-bit floats, which the contract
+does not use) goes to json_format, field by field, so the result is the mapping's.
+tests/unit/test_rest_transcoding.py checks both directions against json_format.
 
 Reading refuses a key that names no field (the API's names, or lowerCamelCase as the mapping
 allows), a value of the wrong JSON type, and two fields of one oneof, with `JsonError(path, why)`.
@@ -13,23 +14,21 @@ allows), a value of the wrong JSON type, and two fields of one oneof, with `Json
 
 from __future__ import annotations
 
-import base64
 import calendar
 import math
 import re
 import time
 from collections.abc import Callable
 from datetime import datetime
-from functools import cache, partial
+from functools import cache
 from typing import Any
 
 from google.protobuf import descriptor, json_format
-from google.protobuf.internal import type_checkers
 
 FD = descriptor.FieldDescriptor
 _INTS = {FD.TYPE_INT32, FD.TYPE_SINT32, FD.TYPE_SFIXED32, FD.TYPE_UINT32, FD.TYPE_FIXED32}
 _LONGS = {FD.TYPE_INT64, FD.TYPE_SINT64, FD.TYPE_SFIXED64, FD.TYPE_UINT64, FD.TYPE_FIXED64}
-_FLOATS = {FD.TYPE_DOUBLE, FD.TYPE_FLOAT}
+_TO_JSON_FORMAT = {FD.TYPE_BYTES, FD.TYPE_FLOAT}  # scalar types no field of cronwheel.v1 has
 _TEXT_WKT = {"google.protobuf.Timestamp", "google.protobuf.Duration"}
 _MASK = "google.protobuf.FieldMask"
 _RFC3339_UTC = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z$")
@@ -53,6 +52,9 @@ def fields_by_key(desc: descriptor.Descriptor) -> dict[str, FD]:
 
 @cache  # asked for every key of every object read: SubmitJobs reads thousands
 def _delegated(f: FD) -> bool:
+    """Whether json_format reads and writes the field (see the module's docstring)."""
+    if f.type in _TO_JSON_FORMAT:
+        return True
     mt = f.message_type
     return mt is not None and (mt.GetOptions().map_entry or
                                (mt.full_name.startswith("google.protobuf.") and mt.full_name not in _TEXT_WKT
@@ -149,7 +151,7 @@ def _scalar(f: FD, v: Any, where: str) -> Any:
         raise JsonError(where, f"expected a value name of {f.enum_type.name}")
     if t in _INTS or t in _LONGS:
         return _integer(v, where)
-    if t in _FLOATS:
+    if t == FD.TYPE_DOUBLE:
         if isinstance(v, str) and v in _SPECIAL:
             return _SPECIAL[v]
         if isinstance(v, bool) or not isinstance(v, int | float | str):
@@ -158,15 +160,7 @@ def _scalar(f: FD, v: Any, where: str) -> Any:
             return float(v)
         except ValueError:
             raise JsonError(where, f"expected a number, got {v!r}") from None
-    if t == FD.TYPE_BYTES:
-        if not isinstance(v, str):
-            raise JsonError(where, "expected base64 text")
-        try:
-            return base64.urlsafe_b64decode(v + "=" * (-len(v) % 4)) if "-" in v or "_" in v \
-                else base64.b64decode(v + "=" * (-len(v) % 4))
-        except ValueError as exc:
-            raise JsonError(where, f"not base64: {exc}") from None
-    raise JsonError(where, f"unsupported field type {t}")  # pragma: no cover (every proto3 type is above)
+    raise JsonError(where, f"unsupported field type {t}")  # pragma: no cover (the others are _delegated)
 
 
 def _integer(v: Any, where: str) -> int:
@@ -228,10 +222,8 @@ def _writer(f: FD) -> Callable[[Any], Any]:
         return lambda v: names.get(v, v)
     if t in _LONGS:
         return str
-    if t in _FLOATS:
-        return partial(_float, t == FD.TYPE_FLOAT)
-    if t == FD.TYPE_BYTES:
-        return lambda v: base64.b64encode(v).decode()
+    if t == FD.TYPE_DOUBLE:
+        return _double
     return _same
 
 
@@ -239,12 +231,12 @@ def _same(v: Any) -> Any:
     return v
 
 
-def _float(single: bool, v: float) -> Any:
+def _double(v: float) -> Any:
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):
         return "Infinity" if v > 0 else "-Infinity"
-    return type_checkers.ToShortestFloat(v) if single else v
+    return v
 
 
 def _timestamp(ts: Any) -> str:
