@@ -164,7 +164,7 @@ def request_message(route: Route, variables: Mapping[str, str], query: str, body
     if route.body:
         try:
             parsed = json.loads(body or b"{}")
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than json reads
             raise BadRequest("", f"the body is not JSON: {exc}") from None
         if route.body == "*":
             if not isinstance(parsed, dict):

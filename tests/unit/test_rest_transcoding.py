@@ -224,3 +224,10 @@ def test_bytes_and_32_bit_floats_are_read_and_written_as_json_format_does() -> N
     with pytest.raises(rest_json.JsonError) as info:
         rest_json.parse({"data": 5}, probe())
     assert info.value.path == "data"
+
+
+def test_a_body_nested_deeper_than_json_reads_is_refused() -> None:
+    """json.loads raises RecursionError, not ValueError, on such a body: it too is a 400."""
+    with pytest.raises(rest.BadRequest) as info:
+        build("POST", "/v1/jobs", body=b"[" * 100_000 + b"]" * 100_000)
+    assert info.value.field == "" and "not JSON" in str(info.value)
