@@ -24,9 +24,9 @@ PACKAGE_DIR = PROTO_ROOT / "cronwheel" / "v1"
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 
-def proto_files() -> list[Path]:
-    """The .proto sources of the contract, sorted."""
-    return sorted(PACKAGE_DIR.glob("*.proto"))
+def proto_files(root: Path = PROTO_ROOT) -> list[Path]:
+    """The .proto sources of the contract under `root` (PROTO_ROOT, or a test build's copy), sorted."""
+    return sorted((Path(root) / "cronwheel" / "v1").glob("*.proto"))
 
 
 def is_generated(path: Path) -> bool:
@@ -49,17 +49,24 @@ def descriptor_set(root: Path = PROTO_ROOT, *extra: str) -> Any:
     with the files it imports (`extra`: more protoc flags, e.g. --include_source_info). `root` is
     PROTO_ROOT, or a copy of it (a test build); tools/openapi.py and the stub tests read this."""
     from google.protobuf import descriptor_pb2
-    from grpc_tools import protoc  # build-time dependency (grpcio-tools)
 
-    sources = sorted((Path(root) / "cronwheel" / "v1").glob("*.proto"))
     with tempfile.TemporaryDirectory(prefix="cronwheel-protoc-") as tmp:
         out = Path(tmp) / "contract.pb"
-        args = ["grpc_tools.protoc", f"-I{root}", *(f"-I{d}" for d in include_dirs()), *extra,
-                f"--descriptor_set_out={out}", *(str(p) for p in sources)]
-        rc = protoc.main(args)
-        if rc != 0:
-            raise RuntimeError(f"protoc failed with exit code {rc}: {' '.join(args)}")
+        _protoc(root, *extra, f"--descriptor_set_out={out}")
         return descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
+
+
+def _protoc(root: Path, *flags: str) -> None:
+    """protoc over every .proto under `root` with the include path of this contract."""
+    from grpc_tools import protoc  # build-time dependency (grpcio-tools)
+
+    sources = proto_files(root)
+    if not sources:
+        raise RuntimeError(f"no .proto files in {Path(root) / 'cronwheel' / 'v1'}")
+    args = ["grpc_tools.protoc", f"-I{root}", *(f"-I{d}" for d in include_dirs()), *flags, *(str(p) for p in sources)]
+    rc = protoc.main(args)
+    if rc != 0:
+        raise RuntimeError(f"protoc failed with exit code {rc}: {' '.join(args)}")
 
 
 def generate(out_dir: Path = PACKAGE_DIR) -> list[Path]:
@@ -68,26 +75,10 @@ def generate(out_dir: Path = PACKAGE_DIR) -> list[Path]:
     Generated files in `out_dir` that no .proto produces any more are removed. Returns the
     paths of the generated files, sorted.
     """
-    from grpc_tools import protoc  # build-time dependency (grpcio-tools)
-
-    sources = proto_files()
-    if not sources:
-        raise RuntimeError(f"no .proto files in {PACKAGE_DIR}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="cronwheel-protoc-") as tmp:
-        args = [
-            "grpc_tools.protoc",
-            f"-I{PROTO_ROOT}",
-            *(f"-I{d}" for d in include_dirs()),
-            f"--python_out={tmp}",
-            f"--pyi_out={tmp}",
-            f"--grpc_python_out={tmp}",
-            *(str(p) for p in sources),
-        ]
-        rc = protoc.main(args)
-        if rc != 0:
-            raise RuntimeError(f"protoc failed with exit code {rc}: {' '.join(args)}")
+        _protoc(PROTO_ROOT, f"--python_out={tmp}", f"--pyi_out={tmp}", f"--grpc_python_out={tmp}")
         produced_dir = Path(tmp) / "cronwheel" / "v1"
         produced = sorted(p for p in produced_dir.iterdir() if is_generated(p))
         names = {p.name for p in produced}

@@ -34,7 +34,7 @@ from urllib.parse import parse_qsl, unquote
 
 import grpc
 from google.api import annotations_pb2, http_pb2
-from google.protobuf import descriptor, json_format, message_factory
+from google.protobuf import descriptor, message_factory
 from google.rpc import code_pb2, error_details_pb2, status_pb2  # noqa: F401  (registers BadRequest for Any)
 
 from cronwheel.cluster.api import rest_json
@@ -65,10 +65,6 @@ HTTP_STATUS: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.DATA_LOSS: 500,
 }
 
-_INT32 = {descriptor.FieldDescriptor.TYPE_INT32, descriptor.FieldDescriptor.TYPE_UINT32,
-          descriptor.FieldDescriptor.TYPE_SINT32, descriptor.FieldDescriptor.TYPE_FIXED32,
-          descriptor.FieldDescriptor.TYPE_SFIXED32}
-_FLOAT = {descriptor.FieldDescriptor.TYPE_DOUBLE, descriptor.FieldDescriptor.TYPE_FLOAT}
 _VARIABLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
 
 
@@ -168,7 +164,7 @@ def request_message(route: Route, variables: Mapping[str, str], query: str, body
     if route.body:
         try:
             parsed = json.loads(body or b"{}")
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than json reads
             raise BadRequest("", f"the body is not JSON: {exc}") from None
         if route.body == "*":
             if not isinstance(parsed, dict):
@@ -194,19 +190,13 @@ def request_message(route: Route, variables: Mapping[str, str], query: str, body
     return msg
 
 
-def _field(desc: descriptor.Descriptor, name: str) -> descriptor.FieldDescriptor | None:
-    f = desc.fields_by_name.get(name)
-    if f is None:
-        f = next((x for x in desc.fields if x.json_name == name), None)
-    return f
-
-
 def _put(doc: dict[str, Any], desc: descriptor.Descriptor, path: str, value: str, *, query: bool) -> None:
-    """Set a dotted field path of `doc` from text, typed by the descriptor."""
+    """Set a dotted field path of `doc` from text. The text stays text but for a bool: rest_json
+    reads numbers, enums and well-known types from strings, as the JSON mapping allows."""
     parts = path.split(".")
     node = doc
     for i, part in enumerate(parts):
-        field = _field(desc, part)
+        field = rest_json.fields_by_key(desc).get(part)
         if field is None:
             raise BadRequest(path, f"unknown field {part!r} of {desc.name}")
         last = i == len(parts) - 1
@@ -221,30 +211,15 @@ def _put(doc: dict[str, Any], desc: descriptor.Descriptor, path: str, value: str
             continue
         if field.message_type is not None and not wkt:
             raise BadRequest(path, "a message: give its fields (`name.field=...`)")
-        typed = _typed(field, value, path)
+        typed: str | bool = value
+        if field.type == descriptor.FieldDescriptor.TYPE_BOOL:
+            if value not in ("true", "false"):
+                raise BadRequest(path, f"expected true or false, got {value!r}")
+            typed = value == "true"
         if field.is_repeated and query:
             node.setdefault(field.name, []).append(typed)
         else:
             node[field.name] = typed
-
-
-def _typed(field: descriptor.FieldDescriptor, value: str, path: str) -> Any:
-    t = field.type
-    if t == descriptor.FieldDescriptor.TYPE_BOOL:
-        if value not in ("true", "false"):
-            raise BadRequest(path, f"expected true or false, got {value!r}")
-        return value == "true"
-    if t in _INT32:
-        try:
-            return int(value)
-        except ValueError:
-            raise BadRequest(path, f"expected an integer, got {value!r}") from None
-    if t in _FLOAT:
-        try:
-            return float(value)
-        except ValueError:
-            raise BadRequest(path, f"expected a number, got {value!r}") from None
-    return value  # strings, 64-bit integers, enums (names), Timestamp/Duration/FieldMask text
 
 
 # ------------------------------------------------------------------------------ answers
@@ -257,11 +232,7 @@ def answer_json(message: Any) -> bytes:
 def error_json(code: grpc.StatusCode, message: str, status: status_pb2.Status | None = None) -> bytes:
     """The JSON error body: the google.rpc.Status of the call (its details included), or one
     made of the code and message."""
-    if status is None:
-        status = status_pb2.Status(code=code.value[0], message=message)
-    body = json_format.MessageToDict(status, always_print_fields_with_no_presence=True,
-                                     preserving_proto_field_name=True)
-    return json.dumps(body).encode()
+    return answer_json(status_pb2.Status(code=code.value[0], message=message) if status is None else status)
 
 
 def bad_request_status(exc: BadRequest) -> status_pb2.Status:

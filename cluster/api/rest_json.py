@@ -4,8 +4,9 @@
 Why not json_format alone: it is pure Python and rebuilds per-message lookup tables on every
 message; a SubmitJobs of 1,000 jobs took 135 ms to parse there, more than the node took to store
 it. This module walks the descriptors with cached tables and sets fields directly; what it does
-not read itself (maps, Any, Struct, wrappers) goes to json_format, field by field, so the result
-is the mapping's. tests/unit/test_rest_transcoding.py checks both directions against json_format.
+not read itself (maps, Any, Struct, wrappers, and bytes and 32-bit floats, which the contract
+does not use) goes to json_format, field by field, so the result is the mapping's.
+tests/unit/test_rest_transcoding.py checks both directions against json_format.
 
 Reading refuses a key that names no field (the API's names, or lowerCamelCase as the mapping
 allows), a value of the wrong JSON type, and two fields of one oneof, with `JsonError(path, why)`.
@@ -13,23 +14,21 @@ allows), a value of the wrong JSON type, and two fields of one oneof, with `Json
 
 from __future__ import annotations
 
-import base64
 import calendar
 import math
 import re
 import time
 from collections.abc import Callable
 from datetime import datetime
-from functools import cache, partial
+from functools import cache
 from typing import Any
 
 from google.protobuf import descriptor, json_format
-from google.protobuf.internal import type_checkers
 
 FD = descriptor.FieldDescriptor
 _INTS = {FD.TYPE_INT32, FD.TYPE_SINT32, FD.TYPE_SFIXED32, FD.TYPE_UINT32, FD.TYPE_FIXED32}
 _LONGS = {FD.TYPE_INT64, FD.TYPE_SINT64, FD.TYPE_SFIXED64, FD.TYPE_UINT64, FD.TYPE_FIXED64}
-_FLOATS = {FD.TYPE_DOUBLE, FD.TYPE_FLOAT}
+_TO_JSON_FORMAT = {FD.TYPE_BYTES, FD.TYPE_FLOAT}  # scalar types no field of cronwheel.v1 has
 _TEXT_WKT = {"google.protobuf.Timestamp", "google.protobuf.Duration"}
 _MASK = "google.protobuf.FieldMask"
 _RFC3339_UTC = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z$")
@@ -43,14 +42,19 @@ class JsonError(ValueError):
 
 
 @cache
-def _fields(desc: descriptor.Descriptor) -> dict[str, FD]:
-    """Every field by its proto name and by its JSON (lowerCamelCase) name."""
+def fields_by_key(desc: descriptor.Descriptor) -> dict[str, FD]:
+    """Every field by its proto name and by its JSON (lowerCamelCase) name (the names a body's
+    key or a query parameter may use)."""
     out = {f.json_name: f for f in desc.fields}
     out.update(desc.fields_by_name)
     return out
 
 
+@cache  # asked for every key of every object read: SubmitJobs reads thousands
 def _delegated(f: FD) -> bool:
+    """Whether json_format reads and writes the field (see the module's docstring)."""
+    if f.type in _TO_JSON_FORMAT:
+        return True
     mt = f.message_type
     return mt is not None and (mt.GetOptions().map_entry or
                                (mt.full_name.startswith("google.protobuf.") and mt.full_name not in _TEXT_WKT
@@ -61,7 +65,7 @@ def parse(doc: Any, msg: Any, path: str = "") -> None:
     """Fill `msg` from a JSON object (a dict); JsonError naming the field on anything wrong."""
     if not isinstance(doc, dict):
         raise JsonError(path.rstrip(".") or "body", "expected a JSON object")
-    fields = _fields(msg.DESCRIPTOR)
+    fields = fields_by_key(msg.DESCRIPTOR)
     oneofs: dict[str, str] = {}
     for key, value in doc.items():
         f = fields.get(key)
@@ -87,11 +91,19 @@ def parse(doc: Any, msg: Any, path: str = "") -> None:
                 if f.message_type is not None and f.message_type.full_name not in _TEXT_WKT:
                     parse(item, target.add(), f"{where}[{i}].")
                 else:
-                    target.append(_scalar(f, item, f"{where}[{i}]"))
+                    scalar = _scalar(f, item, f"{where}[{i}]")
+                    try:
+                        target.append(scalar)
+                    except ValueError as exc:  # out of the field's range, as json_format says
+                        raise JsonError(f"{where}[{i}]", str(exc)) from None
         elif f.message_type is not None:
             _message(f, value, getattr(msg, f.name), where)
         else:
-            setattr(msg, f.name, _scalar(f, value, where))
+            scalar = _scalar(f, value, where)
+            try:
+                setattr(msg, f.name, scalar)
+            except ValueError as exc:  # out of the field's range (an int32 of 2**40), as json_format says
+                raise JsonError(where, str(exc)) from None
 
 
 def _message(f: FD, value: Any, sub: Any, where: str) -> None:
@@ -100,12 +112,12 @@ def _message(f: FD, value: Any, sub: Any, where: str) -> None:
         if not isinstance(value, str):
             raise JsonError(where, "expected a string")
         m = _RFC3339_UTC.match(value) if name == "google.protobuf.Timestamp" else None
-        if m is not None:  # the common form, without strptime (json_format's way, 10x slower)
-            sub.seconds = calendar.timegm(datetime.fromisoformat(m[1]).timetuple())
-            sub.nanos = int((m[2] or "0").ljust(9, "0"))
-            return
         try:
-            sub.FromJsonString(value)
+            if m is None:
+                sub.FromJsonString(value)
+            else:  # the common form, without strptime (json_format's way, 10x slower)
+                sub.seconds = calendar.timegm(datetime.fromisoformat(m[1]).timetuple())  # no such day: ValueError
+                sub.nanos = int((m[2] or "0").ljust(9, "0"))
         except ValueError as exc:
             raise JsonError(where, str(exc)) from None
     elif name == _MASK:
@@ -139,7 +151,7 @@ def _scalar(f: FD, v: Any, where: str) -> Any:
         raise JsonError(where, f"expected a value name of {f.enum_type.name}")
     if t in _INTS or t in _LONGS:
         return _integer(v, where)
-    if t in _FLOATS:
+    if t == FD.TYPE_DOUBLE:
         if isinstance(v, str) and v in _SPECIAL:
             return _SPECIAL[v]
         if isinstance(v, bool) or not isinstance(v, int | float | str):
@@ -148,15 +160,7 @@ def _scalar(f: FD, v: Any, where: str) -> Any:
             return float(v)
         except ValueError:
             raise JsonError(where, f"expected a number, got {v!r}") from None
-    if t == FD.TYPE_BYTES:
-        if not isinstance(v, str):
-            raise JsonError(where, "expected base64 text")
-        try:
-            return base64.urlsafe_b64decode(v + "=" * (-len(v) % 4)) if "-" in v or "_" in v \
-                else base64.b64decode(v + "=" * (-len(v) % 4))
-        except ValueError as exc:
-            raise JsonError(where, f"not base64: {exc}") from None
-    raise JsonError(where, f"unsupported field type {t}")  # pragma: no cover (every proto3 type is above)
+    raise JsonError(where, f"unsupported field type {t}")  # pragma: no cover (the others are _delegated)
 
 
 def _integer(v: Any, where: str) -> int:
@@ -218,10 +222,8 @@ def _writer(f: FD) -> Callable[[Any], Any]:
         return lambda v: names.get(v, v)
     if t in _LONGS:
         return str
-    if t in _FLOATS:
-        return partial(_float, t == FD.TYPE_FLOAT)
-    if t == FD.TYPE_BYTES:
-        return lambda v: base64.b64encode(v).decode()
+    if t == FD.TYPE_DOUBLE:
+        return _double
     return _same
 
 
@@ -229,12 +231,12 @@ def _same(v: Any) -> Any:
     return v
 
 
-def _float(single: bool, v: float) -> Any:
+def _double(v: float) -> Any:
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):
         return "Infinity" if v > 0 else "-Infinity"
-    return type_checkers.ToShortestFloat(v) if single else v
+    return v
 
 
 def _timestamp(ts: Any) -> str:

@@ -12,8 +12,10 @@ only when the node it calls requires tokens (asked at start with the tokenless s
 ClusterStatus: every member's `auth_mode` is "tokens") or with `--insecure`.
 
 HTTP: keep-alive, `Content-Length` bodies (a chunked request body is refused with 411),
-`Expect: 100-continue` answered, bodies up to MAX_BODY_BYTES. `GET /openapi.json` serves the
-committed OpenAPI document (proto/cronwheel/v1/openapi.json, made by tools/openapi.py).
+`Expect: 100-continue` answered, bodies up to MAX_BODY_BYTES. A request the transcoder fails on
+unexpectedly is logged and answered 500 INTERNAL (as cluster/api/grpc_errors.py does on gRPC).
+`GET /openapi.json` serves the committed OpenAPI document (proto/cronwheel/v1/openapi.json, made
+by tools/openapi.py).
 
 Concurrency: one asyncio loop; each connection is a task serving its requests in order; the
 gRPC channel is shared.
@@ -31,7 +33,7 @@ import grpc
 from google.protobuf import message_factory
 
 from cronwheel.cluster.api import rest
-from cronwheel.cluster.api.auth import LOCAL_ONLY, exposure_refusal
+from cronwheel.cluster.api.auth import LOCAL_ONLY, exposure_refusal, is_loopback
 from cronwheel.errors import InvalidArgument
 from cronwheel.v1 import admin_pb2, admin_pb2_grpc
 
@@ -168,8 +170,8 @@ class RestServer:
 
     async def _check_exposure(self, channel: grpc.aio.Channel) -> None:
         """Beyond loopback only when the nodes require tokens, or with --insecure."""
-        if self.config.insecure or exposure_refusal(self.config.listen, False, False, without="", remedy="") is None:
-            return
+        if self.config.insecure or is_loopback(self.config.listen):
+            return  # exposure_refusal would pass it whatever the nodes say: do not ask them
         try:
             status = await admin_pb2_grpc.AdminServiceStub(channel).ClusterStatus(
                 admin_pb2.ClusterStatusRequest(), timeout=10, metadata=((LOCAL_ONLY, "1"),))
@@ -211,7 +213,12 @@ async def _serve(transcoder: Transcoder, reader: asyncio.StreamReader, writer: a
             if headers.get("expect", "").lower() == "100-continue":
                 writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
-            status, payload = await transcoder.handle(verb.upper(), target, headers, body)
+            try:
+                status, payload = await transcoder.handle(verb.upper(), target, headers, body)
+            except Exception:  # a bug: INTERNAL with a generic message, as the gRPC edge answers one
+                log.exception("unexpected error in a REST request",
+                              extra={"event": "rest_internal_error", "verb": verb, "target": target})
+                status, payload = 500, rest.error_json(grpc.StatusCode.INTERNAL, "internal error")
             _write(writer, status, payload, keep)
             await writer.drain()
             if not keep:

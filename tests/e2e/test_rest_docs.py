@@ -3,6 +3,7 @@ front of a cluster with an auth file (issue 51: the REST page's examples are run
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 from collections.abc import Iterator
@@ -10,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from cronwheel.cli import rest as cli_rest
+from cronwheel.cli.flags import check_address
+from cronwheel.cluster.api.rest_server import RestConfig
 from cronwheel.devtools.harness import ProcessCluster
 
 from .api_cluster import TOKENS, api_cluster
@@ -19,7 +23,7 @@ pytestmark = [pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parents[2]
 REST_MD = ROOT / "docs" / "rest.md"
 _SH = re.compile(r"^```sh\n(?P<body>.*?)^```$", re.M | re.S)
-LAUNCH = "cronwheel rest "  # the block that starts the server: the fixture runs that command
+LAUNCH = "cronwheel rest "  # the block that starts the server: the fixture starts its own (rest_process)
 
 
 def blocks() -> list[str]:
@@ -58,3 +62,10 @@ def test_every_curl_example_of_the_rest_page_runs(stack: tuple[ProcessCluster, s
 def test_the_launch_example_is_the_command_the_tests_run() -> None:
     (launch,) = [b for b in blocks() if b.startswith(LAUNCH)]
     assert launch.split()[:2] == ["cronwheel", "rest"] and "--address" in launch and "--listen" in launch
+    # The flags are the command's own (argparse exits on an unknown or malformed one), and its
+    # addresses are ones `cronwheel rest` accepts: the example is runnable as written.
+    parser = argparse.ArgumentParser(prog="cronwheel rest", exit_on_error=False)
+    cli_rest.configure(parser)
+    args = parser.parse_args(launch.split()[2:])
+    check_address(args.address)
+    RestConfig(listen=args.listen, addresses=tuple(args.address.split(","))).validate()

@@ -176,3 +176,58 @@ def test_timestamps_are_written_as_json_format_writes_them(seconds: int, nanos: 
     run = common_pb2.Execution()
     run.run_at.seconds, run.run_at.nanos = seconds, nanos
     assert rest_json.render(run)["run_at"] == run.run_at.ToJsonString()
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/v1/jobs", b'{"type": "t", "run_at": "2027-13-01T00:00:00Z"}', "run_at"),
+    ("/v1/jobs", b'{"type": "t", "run_at": "2027-02-30T00:00:00Z"}', "run_at"),
+    ("/v1/schedules", b'{"retry_policy": {"max_attempts": 99999999999}}', "schedule.retry_policy.max_attempts"),
+    ("/v1/schedules", b'{"version": "99999999999999999999999"}', "schedule.version"),
+])
+def test_a_value_the_field_cannot_hold_is_refused_naming_it(path: str, body: bytes, field: str) -> None:
+    """Not a ValueError out of the transcoder: `cronwheel rest` would drop the connection unanswered."""
+    with pytest.raises(rest.BadRequest) as info:
+        build("POST", path, body=body)
+    assert info.value.field == field
+
+
+def _probe_class() -> type:
+    """A proto3 message with the field types the contract has none of (bytes, 32-bit float)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    fdp = descriptor_pb2.FileDescriptorProto(name="rest_probe.proto", package="restprobe", syntax="proto3")
+    probe = fdp.message_type.add(name="Probe")
+    t, label = descriptor_pb2.FieldDescriptorProto, descriptor_pb2.FieldDescriptorProto
+    probe.field.add(name="data", number=1, type=t.TYPE_BYTES, label=label.LABEL_OPTIONAL, json_name="data")
+    probe.field.add(name="ratio", number=2, type=t.TYPE_FLOAT, label=label.LABEL_OPTIONAL, json_name="ratio")
+    probe.field.add(name="chunks", number=3, type=t.TYPE_BYTES, label=label.LABEL_REPEATED, json_name="chunks")
+    probe.field.add(name="weight", number=4, type=t.TYPE_DOUBLE, label=label.LABEL_OPTIONAL, json_name="weight")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("restprobe.Probe"))
+
+
+def test_bytes_and_32_bit_floats_are_read_and_written_as_json_format_does() -> None:
+    from google.protobuf import json_format
+
+    from cronwheel.cluster.api import rest_json
+
+    probe = _probe_class()
+    msg = probe(data=b"\xfb\xff-_", ratio=0.1, chunks=[b"", b"\x00\x01"], weight=float("-inf"))
+    want = json_format.MessageToDict(msg, always_print_fields_with_no_presence=True, preserving_proto_field_name=True)
+    assert rest_json.render(msg) == want
+    for doc in (want, {"data": "-_8tXw", "ratio": "0.1", "chunks": ["AAE="], "weight": "NaN"}):
+        fast, ref = probe(), probe()
+        rest_json.parse(doc, fast)
+        json_format.ParseDict(doc, ref)
+        assert fast.SerializeToString() == ref.SerializeToString(), doc
+    with pytest.raises(rest_json.JsonError) as info:
+        rest_json.parse({"data": 5}, probe())
+    assert info.value.path == "data"
+
+
+def test_a_body_nested_deeper_than_json_reads_is_refused() -> None:
+    """json.loads raises RecursionError, not ValueError, on such a body: it too is a 400."""
+    with pytest.raises(rest.BadRequest) as info:
+        build("POST", "/v1/jobs", body=b"[" * 100_000 + b"]" * 100_000)
+    assert info.value.field == "" and "not JSON" in str(info.value)
