@@ -309,8 +309,23 @@ class Database:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncConnection[Any]]:
-        async with self.connection() as conn, conn.transaction():
-            yield conn
+        """One transaction on a pooled connection, committed when the body ends.
+
+        A COMMIT the server refuses once the body ran (an error raised at commit, e.g. by a
+        deferred trigger: the chaos failpoint refuse-commits) wrote nothing, so it is Unavailable:
+        the caller retries as when the database is away (a fenced write stays safe to retry). As
+        Internal it read as a bug, and a fenced fire ended the firer's task group and the node
+        (chaos seed 3, stop 48). The body's own errors are unchanged. Pipelined transactions
+        cannot tell a statement's error from the COMMIT's (`pipelined_transaction`)."""
+        ran = False
+        try:
+            async with self.connection() as conn, conn.transaction():
+                yield conn
+                ran = True
+        except Internal as exc:
+            if not ran:
+                raise
+            raise Unavailable("postgres", f"COMMIT refused: {exc}") from exc
 
     @asynccontextmanager
     async def pipelined_transaction(self, conn: AsyncConnection[Any], explicit: bool = False) -> AsyncIterator[None]:
@@ -370,24 +385,12 @@ class Database:
 
     @asynccontextmanager
     async def fenced(self, partition: int, epoch: int) -> AsyncIterator[AsyncConnection[Any]]:
-        """A transaction that may write for `partition` only while it still has `epoch`.
-
-        A COMMIT the server refuses once the body ran (an error raised at commit, e.g. by a
-        deferred trigger: the chaos failpoint refuse-commits) wrote nothing, so it is Unavailable:
-        the caller retries as when the database is away, and the fence keeps the retry safe. As
-        Internal, it ended the firer's task group and so the node (chaos seed 3, stop 48)."""
-        ran = False
-        try:
-            async with self.transaction() as conn:
-                cur = await conn.execute(q("check_fence"), {"partition": partition, "epoch": epoch})
-                if await cur.fetchone() is None:
-                    raise await stale_epoch(conn, partition, epoch)
-                yield conn
-                ran = True
-        except Internal as exc:
-            if not ran:
-                raise
-            raise Unavailable("postgres", f"COMMIT refused: {exc}") from exc
+        """A transaction that may write for `partition` only while it still has `epoch`."""
+        async with self.transaction() as conn:
+            cur = await conn.execute(q("check_fence"), {"partition": partition, "epoch": epoch})
+            if await cur.fetchone() is None:
+                raise await stale_epoch(conn, partition, epoch)
+            yield conn
 
     async def at_current_epoch(self, conn: AsyncConnection[Any], partition: int) -> int:
         """See the module function `at_current_epoch`."""

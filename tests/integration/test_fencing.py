@@ -383,6 +383,9 @@ async def test_a_fenced_write_whose_commit_is_refused_is_unavailable_not_interna
         async with store.connection() as conn:
             cur = await conn.execute("SELECT name FROM schedules WHERE id = %s", (sid,))
             assert await cur.fetchone() == (f"s-{sid}",), "the refused transaction wrote nothing"
+        with pytest.raises(Unavailable, match="COMMIT refused"):  # the rule is transaction()'s, for every caller
+            async with store.transaction() as conn:
+                await conn.execute("UPDATE schedules SET name = name || '-y' WHERE id = %s", (sid,))
         with pytest.raises(Internal):  # an error of the body itself is not a refused COMMIT
             async with store.fenced(5, 10) as conn:
                 await conn.execute("SELECT 1 / 0")
