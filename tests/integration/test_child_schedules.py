@@ -154,3 +154,21 @@ async def test_bad_child_schedules_are_refused_naming_the_field(store: PgStore) 
         await runs.backfill_schedule(store, child, T0 - 10 * MINUTE, T0, T0, "acme")
     assert ei.value.field == "cron"
     assert (await sch.update_schedule(store, child, {"job_type": "load2"}, T0, "acme"))["job_type"] == "load2"
+
+
+async def test_a_child_run_waits_in_the_child_schedules_queue_for_its_capabilities(store: PgStore) -> None:
+    """A schedule's runs get its queue and required capabilities (0025), a child's too: its run is
+    made by release_children, not by the fire path (before this, it landed in `default` with no
+    requirement, so any worker could take it)."""
+    parent = await sch.create_schedule(store, spec(), T0, P)
+    child = await sch.create_schedule(store, spec(name="child", cron="", timezone="", misfire_policy=None,
+                                                  job_type="load", parent_schedule_id=parent["id"], queue="long",
+                                                  required_capabilities=("gpu=a100",)), T0, P)
+    d = Dispatcher(store, FakeClock(start_ts=T0.timestamp()))
+    run = await parent_run(store, parent["id"], T0)
+    [lease] = await d.lease("w", ["extract"], 1, 30.0, 0.0)
+    assert (await d.complete(run, lease.fencing_token, "w", "{}")).state == "succeeded"
+    async with store.connection() as conn:
+        cur = await conn.execute("SELECT queue, required_capabilities FROM executions WHERE schedule_id = %s",
+                                 (child["id"],))
+        assert list(await cur.fetchall()) == [("long", "gpu=a100")]

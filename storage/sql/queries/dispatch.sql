@@ -476,10 +476,10 @@ SELECT type, (SELECT count(*) FROM woke) AS woke FROM released;
 WITH born AS (
     INSERT INTO executions (id, schedule_id, tenant, type, payload, partition, scheduled_for, run_at, priority,
                             state, state_reason, trigger, max_attempts, retry_initial_s, retry_multiplier,
-                            retry_max_s, timeout_s, queued_at, created_at, fired_at)
+                            retry_max_s, timeout_s, queued_at, created_at, fired_at, queue, required_capabilities)
     SELECT cronwheel_uuid7(), c.id, c.tenant, c.job_type, c.payload, c.partition, p.scheduled_for, %(now)s,
            c.priority, 'queued', 'after parent run ' || p.id::text, 'parent', c.max_attempts, c.retry_initial_s,
-           c.retry_multiplier, c.retry_max_s, c.timeout_s, %(now)s, %(now)s, %(now)s
+           c.retry_multiplier, c.retry_max_s, c.timeout_s, %(now)s, %(now)s, %(now)s, c.queue, c.required_capabilities
       FROM executions p JOIN schedules c ON c.parent_schedule_id = p.schedule_id
      WHERE p.id = ANY(%(ids)s::uuid[]) AND p.schedule_id IS NOT NULL AND (p.state || '') = 'succeeded'
        AND c.parent_schedule_id IS NOT NULL AND c.deleted_at IS NULL AND NOT c.paused
