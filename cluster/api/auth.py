@@ -67,7 +67,7 @@ from cronwheel.cluster.api.handlers import responses, rewrap, wrapped_once
 from cronwheel.cluster.api.tokens import TokenCache
 from cronwheel.cluster.commands.values import text
 from cronwheel.errors import InvalidArgument
-from cronwheel.token_format import hash_token as hash_token  # the API's users name it here
+from cronwheel.token_format import hash_token
 
 log = logging.getLogger("cronwheel.cluster.api.auth")
 

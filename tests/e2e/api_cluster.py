@@ -3,7 +3,6 @@ node serves the API with an auth file, and a small client that calls it like a u
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -16,6 +15,7 @@ from typing import Any
 import grpc
 
 from cronwheel.devtools.harness import ProcessCluster
+from cronwheel.token_format import hash_token
 from cronwheel.v1 import admin_pb2_grpc, common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 from .helpers import wait_until
@@ -31,7 +31,7 @@ YEARLY = "0 0 1 1 *"  # fires once a year: nothing fires by itself during a test
 
 
 def write_auth_file(path: Path) -> Path:
-    entries = [{**entry, "sha256": hashlib.sha256(tok.encode()).hexdigest()} for tok, entry in TOKENS.values()]
+    entries = [{**entry, "sha256": hash_token(tok)} for tok, entry in TOKENS.values()]
     path.write_text(json.dumps({"tokens": entries}))
     return path
 

@@ -9,7 +9,6 @@ The address-class table runs for targets in tests/e2e/test_webhook_egress.py (it
 
 from __future__ import annotations
 
-import hashlib
 import json
 import socket
 import sys
@@ -25,6 +24,7 @@ import pytest
 from cronwheel.client import Client, InvalidArgument, NotFound, PermissionDenied, RetryPolicy
 from cronwheel.devtools.harness import NodeProc, ProcessCluster
 from cronwheel.secret_store import new_key_line
+from cronwheel.token_format import hash_token
 from cronwheel.v1 import common_pb2, dispatch_pb2, dispatch_pb2_grpc
 from cronwheel.v1.webhook_signature import verify
 
@@ -47,7 +47,7 @@ def cluster() -> Iterator[ProcessCluster]:
     with ProcessCluster(partitions=4, lease_ttl_s=3) as c:
         auth = c.workdir / "auth.json"
         auth.write_text(json.dumps({"tokens": [
-            {"sha256": hashlib.sha256(tok.encode()).hexdigest(), "name": "http-doer" if t == "doer" else f"{t}-ci",
+            {"sha256": hash_token(tok), "name": "http-doer" if t == "doer" else f"{t}-ci",
              **({"admin": True} if t == "admin" else {"doer": True} if t == "doer" else {"tenant": t})}
             for t, tok in TOKENS.items()]}))
         key = c.workdir / "secret.key"

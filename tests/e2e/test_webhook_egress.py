@@ -14,7 +14,6 @@ targets is tests/e2e/test_http_targets.py.)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import signal
 import socket
@@ -28,6 +27,7 @@ import pytest
 
 from cronwheel.client import Client, InvalidArgument, ResourceExhausted
 from cronwheel.devtools.harness import ProcessCluster
+from cronwheel.token_format import hash_token
 from tests.egress_cases import REFUSED_HOSTS
 
 from .helpers import observe_for, run_cli, wait_until
@@ -45,7 +45,7 @@ def _cluster(tmp: str, *flags: str) -> Iterator[ProcessCluster]:
     with ProcessCluster(partitions=4, lease_ttl_s=3) as c:
         auth = c.workdir / "auth.json"
         auth.write_text(json.dumps({"tokens": [
-            {"sha256": hashlib.sha256(tok.encode()).hexdigest(), "name": f"{t}-ci",
+            {"sha256": hash_token(tok), "name": f"{t}-ci",
              **({"admin": True} if t == "admin" else {"tenant": t})} for t, tok in TOKENS.items()]}))
         c.auth_file = auth  # type: ignore[attr-defined]
         c.start_node(f"{tmp}1", "--auth-file", str(auth), *flags)

@@ -9,7 +9,6 @@ not sleeps): 50..200 ms backoff, a 3 s lease over a 2 s request timeout, polls e
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import uuid
@@ -20,6 +19,7 @@ import pytest
 
 from cronwheel.client import Client, InvalidArgument, NotFound, PermissionDenied, RetryPolicy, verify_webhook_signature
 from cronwheel.devtools.harness import ProcessCluster
+from cronwheel.token_format import hash_token
 
 from .helpers import observe_for, run_cli, wait_until
 from .ops_helpers import value
@@ -39,7 +39,7 @@ YEARLY = "0 0 1 1 *"  # never fires during a test
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ProcessCluster]:
     with ProcessCluster(partitions=8, lease_ttl_s=3) as c:
-        entries = [{**e, "sha256": hashlib.sha256(tok.encode()).hexdigest()} for tok, e in TOKENS.values()]
+        entries = [{**e, "sha256": hash_token(tok)} for tok, e in TOKENS.values()]
         auth = c.workdir / "auth.json"
         auth.write_text(json.dumps({"tokens": entries}))
         for name in ("n1", "n2"):

@@ -485,7 +485,8 @@ def test_auth_is_on_for_every_node_and_its_token_reaches_every_worker(
     holding the token the workers are given. auth-init's real command runs here, twice (a second
     `docker compose up`), with the volume's path moved to tmp_path."""
     from cronwheel.cli.main import main
-    from cronwheel.cluster.api.auth import hash_token, load_auth
+    from cronwheel.cluster.api.auth import load_auth
+    from cronwheel.token_format import hash_token
 
     init = services["auth-init"]
     volume = {v.split(":")[0]: v.split(":")[1] for v in init["volumes"]}["auth"]

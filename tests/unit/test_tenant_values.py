@@ -12,10 +12,11 @@ import pytest
 
 from cronwheel import errors as e
 from cronwheel.clock import FakeClock
-from cronwheel.cluster.api.auth import AuthConfig, Caller, admin_only, hash_token
+from cronwheel.cluster.api.auth import AuthConfig, Caller, admin_only
 from cronwheel.cluster.api.tokens import TokenCache
 from cronwheel.cluster.commands import tenants as cmd
 from cronwheel.errors import InvalidArgument
+from cronwheel.token_format import hash_token
 
 
 def test_a_new_tenant_takes_the_defaults_for_zero_and_no_limits_for_unset() -> None:
