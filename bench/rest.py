@@ -1,8 +1,9 @@
 """REST API benchmark: `python -m bench.rest [--seconds 10] [--batches 10] [--repeat 3] [--fire]`.
 
 The same calls over HTTP (`cronwheel rest`, issue 51) and over gRPC, in the same run, against one
-real `cronwheel node` process (PostgreSQL, etcd on this machine), alternated round by round
-(gRPC, HTTP, gRPC, HTTP, ...) so that drift hits both:
+real `cronwheel node` process (PostgreSQL, etcd on this machine), alternated round by round, the
+order swapped each round (gRPC then HTTP, HTTP then gRPC, ...): the jobs table only grows, so the
+second of a pair always met a larger table, and drift hits both:
 
 1. SubmitJob from 64 concurrent callers for --seconds: gRPC with one grpc.aio channel and 64
    tasks; HTTP with 64 keep-alive connections (a minimal asyncio HTTP/1.1 client, so the client's
@@ -29,9 +30,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import grpc
 
@@ -162,11 +164,15 @@ def throughput(seconds: float, batches: int, repeat: int) -> None:
         c.wait_converged(["n1"])
         with rest_server(node.address) as (host, port):
             got: dict[str, list[float]] = {"submit_grpc": [], "submit_http": [], "batch_grpc": [], "batch_http": []}
-            for _ in range(repeat):
-                got["submit_grpc"].append(asyncio.run(submit_grpc(node.address, seconds)))
-                got["submit_http"].append(asyncio.run(submit_http(host, port, seconds)))
-                got["batch_grpc"].append(asyncio.run(batches_grpc(node.address, batches)))
-                got["batch_http"].append(asyncio.run(batches_http(host, port, batches)))
+            runs: dict[str, Callable[[], Coroutine[Any, Any, float]]] = {
+                "submit_grpc": lambda: submit_grpc(node.address, seconds),
+                "submit_http": lambda: submit_http(host, port, seconds),
+                "batch_grpc": lambda: batches_grpc(node.address, batches),
+                "batch_http": lambda: batches_http(host, port, batches)}
+            for r in range(repeat):
+                for kind in ("submit", "batch"):
+                    for via in ("grpc", "http")[::1 if r % 2 == 0 else -1]:
+                        got[f"{kind}_{via}"].append(asyncio.run(runs[f"{kind}_{via}"]()))
     med = {k: statistics.median(v) for k, v in got.items()}
     for what, g, h in (("SubmitJob, 64 callers", "submit_grpc", "submit_http"),
                        (f"SubmitJobs of {BATCH:,}", "batch_grpc", "batch_http")):
@@ -252,8 +258,8 @@ def fire_under_load(clustered: int, seconds: float, rate: float, repeat: int) ->
     from bench.fire import steady
 
     p99: dict[str, list[float]] = {"grpc": [], "http": []}
-    for _ in range(repeat):
-        for via in ("grpc", "http"):
+    for n in range(repeat):
+        for via in ("grpc", "http")[::1 if n % 2 == 0 else -1]:
             r = steady(10 * clustered, seconds, 0.0,
                        load=lambda c, addr, via=via: paced_load(rate, via == "http", addr))  # type: ignore[misc]
             p99[via].append(r["write_p99_ms"])
