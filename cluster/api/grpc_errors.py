@@ -48,8 +48,15 @@ def details(exc: e.CronwheelError, code: grpc.StatusCode) -> tuple[tuple[str, by
     a `google.rpc.Status` with a `google.rpc.BadRequest` naming the field of an InvalidArgument."""
     if not isinstance(exc, e.InvalidArgument) or code is not grpc.StatusCode.INVALID_ARGUMENT:
         return ()
-    bad = error_details_pb2.BadRequest(field_violations=[
-        error_details_pb2.BadRequest.FieldViolation(field=exc.field, description=exc.message)])
-    status = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=exc.message)
-    status.details.add().Pack(bad)
-    return tuple(rpc_status.to_status(status).trailing_metadata)
+    return tuple(rpc_status.to_status(invalid_argument_status(exc.field, exc.message)).trailing_metadata)
+
+
+def invalid_argument_status(field: str, message: str) -> status_pb2.Status:
+    """INVALID_ARGUMENT as a `google.rpc.Status` carrying a `google.rpc.BadRequest` that names
+    `field` (none for an empty field): the node's refusals (`details`) and the REST transcoder's
+    own (cluster/api/rest.py) both."""
+    status = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=message)
+    if field:
+        status.details.add().Pack(error_details_pb2.BadRequest(field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=field, description=message)]))
+    return status

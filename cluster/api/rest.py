@@ -35,9 +35,10 @@ from urllib.parse import parse_qsl, unquote
 import grpc
 from google.api import annotations_pb2, http_pb2
 from google.protobuf import descriptor, message_factory
-from google.rpc import code_pb2, error_details_pb2, status_pb2  # noqa: F401  (registers BadRequest for Any)
+from google.rpc import error_details_pb2, status_pb2  # noqa: F401  (error_details: registers BadRequest for Any)
 
 from cronwheel.cluster.api import rest_json
+from cronwheel.cluster.api.grpc_errors import invalid_argument_status
 from cronwheel.v1 import admin_pb2, dispatch_pb2, scheduler_pb2
 
 MODULES = (scheduler_pb2, dispatch_pb2, admin_pb2)
@@ -238,11 +239,7 @@ def error_json(code: grpc.StatusCode, message: str, status: status_pb2.Status | 
 def bad_request_status(exc: BadRequest) -> status_pb2.Status:
     """The Status of a request refused before any call: INVALID_ARGUMENT with a BadRequest
     detail naming the field, as the node's own refusals carry one."""
-    status = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=str(exc))
-    if exc.field:
-        status.details.add().Pack(error_details_pb2.BadRequest(field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field=exc.field, description=str(exc))]))
-    return status
+    return invalid_argument_status(exc.field, str(exc))
 
 
 def status_of_call(err: grpc.aio.AioRpcError) -> status_pb2.Status | None:
